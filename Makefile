@@ -1,0 +1,87 @@
+# fsdp.c build.
+#   make            train_gpt (with nvcc when it exists, else the host compiler) and the tools
+#   make test       builds everything and runs dev/test/run_tests.sh ("N passed, M failed")
+#   make clean
+# Variables: NO_CUDA=1 forces a host-only build; GPU_ARCH="80 90" picks the CUDA targets.
+
+CC       := mpicc
+CXX      := mpicxx
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+PYTHON   ?= $(CURDIR)/.venv/bin/python
+export PYTHON
+
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
+OPT      := -O3 -march=native
+CFLAGS   := $(OPT) -std=gnu11 $(WARN) -fopenmp -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread
+CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -fopenmp -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread
+LDLIBS   := -lopenblas -lzstd -lpcre2-8 -lm -fopenmp
+
+# The libraries: plain C, unit-testable without a GPU.
+LIB_SRCS := $(wildcard kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c)
+LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
+HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h dataloader/*.h checkpoint/*.h)
+
+TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c))
+TEST_BINS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c)) build/test_gpt2
+
+ifeq ($(NO_CUDA),1)
+NVCC :=
+endif
+
+ifneq ($(NVCC),)
+GPU_ARCH  ?= 80 90
+GENCODE   := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+MPI_CFLAGS := $(shell mpicc --showme:compile) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+MPI_LIBS   := $(shell mpicc --showme:link)
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. \
+             -Xcompiler "$(OPT) -fopenmp $(WARN) $(MPI_CFLAGS)" \
+             -I/usr/include/x86_64-linux-gnu/openblas-pthread
+NVCC_LIBS := -lcublasLt -lcublas -lnccl $(MPI_LIBS) -Xcompiler -fopenmp -lopenblas -lzstd -lpcre2-8 -lm
+endif
+
+.PHONY: all test clean tools
+all: train_gpt $(TOOLS) $(TEST_BINS)
+
+build/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# test_gpt2.cu includes train_gpt.cu (like llm.c's test_gpt2) to drive the model schedule.
+ifneq ($(NVCC),)
+build/train_gpt.o: train_gpt.cu $(HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -Wno-unused-function -c $< -o $@
+LINK      := $(NVCC) $(NVCCFLAGS)
+LINK_LIBS := $(NVCC_LIBS)
+else
+build/train_gpt.o: train_gpt.cu $(HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
+build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) -Wno-unused-function -x c++ -c $< -o $@
+LINK      := $(CXX) $(CXXFLAGS)
+LINK_LIBS := $(LDLIBS)
+endif
+
+train_gpt: build/train_gpt.o $(LIB_OBJS)
+	$(LINK) $^ -o $@ $(LINK_LIBS)
+
+build/test_gpt2: build/test_gpt2.o $(LIB_OBJS)
+	$(LINK) $^ -o $@ $(LINK_LIBS)
+
+build/test_%: dev/test/test_%.c $(LIB_OBJS) $(HEADERS)
+	@mkdir -p build
+	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
+%: data/%.c $(LIB_OBJS) $(HEADERS)
+	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
+test: all
+	@bash dev/test/run_tests.sh
+
+clean:
+	rm -rf build train_gpt $(TOOLS)

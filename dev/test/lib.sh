@@ -1,0 +1,28 @@
+# Shared helpers for the shell tests (sourced).
+TRAIN_SHARD="$FSDP_DATA/tinyshakespeare/tiny_shakespeare_train.bin"
+VAL_SHARD="$FSDP_DATA/tinyshakespeare/tiny_shakespeare_val.bin"
+
+# mpirun for tests on a small machine: any rank count, no core binding, root allowed.
+run_np() {
+    local np=$1; shift
+    mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$@"
+}
+
+ok() { echo "ok - $*"; }
+not_ok() { echo "not ok - $*"; }
+
+# expect_error NAME PATTERN CMD...: CMD must exit non-zero and print PATTERN (grep -E).
+expect_error() {
+    local name=$1 pattern=$2; shift 2
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    if [ "$rc" -eq 0 ]; then
+        not_ok "$name: exited 0"
+    elif [ "$rc" -ge 128 ]; then
+        not_ok "$name: killed by signal $((rc - 128)): $(tail -n 2 <<<"$out" | tr '\n' ' ')"
+    elif ! grep -qE "$pattern" <<<"$out"; then
+        not_ok "$name: message does not match /$pattern/: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+    else
+        ok "$name ($(grep -m1 -E "$pattern" <<<"$out" | head -c 160))"
+    fi
+}

@@ -1,0 +1,224 @@
+// Model-level tests of the cpu device, built from train_gpt.cu itself (like llm.c's
+// test_gpt2), single process:
+//
+//   test_gpt2 dump --model M.bin --tokens SHARD.bin -b B -t T --steps N --out STATE.bin
+//       Runs the model of M.bin (an llm.c file written by train_gpt --save-model) on the
+//       first B*T+1 tokens of SHARD.bin and writes what dev/test/torch_reference.py compares
+//       against PyTorch: logits, loss, every gradient, then N AdamW steps' losses and norms.
+//   test_gpt2 fdcheck
+//       Finite-difference check of the whole model's gradient on a tiny model (vocab 64).
+#define TESTING
+#include "../../train_gpt.cu"
+#include <stdarg.h>
+
+#define STATE_MAGIC 20261130
+#define STATE_VERSION 1
+
+static ProcessGroup g_pg;  // the test's process group (world 1)
+
+static void die(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "test_gpt2: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+
+static void build_model(GPT2* model, const GPT2Config* c, int B, int T) {
+    FsdpConfig fcfg = {1, 1, 1};
+    gpt2_build(model, c, 1, &g_pg, &fcfg, B, T);
+}
+
+static double mean_loss(const GPT2* model, int B, int T) {
+    double sum = 0.0;
+    for (int i = 0; i < B * T; i++) sum += model->acts.losses[i];
+    return sum / (double)(B * T);
+}
+
+// One forward + backward on (inputs, targets) leaving the gradient in the fp32 shard
+// (at W = 1 the shard is the whole flat unit). Returns the mean loss.
+static double forward_backward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    fsdp_zero_grad(&model->fsdp, 1);
+    gpt2_forward(model, inputs, targets, B, T, 1.0f / (float)(B * T));
+    double loss = mean_loss(model, B, T);
+    gpt2_backward(model, inputs, B, T);
+    fsdp_end_micro_step(&model->fsdp);
+    return loss;
+}
+
+static void write_all(FILE* fp, const void* p, size_t bytes, const char* path) {
+    if (fwrite(p, 1, bytes, fp) != bytes) die("%s: write failed", path);
+}
+
+static int run_dump(int argc, char** argv) {
+    const char *model_path = NULL, *tokens_path = NULL, *out_path = NULL;
+    int B = 4, T = 64, steps = 10;
+    float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, clip = 1.0f;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--tokens")) tokens_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--out")) out_path = argv[i + 1];
+        else if (!strcmp(argv[i], "-b")) B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--lr")) lr = (float)atof(argv[i + 1]);
+        else die("dump: unknown option %s", argv[i]);
+    }
+    if (!model_path || !tokens_path || !out_path || B < 1 || T < 1 || steps < 1) die("dump: missing or bad arguments");
+    char err[1024];
+    GPT2Config c;
+    int version;
+    if (read_model_header(model_path, &c, &version, err, sizeof(err))) die("%s", err);
+    if (T > c.max_seq_len) die("-t %d exceeds the model's %d positions", T, c.max_seq_len);
+    GPT2 model;
+    build_model(&model, &c, B, T);
+    if (load_model_file(&model.layout, &model.fsdp, model_path, version, err, sizeof(err))) die("%s", err);
+
+    DataLoader dl;
+    if (loader_open(&dl, tokens_path, (size_t)T, c.vocab_size, 0, 0, err, sizeof(err))) die("%s", err);
+    int* x = (int*)malloc((size_t)B * T * sizeof(int));
+    int* y = (int*)malloc((size_t)B * T * sizeof(int));
+    if (loader_read_windows(&dl, 0, B, x, y, err, sizeof(err))) die("%s", err);
+    loader_close(&dl);
+
+    size_t Vp = (size_t)c.padded_vocab_size, P = model.layout.num_parameters;
+    float* logits = (float*)malloc((size_t)B * T * Vp * sizeof(float));
+    float* grads = (float*)malloc(P * sizeof(float));
+    float* losses = (float*)malloc((size_t)steps * sizeof(float));
+    float* norms = (float*)malloc((size_t)steps * sizeof(float));
+
+    gpt2_forward(&model, x, y, B, T, 0.0f);
+    memcpy(logits, model.acts.logits, (size_t)B * T * Vp * sizeof(float));
+    float loss = (float)mean_loss(&model, B, T);
+    fsdp_release_all(&model.fsdp);
+
+    for (int s = 0; s < steps; s++) {
+        losses[s] = (float)forward_backward(&model, x, y, B, T);
+        if (s == 0) {
+            // The gradient in llm.c's file order (the shard is the whole unit at W = 1).
+            for (int u = 0; u < model.layout.n_units; u++) {
+                const FlatUnit* unit = &model.layout.units[u];
+                for (int i = 0; i < unit->n_tensors; i++) {
+                    int kind, layer;
+                    tensor_kind(&model.layout, u, i, &kind, &layer);
+                    memcpy(grads + llmc_offset(&c, kind, layer), model.fsdp.grad_shard + model.fsdp.shard_offset[u] + unit->tensors[i].offset,
+                           unit->tensors[i].numel * sizeof(float));
+                }
+            }
+        }
+        norms[s] = fsdp_optimizer_step(&model.fsdp, lr, beta1, beta2, eps, wd, clip, s + 1);
+    }
+
+    FILE* fp = fopen(out_path, "wb");
+    if (!fp) die("%s: cannot create", out_path);
+    int32_t h[256] = {0};
+    h[0] = STATE_MAGIC; h[1] = STATE_VERSION; h[2] = B; h[3] = T; h[4] = steps; h[5] = c.vocab_size;
+    h[6] = c.padded_vocab_size; h[7] = c.num_layers; h[8] = c.num_heads; h[9] = c.channels; h[10] = c.max_seq_len;
+    float hyper[256] = {0};
+    hyper[0] = lr; hyper[1] = beta1; hyper[2] = beta2; hyper[3] = eps; hyper[4] = wd; hyper[5] = clip;
+    write_all(fp, h, sizeof(h), out_path);
+    write_all(fp, hyper, sizeof(hyper), out_path);
+    write_all(fp, x, (size_t)B * T * sizeof(int), out_path);
+    write_all(fp, y, (size_t)B * T * sizeof(int), out_path);
+    write_all(fp, logits, (size_t)B * T * Vp * sizeof(float), out_path);
+    write_all(fp, &loss, sizeof(float), out_path);
+    write_all(fp, grads, P * sizeof(float), out_path);
+    write_all(fp, losses, (size_t)steps * sizeof(float), out_path);
+    write_all(fp, norms, (size_t)steps * sizeof(float), out_path);
+    if (fclose(fp) != 0) die("%s: close failed", out_path);
+    printf("dump: B=%d T=%d loss %.6f, %d steps, final loss %.6f -> %s\n", B, T, loss, steps, losses[steps - 1], out_path);
+    free(x); free(y); free(logits); free(grads); free(losses); free(norms);
+    gpt2_free(&model);
+    return 0;
+}
+
+// Central differences of the mean loss against the backward's gradient, on a few elements
+// of every tensor (the largest-gradient element plus random ones). The forward is fp32, so
+// the step is large-ish and the tolerance relative to the gradient's scale.
+static int run_fdcheck(void) {
+    GPT2Config c = {16, 64, 128, 2, 2, 16};  // maxT 16, V 64 (padded 128), 2 layers, 2 heads, C 16
+    const int B = 2, T = 8;
+    const float h = 1e-2f;
+    const double rel_tol = 5e-3, abs_tol = 1e-5;
+    GPT2 model;
+    build_model(&model, &c, B, T);
+    init_parameters(&model.layout, &model.fsdp, 42);
+    // GPT-2's init (std 0.02) keeps every pre-activation near zero, where GELU and softmax
+    // are nearly linear and a wrong derivative can hide. Scale everything up tenfold (LayerNorm
+    // weights become 10 too) so that the nonlinearities are exercised.
+    for (size_t i = 0; i < model.fsdp.total_shard; i++) model.fsdp.master[i] *= 10.0f;
+    int x[B * T], y[B * T];
+    uint64_t r = 7;
+    for (int i = 0; i < B * T; i++) {
+        r = splitmix64(r); x[i] = (int)(r % 64);
+        r = splitmix64(r); y[i] = (int)(r % 64);
+    }
+    forward_backward(&model, x, y, B, T);
+    size_t total = model.fsdp.total_shard;
+    float* grad = (float*)malloc(total * sizeof(float));
+    memcpy(grad, model.fsdp.grad_shard, total * sizeof(float));
+
+    int failures = 0, checked = 0;
+    for (int u = 0; u < model.layout.n_units; u++) {
+        const FlatUnit* unit = &model.layout.units[u];
+        for (int i = 0; i < unit->n_tensors; i++) {
+            const FlatTensor* t = &unit->tensors[i];
+            float* p = model.fsdp.master + model.fsdp.shard_offset[u] + t->offset;
+            const float* g = grad + model.fsdp.shard_offset[u] + t->offset;
+            size_t picks[4];
+            size_t argmax = 0;
+            for (size_t e = 1; e < t->numel; e++) if (fabsf(g[e]) > fabsf(g[argmax])) argmax = e;
+            picks[0] = argmax;
+            for (int k = 1; k < 4; k++) { r = splitmix64(r); picks[k] = (size_t)(r % t->numel); }
+            double worst = 0.0;
+            char detail[256] = "";
+            int bad = 0;
+            for (int k = 0; k < 4; k++) {
+                size_t e = picks[k];
+                float saved = p[e];
+                p[e] = saved + h;
+                model.fsdp.params_dirty = 1;  // gathered copies must see the change
+                gpt2_forward(&model, x, y, B, T, 0.0f);
+                double up = mean_loss(&model, B, T);
+                p[e] = saved - h;
+                model.fsdp.params_dirty = 1;
+                gpt2_forward(&model, x, y, B, T, 0.0f);
+                double down = mean_loss(&model, B, T);
+                p[e] = saved;
+                fsdp_release_all(&model.fsdp);
+                model.fsdp.params_dirty = 1;
+                double fd = (up - down) / (2.0 * h);
+                double err = fabs(fd - g[e]);
+                double allowed = rel_tol * fabs(g[argmax]) + abs_tol;
+                if (err / allowed > worst) worst = err / allowed;
+                if (err > allowed) {
+                    bad = 1;
+                    snprintf(detail, sizeof(detail), "element %zu: analytic %.6g, finite difference %.6g", e, g[e], fd);
+                }
+                checked++;
+            }
+            if (bad) { printf("not ok - fdcheck %s: %s\n", t->name, detail); failures++; }
+            else printf("ok - fdcheck %s (worst error %.2f of tolerance)\n", t->name, worst);
+        }
+    }
+    printf("# fdcheck: %d elements, %d tensors failed\n", checked, failures);
+    free(grad);
+    gpt2_free(&model);
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+    char err[512];
+    if (process_group_init(&g_pg, &argc, &argv, err, sizeof(err))) die("%s", err);
+    omp_set_num_threads(2);
+    int rc;
+    if (argc >= 2 && !strcmp(argv[1], "dump")) rc = run_dump(argc, argv);
+    else if (argc >= 2 && !strcmp(argv[1], "fdcheck")) rc = run_fdcheck();
+    else { fprintf(stderr, "usage: test_gpt2 dump ... | fdcheck\n"); rc = 2; }
+    process_group_finalize(&g_pg);
+    return rc;
+}

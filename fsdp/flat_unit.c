@@ -1,0 +1,33 @@
+#include "fsdp/flat_unit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int flat_unit_add(FlatUnit* u, const char* name, size_t rows, size_t cols, int decay) {
+    if (u->n_tensors >= FLAT_UNIT_MAX_TENSORS) return -1;
+    FlatTensor* t = &u->tensors[u->n_tensors];
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->rows = rows;
+    t->cols = cols;
+    t->numel = rows * cols;
+    t->offset = u->numel;
+    t->decay = decay;
+    u->numel += t->numel;
+    return u->n_tensors++;
+}
+
+void flat_unit_finalize(FlatUnit* u, int shard_count, size_t align) {
+    size_t quantum = (size_t)shard_count * align;
+    u->padded = (u->numel + quantum - 1) / quantum * quantum;
+    if (u->padded == 0) u->padded = quantum; // an empty unit still has one aligned slot per rank
+    u->shard = u->padded / (size_t)shard_count;
+}
+
+int flat_tensor_slice(const FlatTensor* t, size_t begin, size_t end, size_t* lo, size_t* hi) {
+    size_t a = t->offset > begin ? t->offset : begin;
+    size_t b = t->offset + t->numel < end ? t->offset + t->numel : end;
+    if (a >= b) return 0;
+    *lo = a - t->offset;
+    *hi = b - t->offset;
+    return 1;
+}

@@ -1,0 +1,48 @@
+// Flat units: the sharding arithmetic, with no communication in it.
+//
+// A unit's tensors are laid out back to back (row-major) in one flat buffer whose length is
+// padded up to a multiple of shard_count x align. Rank r of the shard group owns the
+// contiguous slice [r*shard, (r+1)*shard). Because tensors are contiguous in the flat
+// buffer, a rank's slice meets each tensor in one contiguous element range, which is what
+// optimizers and checkpoints work with; it does not depend on padding.
+#ifndef FSDP_FLAT_UNIT_H
+#define FSDP_FLAT_UNIT_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLAT_UNIT_MAX_TENSORS 64
+#define FLAT_UNIT_NAME_LEN 48
+
+typedef struct {
+    char name[FLAT_UNIT_NAME_LEN]; // GPT-2 naming: "wte", "h.3.attn.c_attn.weight", ...
+    size_t rows, cols;             // shape; vectors have rows == 1
+    size_t numel;
+    size_t offset;                 // first element in the unit's flat buffer
+    int decay;                     // AdamW weight decay applies (matrices only)
+} FlatTensor;
+
+typedef struct {
+    int n_tensors;
+    FlatTensor tensors[FLAT_UNIT_MAX_TENSORS];
+    size_t numel;   // sum of the tensors' elements
+    size_t padded;  // numel rounded up to a multiple of shard_count * align
+    size_t shard;   // padded / shard_count: elements each rank owns
+} FlatUnit;
+
+// Appends a tensor; returns its index, or -1 when the unit is full.
+int flat_unit_add(FlatUnit* u, const char* name, size_t rows, size_t cols, int decay);
+// Fixes padded and shard for a shard group of shard_count ranks and an alignment in elements.
+void flat_unit_finalize(FlatUnit* u, int shard_count, size_t align);
+
+// The part of tensor t that lies in the slice [begin, end) of the flat buffer, as an element
+// range [*lo, *hi) of the tensor. Returns 0 when they do not meet.
+int flat_tensor_slice(const FlatTensor* t, size_t begin, size_t end, size_t* lo, size_t* hi);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

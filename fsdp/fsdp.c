@@ -1,0 +1,298 @@
+#include "fsdp/fsdp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Op slots as the backend sees them: gathers use the parameter slot's index, reductions
+// come after them.
+static int gather_op(const Fsdp* f, int slot) { (void)f; return slot; }
+static int reduce_op(const Fsdp* f, int gslot) { return f->n_param_slots + gslot; }
+
+int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
+              const FlatUnit* units, int n_units, char* err, size_t errlen) {
+    memset(f, 0, sizeof(*f));
+    f->pg = pg;
+    f->be = *be;
+    f->cfg = *cfg;
+    f->units = units;
+    f->n_units = n_units;
+    if (n_units < 1) { snprintf(err, errlen, "fsdp: no units"); return 1; }
+    if (cfg->prefetch < 0) { snprintf(err, errlen, "--prefetch must be >= 0"); return 1; }
+
+    f->shard_offset = (size_t*)calloc((size_t)n_units, sizeof(size_t));
+    for (int u = 0; u < n_units; u++) {
+        f->shard_offset[u] = f->total_shard;
+        f->total_shard += units[u].shard;
+        if (u > 0 && units[u].padded > f->block_padded) f->block_padded = units[u].padded;
+    }
+
+    size_t fp32_bytes = f->total_shard * sizeof(float);
+    f->master = (float*)be->alloc(be->ctx, fp32_bytes);
+    f->adam_m = (float*)be->alloc(be->ctx, fp32_bytes);
+    f->adam_v = (float*)be->alloc(be->ctx, fp32_bytes);
+    f->grad_shard = (float*)be->alloc(be->ctx, fp32_bytes);
+    f->memory.shard_state = 4 * fp32_bytes;
+    if (be->param_bytes == sizeof(float)) {
+        f->param_shard = f->master;
+    } else {
+        f->param_shard = be->alloc(be->ctx, f->total_shard * be->param_bytes);
+        f->memory.shard_state += f->total_shard * be->param_bytes;
+    }
+
+    // Parameter slots: the root's, then enough for the block in use plus the prefetched
+    // ones, or every block when they stay gathered between forward and backward.
+    int n_blocks = n_units - 1;
+    int pool = cfg->reshard_after_forward ? cfg->prefetch + 1 : n_blocks;
+    if (pool > n_blocks) pool = n_blocks;
+    f->n_param_slots = 1 + pool;
+    f->param_slot = (void**)calloc((size_t)f->n_param_slots, sizeof(void*));
+    f->param_slot_unit = (int*)malloc((size_t)f->n_param_slots * sizeof(int));
+    f->param_slot_state = (int*)calloc((size_t)f->n_param_slots, sizeof(int));
+    f->unit_param_slot = (int*)malloc((size_t)n_units * sizeof(int));
+    for (int s = 0; s < f->n_param_slots; s++) {
+        size_t n = s == 0 ? units[0].padded : f->block_padded;
+        f->param_slot[s] = be->alloc(be->ctx, n * be->param_bytes);
+        f->param_slot_unit[s] = -1;
+        f->memory.gathered += n * be->param_bytes;
+    }
+    for (int u = 0; u < n_units; u++) f->unit_param_slot[u] = -1;
+
+    // Gradient slots: the root's, then a double-buffered pool (a block's gradient is
+    // reduced while the next block's backward runs), or one per block when gradients stay
+    // unsharded until the last micro-step.
+    int grad_pool = cfg->sync_every_micro_step ? (n_blocks < 2 ? n_blocks : 2) : n_blocks;
+    f->n_grad_slots = 1 + grad_pool;
+    f->grad_slot = (void**)calloc((size_t)f->n_grad_slots, sizeof(void*));
+    f->rs_out = (float**)calloc((size_t)f->n_grad_slots, sizeof(float*));
+    f->grad_slot_unit = (int*)malloc((size_t)f->n_grad_slots * sizeof(int));
+    f->grad_slot_busy = (int*)calloc((size_t)f->n_grad_slots, sizeof(int));
+    f->unit_grad_slot = (int*)malloc((size_t)n_units * sizeof(int));
+    size_t max_shard = 0;
+    for (int u = 0; u < n_units; u++) if (units[u].shard > max_shard) max_shard = units[u].shard;
+    for (int g = 0; g < f->n_grad_slots; g++) {
+        size_t n = g == 0 ? units[0].padded : f->block_padded;
+        f->grad_slot[g] = be->alloc(be->ctx, n * be->param_bytes);
+        f->rs_out[g] = (float*)be->alloc(be->ctx, max_shard * sizeof(float));
+        f->grad_slot_unit[g] = -1;
+        f->memory.full_grads += n * be->param_bytes + max_shard * sizeof(float);
+    }
+    for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
+    f->params_dirty = 1;
+    f->micro_steps = 1;
+    return 0;
+}
+
+void fsdp_free(Fsdp* f) {
+    const FsdpBackend* be = &f->be;
+    for (int s = 0; s < f->n_param_slots; s++) be->release(be->ctx, f->param_slot[s]);
+    for (int g = 0; g < f->n_grad_slots; g++) {
+        be->release(be->ctx, f->grad_slot[g]);
+        be->release(be->ctx, f->rs_out[g]);
+    }
+    if (f->param_shard != f->master) be->release(be->ctx, f->param_shard);
+    be->release(be->ctx, f->master);
+    be->release(be->ctx, f->adam_m);
+    be->release(be->ctx, f->adam_v);
+    be->release(be->ctx, f->grad_shard);
+    free(f->param_slot); free(f->param_slot_unit); free(f->param_slot_state); free(f->unit_param_slot);
+    free(f->grad_slot); free(f->rs_out); free(f->grad_slot_unit); free(f->grad_slot_busy);
+    free(f->unit_grad_slot); free(f->shard_offset);
+    memset(f, 0, sizeof(*f));
+}
+
+void fsdp_owned_range(const Fsdp* f, int u, size_t* begin, size_t* end) {
+    *begin = (size_t)f->pg->shard_rank * f->units[u].shard;
+    *end = *begin + f->units[u].shard;
+}
+
+float* fsdp_master_shard(const Fsdp* f, int u) { return f->master + f->shard_offset[u]; }
+
+// ---------------------------------------------------------------------------------------
+// Parameter slots
+
+static void start_gather(Fsdp* f, int u, int slot) {
+    const FlatUnit* unit = &f->units[u];
+    const char* src = (const char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
+    f->be.all_gather_start(f->be.ctx, gather_op(f, slot), src, f->param_slot[slot], unit->shard);
+    f->param_slot_unit[slot] = u;
+    f->param_slot_state[slot] = SLOT_GATHERING;
+    f->unit_param_slot[u] = slot;
+}
+
+static int free_block_slot(const Fsdp* f) {
+    for (int s = 1; s < f->n_param_slots; s++)
+        if (f->param_slot_state[s] == SLOT_EMPTY) return s;
+    return -1;
+}
+
+// Issue the gather of unit u unless it is already resident or on its way. Returns 0 when no
+// slot is free (only allowed for prefetches, which are then simply not made).
+static int request_unit(Fsdp* f, int u) {
+    if (f->unit_param_slot[u] >= 0) return 1;
+    int slot = u == 0 ? 0 : free_block_slot(f);
+    if (slot < 0) return 0;
+    start_gather(f, u, slot);
+    return 1;
+}
+
+static void* acquire_unit(Fsdp* f, int u) {
+    if (f->params_dirty) {
+        // The optimizer updated the shards: every gathered copy is stale. Nothing can be in
+        // flight here (the step ended with every block released).
+        for (int s = 0; s < f->n_param_slots; s++) {
+            f->param_slot_state[s] = SLOT_EMPTY;
+            f->param_slot_unit[s] = -1;
+        }
+        for (int v = 0; v < f->n_units; v++) f->unit_param_slot[v] = -1;
+        f->params_dirty = 0;
+    }
+    if (!request_unit(f, u)) {
+        fatal(f->pg, "fsdp: no free parameter slot for unit %d (schedule bug)", u);
+    }
+    int slot = f->unit_param_slot[u];
+    if (f->param_slot_state[slot] == SLOT_GATHERING) {
+        f->be.wait(f->be.ctx, gather_op(f, slot));
+        f->param_slot_state[slot] = SLOT_READY;
+    }
+    return f->param_slot[slot];
+}
+
+static void release_unit(Fsdp* f, int u) {
+    int slot = f->unit_param_slot[u];
+    if (u == 0 || slot < 0) return;  // the root stays gathered until the optimizer step
+    if (f->param_slot_state[slot] == SLOT_GATHERING) f->be.wait(f->be.ctx, gather_op(f, slot));
+    f->param_slot_state[slot] = SLOT_EMPTY;
+    f->param_slot_unit[slot] = -1;
+    f->unit_param_slot[u] = -1;
+}
+
+void* fsdp_forward_pre(Fsdp* f, int u) {
+    void* p = acquire_unit(f, u);
+    // Prefetch the next units in forward order while u computes.
+    for (int k = 1; k <= f->cfg.prefetch && u + k < f->n_units; k++)
+        if (!request_unit(f, u + k)) break;
+    return p;
+}
+
+void fsdp_forward_post(Fsdp* f, int u) {
+    if (f->cfg.reshard_after_forward) release_unit(f, u);
+}
+
+void* fsdp_backward_pre(Fsdp* f, int u) {
+    void* p = acquire_unit(f, u);
+    for (int k = 1; k <= f->cfg.prefetch && u - k >= 1; k++)
+        if (!request_unit(f, u - k)) break;
+    return p;
+}
+
+void fsdp_backward_prefetch(Fsdp* f, int u) {
+    if (u >= 1 && u < f->n_units) request_unit(f, u);
+}
+
+void fsdp_release_all(Fsdp* f) {
+    for (int u = 1; u < f->n_units; u++) release_unit(f, u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Gradients
+
+// Wait for the reduce-scatter out of grad slot g and fold it into the unit's fp32 shard.
+static void finish_reduce(Fsdp* f, int g) {
+    if (!f->grad_slot_busy[g]) return;
+    int u = f->grad_slot_unit[g];
+    f->be.wait(f->be.ctx, reduce_op(f, g));
+    f->be.accumulate(f->be.ctx, f->grad_shard + f->shard_offset[u], f->rs_out[g], f->units[u].shard);
+    f->grad_slot_busy[g] = 0;
+}
+
+void fsdp_zero_grad(Fsdp* f, int micro_steps) {
+    f->micro_steps = micro_steps;
+    f->micro_step = 0;
+    f->be.zero(f->be.ctx, f->grad_shard, f->total_shard * sizeof(float));
+    for (int u = 0; u < f->n_units; u++) f->unit_grad_slot[u] = -1;
+    for (int g = 0; g < f->n_grad_slots; g++) f->grad_slot_unit[g] = -1;
+}
+
+static int syncing_now(const Fsdp* f) {
+    return f->cfg.sync_every_micro_step || f->micro_step == f->micro_steps - 1;
+}
+
+void* fsdp_grad(Fsdp* f, int u) {
+    int g = f->unit_grad_slot[u];
+    if (g >= 0) return f->grad_slot[g];
+    if (u == 0) {
+        g = 0;
+    } else if (f->cfg.sync_every_micro_step) {
+        // Take the pool slot used longest ago; its reduction must finish first.
+        g = 1 + f->grad_pool_next;
+        f->grad_pool_next = (f->grad_pool_next + 1) % (f->n_grad_slots - 1);
+        finish_reduce(f, g);
+        if (f->grad_slot_unit[g] >= 0) f->unit_grad_slot[f->grad_slot_unit[g]] = -1;
+    } else {
+        g = u;  // one slot per unit, kept across micro-steps
+    }
+    size_t n = u == 0 ? f->units[0].padded : f->block_padded;
+    // Unsharded accumulation keeps the slot's contents across micro-steps: zero it only at
+    // the first one.
+    if (f->cfg.sync_every_micro_step || f->micro_step == 0)
+        f->be.zero(f->be.ctx, f->grad_slot[g], n * f->be.param_bytes);
+    f->grad_slot_unit[g] = u;
+    f->unit_grad_slot[u] = g;
+    return f->grad_slot[g];
+}
+
+void fsdp_backward_post(Fsdp* f, int u) {
+    release_unit(f, u);
+    int g = f->unit_grad_slot[u];
+    if (g < 0) fatal(f->pg, "fsdp: unit %d finished its backward without a gradient", u);
+    if (syncing_now(f)) {
+        f->be.reduce_scatter_start(f->be.ctx, reduce_op(f, g), f->grad_slot[g], f->rs_out[g],
+                                   f->units[u].shard);
+        f->grad_slot_busy[g] = 1;
+    }
+    // In per-micro-step mode the slot returns to the pool; its mapping is dropped when reused.
+}
+
+void fsdp_end_micro_step(Fsdp* f) {
+    for (int g = 0; g < f->n_grad_slots; g++) finish_reduce(f, g);
+    if (f->cfg.sync_every_micro_step) {
+        for (int u = 0; u < f->n_units; u++) f->unit_grad_slot[u] = -1;
+        for (int g = 0; g < f->n_grad_slots; g++) f->grad_slot_unit[g] = -1;
+    }
+    fsdp_release_all(f);
+    f->micro_step++;
+    // HSDP: each replica group reduced its own data; sum the shards across replicas once.
+    if (f->micro_step == f->micro_steps && f->pg->replicate_size > 1)
+        f->be.all_reduce_replicas(f->be.ctx, f->grad_shard, f->total_shard);
+}
+
+float fsdp_grad_norm(Fsdp* f) {
+    double local = f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
+    return (float)sqrt(f->be.all_reduce_sum(f->be.ctx, local));
+}
+
+float fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, float grad_clip, int t) {
+    float norm = fsdp_grad_norm(f);
+    float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    for (int u = 0; u < f->n_units; u++) {
+        const FlatUnit* unit = &f->units[u];
+        size_t begin, end;
+        fsdp_owned_range(f, u, &begin, &end);
+        size_t base = f->shard_offset[u];
+        for (int i = 0; i < unit->n_tensors; i++) {
+            const FlatTensor* tensor = &unit->tensors[i];
+            size_t lo, hi;
+            if (!flat_tensor_slice(tensor, begin, end, &lo, &hi)) continue;
+            size_t at = base + tensor->offset + lo - begin;
+            f->be.adamw(f->be.ctx, f->master + at, f->adam_m + at, f->adam_v + at,
+                        f->grad_shard + at, hi - lo, lr, beta1, beta2, eps,
+                        tensor->decay ? weight_decay : 0.0f, t, scale);
+        }
+    }
+    if (f->be.refresh_param_shard)
+        f->be.refresh_param_shard(f->be.ctx, f->param_shard, f->master, f->total_shard, t);
+    f->params_dirty = 1;
+    return norm;
+}

@@ -1,0 +1,142 @@
+// The FSDP / ZeRO-3 engine: sharded state, gathered-parameter slots, the gather/prefetch and
+// reduce-scatter schedule, and the sharded AdamW step. Written once for every device: what a
+// device does differently (memory, collectives, elementwise math) lives in an FsdpBackend.
+//
+// Units are numbered in forward order. Unit 0 is the root (embeddings and final LayerNorm):
+// it is needed first in the forward and last in the backward, so it stays gathered for the
+// whole step ("pinned"). The other units are transformer blocks (k per unit), gathered just
+// before use into a small pool of slots and released after.
+//
+// Per step, the model schedule calls:
+//   fsdp_zero_grad
+//   for each micro-step:
+//     forward:  p = fsdp_forward_pre(u) ... compute with p ... fsdp_forward_post(u)   u = 0..n-1
+//     backward: p = fsdp_backward_pre(u); g = fsdp_grad(u) ... fsdp_backward_post(u)  u = n-1..0
+//               (the root's gradient buffer may be taken early: the LM head comes first)
+//     fsdp_end_micro_step
+//   norm = fsdp_optimizer_step(...)
+#ifndef FSDP_FSDP_H
+#define FSDP_FSDP_H
+
+#include <stddef.h>
+#include "fsdp/flat_unit.h"
+#include "fsdp/process_group.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// What a device provides. Master weights, Adam moments and gradient shards are fp32 on every
+// device; gathered parameters and full gradients are in the device's compute dtype
+// (param_bytes per element: 4 on the CPU, 2 for bf16 on a GPU). Collective operations are
+// non-blocking and named by an op slot so that the engine can wait for one of them.
+typedef struct FsdpBackend {
+    void* ctx;
+    size_t param_bytes;
+    void* (*alloc)(void* ctx, size_t bytes);        // zero-filled and touched
+    void (*release)(void* ctx, void* p);
+    void (*zero)(void* ctx, void* p, size_t bytes);
+    // full[shard_count * n] <- concatenation of every rank's shard[n] (shard group)
+    void (*all_gather_start)(void* ctx, int op, const void* shard, void* full, size_t n);
+    // shard_out[n] (fp32) <- sum over the shard group of full[rank*n : (rank+1)*n]
+    void (*reduce_scatter_start)(void* ctx, int op, const void* full, float* shard_out, size_t n);
+    void (*wait)(void* ctx, int op);
+    // Sum over the replica groups (HSDP), in place, blocking.
+    void (*all_reduce_replicas)(void* ctx, float* buf, size_t n);
+    // Sum of a double over the shard group, blocking.
+    double (*all_reduce_sum)(void* ctx, double x);
+    void (*accumulate)(void* ctx, float* dst, const float* src, size_t n);   // dst += src
+    double (*sum_squares)(void* ctx, const float* x, size_t n);
+    void (*adamw)(void* ctx, float* param, float* m, float* v, const float* grad, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                  float grad_scale);
+    // Refresh the compute-dtype shard from the fp32 master after the update (NULL when they
+    // are the same buffer, as on the CPU).
+    void (*refresh_param_shard)(void* ctx, void* param_shard, const float* master, size_t n, int step);
+} FsdpBackend;
+
+typedef struct {
+    int prefetch;                // units gathered ahead of the one in use (>= 0)
+    int reshard_after_forward;   // 1: release block units after forward (ZeRO-3); 0: keep (ZeRO-2)
+    int sync_every_micro_step;   // 1: reduce-scatter every micro-step; 0: only on the last
+} FsdpConfig;
+
+typedef struct {
+    size_t shard_state;     // master + m + v + grad shards (and the compute-dtype shard)
+    size_t gathered;        // parameter slots (root + pool)
+    size_t full_grads;      // full-gradient slots and reduce-scatter receive buffers
+} FsdpMemory;
+
+enum { SLOT_EMPTY = 0, SLOT_GATHERING, SLOT_READY };
+
+typedef struct {
+    const ProcessGroup* pg;
+    FsdpBackend be;
+    FsdpConfig cfg;
+    int n_units;
+    const FlatUnit* units;       // caller's array, finalized for pg->shard_size
+    size_t* shard_offset;        // [n_units] where unit u's shard starts in the arenas
+    size_t total_shard;          // elements per rank over all units
+
+    // Sharded state, fp32, one allocation each, [total_shard]
+    float* master;
+    float* adam_m;
+    float* adam_v;
+    float* grad_shard;
+    void* param_shard;           // compute dtype; == master when param_bytes == 4
+
+    // Gathered parameters. Slot 0 is the root's; slots 1.. are the block pool.
+    int n_param_slots;
+    size_t block_padded;         // largest block unit's padded size
+    void** param_slot;           // [n_param_slots]
+    int* param_slot_unit;        // unit held, or -1
+    int* param_slot_state;
+    int* unit_param_slot;        // [n_units] slot holding unit u, or -1
+
+    // Full gradients. Slot 0 is the root's. With per-micro-step sync, slots 1..2 are a
+    // double-buffered pool for the blocks; otherwise every unit has its own slot.
+    int n_grad_slots;
+    void** grad_slot;            // [n_grad_slots]
+    float** rs_out;              // [n_grad_slots] reduce-scatter receive buffers (a shard each)
+    int* grad_slot_unit;         // unit whose gradient is in (or being reduced from) the slot
+    int* grad_slot_busy;         // reduce-scatter in flight
+    int* unit_grad_slot;         // [n_units]
+    int grad_pool_next;          // round-robin pointer into the pool
+
+    int micro_step, micro_steps; // position inside the current optimizer step
+    int params_dirty;            // the optimizer changed the shards: gathered copies are stale
+    FsdpMemory memory;
+} Fsdp;
+
+// Allocates everything up front. units must be finalized for pg->shard_size.
+int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
+              const FlatUnit* units, int n_units, char* err, size_t errlen);
+void fsdp_free(Fsdp* f);
+
+// This rank's slice of unit u in the flat buffer: [begin, end).
+void fsdp_owned_range(const Fsdp* f, int u, size_t* begin, size_t* end);
+// This rank's fp32 master shard of unit u (f->units[u].shard elements).
+float* fsdp_master_shard(const Fsdp* f, int u);
+
+void fsdp_zero_grad(Fsdp* f, int micro_steps);
+void* fsdp_forward_pre(Fsdp* f, int u);
+void fsdp_forward_post(Fsdp* f, int u);
+void* fsdp_backward_pre(Fsdp* f, int u);
+void* fsdp_grad(Fsdp* f, int u);      // full-gradient buffer for unit u (zeroed when first taken)
+void fsdp_backward_post(Fsdp* f, int u);
+// Start gathering unit u now if a slot is free (e.g. the last block while the head's
+// backward runs).
+void fsdp_backward_prefetch(Fsdp* f, int u);
+void fsdp_end_micro_step(Fsdp* f);
+// Releases every gathered block unit (after an evaluation-only forward, for instance).
+void fsdp_release_all(Fsdp* f);
+// Global gradient norm (before clipping) over every rank's shard.
+float fsdp_grad_norm(Fsdp* f);
+// Clip to grad_clip (if > 0) and run AdamW on the owned shards; returns the pre-clip norm.
+float fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, float grad_clip, int t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

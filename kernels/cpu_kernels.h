@@ -1,0 +1,83 @@
+// CPU reference kernels: fp32, row-major, OpenMP where it pays, OpenBLAS for matmuls.
+// These are the numerical definition of the model; the CUDA kernels are checked against them.
+//
+// Conventions
+//   B batch, T sequence length, C channels, NH heads (C % NH == 0), N = B*T rows,
+//   OC output channels, V real vocabulary, Vp padded vocabulary (Vp >= V).
+//   Every *_backward ACCUMULATES (+=) into its gradient outputs; the caller zeroes them.
+//   Results are deterministic for a fixed thread count: no reductions whose order depends
+//   on thread scheduling (parameter-gradient reductions are done per output element, or
+//   per thread into private partials summed in a fixed order).
+#ifndef FSDP_KERNELS_CPU_KERNELS_H
+#define FSDP_KERNELS_CPU_KERNELS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
+                     int B, int T, int C);
+// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
+                      int B, int T, int C);
+
+// out = (inp - mean) * rstd * weight + bias per row of C; mean, rstd are [N] (saved for backward).
+// eps = 1e-5 (as GPT-2 / PyTorch's default).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C);
+
+// out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be NULL.
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC);
+// dinp[N,C] += dout @ weight; dweight[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout.
+// dinp and dbias may be NULL (skipped).
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC);
+
+// Causal multi-head self-attention, flash-style: nothing of size T x T is kept.
+// qkv is [B,T,3C] laid out as (q | k | v), each split into NH heads of size hs = C/NH
+// (head h of q is qkv[b,t, h*hs : (h+1)*hs], of k at offset C + h*hs, of v at 2C + h*hs).
+// out is [B,T,C] (heads concatenated); lse is [B,NH,T], the log-sum-exp of each row of
+// scaled scores (scale 1/sqrt(hs)), saved for the backward, which recomputes probabilities.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+// dqkv[B,T,3C] += gradient w.r.t. qkv. out and lse are the forward's outputs.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH);
+
+// GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void gelu_forward(float* out, const float* inp, size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+
+// out = a + b
+void residual_forward(float* out, const float* a, const float* b, size_t n);
+
+// Fused softmax + cross-entropy over rows of logits [N, Vp]; only the first V columns are
+// real (the padded ones are ignored and get zero gradient). losses[i] = -log softmax(row)[targets[i]].
+// When dloss != 0, the row is overwritten IN PLACE with its gradient:
+//   logits[i,j] = (softmax(row)[j] - (j == targets[i])) * dloss  for j < V, and 0 for j >= V.
+// When dloss == 0 the logits are left untouched (evaluation). No [N,V] probability buffer.
+void crossentropy_softmax_fused(float* logits, float* losses, const int* targets,
+                                int N, int V, int Vp, float dloss);
+
+// AdamW on a contiguous range (PyTorch semantics, decoupled weight decay):
+//   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+//   mhat = m / (1 - b1^t); vhat = v / (1 - b2^t)
+//   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
+// t is the 1-based step count used for bias correction.
+void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  int t, float grad_scale);
+
+// Sum of squares of x in double (for the global gradient norm), deterministic.
+double sum_squares(const float* x, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
