@@ -68,14 +68,13 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->grad_slot_unit = (int*)malloc((size_t)f->n_grad_slots * sizeof(int));
     f->grad_slot_busy = (int*)calloc((size_t)f->n_grad_slots, sizeof(int));
     f->unit_grad_slot = (int*)malloc((size_t)n_units * sizeof(int));
-    size_t max_shard = 0;
-    for (int u = 0; u < n_units; u++) if (units[u].shard > max_shard) max_shard = units[u].shard;
     for (int g = 0; g < f->n_grad_slots; g++) {
         size_t n = g == 0 ? units[0].padded : f->block_padded;
+        size_t shard = n / (size_t)pg->shard_size;
         f->grad_slot[g] = be->alloc(be->ctx, n * be->param_bytes);
-        f->rs_out[g] = (float*)be->alloc(be->ctx, max_shard * sizeof(float));
+        f->rs_out[g] = (float*)be->alloc(be->ctx, shard * sizeof(float));
         f->grad_slot_unit[g] = -1;
-        f->memory.full_grads += n * be->param_bytes + max_shard * sizeof(float);
+        f->memory.full_grads += n * be->param_bytes + shard * sizeof(float);
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
     f->params_dirty = 1;

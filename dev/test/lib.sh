@@ -20,9 +20,9 @@ expect_error() {
         not_ok "$name: exited 0"
     elif [ "$rc" -ge 128 ]; then
         not_ok "$name: killed by signal $((rc - 128)): $(tail -n 2 <<<"$out" | tr '\n' ' ')"
-    elif ! grep -qE "$pattern" <<<"$out"; then
+    elif ! grep -qE -- "$pattern" <<<"$out"; then
         not_ok "$name: message does not match /$pattern/: $(head -c 300 <<<"$out" | tr '\n' ' ')"
     else
-        ok "$name ($(grep -m1 -E "$pattern" <<<"$out" | head -c 160))"
+        ok "$name ($(grep -m1 -E -- "$pattern" <<<"$out" | head -c 160))"
     fi
 }

@@ -50,3 +50,52 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 first, last = rows[0]["loss"], rows[-1]["loss"]
 print(("ok - " if last < first - 0.5 else "not ok - ") + f"loss falls by more than 0.5 over 20 steps ({first:.3f} -> {last:.3f})")
 PY
+
+# Memory: the sharded state (fp32 params, grads, Adam m and v) is 16 bytes per parameter / W.
+# Each rank's resident memory after setup is measured at np=1 and np=4 on a model whose
+# blocks dominate: the shard budget must scale exactly as 1/W, and the measured drop must
+# match the drop of the whole printed budget (within 10%).
+mem_args=(./train_gpt --device cpu --layers 8 --channels 256 --heads 4 --max-seq 64 -b 1 -t 16 -x 2 -v 0
+          -i "$TRAIN_SHARD" --threads 1)
+mem1=$(run_np 1 "${mem_args[@]}" 2>&1); mem4=$(run_np 4 "${mem_args[@]}" -d 64 2>&1)
+mib() { grep -m1 "$2" <<<"$1" | grep -oE '[0-9.]+ MiB' | head -n 1 | cut -d' ' -f1; }
+shard1=$(mib "$mem1" 'sharded params'); shard4=$(mib "$mem4" 'sharded params')
+total1=$(mib "$mem1" '  total'); total4=$(mib "$mem4" '  total')
+peak1=$(mib "$mem1" 'resident after setup'); peak4=$(mib "$mem4" 'resident after setup')
+if [ -z "$shard1" ] || [ -z "$shard4" ] || [ -z "$peak1" ] || [ -z "$peak4" ] || [ -z "$total1" ] || [ -z "$total4" ]; then
+    not_ok "memory per rank: could not read the budget or the peak: $(tail -n 2 <<<"$mem4" | tr '\n' ' ')"
+else
+    $PYTHON - "$shard1" "$shard4" "$total1" "$total4" "$peak1" "$peak4" <<'PY'
+import sys
+s1, s4, t1, t4, p1, p4 = map(float, sys.argv[1:])
+ratio = (p1 - p4) / (t1 - t4)
+status = "ok" if abs(s4 * 4 - s1) / s1 < 0.02 and 0.9 < ratio < 1.1 else "not ok"
+print(f"{status} - sharded state per rank falls as 1/W: shards {s1:.1f} -> {s4:.1f} MiB, budget {t1:.1f} -> {t4:.1f} MiB, "
+      f"resident {p1:.1f} -> {p4:.1f} MiB (measured drop / budget drop = {ratio:.2f})")
+PY
+fi
+
+# A rank killed with SIGKILL mid-run: the job must end (non-zero) promptly, not hang.
+death_dir="$out/death"
+run_np 3 ./train_gpt --device cpu --layers 2 --channels 64 --heads 2 --max-seq 64 -b 2 -t 16 -x 100000 -v 0 \
+    -i "$TRAIN_SHARD" --threads 1 -o "$death_dir" >"$out/death.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 100); do [ -s "$death_dir/metrics.jsonl" ] && break; sleep 0.2; done
+victim=$(pgrep -f "train_gpt.*$death_dir" | tail -n 1)
+if [ -z "$victim" ]; then
+    not_ok "killed rank ends the job: the run did not start: $(tail -n 3 "$out/death.log" | tr '\n' ' ')"
+    kill "$launcher" 2>/dev/null
+else
+    kill -9 "$victim"
+    start=$(date +%s.%N)
+    for _ in $(seq 1 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$launcher" 2>/dev/null; then
+        not_ok "killed rank ends the job: still running 30 s after kill -9 of rank pid $victim"
+        pkill -9 -f "train_gpt.*$death_dir"; kill -9 "$launcher" 2>/dev/null
+    else
+        wait "$launcher"; rc=$?
+        secs=$(echo "$(date +%s.%N) - $start" | bc)
+        if [ "$rc" -ne 0 ]; then ok "killed rank ends the job (exit $rc after ${secs}s)"
+        else not_ok "killed rank ends the job: mpirun exited 0"; fi
+    fi
+fi

@@ -142,15 +142,16 @@ static int run_dump(int argc, char** argv) {
 static int run_fdcheck(void) {
     GPT2Config c = {16, 64, 128, 2, 2, 16};  // maxT 16, V 64 (padded 128), 2 layers, 2 heads, C 16
     const int B = 2, T = 8;
-    const float h = 1e-2f;
+    const float h = 3e-3f;
     const double rel_tol = 5e-3, abs_tol = 1e-5;
     GPT2 model;
     build_model(&model, &c, B, T);
     init_parameters(&model.layout, &model.fsdp, 42);
     // GPT-2's init (std 0.02) keeps every pre-activation near zero, where GELU and softmax
-    // are nearly linear and a wrong derivative can hide. Scale everything up tenfold (LayerNorm
-    // weights become 10 too) so that the nonlinearities are exercised.
-    for (size_t i = 0; i < model.fsdp.total_shard; i++) model.fsdp.master[i] *= 10.0f;
+    // are nearly linear and a wrong derivative can hide. Scale everything up threefold (LayerNorm
+    // weights become 3 too) so that the nonlinearities are exercised; more makes the loss so
+    // curved that central differences themselves lose accuracy.
+    for (size_t i = 0; i < model.fsdp.total_shard; i++) model.fsdp.master[i] *= 3.0f;
     int x[B * T], y[B * T];
     uint64_t r = 7;
     for (int i = 0; i < B * T; i++) {

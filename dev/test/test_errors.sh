@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Bad input gets a clear one-line error naming the file or flag and a non-zero exit: never a
+# crash, a hang or a silently wrong run.
+set -u
+source dev/test/lib.sh
+out=$TEST_TMP
+tiny=(--device cpu --layers 1 --channels 32 --heads 2 --max-seq 32 -b 2 -t 16 -x 1 -v 0 --threads 1)
+T=(./train_gpt "${tiny[@]}")
+
+# Malformed token shards, made on the spot.
+$PYTHON - "$out" "$TRAIN_SHARD" <<'PY'
+import struct, sys
+d, good = sys.argv[1], sys.argv[2]
+def shard(name, magic=20240520, version=1, count=None, tokens=range(100), token_fmt="H", extra=b""):
+    toks = list(tokens)
+    hdr = [0] * 256
+    hdr[0], hdr[1], hdr[2] = magic, version, len(toks) if count is None else count
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", *hdr))
+        f.write(struct.pack(f"<{len(toks)}{token_fmt}", *toks))
+        f.write(extra)
+shard("bad_magic.bin", magic=12345)
+shard("bad_version.bin", version=2)
+shard("count_too_big.bin", count=1000)
+shard("trailing_bytes.bin", extra=b"\0\0\0\0")
+shard("token_out_of_range.bin", tokens=[1, 2, 3] + [60000] * 50)
+shard("too_short.bin", tokens=range(5))
+with open(f"{d}/truncated_header.bin", "wb") as f:
+    f.write(struct.pack("<10i", 20240520, 1, 5, *([0] * 7)))
+# llm.c model files
+hdr = [0] * 256
+hdr[:8] = [20240326, 3, 32, 50257, 1, 2, 32, 50304]
+with open(f"{d}/model_bad_magic.bin", "wb") as f:
+    f.write(struct.pack("<256i", 1, *hdr[1:]))
+with open(f"{d}/model_truncated.bin", "wb") as f:
+    f.write(struct.pack("<256i", *hdr)); f.write(b"\0" * 4000)
+hdr5 = list(hdr); hdr5[1] = 4
+with open(f"{d}/model_bad_version.bin", "wb") as f:
+    f.write(struct.pack("<256i", *hdr5))
+PY
+
+expect_error "missing training data"     "no files match '$out/nothing\*.bin'" "${T[@]}" -i "$out/nothing*.bin"
+expect_error "bad shard magic"           "bad_magic.bin: bad magic 12345"      "${T[@]}" -i "$out/bad_magic.bin"
+expect_error "bad shard version"         "bad_version.bin: unsupported version 2" "${T[@]}" -i "$out/bad_version.bin"
+expect_error "shard count > file"        "count_too_big.bin: header says 1000 tokens" "${T[@]}" -i "$out/count_too_big.bin"
+expect_error "shard with trailing bytes" "trailing_bytes.bin: .* more than"     "${T[@]}" -i "$out/trailing_bytes.bin"
+expect_error "truncated shard header"    "truncated_header.bin: truncated header" "${T[@]}" -i "$out/truncated_header.bin"
+expect_error "token out of vocabulary"   "token_out_of_range.bin: token 60000 at position 3 is outside the vocabulary" "${T[@]}" -i "$out/token_out_of_range.bin"
+expect_error "shard shorter than T+1"    "no shard holds 17 tokens"             "${T[@]}" -i "$out/too_short.bin"
+mkdir -p "$out/unreadable.bin"
+expect_error "unreadable shard"          "unreadable.bin: (truncated header|cannot)" "${T[@]}" -i "$out/unreadable.bin"
+expect_error "bad validation shard"      "--val-data: .*bad_magic.bin: bad magic" "${T[@]}" -i "$TRAIN_SHARD" -j "$out/bad_magic.bin" -v 1
+
+init=(./train_gpt --device cpu -b 2 -t 16 -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD")
+expect_error "missing model file"        "nope.bin: cannot open"               "${init[@]}" --init-from "$out/nope.bin"
+expect_error "--init-from with a shape"  "--init-from .* defines the model shape" "${T[@]}" -i "$TRAIN_SHARD" --init-from "$out/model_truncated.bin"
+expect_error "model file bad magic"      "model_bad_magic.bin: bad magic 1"    "${init[@]}" --init-from "$out/model_bad_magic.bin"
+expect_error "model file bad version"    "model_bad_version.bin: unsupported version 4" "${init[@]}" --init-from "$out/model_bad_version.bin"
+expect_error "model file truncated"      "model_truncated.bin: .* bytes, but its header's model needs" "${init[@]}" --init-from "$out/model_truncated.bin"
+
+expect_error "unknown flag"              "unknown option '--bogus'"            "${T[@]}" -i "$TRAIN_SHARD" --bogus
+expect_error "flag without value"        "-b needs a value|--batch-size needs a value" ./train_gpt --batch-size
+expect_error "non-numeric value"         "--batch-size: expected an integer, got 'abc'" "${T[@]}" --batch-size abc
+expect_error "out-of-range value"        "--batch-size: 0 is out of range"     "${T[@]}" -b 0
+expect_error "bad float"                 "--lr: expected a number, got '1e-3x'" "${T[@]}" --lr 1e-3x
+expect_error "unknown preset"            "--model: unknown preset 'gpt5'"      ./train_gpt --device cpu -m gpt5
+expect_error "heads do not divide"       "--channels 30 is not a multiple of --heads 4" ./train_gpt --device cpu --layers 1 --channels 30 --heads 4
+expect_error "seq-len above max-seq"     "--seq-len 64 exceeds the model's 32 positions" "${T[@]}" -t 64
+expect_error "batch does not divide"     "--total-batch-tokens 100 is not a multiple of batch-size x seq-len x world size \(2 x 16 x 1 = 32\)" "${T[@]}" -d 100
+expect_error "bad device"                "--device: expected auto, cpu or cuda, got 'tpu'" "${T[@]}" --device tpu
+expect_error "cuda device absent"        "--device cuda: "                     "${T[@]}" --device cuda
+expect_error "bad lr decay"              "--lr-decay: expected cosine, linear or constant" "${T[@]}" --lr-decay step
+expect_error "stray argument"            "unexpected argument 'extra'"         "${T[@]}" extra
+expect_error "output dir not creatable"  "-o /proc/nope: cannot create"        "${T[@]}" -i "$TRAIN_SHARD" -o /proc/nope
+expect_error "world does not divide the batch" "not a multiple of batch-size x seq-len x world size \(2 x 16 x 3 = 96\)" \
+    run_np 3 "${T[@]}" -i "$TRAIN_SHARD" -d 64
+expect_error "shard group does not divide" "--shard-group-size 2 does not divide the world size 3" \
+    run_np 3 "${T[@]}" -i "$TRAIN_SHARD" --shard-group-size 2
+expect_error "torchrun env without MPI world" "the torchrun environment says rank 1 of 2 but MPI sees rank 0 of 1" \
+    env RANK=1 WORLD_SIZE=2 "${T[@]}" -i "$TRAIN_SHARD"
+if ./train_gpt --help | grep -q -- "--total-batch-tokens"; then ok "--help lists the options"; else not_ok "--help"; fi
