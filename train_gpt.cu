@@ -1095,8 +1095,7 @@ int main(int argc, char** argv) {
             double local = 0.0;
             int rounds = opt.val_steps * grad_accum;
             for (int k = 0; k < rounds; k++) {
-                uint64_t first = (uint64_t)((long)k * pg.world + pg.rank) * (uint64_t)B;
-                if (loader_read_windows(&val_loader, first, B, inputs, targets, err, sizeof(err))) fatal(&pg, "%s", err);
+                if (loader_read_micro_batch(&val_loader, k, pg.world, pg.rank, B, inputs, targets, err, sizeof(err))) fatal(&pg, "%s", err);
                 gpt2_forward(&model, inputs, targets, B, T, 0.0f);
                 for (long i = 0; i < (long)B * T; i++) local += model.acts.losses[i];
             }
@@ -1117,14 +1116,14 @@ int main(int argc, char** argv) {
         fsdp_zero_grad(&model.fsdp, grad_accum);
         double local_loss = 0.0;
         for (int k = 0; k < grad_accum; k++) {
-            // This rank's rows of the global batch: independent of how W and B split it.
-            uint64_t first = (uint64_t)step * (uint64_t)global_seqs + (uint64_t)((long)k * pg.world + pg.rank) * (uint64_t)B;
-            if (loader_read_windows(&train_loader, first, B, inputs, targets, err, sizeof(err))) fatal(&pg, "%s", err);
+            // This rank's rows of the global batch: the batch does not depend on W and B.
+            if (loader_read_micro_batch(&train_loader, k, pg.world, pg.rank, B, inputs, targets, err, sizeof(err))) fatal(&pg, "%s", err);
             gpt2_forward(&model, inputs, targets, B, T, dloss);
             for (long i = 0; i < (long)B * T; i++) local_loss += model.acts.losses[i];
             gpt2_backward(&model, inputs, B, T);
             fsdp_end_micro_step(&model.fsdp);
         }
+        loader_advance(&train_loader, (uint64_t)global_seqs);
         float lr = learning_rate(step, max_steps, opt.lr, opt.warmup_steps, opt.final_lr_frac, opt.lr_decay);
         float norm = fsdp_optimizer_step(&model.fsdp, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip, step + 1);
         double loss_sum = 0.0;

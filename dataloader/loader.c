@@ -205,3 +205,18 @@ int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int*
     }
     return 0;
 }
+
+int loader_read_micro_batch(DataLoader* dl, int micro, int world, int rank, int B,
+                            int* inputs, int* targets, char* err, size_t errlen) {
+    uint64_t first = dl->state.windows_consumed + ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B;
+    return loader_read_windows(dl, first, B, inputs, targets, err, errlen);
+}
+
+void loader_advance(DataLoader* dl, uint64_t global_seqs) { dl->state.windows_consumed += global_seqs; }
+
+uint64_t loader_epoch(const DataLoader* dl) { return dl->state.windows_consumed / dl->windows_per_epoch; }
+
+void loader_set_state(DataLoader* dl, const LoaderState* state) {
+    dl->state = *state;
+    build_order(dl, loader_epoch(dl));
+}

@@ -73,6 +73,17 @@ void loader_close(DataLoader* dl);
 int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int* targets,
                         char* err, size_t errlen);
 
+// The current global batch (windows_consumed onwards): rank `rank` of `world` at micro-step
+// `micro` reads its B rows. The split depends on W and B, the set of windows does not.
+int loader_read_micro_batch(DataLoader* dl, int micro, int world, int rank, int B,
+                            int* inputs, int* targets, char* err, size_t errlen);
+// Marks a global batch of `global_seqs` windows as consumed (after an optimizer step).
+void loader_advance(DataLoader* dl, uint64_t global_seqs);
+// Epoch of the next window to be read.
+uint64_t loader_epoch(const DataLoader* dl);
+// Restores a saved state (same shards assumed); the next batches are those that followed it.
+void loader_set_state(DataLoader* dl, const LoaderState* state);
+
 // The window the stream visits at global position g: which shard and which window in it.
 void loader_locate(DataLoader* dl, uint64_t g, int* shard, size_t* window);
 
