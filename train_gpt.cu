@@ -1088,6 +1088,7 @@ int main(int argc, char** argv) {
     if (pg.rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);
     float dloss = 1.0f / (float)((double)B * T * grad_accum * pg.world);
     double train_ms_total = 0.0;
+    FsdpTraffic train_traffic = {0, 0, 0};  // communication of the training steps only
     int timed_steps = 0;
     for (int step = 0; step <= max_steps; step++) {
         int last = step == max_steps;
@@ -1113,6 +1114,7 @@ int main(int argc, char** argv) {
         if (last) break;
 
         double t0 = now_seconds();
+        FsdpTraffic before = model.fsdp.traffic;
         fsdp_zero_grad(&model.fsdp, grad_accum);
         double local_loss = 0.0;
         for (int k = 0; k < grad_accum; k++) {
@@ -1126,6 +1128,9 @@ int main(int argc, char** argv) {
         loader_advance(&train_loader, (uint64_t)global_seqs);
         float lr = learning_rate(step, max_steps, opt.lr, opt.warmup_steps, opt.final_lr_frac, opt.lr_decay);
         float norm = fsdp_optimizer_step(&model.fsdp, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip, step + 1);
+        train_traffic.gathered += model.fsdp.traffic.gathered - before.gathered;
+        train_traffic.reduce_scattered += model.fsdp.traffic.reduce_scattered - before.reduce_scattered;
+        train_traffic.replica_reduced += model.fsdp.traffic.replica_reduced - before.replica_reduced;
         double loss_sum = 0.0;
         MPI_Allreduce(&local_loss, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         double loss = loss_sum / (double)total_tokens;
@@ -1161,6 +1166,15 @@ int main(int argc, char** argv) {
             printf("average step %.1f ms (%.0f tok/s) over %d steps after the first\n", train_ms_total / timed_steps,
                    (double)total_tokens * timed_steps / (train_ms_total / 1000.0), timed_steps);
         printf("peak resident memory per rank: %.1f MiB (max over ranks)\n", peak);
+        // Communication per optimizer step, against FSDP's 3 x params x (W-1)/W (gather for
+        // forward, again for backward, reduce-scatter): the root stays gathered for the whole
+        // step, so it is gathered once instead of twice.
+        const FsdpTraffic* tr = &train_traffic;
+        double steps = (double)max_steps, W = (double)pg.shard_size, mib = 1024.0 * 1024.0;
+        double formula = 3.0 * (double)model.layout.num_parameters * sizeof(float) * (W - 1.0) / W * grad_accum;
+        printf("communication per step per rank: all-gather %.1f MiB, reduce-scatter %.1f MiB, replica all-reduce %.1f MiB; "
+               "3 x params x (W-1)/W x micro-steps = %.1f MiB\n",
+               tr->gathered / steps / mib, tr->reduce_scattered / steps / mib, tr->replica_reduced / steps / mib, formula / mib);
     }
 
     if (metrics) fclose(metrics);

@@ -114,6 +114,7 @@ static void start_gather(Fsdp* f, int u, int slot) {
     const FlatUnit* unit = &f->units[u];
     const char* src = (const char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
     f->be.all_gather_start(f->be.ctx, gather_op(f, slot), src, f->param_slot[slot], unit->shard);
+    f->traffic.gathered += (uint64_t)(unit->padded - unit->shard) * f->be.param_bytes;
     f->param_slot_unit[slot] = u;
     f->param_slot_state[slot] = SLOT_GATHERING;
     f->unit_param_slot[u] = slot;
@@ -249,6 +250,7 @@ void fsdp_backward_post(Fsdp* f, int u) {
         f->be.reduce_scatter_start(f->be.ctx, reduce_op(f, g), f->grad_slot[g], f->rs_out[g],
                                    f->units[u].shard);
         f->grad_slot_busy[g] = 1;
+        f->traffic.reduce_scattered += (uint64_t)(f->units[u].padded - f->units[u].shard) * f->be.param_bytes;
     }
     // In per-micro-step mode the slot returns to the pool; its mapping is dropped when reused.
 }
@@ -262,8 +264,10 @@ void fsdp_end_micro_step(Fsdp* f) {
     fsdp_release_all(f);
     f->micro_step++;
     // HSDP: each replica group reduced its own data; sum the shards across replicas once.
-    if (f->micro_step == f->micro_steps && f->pg->replicate_size > 1)
+    if (f->micro_step == f->micro_steps && f->pg->replicate_size > 1) {
         f->be.all_reduce_replicas(f->be.ctx, f->grad_shard, f->total_shard);
+        f->traffic.replica_reduced += (uint64_t)f->total_shard * sizeof(float);
+    }
 }
 
 float fsdp_grad_norm(Fsdp* f) {

@@ -19,6 +19,7 @@
 #define FSDP_FSDP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "fsdp/flat_unit.h"
 #include "fsdp/process_group.h"
 
@@ -60,6 +61,12 @@ typedef struct {
     int reshard_after_forward;   // 1: release block units after forward (ZeRO-3); 0: keep (ZeRO-2)
     int sync_every_micro_step;   // 1: reduce-scatter every micro-step; 0: only on the last
 } FsdpConfig;
+
+// Bytes this rank exchanged with the other ranks of its shard group (what it received in
+// all-gathers, what it sent in reduce-scatters) and across replicas (HSDP all-reduces).
+typedef struct {
+    uint64_t gathered, reduce_scattered, replica_reduced;
+} FsdpTraffic;
 
 typedef struct {
     size_t shard_state;     // master + m + v + grad shards (and the compute-dtype shard)
@@ -106,6 +113,7 @@ typedef struct {
     int micro_step, micro_steps; // position inside the current optimizer step
     int params_dirty;            // the optimizer changed the shards: gathered copies are stale
     FsdpMemory memory;
+    FsdpTraffic traffic;         // cumulative since fsdp_init
 } Fsdp;
 
 // Allocates everything up front. units must be finalized for pg->shard_size.
