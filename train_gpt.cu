@@ -757,7 +757,8 @@ static void print_usage(void) {
 "  -s, --sample-every N         print a generated sample every N steps; 0 disables [0]\n"
 "  -g, --sample-tokens N        tokens per sample [64]\n"
 "      --top-k N --temperature F   sampling [40, 1.0]\n"
-"      --tokenizer-dir DIR      encoder.json and vocab.bpe for printing samples [data/gpt2]\n"
+"      --tokenizer-dir DIR      encoder.json and vocab.bpe for printing samples\n"
+"                               [data/gpt2, else $FSDP_DATA/gpt2, else ../shared/data/gpt2]\n"
 "sharding\n"
 "      --fsdp-unit-layers K     transformer blocks per FSDP unit [1]\n"
 "      --prefetch N             units all-gathered ahead of the one computing [1]\n"
@@ -820,7 +821,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->lr_decay = DECAY_COSINE;
     o->val_every = 20; o->val_steps = 20;
     o->sample_tokens = 64; o->top_k = 40; o->temperature = 1.0f;
-    o->tokenizer_dir = "data/gpt2";
+    o->tokenizer_dir = NULL;
     o->seed = 1337;
     o->device = "auto";
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
@@ -1038,12 +1039,23 @@ int main(int argc, char** argv) {
         init_parameters(&model.layout, &model.fsdp, opt.seed);
     }
 
+    // The tokenizer is only needed to print samples. Without --tokenizer-dir, look where
+    // the data scripts put the GPT-2 files: data/gpt2, then $FSDP_DATA/gpt2, ../shared/data/gpt2.
     Tokenizer* tokenizer = NULL;
     if (opt.sample_every > 0) {
-        char enc[1100], bpe[1100];
-        snprintf(enc, sizeof(enc), "%s/encoder.json", opt.tokenizer_dir);
-        snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", opt.tokenizer_dir);
-        tokenizer = tokenizer_load(enc, bpe, err, sizeof(err));
+        const char* env = getenv("FSDP_DATA");
+        char env_dir[1024] = "";
+        if (env && *env) snprintf(env_dir, sizeof(env_dir), "%s/gpt2", env);
+        const char* dirs[] = {opt.tokenizer_dir ? opt.tokenizer_dir : "data/gpt2",
+                              opt.tokenizer_dir ? NULL : env_dir, opt.tokenizer_dir ? NULL : "../shared/data/gpt2"};
+        for (int i = 0; i < 3 && !tokenizer; i++) {
+            if (!dirs[i] || !dirs[i][0]) continue;
+            char enc[1100], bpe[1100], why_not[1024];
+            snprintf(enc, sizeof(enc), "%s/encoder.json", dirs[i]);
+            snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", dirs[i]);
+            tokenizer = tokenizer_load(enc, bpe, why_not, sizeof(why_not));
+            if (!tokenizer && i == 0) snprintf(err, sizeof(err), "%s", why_not);
+        }
         if (!tokenizer && pg.rank == 0)
             printf("note: samples print token ids (no tokenizer: %s)\n", err);
     }
@@ -1087,7 +1099,7 @@ int main(int argc, char** argv) {
     double setup_rss = max_over_ranks_mib(current_rss_bytes());
     if (pg.rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);
     float dloss = 1.0f / (float)((double)B * T * grad_accum * pg.world);
-    double train_ms_total = 0.0;
+    double train_ms_total = 0.0, data_ms_total = 0.0;
     FsdpTraffic train_traffic = {0, 0, 0};  // communication of the training steps only
     int timed_steps = 0;
     for (int step = 0; step <= max_steps; step++) {
@@ -1113,13 +1125,15 @@ int main(int argc, char** argv) {
             generate_sample(&model, &pg, tokenizer, opt.sample_tokens, opt.top_k, opt.temperature, opt.seed, step);
         if (last) break;
 
-        double t0 = now_seconds();
+        double t0 = now_seconds(), data_seconds = 0.0;
         FsdpTraffic before = model.fsdp.traffic;
         fsdp_zero_grad(&model.fsdp, grad_accum);
         double local_loss = 0.0;
         for (int k = 0; k < grad_accum; k++) {
             // This rank's rows of the global batch: the batch does not depend on W and B.
+            double d0 = now_seconds();
             if (loader_read_micro_batch(&train_loader, k, pg.world, pg.rank, B, inputs, targets, err, sizeof(err))) fatal(&pg, "%s", err);
+            data_seconds += now_seconds() - d0;
             gpt2_forward(&model, inputs, targets, B, T, dloss);
             for (long i = 0; i < (long)B * T; i++) local_loss += model.acts.losses[i];
             gpt2_backward(&model, inputs, B, T);
@@ -1135,15 +1149,15 @@ int main(int argc, char** argv) {
         MPI_Allreduce(&local_loss, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         double loss = loss_sum / (double)total_tokens;
         double ms = (now_seconds() - t0) * 1000.0;
-        if (step > 0) { train_ms_total += ms; timed_steps++; }
+        if (step > 0) { train_ms_total += ms; data_ms_total += data_seconds * 1000.0; timed_steps++; }
         double tok_s = (double)total_tokens / (ms / 1000.0);
         if (pg.rank == 0) {
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s\n",
                    step + 1, max_steps, loss, norm, lr, ms, tok_s);
             fflush(stdout);
             if (metrics) {
-                fprintf(metrics, "{\"step\":%d,\"loss\":%.9f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"tokens\":%ld}\n",
-                        step + 1, loss, lr, norm, ms, tok_s, total_tokens * (long)(step + 1));
+                fprintf(metrics, "{\"step\":%d,\"loss\":%.9f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,\"data_ms\":%.3f,\"tokens_per_s\":%.1f,\"tokens\":%ld}\n",
+                        step + 1, loss, lr, norm, ms, data_seconds * 1000.0, tok_s, total_tokens * (long)(step + 1));
                 fflush(metrics);
             }
         }
@@ -1163,8 +1177,9 @@ int main(int argc, char** argv) {
     double peak = max_over_ranks_mib(peak_rss_bytes());
     if (pg.rank == 0) {
         if (timed_steps > 0)
-            printf("average step %.1f ms (%.0f tok/s) over %d steps after the first\n", train_ms_total / timed_steps,
-                   (double)total_tokens * timed_steps / (train_ms_total / 1000.0), timed_steps);
+            printf("average step %.1f ms (%.0f tok/s) over %d steps after the first; data loading %.3f ms of it (%.2f%%, rank 0)\n",
+                   train_ms_total / timed_steps, (double)total_tokens * timed_steps / (train_ms_total / 1000.0), timed_steps,
+                   data_ms_total / timed_steps, 100.0 * data_ms_total / train_ms_total);
         printf("peak resident memory per rank: %.1f MiB (max over ranks)\n", peak);
         // Communication per optimizer step, against FSDP's 3 x params x (W-1)/W (gather for
         // forward, again for backward, reduce-scatter): the root stays gathered for the whole

@@ -22,7 +22,7 @@ fi
 
 # 3. A real training run: a small GPT-2 on Tiny Shakespeare, loss must fall well below its start.
 if ./train_gpt --device cpu --layers 2 --channels 128 --heads 4 --max-seq 64 -b 8 -t 64 -x 40 -l 2e-3 -u 5 \
-        -v 20 --val-steps 4 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 2 -o "$out/shakespeare" \
+        -v 20 --val-steps 4 -s 40 -g 24 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 2 -o "$out/shakespeare" \
         > "$out/shakespeare.log" 2>&1; then
     $PYTHON - "$out/shakespeare/metrics.jsonl" <<'PY'
 import json, sys
@@ -39,6 +39,10 @@ first, last = train[0], sum(train[-5:]) / 5
 ok = last < first - 3.0 and val[-1] < val[0] - 3.0
 print(("ok - " if ok else "not ok - ") + f"Tiny Shakespeare loss falls: train {first:.3f} -> {last:.3f} (mean of last 5), val {val[0]:.3f} -> {val[-1]:.3f}")
 PY
+    # The sample is decoded text (the tokenizer is found in $FSDP_DATA/gpt2), not token ids.
+    sample=$(awk '/^sample \(step 40\)/ {on = 1; next} on && /^---$/ {if (++seen == 2) exit; next} on' "$out/shakespeare.log" | tr '\n' ' ')
+    if grep -q '[a-zA-Z]' <<<"$sample" && ! grep -qE '^[0-9 ]+$' <<<"$sample"; then ok "--sample-every prints decoded text: ${sample:0:80}"
+    else not_ok "--sample-every: no decoded sample in the log: ${sample:0:120}"; fi
 else
     not_ok "Tiny Shakespeare training run failed: $(tail -n 3 "$out/shakespeare.log" | tr '\n' ' ')"
 fi
