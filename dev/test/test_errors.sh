@@ -79,3 +79,14 @@ expect_error "shard group does not divide" "--shard-group-size 2 does not divide
 expect_error "torchrun env without MPI world" "the torchrun environment says rank 1 of 2 but MPI sees rank 0 of 1" \
     env RANK=1 WORLD_SIZE=2 "${T[@]}" -i "$TRAIN_SHARD"
 if ./train_gpt --help | grep -q -- "--total-batch-tokens"; then ok "--help lists the options"; else not_ok "--help"; fi
+
+# Launcher detection: the launcher's variables are read and must agree with MPI's world.
+launch=("${T[@]}" -i "$TRAIN_SHARD" -x 0)
+if env SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 "${launch[@]}" 2>&1 | grep -q "1 rank(s) via slurm"; then ok "Slurm environment detected"
+else not_ok "Slurm environment not detected"; fi
+if env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "${launch[@]}" 2>&1 | grep -q "1 rank(s) via torchrun"; then ok "torchrun environment detected"
+else not_ok "torchrun environment not detected"; fi
+if run_np 2 "${launch[@]}" -d 64 2>&1 | grep -q "2 rank(s) via openmpi"; then ok "Open MPI environment detected (np=2)"
+else not_ok "Open MPI environment not detected"; fi
+expect_error "Slurm env disagreeing with MPI" "the slurm environment says rank 0 of 4 but MPI sees rank 0 of 1" \
+    env SLURM_PROCID=0 SLURM_NTASKS=4 "${launch[@]}"
