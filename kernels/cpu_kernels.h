@@ -45,16 +45,18 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // (head h of q is qkv[b,t, h*hs : (h+1)*hs], of k at offset C + h*hs, of v at 2C + h*hs).
 // out is [B,T,C] (heads concatenated); lse is [B,NH,T], the log-sum-exp of each row of
 // scaled scores (scale 1/sqrt(hs)), saved for the backward, which recomputes probabilities.
+// The head size hs must be <= 128 (fixed-size stack tiles); larger aborts with a message.
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
 // dqkv[B,T,3C] += gradient w.r.t. qkv. out and lse are the forward's outputs.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH);
 
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// out may alias inp.
 void gelu_forward(float* out, const float* inp, size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 
-// out = a + b
+// out = a + b; out may alias a or b.
 void residual_forward(float* out, const float* a, const float* b, size_t n);
 
 // Fused softmax + cross-entropy over rows of logits [N, Vp]; only the first V columns are
@@ -69,7 +71,8 @@ void crossentropy_softmax_fused(float* logits, float* losses, const int* targets
 //   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
 //   mhat = m / (1 - b1^t); vhat = v / (1 - b2^t)
 //   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
-// t is the 1-based step count used for bias correction.
+// t is the 1-based step count used for bias correction. The corrections 1 - b^t are computed
+// in double and rounded to float once; the per-element arithmetic is float.
 void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay,
                   int t, float grad_scale);
