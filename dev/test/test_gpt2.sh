@@ -20,6 +20,11 @@ else
     not_ok "torch reference: could not produce the C state: $(tail -n 3 "$out"/save.log "$out"/dump.log | tr '\n' ' ')"
 fi
 
+# The checker checks itself: a float64 PyTorch run passes, emulated kernel bugs fail.
+$PYTHON dev/test/torch_reference.py --selftest > "$out/selftest.log" 2>&1
+if [ $? -eq 0 ]; then ok "torch_reference.py --selftest ($(grep -c '^ok' "$out/selftest.log") checks)"
+else not_ok "torch_reference.py --selftest: $(grep -m3 'not ok' "$out/selftest.log" | tr '\n' ' ')"; fi
+
 # 3. A real training run: a small GPT-2 on Tiny Shakespeare, loss must fall well below its start.
 if ./train_gpt --device cpu --layers 2 --channels 128 --heads 4 --max-seq 64 -b 8 -t 64 -x 40 -l 2e-3 -u 5 \
         -v 20 --val-steps 4 -s 40 -g 24 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 2 -o "$out/shakespeare" \
