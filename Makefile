@@ -24,9 +24,9 @@ CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -
 LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lm -fopenmp
 
 # The libraries: plain C, unit-testable without a GPU.
-LIB_SRCS := $(wildcard kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c)
+LIB_SRCS := $(wildcard kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c)
 LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
-HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h dataloader/*.h checkpoint/*.h)
+HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h)
 
 TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c))
 TEST_BINS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c)) build/test_gpt2

@@ -1,0 +1,134 @@
+#include "model/gpt2.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pad_vocab(int v) { return (v + VOCAB_PAD_MULTIPLE - 1) / VOCAB_PAD_MULTIPLE * VOCAB_PAD_MULTIPLE; }
+
+int preset_config(const char* name, GPT2Config* c) {
+    if (name[0] != 'd' || !isdigit((unsigned char)name[1])) return 1;
+    char* end;
+    long depth = strtol(name + 1, &end, 10);
+    if (*end != '\0' || depth < 1 || depth > 48) return 1;
+    c->num_layers = (int)depth;
+    c->num_heads = (int)depth;
+    c->channels = (int)depth * 64;
+    // GPT-2's released sizes keep 64-wide heads with fewer heads than layers.
+    if (depth == 24) { c->channels = 1024; c->num_heads = 16; }
+    if (depth == 36) { c->channels = 1280; c->num_heads = 20; }
+    if (depth == 48) { c->channels = 1600; c->num_heads = 25; }
+    return 0;
+}
+
+const char* const BLOCK_TENSOR_NAMES[BLOCK_TENSORS] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+void block_tensor_shape(const GPT2Config* c, int j, size_t* rows, size_t* cols) {
+    size_t C = (size_t)c->channels;
+    static const int out_mult[BLOCK_TENSORS] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1};
+    *rows = 1;
+    *cols = (size_t)out_mult[j] * C;
+    if (j == QKV_W) { *rows = 3 * C; *cols = C; }
+    if (j == ATTPROJ_W) { *rows = C; *cols = C; }
+    if (j == FC_W) { *rows = 4 * C; *cols = C; }
+    if (j == FCPROJ_W) { *rows = C; *cols = 4 * C; }
+}
+
+// Elements of one instance (one layer) of each llm.c kind.
+void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]) {
+    size_t C = (size_t)c->channels;
+    sizes[K_WTE] = (size_t)c->padded_vocab_size * C;
+    sizes[K_WPE] = (size_t)c->max_seq_len * C;
+    for (int j = 0; j < BLOCK_TENSORS; j++) {
+        size_t r, k;
+        block_tensor_shape(c, j, &r, &k);
+        sizes[K_LN1W + j] = r * k;
+    }
+    sizes[K_LNFW] = C;
+    sizes[K_LNFB] = C;
+}
+
+void build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count) {
+    m->config = *c;
+    m->layers_per_unit = layers_per_unit;
+    m->n_units = 1 + (c->num_layers + layers_per_unit - 1) / layers_per_unit;
+    m->units = (FlatUnit*)calloc((size_t)m->n_units, sizeof(FlatUnit));
+    size_t C = (size_t)c->channels;
+    FlatUnit* root = &m->units[0];
+    flat_unit_add(root, "wte", (size_t)c->padded_vocab_size, C, 1);
+    flat_unit_add(root, "wpe", (size_t)c->max_seq_len, C, 1);
+    flat_unit_add(root, "ln_f.weight", 1, C, 0);
+    flat_unit_add(root, "ln_f.bias", 1, C, 0);
+    for (int l = 0; l < c->num_layers; l++) {
+        FlatUnit* u = &m->units[1 + l / layers_per_unit];
+        for (int j = 0; j < BLOCK_TENSORS; j++) {
+            char name[FLAT_UNIT_NAME_LEN];
+            snprintf(name, sizeof(name), "h.%d.%s", l, BLOCK_TENSOR_NAMES[j]);
+            size_t rows, cols;
+            block_tensor_shape(c, j, &rows, &cols);
+            flat_unit_add(u, name, rows, cols, rows > 1);  // decay on matrices only
+        }
+    }
+    m->num_parameters = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        flat_unit_finalize(&m->units[u], shard_count, SHARD_ALIGN);
+        m->num_parameters += m->units[u].numel;
+    }
+}
+
+// Where tensor i of unit u sits in llm.c's file order: its kind and layer.
+void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer) {
+    static const int root_kinds[ROOT_TENSORS] = {K_WTE, K_WPE, K_LNFW, K_LNFB};
+    if (u == 0) { *kind = root_kinds[i]; *layer = 0; return; }
+    *kind = K_LN1W + i % BLOCK_TENSORS;
+    *layer = (u - 1) * m->layers_per_unit + i / BLOCK_TENSORS;
+}
+
+// Element offset of (kind, layer) in the parameter section of an llm.c model file.
+size_t llmc_offset(const GPT2Config* c, int kind, int layer) {
+    size_t sizes[NUM_KINDS];
+    kind_sizes(c, sizes);
+    size_t off = 0;
+    for (int k = 0; k < kind; k++) off += sizes[k] * ((k >= K_LN1W && k <= K_FCPROJB) ? (size_t)c->num_layers : 1);
+    return off + (size_t)layer * sizes[kind];
+}
+
+int read_model_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen) {
+    FILE* fp = fopen(path, "rb");
+    if (!fp) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    int32_t h[256];
+    size_t got = fread(h, sizeof(int32_t), 256, fp);
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fclose(fp);
+    if (got != 256) { snprintf(err, errlen, "%s: truncated header (%ld bytes)", path, size); return 1; }
+    if (h[0] != MODEL_FILE_MAGIC) { snprintf(err, errlen, "%s: bad magic %d (not an llm.c model file: expected %d)", path, h[0], MODEL_FILE_MAGIC); return 1; }
+    if (h[1] != 3 && h[1] != 5) { snprintf(err, errlen, "%s: unsupported version %d (expected 3 for fp32 or 5 for bf16)", path, h[1]); return 1; }
+    c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4];
+    c->num_heads = h[5]; c->channels = h[6]; c->padded_vocab_size = h[7];
+    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 ||
+        c->channels < 1 || c->channels % c->num_heads != 0 || c->padded_vocab_size < c->vocab_size) {
+        snprintf(err, errlen, "%s: inconsistent config (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path,
+                 c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
+        return 1;
+    }
+    *version = h[1];
+    ModelLayout tmp;
+    build_layout(&tmp, c, 1, 1);
+    size_t elem = h[1] == 3 ? 4 : 2;
+    long expected = (long)(256 * sizeof(int32_t) + tmp.num_parameters * elem);
+    free(tmp.units);
+    if (size != expected) {
+        snprintf(err, errlen, "%s: %ld bytes, but its header's model needs %ld (truncated or not this model)",
+                 path, size, expected);
+        return 1;
+    }
+    return 0;
+}
+
+float bf16_to_float(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }

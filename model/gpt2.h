@@ -1,0 +1,72 @@
+// GPT-2's shape and parameter layout, shared by train_gpt and the ckpt tool: presets,
+// tensor names (GPT-2/Hugging Face naming), the flat FSDP units, and the llm.c model file.
+//
+// Unit 0 (the root) holds wte [Vp, C] (tied with the LM head), wpe [maxT, C] and ln_f.
+// Units 1.. hold layers_per_unit transformer blocks each, 12 tensors per block in the
+// order of the block enum below. Linear weights are [out, in] (y = x W^T + b). The llm.c
+// model file stores the same tensors grouped by kind across layers (the K_* order).
+#ifndef FSDP_MODEL_GPT2_H
+#define FSDP_MODEL_GPT2_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "fsdp/flat_unit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPT2_VOCAB 50257
+#define GPT2_EOT 50256
+#define VOCAB_PAD_MULTIPLE 128
+#define MODEL_FILE_MAGIC 20240326
+#define SHARD_ALIGN 64  // elements: flat units are padded to shard_count x 64
+
+typedef struct {
+    int max_seq_len;    // learned positions
+    int vocab_size;     // real vocabulary
+    int padded_vocab_size;
+    int num_layers;
+    int num_heads;
+    int channels;
+} GPT2Config;
+
+enum { ROOT_WTE, ROOT_WPE, ROOT_LNF_W, ROOT_LNF_B, ROOT_TENSORS };
+enum { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B,
+       FCPROJ_W, FCPROJ_B, BLOCK_TENSORS };
+extern const char* const BLOCK_TENSOR_NAMES[BLOCK_TENSORS];  // "ln_1.weight", ...
+// The 16 kinds of llm.c's file, in file order.
+enum { K_WTE, K_WPE, K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_ATTPROJW, K_ATTPROJB, K_LN2W, K_LN2B,
+       K_FCW, K_FCB, K_FCPROJW, K_FCPROJB, K_LNFW, K_LNFB, NUM_KINDS };
+
+typedef struct {
+    GPT2Config config;
+    int layers_per_unit;
+    int n_units;
+    FlatUnit* units;      // [n_units], finalized for the shard group (free() it)
+    size_t num_parameters;
+} ModelLayout;
+
+int pad_vocab(int v);
+// llm.c's naming: dN has N layers, 64*N channels and N heads, except GPT-2's released
+// d24/d36/d48 (350M/774M/1558M) widths. Non-zero for an unknown name.
+int preset_config(const char* name, GPT2Config* c);
+void block_tensor_shape(const GPT2Config* c, int j, size_t* rows, size_t* cols);
+// Elements of one instance (one layer) of each llm.c kind.
+void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]);
+void build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count);
+// Where tensor i of unit u sits in llm.c's file order: its kind and layer.
+void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer);
+// Element offset of (kind, layer) in the parameter section of an llm.c model file.
+size_t llmc_offset(const GPT2Config* c, int kind, int layer);
+
+// llm.c model files: int32 header[256] {20240326, version 3 (fp32) | 5 (bf16), maxT, V, L,
+// NH, C, Vp}, then every tensor in llm.c's order. Checks the header and that the file size
+// matches it; one-line message naming the file otherwise.
+int read_model_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen);
+float bf16_to_float(uint16_t b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
