@@ -21,14 +21,14 @@ WARN     := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 OPT      := -O3 -march=native -fno-math-errno
 CFLAGS   := $(OPT) -std=gnu11 $(WARN) -fopenmp -I. -I$(BLAS_INC)
 CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -fopenmp -I. -I$(BLAS_INC)
-LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lm -fopenmp
+LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm -fopenmp
 
 # The libraries: plain C, unit-testable without a GPU.
 LIB_SRCS := $(wildcard kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c)
 LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
 HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h)
 
-TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c))
+TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c)) $(if $(wildcard checkpoint/tool/ckpt.c),ckpt)
 TEST_BINS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c)) build/test_gpt2
 
 ifeq ($(NO_CUDA),1)
@@ -43,7 +43,7 @@ MPI_LIBS   := $(shell mpicc --showme:link)
 NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. \
              -Xcompiler "$(OPT) -fopenmp $(WARN) $(MPI_CFLAGS)" \
              -I$(BLAS_INC)
-NVCC_LIBS := -lcublasLt -lcublas -lnccl $(MPI_LIBS) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lm
+NVCC_LIBS := -lcublasLt -lcublas -lnccl $(MPI_LIBS) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 endif
 
 .PHONY: all test clean tools
@@ -82,6 +82,9 @@ build/test_gpt2: build/test_gpt2.o $(LIB_OBJS)
 
 build/test_%: dev/test/test_%.c $(LIB_OBJS) $(HEADERS)
 	@mkdir -p build
+	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
+ckpt: checkpoint/tool/ckpt.c $(LIB_OBJS) $(HEADERS)
 	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
 
 %: data/%.c $(LIB_OBJS) $(HEADERS)

@@ -35,6 +35,7 @@ cpu device works on a machine without a GPU.
 #include "fsdp/flat_unit.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/process_group.h"
+#include "checkpoint/checkpoint.h"
 #include "kernels/cpu_kernels.h"
 #include "model/gpt2.h"
 
@@ -565,6 +566,10 @@ typedef struct {
     const char* device;
     int threads;
     int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
+    int ckpt_every, ckpt_keep, ckpt_async, stop_at_step;
+    const char* ckpt_dir;
+    const char* resume;
+    CkptOptions ckpt;
 } Options;
 
 static void print_usage(void) {
@@ -612,6 +617,16 @@ static void print_usage(void) {
 "      --no-grad-sync-until-last   keep unsharded gradients over the micro-steps and reduce-scatter\n"
 "                               only on the last (less communication, more memory)\n"
 "      --shard-group-size S     HSDP: shard within groups of S ranks, replicate across groups [world]\n"
+"checkpoints\n"
+"      --ckpt-every N           save a sharded checkpoint every N steps and at the end; 0 = never [0]\n"
+"      --ckpt-dir DIR           where [OUTPUT/ckpt with -o OUTPUT]\n"
+"      --ckpt-keep K            complete checkpoints to keep [3]\n"
+"      --ckpt-compress none|zstd[:LEVEL]   compress every chunk [none; zstd level 3]\n"
+"      --ckpt-async 0|1         copy the shards to host buffers and write them in a thread [0]\n"
+"      --resume auto|PATH       auto: the newest complete checkpoint in the checkpoint directory, or a\n"
+"                               fresh start when there is none; PATH: that step directory. Any rank count.\n"
+"      --stop-at-step N         stop after step N (the schedule still spans --max-steps), saving a\n"
+"                               checkpoint first when --ckpt-every is set: splits a run into jobs\n"
 "system\n"
 "      --device auto|cpu|cuda   [auto: cuda when usable, else cpu]\n"
 "      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
@@ -651,7 +666,8 @@ enum {
     OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SAVE_MODEL, OPT_SEED, OPT_LR_DECAY,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_GRAD_CLIP, OPT_VAL_STEPS, OPT_TOP_K, OPT_TEMPERATURE,
     OPT_TOKENIZER_DIR, OPT_SHUFFLE, OPT_DEVICE, OPT_THREADS, OPT_UNIT_LAYERS, OPT_PREFETCH,
-    OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP,
+    OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
+    OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT,
 };
 
 // Returns 0 to run, 1 on an error (message in e), 2 for --help.
@@ -670,6 +686,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->seed = 1337;
     o->device = "auto";
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
+    o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
 
     static const struct option longopts[] = {
         {"train-data", required_argument, 0, 'i'}, {"val-data", required_argument, 0, 'j'},
@@ -696,6 +713,10 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"reshard-after-forward", required_argument, 0, OPT_RESHARD},
         {"no-grad-sync-until-last", no_argument, 0, OPT_NO_SYNC},
         {"shard-group-size", required_argument, 0, OPT_SHARD_GROUP},
+        {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY}, {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
+        {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP}, {"ckpt-compress", required_argument, 0, OPT_CKPT_COMPRESS},
+        {"ckpt-async", required_argument, 0, OPT_CKPT_ASYNC}, {"resume", required_argument, 0, OPT_RESUME},
+        {"stop-at-step", required_argument, 0, OPT_STOP_AT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -752,6 +773,20 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_RESHARD: r = parse_int("--reshard-after-forward", optarg, 0, 1, &o->reshard_after_forward, e); break;
         case OPT_NO_SYNC: o->no_grad_sync_until_last = 1; break;
         case OPT_SHARD_GROUP: r = parse_int("--shard-group-size", optarg, 1, 1 << 20, &o->shard_group_size, e); break;
+        case OPT_CKPT_EVERY: r = parse_int("--ckpt-every", optarg, 0, INT32_MAX, &o->ckpt_every, e); break;
+        case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
+        case OPT_CKPT_KEEP: r = parse_int("--ckpt-keep", optarg, 1, 1 << 20, &o->ckpt.keep, e); break;
+        case OPT_CKPT_COMPRESS:
+            if (!strcmp(optarg, "none")) o->ckpt.codec = CKPT_CODEC_RAW;
+            else if (!strcmp(optarg, "zstd")) o->ckpt.codec = CKPT_CODEC_ZSTD;
+            else if (!strncmp(optarg, "zstd:", 5)) {
+                o->ckpt.codec = CKPT_CODEC_ZSTD;
+                r = parse_int("--ckpt-compress zstd:LEVEL", optarg + 5, 1, 19, &o->ckpt.zstd_level, e);
+            } else { snprintf(e->msg, sizeof(e->msg), "--ckpt-compress: expected none, zstd or zstd:LEVEL, got '%s'", optarg); r = 1; }
+            break;
+        case OPT_CKPT_ASYNC: r = parse_int("--ckpt-async", optarg, 0, 1, &o->ckpt.async, e); break;
+        case OPT_RESUME: o->resume = optarg; break;
+        case OPT_STOP_AT: r = parse_int("--stop-at-step", optarg, 1, INT32_MAX, &o->stop_at_step, e); break;
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
         default: snprintf(e->msg, sizeof(e->msg), "unknown option '%s'", argv[optind - 1]); return 1;
@@ -801,6 +836,149 @@ static const char* choose_device(const char* requested, char* why, size_t whylen
     if (gpus > 0) snprintf(why, whylen, "%d GPU(s) visible, but this build has no CUDA device yet", gpus);
     else snprintf(why, whylen, "no usable GPU");
     return "cpu";
+}
+
+
+// ----------------------------------------------------------------------------------------
+// Checkpoints: what this rank saves (its slices of parameters, Adam m and v) and restores.
+
+typedef struct {
+    CkptTensor* tensors;   // every tensor of the model, the same on every rank
+    int n_tensors;
+    CkptPiece* pieces;     // this rank's slices, 3 kinds each
+    int n_pieces;
+    uint64_t local_bytes;
+} CheckpointTables;
+
+static void checkpoint_tables(GPT2* model, const ProcessGroup* pg, CheckpointTables* ct) {
+    const ModelLayout* m = &model->layout;
+    Fsdp* f = &model->fsdp;
+    int total = 0;
+    for (int u = 0; u < m->n_units; u++) total += m->units[u].n_tensors;
+    ct->tensors = (CkptTensor*)calloc((size_t)total, sizeof(CkptTensor));
+    ct->pieces = (CkptPiece*)calloc((size_t)total * CKPT_KINDS, sizeof(CkptPiece));
+    ct->n_tensors = ct->n_pieces = 0;
+    ct->local_bytes = 0;
+    float* arenas[CKPT_KINDS] = {f->master, f->adam_m, f->adam_v};
+    for (int u = 0; u < m->n_units; u++) {
+        size_t begin, end;
+        fsdp_owned_range(f, u, &begin, &end);
+        for (int i = 0; i < m->units[u].n_tensors; i++) {
+            const FlatTensor* t = &m->units[u].tensors[i];
+            CkptTensor* ck = &ct->tensors[ct->n_tensors++];
+            snprintf(ck->name, sizeof(ck->name), "%s", t->name);
+            ck->rows = t->rows;
+            ck->cols = t->cols;
+            size_t lo, hi;
+            // HSDP replicas hold the same shards: the first replica group writes them.
+            if (pg->replicate_rank != 0 || !flat_tensor_slice(t, begin, end, &lo, &hi)) continue;
+            size_t at = f->shard_offset[u] + t->offset + lo - begin;
+            for (int k = 0; k < CKPT_KINDS; k++) {
+                CkptPiece* p = &ct->pieces[ct->n_pieces++];
+                p->tensor = t->name;
+                p->kind = k;
+                p->lo = lo;
+                p->hi = hi;
+                p->data = arenas[k] + at;
+                ct->local_bytes += (hi - lo) * sizeof(float);
+            }
+        }
+    }
+}
+
+static cJSON* checkpoint_state(const GPT2Config* c, long step, long tokens, int world, const LoaderState* ls,
+                               int T, long total_batch_tokens) {
+    cJSON* s = cJSON_CreateObject();
+    cJSON* cfg = cJSON_AddObjectToObject(s, "config");
+    cJSON_AddNumberToObject(cfg, "max_seq_len", c->max_seq_len);
+    cJSON_AddNumberToObject(cfg, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(cfg, "padded_vocab_size", c->padded_vocab_size);
+    cJSON_AddNumberToObject(cfg, "num_layers", c->num_layers);
+    cJSON_AddNumberToObject(cfg, "num_heads", c->num_heads);
+    cJSON_AddNumberToObject(cfg, "channels", c->channels);
+    cJSON_AddNumberToObject(s, "step", (double)step);
+    cJSON_AddNumberToObject(s, "tokens", (double)tokens);
+    cJSON_AddNumberToObject(s, "world", world);
+    cJSON_AddNumberToObject(s, "seq_len", T);
+    cJSON_AddNumberToObject(s, "total_batch_tokens", (double)total_batch_tokens);
+    cJSON* l = cJSON_AddObjectToObject(s, "loader");
+    cJSON_AddNumberToObject(l, "windows_consumed", (double)ls->windows_consumed);
+    char seed[32];
+    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)ls->seed);  // JSON numbers are doubles
+    cJSON_AddStringToObject(l, "seed", seed);
+    cJSON_AddNumberToObject(l, "shuffle", ls->shuffle);
+    return s;
+}
+
+static int state_int(const cJSON* obj, const char* key, long* out) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v)) return 0;
+    *out = (long)v->valuedouble;
+    return 1;
+}
+
+// Loads this rank's slices from a checkpoint saved at any world size, after checking that it
+// is this model. Fills the step and the loader state to continue from.
+static int checkpoint_load(const char* dir, GPT2* model, int T, long* step, LoaderState* ls, uint64_t* bytes_read,
+                           char* err, size_t errlen) {
+    Ckpt c;
+    if (ckpt_open(&c, dir, err, errlen)) return 1;
+    const GPT2Config* mc = &model->config;
+    const cJSON* cfg = cJSON_GetObjectItemCaseSensitive(c.state, "config");
+    long v[6] = {0}, seq = 0, windows = 0, shuffle = 0;
+    const char* keys[6] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
+    const int mine[6] = {mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size, mc->num_layers, mc->num_heads, mc->channels};
+    const cJSON* loader = cJSON_GetObjectItemCaseSensitive(c.state, "loader");
+    const cJSON* seed = cJSON_GetObjectItemCaseSensitive(loader, "seed");
+    int ok = cJSON_IsObject(cfg) && state_int(c.state, "step", step) && state_int(c.state, "seq_len", &seq) &&
+             cJSON_IsObject(loader) && state_int(loader, "windows_consumed", &windows) &&
+             state_int(loader, "shuffle", &shuffle) && cJSON_IsString(seed);
+    for (int i = 0; ok && i < 6; i++) ok = state_int(cfg, keys[i], &v[i]);
+    if (!ok) { snprintf(err, errlen, "%s/manifest.json: state lacks the model config, step or data position", dir); ckpt_close(&c); return 1; }
+    for (int i = 0; i < 6; i++)
+        if (v[i] != mine[i]) {
+            snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %ld, this run's has %d "
+                     "(saved: %ld layers, %ld heads, %ld channels, %ld positions)",
+                     dir, keys[i], v[i], mine[i], v[3], v[4], v[5], v[0]);
+            ckpt_close(&c);
+            return 1;
+        }
+    if (seq != T) {
+        snprintf(err, errlen, "%s/manifest.json: saved with --seq-len %ld, this run has %d (the data position counts windows of T)", dir, seq, T);
+        ckpt_close(&c);
+        return 1;
+    }
+    const ModelLayout* m = &model->layout;
+    Fsdp* f = &model->fsdp;
+    float* arenas[CKPT_KINDS] = {f->master, f->adam_m, f->adam_v};
+    *bytes_read = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        size_t begin, end;
+        fsdp_owned_range(f, u, &begin, &end);
+        for (int i = 0; i < m->units[u].n_tensors; i++) {
+            const FlatTensor* t = &m->units[u].tensors[i];
+            const CkptTensor* saved = ckpt_tensor(&c, t->name);
+            if (!saved || saved->rows != t->rows || saved->cols != t->cols) {
+                snprintf(err, errlen, "%s/manifest.json: tensor %s %s (this model has [%zu, %zu])", dir, t->name,
+                         saved ? "has another shape" : "is missing", t->rows, t->cols);
+                ckpt_close(&c);
+                return 1;
+            }
+            size_t lo, hi;
+            if (!flat_tensor_slice(t, begin, end, &lo, &hi)) continue;
+            size_t at = f->shard_offset[u] + t->offset + lo - begin;
+            for (int k = 0; k < CKPT_KINDS; k++) {
+                if (ckpt_read(&c, t->name, k, lo, hi, arenas[k] + at, err, errlen)) { ckpt_close(&c); return 1; }
+                *bytes_read += (hi - lo) * sizeof(float);
+            }
+        }
+    }
+    ls->windows_consumed = (uint64_t)windows;
+    ls->seed = strtoull(seed->valuestring, NULL, 10);
+    ls->shuffle = (int)shuffle;
+    ckpt_close(&c);
+    f->params_dirty = 1;
+    return 0;
 }
 
 static void print_memory_line(const char* what, size_t bytes) {
@@ -884,6 +1062,42 @@ int main(int argc, char** argv) {
         init_parameters(&model.layout, &model.fsdp, opt.seed);
     }
 
+    // Checkpoints: where, and whether this run continues one.
+    char ckpt_root[1100] = "";
+    if (opt.ckpt_dir) snprintf(ckpt_root, sizeof(ckpt_root), "%s", opt.ckpt_dir);
+    else if (opt.output_dir) snprintf(ckpt_root, sizeof(ckpt_root), "%s/ckpt", opt.output_dir);
+    if ((opt.ckpt_every > 0 || (opt.resume && !strcmp(opt.resume, "auto"))) && !ckpt_root[0])
+        fatal(&pg, "--ckpt-every and --resume auto need -o DIR or --ckpt-dir DIR");
+    int start_step = 0;
+    int resumed = 0;
+    if (opt.resume) {
+        char path[1100] = "";
+        if (strcmp(opt.resume, "auto") != 0) snprintf(path, sizeof(path), "%s", opt.resume);
+        else if (!ckpt_find_latest(ckpt_root, path, sizeof(path))) path[0] = '\0';
+        if (path[0]) {
+            long step = 0;
+            uint64_t bytes = 0;
+            LoaderState ls;
+            double t0 = now_seconds();
+            if (checkpoint_load(path, &model, T, &step, &ls, &bytes, err, sizeof(err))) fatal(&pg, "--resume: %s", err);
+            loader_set_state(&train_loader, &ls);
+            start_step = (int)step;
+            resumed = 1;
+            double secs = now_seconds() - t0, total_bytes = 0.0, mine = (double)bytes;
+            MPI_Allreduce(&mine, &total_bytes, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(MPI_IN_PLACE, &secs, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (pg.rank == 0)
+                printf("resumed from %s (step %d): loaded %.3f GiB in %.2f s (%.2f GB/s)\n", path, start_step,
+                       total_bytes / (1 << 30), secs, total_bytes / 1e9 / secs);
+        } else if (pg.rank == 0) {
+            printf("--resume auto: no checkpoint in %s, starting fresh\n", ckpt_root);
+        }
+    }
+    CkptWriter* ckpt_writer = opt.ckpt_every > 0 ? ckpt_writer_create(&opt.ckpt, MPI_COMM_WORLD) : NULL;
+    CheckpointTables ckpt_tables;
+    memset(&ckpt_tables, 0, sizeof(ckpt_tables));
+    if (ckpt_writer) checkpoint_tables(&model, &pg, &ckpt_tables);
+
     // The tokenizer is only needed to print samples. Without --tokenizer-dir, look where
     // the data scripts put the GPT-2 files: data/gpt2, then $FSDP_DATA/gpt2, ../shared/data/gpt2.
     Tokenizer* tokenizer = NULL;
@@ -910,7 +1124,7 @@ int main(int argc, char** argv) {
         if (mkdir_p(opt.output_dir) != 0) fatal(&pg, "-o %s: cannot create: %s", opt.output_dir, strerror(errno));
         char path[1100];
         snprintf(path, sizeof(path), "%s/metrics.jsonl", opt.output_dir);
-        metrics = fopen(path, "w");
+        metrics = fopen(path, resumed ? "a" : "w");  // a resumed run continues the same log
         if (!metrics) fatal(&pg, "%s: cannot open for writing: %s", path, strerror(errno));
     }
 
@@ -947,7 +1161,8 @@ int main(int argc, char** argv) {
     double train_ms_total = 0.0, data_ms_total = 0.0;
     FsdpTraffic train_traffic = {0, 0, 0};  // communication of the training steps only
     int timed_steps = 0;
-    for (int step = 0; step <= max_steps; step++) {
+    double run_t0 = now_seconds();
+    for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
         if (have_val && (step % opt.val_every == 0 || last)) {
             double local = 0.0;
@@ -969,6 +1184,7 @@ int main(int argc, char** argv) {
         if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last))
             generate_sample(&model, &pg, tokenizer, opt.sample_tokens, opt.top_k, opt.temperature, opt.seed, step);
         if (last) break;
+        if (opt.stop_at_step && step >= opt.stop_at_step) break;
 
         double t0 = now_seconds(), data_seconds = 0.0;
         FsdpTraffic before = model.fsdp.traffic;
@@ -1006,6 +1222,43 @@ int main(int argc, char** argv) {
                 fflush(metrics);
             }
         }
+
+        int completed = step + 1;
+        if (ckpt_writer) {
+            long committed_before = ckpt_writer_last_committed(ckpt_writer);
+            if (ckpt_writer_poll(ckpt_writer, err, sizeof(err))) fatal(&pg, "checkpoint: %s", err);
+            if (pg.rank == 0 && ckpt_writer_last_committed(ckpt_writer) != committed_before)
+                printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(ckpt_writer));
+        }
+        if (ckpt_writer && (completed % opt.ckpt_every == 0 || completed == max_steps || completed == opt.stop_at_step)) {
+            double t0 = now_seconds();
+            cJSON* state = checkpoint_state(&config, completed, total_tokens * (long)completed, pg.world,
+                                            &train_loader.state, T, total_tokens);
+            if (ckpt_save(ckpt_writer, ckpt_root, completed, ckpt_tables.tensors, ckpt_tables.n_tensors,
+                          ckpt_tables.pieces, ckpt_tables.n_pieces, state, err, sizeof(err)))
+                fatal(&pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
+            double secs = now_seconds() - t0, total_bytes = 0.0, mine = (double)ckpt_tables.local_bytes;
+            MPI_Allreduce(&mine, &total_bytes, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            if (pg.rank == 0) {
+                if (opt.ckpt.async) printf("checkpoint step %d: %.3f GiB snapshotted in %.2f s, writing in the background\n", completed, total_bytes / (1 << 30), secs);
+                else printf("checkpoint step %d: saved %.3f GiB in %.2f s (%.2f GB/s) to %s\n", completed, total_bytes / (1 << 30), secs, total_bytes / 1e9 / secs, ckpt_root);
+                fflush(stdout);
+            }
+        }
+    }
+    if (ckpt_writer) {
+        long committed_before = ckpt_writer_last_committed(ckpt_writer);
+        if (ckpt_writer_finish(ckpt_writer, err, sizeof(err))) fatal(&pg, "checkpoint: %s", err);
+        double run_secs = now_seconds() - run_t0;
+        if (pg.rank == 0) {
+            if (ckpt_writer_last_committed(ckpt_writer) != committed_before)
+                printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(ckpt_writer));
+            printf("checkpointing blocked training for %.2f s of %.2f s (%.1f%%)\n", ckpt_writer_blocked_seconds(ckpt_writer),
+                   run_secs, 100.0 * ckpt_writer_blocked_seconds(ckpt_writer) / run_secs);
+        }
+        ckpt_writer_free(ckpt_writer);
+        free(ckpt_tables.tensors);
+        free(ckpt_tables.pieces);
     }
 
     if (opt.save_model) {

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 #   libjemalloc2: the PyTorch baseline of dev/bench/bench_cpu.sh runs on it (glibc's malloc
 #                 returns the big logits buffers to the kernel every step, slowing PyTorch)
 packages=(build-essential make curl ca-certificates bc libopenmpi-dev openmpi-bin libzstd-dev
-          libopenblas-dev libopenblas-openmp-dev libpcre2-dev libjemalloc2
+          libopenblas-dev libopenblas-openmp-dev libpcre2-dev libcjson-dev libxxhash-dev libjemalloc2
           python3 python3-venv python3-numpy python3-torch)
 missing=()
 for p in "${packages[@]}"; do
