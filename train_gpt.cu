@@ -943,7 +943,7 @@ static int checkpoint_load(const char* dir, GPT2* model, int T, long* step, Load
             ckpt_close(&c);
             return 1;
         }
-    if (seq != T) {
+    if (seq != T && windows != 0) {  // an imported checkpoint has consumed no data yet
         snprintf(err, errlen, "%s/manifest.json: saved with --seq-len %ld, this run has %d (the data position counts windows of T)", dir, seq, T);
         ckpt_close(&c);
         return 1;
@@ -1160,7 +1160,7 @@ int main(int argc, char** argv) {
     float dloss = 1.0f / (float)((double)B * T * grad_accum * pg.world);
     double train_ms_total = 0.0, data_ms_total = 0.0;
     FsdpTraffic train_traffic = {0, 0, 0};  // communication of the training steps only
-    int timed_steps = 0;
+    int timed_steps = 0, steps_run = 0;  // steps_run: this job's; the first is not timed
     double run_t0 = now_seconds();
     for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
@@ -1210,7 +1210,7 @@ int main(int argc, char** argv) {
         MPI_Allreduce(&local_loss, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         double loss = loss_sum / (double)total_tokens;
         double ms = (now_seconds() - t0) * 1000.0;
-        if (step > 0) { train_ms_total += ms; data_ms_total += data_seconds * 1000.0; timed_steps++; }
+        if (steps_run++ > 0) { train_ms_total += ms; data_ms_total += data_seconds * 1000.0; timed_steps++; }
         double tok_s = (double)total_tokens / (ms / 1000.0);
         if (pg.rank == 0) {
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s\n",
@@ -1283,9 +1283,9 @@ int main(int argc, char** argv) {
         // forward, again for backward, reduce-scatter): the root stays gathered for the whole
         // step, so it is gathered once instead of twice.
         const FsdpTraffic* tr = &train_traffic;
-        double steps = (double)max_steps, W = (double)pg.shard_size, mib = 1024.0 * 1024.0;
+        double steps = (double)steps_run, W = (double)pg.shard_size, mib = 1024.0 * 1024.0;
         double formula = 3.0 * (double)model.layout.num_parameters * sizeof(float) * (W - 1.0) / W * grad_accum;
-        printf("communication per step per rank: all-gather %.1f MiB, reduce-scatter %.1f MiB, replica all-reduce %.1f MiB; "
+        if (steps_run > 0) printf("communication per step per rank: all-gather %.1f MiB, reduce-scatter %.1f MiB, replica all-reduce %.1f MiB; "
                "3 x params x (W-1)/W x micro-steps = %.1f MiB\n",
                tr->gathered / steps / mib, tr->reduce_scattered / steps / mib, tr->replica_reduced / steps / mib, formula / mib);
     }

@@ -99,7 +99,8 @@ double ckpt_writer_blocked_seconds(const CkptWriter* w);
 void ckpt_writer_free(CkptWriter* w);
 
 // Writes a complete checkpoint for `world` ranks from one process (the ckpt tool's import):
-// pieces[r][0 .. n_pieces[r]) are rank r's. Same commit protocol, no MPI.
+// pieces[r][0 .. n_pieces[r]) are rank r's. Same commit protocol, no MPI. Takes ownership of
+// state. Like ckpt_save it replaces an existing step_N and prunes to opt->keep.
 int ckpt_write_offline(const char* root_dir, long step, int world, const CkptTensor* tensors, int n_tensors,
                        const CkptPiece* const* pieces, const int* n_pieces, cJSON* state,
                        const CkptOptions* opt, char* err, size_t errlen);

@@ -1,0 +1,1072 @@
+// ckpt: inspect, verify, export and import fsdp.c's sharded checkpoints.
+//
+//   ckpt info   PATH
+//   ckpt verify PATH
+//   ckpt export PATH --llmc OUT.bin [--dtype fp32|bf16]
+//   ckpt export PATH --safetensors OUT.safetensors
+//   ckpt import SRC OUT_ROOT --world W [--step N] [--compress none|zstd[:L]] [--heads N]
+//
+// PATH is a step directory (ROOT/step_00000100), a checkpoint root (RUN/ckpt: its newest
+// complete checkpoint) or a run directory holding ckpt/. One process, no MPI: the reader and
+// ckpt_write_offline work on files only.
+//
+// Formats:
+// - llm.c model file: int32 header[256] = {20240326, 3 (fp32) | 5 (bf16), maxT, V, L, NH, C,
+//   Vp}, then the tensors in llm.c's order (model/gpt2.h: K_* kinds, per-layer ones stacked
+//   over L), wte with all Vp rows. bf16 is fp32 rounded to nearest even.
+// - safetensors (Hugging Face GPT2Model): u64 little-endian header length N, N bytes of JSON
+//   {name: {"dtype", "shape", "data_offsets": [begin, end)}, "__metadata__": {...}} padded with
+//   spaces to a multiple of 8, then the data. Names wte.weight [V, C] (the real rows only),
+//   wpe.weight, h.N.ln_1.weight, ..., ln_f.bias; the four Linear weights of a block are HF
+//   Conv1D weights stored [in, out], the transpose of ours ([out, in]); biases and LayerNorm
+//   parameters are 1-D.
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "checkpoint/checkpoint.h"
+#include "model/gpt2.h"
+
+#define ERRLEN 1024
+#define HEADER_BYTES (256 * sizeof(int32_t))
+#define SAFETENSORS_MAX_HEADER (100u << 20)
+
+static const char* USAGE =
+"usage: ckpt COMMAND ...\n"
+"\n"
+"  ckpt info PATH                  format, step, tokens, ranks at save, model, sizes, codec\n"
+"  ckpt verify PATH                read every chunk and check its checksum; exit 1 on damage\n"
+"  ckpt export PATH --llmc OUT.bin [--dtype fp32|bf16]\n"
+"                                  one llm.c model file (version 3 fp32 [default] or 5 bf16)\n"
+"  ckpt export PATH --safetensors OUT.safetensors\n"
+"                                  Hugging Face GPT-2 (GPT2Model names, Conv1D layout), F32\n"
+"  ckpt import SRC OUT_ROOT --world W [--step N] [--compress none|zstd[:L]] [--heads N]\n"
+"              [--seq-len T] [--seed S] [--shuffle 0|1]\n"
+"                                  an llm.c model file or a GPT-2 safetensors file into a\n"
+"                                  sharded checkpoint for W ranks under OUT_ROOT (step N [0],\n"
+"                                  Adam moments zero, no data consumed); --heads sets NH for\n"
+"                                  safetensors input [its metadata's n_head, else channels / 64];\n"
+"                                  --seq-len/--seed/--shuffle: the data loader state to record\n"
+"                                  [any T (0), 1337, 0: train_gpt's defaults]\n"
+"\n"
+"PATH: a step directory (ROOT/step_00000100), a checkpoint root (RUN/ckpt: the newest complete\n"
+"checkpoint there) or a run directory holding ckpt/.\n";
+
+static void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("ckpt: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void* xmalloc(size_t n) {
+    void* p = malloc(n ? n : 1);
+    if (!p) fail("out of memory (%zu bytes)", n);
+    return p;
+}
+
+static void* xcalloc(size_t n, size_t size) {
+    void* p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) fail("out of memory (%zu x %zu bytes)", n, size);
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------
+// Command-line helpers
+
+typedef struct {
+    const char* name;   // "--dtype"
+    const char** value; // where its value goes
+} Flag;
+
+// Splits argv[first..] into positional arguments and the given --flags (each takes a value,
+// as "--flag V" or "--flag=V"). Unknown flags and missing values are errors.
+static int parse_args(const char* cmd, int argc, char** argv, int first, const Flag* flags, int n_flags,
+                      const char** pos, int max_pos) {
+    int n_pos = 0;
+    for (int i = first; i < argc; i++) {
+        const char* a = argv[i];
+        if (a[0] == '-' && a[1] == '-' && a[2] != '\0') {
+            const char* eq = strchr(a, '=');
+            size_t len = eq ? (size_t)(eq - a) : strlen(a);
+            int found = 0;
+            for (int f = 0; f < n_flags; f++) {
+                if (strlen(flags[f].name) != len || strncmp(flags[f].name, a, len) != 0) continue;
+                found = 1;
+                if (eq) *flags[f].value = eq + 1;
+                else if (i + 1 < argc) *flags[f].value = argv[++i];
+                else fail("%s: %s needs a value", cmd, flags[f].name);
+                break;
+            }
+            if (!found) fail("%s: unknown option '%s' (see ckpt --help)", cmd, a);
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fail("%s: unknown option '%s' (see ckpt --help)", cmd, a);
+        } else {
+            if (n_pos == max_pos) fail("%s: unexpected argument '%s' (see ckpt --help)", cmd, a);
+            pos[n_pos++] = a;
+        }
+    }
+    return n_pos;
+}
+
+static long parse_long_arg(const char* flag, const char* s, long lo, long hi) {
+    char* end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0') fail("%s: expected an integer, got '%s'", flag, s);
+    if (v < lo || v > hi) fail("%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi);
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------
+// Files
+
+static int is_dir(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char* path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int write_all(int fd, const void* buf, size_t n) {
+    const char* p = (const char*)buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_at(int fd, void* buf, size_t n, off_t at) {
+    char* p = (char*)buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+        at += r;
+    }
+    return 0;
+}
+
+// An output file that appears atomically: written as PATH.tmp, fsynced, renamed to PATH,
+// and the directory fsynced.
+typedef struct {
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    int fd;
+} AtomicFile;
+
+static void atomic_open(AtomicFile* f, const char* path) {
+    snprintf(f->path, sizeof(f->path), "%s", path);
+    snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path);
+    if (is_dir(path)) fail("%s: is a directory", path);
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (f->fd < 0) fail("%s: cannot create: %s", f->tmp, strerror(errno));
+}
+
+static void atomic_write(AtomicFile* f, const void* buf, size_t n) {
+    if (write_all(f->fd, buf, n) != 0) {
+        int e = errno;
+        close(f->fd);
+        unlink(f->tmp);
+        fail("%s: write failed: %s", f->tmp, strerror(e));
+    }
+}
+
+static void atomic_abort(AtomicFile* f) {
+    close(f->fd);
+    unlink(f->tmp);
+}
+
+static void atomic_commit(AtomicFile* f) {
+    if (fsync(f->fd) != 0) { int e = errno; atomic_abort(f); fail("%s: fsync failed: %s", f->tmp, strerror(e)); }
+    if (close(f->fd) != 0) { int e = errno; unlink(f->tmp); fail("%s: close failed: %s", f->tmp, strerror(e)); }
+    if (rename(f->tmp, f->path) != 0) { int e = errno; unlink(f->tmp); fail("%s: rename failed: %s", f->path, strerror(e)); }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", f->path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+}
+
+// ---------------------------------------------------------------------------------------
+// Model tensors: our names and shapes, in llm.c's file order
+
+// The checkpoint name of llm.c kind `kind` in layer `layer`.
+static void tensor_name(int kind, int layer, char* out, size_t outlen) {
+    switch (kind) {
+    case K_WTE: snprintf(out, outlen, "wte"); break;
+    case K_WPE: snprintf(out, outlen, "wpe"); break;
+    case K_LNFW: snprintf(out, outlen, "ln_f.weight"); break;
+    case K_LNFB: snprintf(out, outlen, "ln_f.bias"); break;
+    default: snprintf(out, outlen, "h.%d.%s", layer, BLOCK_TENSOR_NAMES[kind - K_LN1W]);
+    }
+}
+
+static int kind_layers(const GPT2Config* c, int kind) {
+    return (kind >= K_LN1W && kind <= K_FCPROJB) ? c->num_layers : 1;
+}
+
+// Our shape ([out, in] for weights, [1, n] for vectors) of llm.c kind `kind`.
+static void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols) {
+    size_t C = (size_t)c->channels;
+    switch (kind) {
+    case K_WTE: *rows = (size_t)c->padded_vocab_size; *cols = C; break;
+    case K_WPE: *rows = (size_t)c->max_seq_len; *cols = C; break;
+    case K_LNFW: case K_LNFB: *rows = 1; *cols = C; break;
+    default: block_tensor_shape(c, kind - K_LN1W, rows, cols);
+    }
+}
+
+static int is_conv1d(int kind) {
+    return kind == K_QKVW || kind == K_ATTPROJW || kind == K_FCW || kind == K_FCPROJW;
+}
+
+static size_t total_params(const GPT2Config* c) {
+    size_t sizes[NUM_KINDS], n = 0;
+    kind_sizes(c, sizes);
+    for (int k = 0; k < NUM_KINDS; k++) n += sizes[k] * (size_t)kind_layers(c, k);
+    return n;
+}
+
+static const char* check_config(const GPT2Config* c) {
+    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1)
+        return "a dimension is < 1";
+    if (c->channels % c->num_heads != 0) return "channels is not a multiple of num_heads";
+    if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size < vocab_size";
+    if (c->num_layers > 100000 || c->channels > (1 << 20) || c->max_seq_len > (1 << 24) ||
+        c->padded_vocab_size > (1 << 26)) return "a dimension is implausibly large";
+    return NULL;
+}
+
+static void print_config(const GPT2Config* c) {
+    printf("L=%d NH=%d C=%d maxT=%d V=%d Vp=%d", c->num_layers, c->num_heads, c->channels,
+           c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+}
+
+// ---------------------------------------------------------------------------------------
+// Opening a checkpoint
+
+// PATH -> the step directory to open.
+static void resolve_ckpt_dir(const char* path, char* out, size_t outlen) {
+    struct stat st;
+    if (stat(path, &st) != 0) fail("%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        fail("%s: not a directory (expected a checkpoint step directory or a checkpoint root)", path);
+    char probe[PATH_MAX + 32];
+    snprintf(probe, sizeof(probe), "%s/manifest.json", path);
+    if (is_file(probe)) { snprintf(out, outlen, "%s", path); return; }
+    if (ckpt_find_latest(path, out, outlen)) return;
+    char base[PATH_MAX];
+    snprintf(base, sizeof(base), "%s", path);
+    if (!strncmp(basename(base), "step_", 5))
+        fail("%s: not a committed checkpoint (no manifest.json: an unfinished or interrupted save)", path);
+    snprintf(probe, sizeof(probe), "%s/ckpt", path);
+    if (is_dir(probe) && ckpt_find_latest(probe, out, outlen)) return;
+    fail("%s: no complete checkpoint (no manifest.json here, and no step_N directory with one%s)", path,
+         is_dir(probe) ? " here or in ckpt/" : "");
+}
+
+static void open_ckpt(const char* path, Ckpt* c) {
+    char dir[PATH_MAX], err[ERRLEN];
+    resolve_ckpt_dir(path, dir, sizeof(dir));
+    memset(c, 0, sizeof(*c));
+    if (ckpt_open(c, dir, err, sizeof(err)) != 0) fail("%s", err);
+}
+
+static int json_int(const cJSON* obj, const char* key, long* out) {
+    const cJSON* it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(it)) return 1;
+    *out = (long)it->valuedouble;
+    return 0;
+}
+
+// The model config stored in the manifest's state. Returns 0, or 1 with a message.
+static int state_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t errlen) {
+    const cJSON* conf = c->state ? cJSON_GetObjectItemCaseSensitive(c->state, "config") : NULL;
+    if (!cJSON_IsObject(conf)) {
+        snprintf(err, errlen, "%s/manifest.json: no model config (state.config)", c->dir);
+        return 1;
+    }
+    static const char* keys[6] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
+    int* dst[6] = {&cfg->max_seq_len, &cfg->vocab_size, &cfg->padded_vocab_size, &cfg->num_layers,
+                   &cfg->num_heads, &cfg->channels};
+    for (int i = 0; i < 6; i++) {
+        long v;
+        if (json_int(conf, keys[i], &v) || v < 0 || v > INT_MAX) {
+            snprintf(err, errlen, "%s/manifest.json: state.config.%s missing or not a valid integer", c->dir, keys[i]);
+            return 1;
+        }
+        *dst[i] = (int)v;
+    }
+    const char* bad = check_config(cfg);
+    if (bad) {
+        snprintf(err, errlen, "%s/manifest.json: inconsistent model config (%s)", c->dir, bad);
+        return 1;
+    }
+    return 0;
+}
+
+// Every GPT-2 tensor of the config must be in the manifest with its shape.
+static int check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen) {
+    for (int k = 0; k < NUM_KINDS; k++) {
+        for (int l = 0; l < kind_layers(cfg, k); l++) {
+            char name[CKPT_NAME_LEN];
+            tensor_name(k, l, name, sizeof(name));
+            size_t rows, cols;
+            kind_shape(cfg, k, &rows, &cols);
+            const CkptTensor* t = ckpt_tensor(c, name);
+            if (!t) {
+                snprintf(err, errlen, "%s/manifest.json: tensor %s is missing", c->dir, name);
+                return 1;
+            }
+            if (t->rows * t->cols != rows * cols) {
+                snprintf(err, errlen, "%s/manifest.json: tensor %s is [%" PRIu64 ", %" PRIu64 "], the config needs [%zu, %zu]",
+                         c->dir, name, t->rows, t->cols, rows, cols);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void open_model_ckpt(const char* path, Ckpt* c, GPT2Config* cfg) {
+    char err[ERRLEN];
+    open_ckpt(path, c);
+    if (state_config(c, cfg, err, sizeof(err)) || check_tensors(c, cfg, err, sizeof(err))) {
+        ckpt_close(c);
+        fail("%s", err);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// info
+
+static void print_bytes(const char* label, uint64_t n) {
+    double v = (double)n;
+    const char* unit = "B";
+    if (v >= 1024.0 * 1024 * 1024) { v /= 1024.0 * 1024 * 1024; unit = "GiB"; }
+    else if (v >= 1024.0 * 1024) { v /= 1024.0 * 1024; unit = "MiB"; }
+    else if (v >= 1024.0) { v /= 1024.0; unit = "KiB"; }
+    printf("%-16s %" PRIu64 " bytes (%.2f %s)\n", label, n, v, unit);
+}
+
+static void print_state_number(const cJSON* state, const char* key, const char* label) {
+    const cJSON* it = state ? cJSON_GetObjectItemCaseSensitive(state, key) : NULL;
+    if (cJSON_IsNumber(it)) printf("%-16s %.0f\n", label, it->valuedouble);
+    else if (cJSON_IsString(it)) printf("%-16s %s\n", label, it->valuestring);
+}
+
+static int cmd_info(int argc, char** argv) {
+    const char* pos[1];
+    if (parse_args("info", argc, argv, 2, NULL, 0, pos, 1) != 1) fail("info: expected PATH (see ckpt --help)");
+    Ckpt c;
+    open_ckpt(pos[0], &c);
+    printf("%-16s %s\n", "checkpoint", c.dir);
+    printf("%-16s %d\n", "format version", c.format_version);
+    printf("%-16s %ld\n", "step", c.step);
+    print_state_number(c.state, "tokens", "tokens");
+    printf("%-16s %d\n", "world at save", c.world);
+    GPT2Config cfg;
+    char err[ERRLEN];
+    if (state_config(&c, &cfg, err, sizeof(err)) == 0) {
+        printf("%-16s ", "model");
+        print_config(&cfg);
+        printf("\n");
+    } else {
+        printf("%-16s (%s)\n", "model", err);
+    }
+    uint64_t n_params = 0;
+    for (int i = 0; i < c.n_tensors; i++) n_params += c.tensors[i].rows * c.tensors[i].cols;
+    const CkptTensor* wte = ckpt_tensor(&c, "wte");
+    if (wte && state_config(&c, &cfg, err, sizeof(err)) == 0 && cfg.padded_vocab_size > cfg.vocab_size)
+        printf("%-16s %" PRIu64 " (%.2fM; %" PRIu64 " without the %d padded vocabulary rows)\n", "parameters", n_params,
+               n_params / 1e6, n_params - (uint64_t)(cfg.padded_vocab_size - cfg.vocab_size) * wte->cols,
+               cfg.padded_vocab_size - cfg.vocab_size);
+    else
+        printf("%-16s %" PRIu64 " (%.2fM)\n", "parameters", n_params, n_params / 1e6);
+    printf("%-16s %d\n", "tensors", c.n_tensors);
+    print_state_number(c.state, "seq_len", "seq len");
+    print_state_number(c.state, "total_batch_tokens", "batch tokens");
+    const cJSON* loader = c.state ? cJSON_GetObjectItemCaseSensitive(c.state, "loader") : NULL;
+    if (cJSON_IsObject(loader)) {
+        print_state_number(loader, "windows_consumed", "loader windows");
+        print_state_number(loader, "seed", "loader seed");
+        print_state_number(loader, "shuffle", "loader shuffle");
+    }
+
+    uint64_t stored[CKPT_KINDS] = {0}, raw[CKPT_KINDS] = {0};
+    int per_codec[2] = {0, 0}, per_kind_chunks[CKPT_KINDS] = {0};
+    for (int i = 0; i < c.n_chunks; i++) {
+        const CkptChunk* ch = &c.chunks[i];
+        int k = ch->kind >= 0 && ch->kind < CKPT_KINDS ? ch->kind : 0;
+        stored[k] += ch->bytes;
+        raw[k] += (ch->hi - ch->lo) * sizeof(float);
+        per_kind_chunks[k]++;
+        per_codec[ch->codec == CKPT_CODEC_ZSTD ? 1 : 0]++;
+    }
+    uint64_t st_total = 0, raw_total = 0, st_lib = 0, raw_lib = 0;
+    for (int k = 0; k < CKPT_KINDS; k++) { st_total += stored[k]; raw_total += raw[k]; }
+    ckpt_sizes(&c, &st_lib, &raw_lib);
+    printf("%-16s %d\n", "chunks", c.n_chunks);
+    if (per_codec[1] == 0) printf("%-16s raw\n", "codec");
+    else if (per_codec[0] == 0) printf("%-16s zstd\n", "codec");
+    else printf("%-16s mixed: %d raw, %d zstd chunks\n", "codec", per_codec[0], per_codec[1]);
+    print_bytes("stored", st_lib ? st_lib : st_total);
+    print_bytes("raw", raw_lib ? raw_lib : raw_total);
+    if (st_lib) printf("%-16s %.3fx (raw / stored)\n", "compression", (double)raw_lib / (double)st_lib);
+    for (int k = 0; k < CKPT_KINDS; k++) {
+        printf("kind %-11s %d chunks, stored %" PRIu64 " bytes, raw %" PRIu64 " bytes (%.3fx)\n", CKPT_KIND_NAMES[k],
+               per_kind_chunks[k], stored[k], raw[k], stored[k] ? (double)raw[k] / (double)stored[k] : 0.0);
+    }
+    ckpt_close(&c);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// verify
+
+static int cmd_verify(int argc, char** argv) {
+    const char* pos[1];
+    if (parse_args("verify", argc, argv, 2, NULL, 0, pos, 1) != 1) fail("verify: expected PATH (see ckpt --help)");
+    Ckpt c;
+    open_ckpt(pos[0], &c);
+    char err[ERRLEN];
+    int rc = ckpt_verify(&c, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "ckpt: verify failed: %s\n", err);
+        ckpt_close(&c);
+        return 1;
+    }
+    uint64_t stored = 0, raw = 0;
+    ckpt_sizes(&c, &stored, &raw);
+    printf("ok: %s: %d chunks in %d rank files, %" PRIu64 " bytes, checksums match\n", c.dir, c.n_chunks, c.world, stored);
+    ckpt_close(&c);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// export
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                             // round to nearest even
+    return (uint16_t)(u >> 16);
+}
+
+static void export_llmc(Ckpt* c, const GPT2Config* cfg, const char* out, int bf16) {
+    size_t sizes[NUM_KINDS], max_n = 0;
+    kind_sizes(cfg, sizes);
+    for (int k = 0; k < NUM_KINDS; k++) if (sizes[k] > max_n) max_n = sizes[k];
+    float* buf = (float*)xmalloc(max_n * sizeof(float));
+    uint16_t* half = bf16 ? (uint16_t*)xmalloc(max_n * sizeof(uint16_t)) : NULL;
+    AtomicFile f;
+    atomic_open(&f, out);
+    int32_t h[256] = {0};
+    h[0] = MODEL_FILE_MAGIC; h[1] = bf16 ? 5 : 3; h[2] = cfg->max_seq_len; h[3] = cfg->vocab_size;
+    h[4] = cfg->num_layers; h[5] = cfg->num_heads; h[6] = cfg->channels; h[7] = cfg->padded_vocab_size;
+    atomic_write(&f, h, sizeof(h));
+    size_t at = 0;  // elements written
+    for (int k = 0; k < NUM_KINDS; k++) {
+        for (int l = 0; l < kind_layers(cfg, k); l++) {
+            char name[CKPT_NAME_LEN];
+            tensor_name(k, l, name, sizeof(name));
+            if (at != llmc_offset(cfg, k, l)) { atomic_abort(&f); fail("internal error: %s at %zu, llm.c order says %zu", name, at, llmc_offset(cfg, k, l)); }
+            size_t n = sizes[k];
+            char err[ERRLEN];
+            if (ckpt_read(c, name, CKPT_PARAM, 0, n, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
+            if (bf16) {
+                for (size_t i = 0; i < n; i++) half[i] = float_to_bf16(buf[i]);
+                atomic_write(&f, half, n * sizeof(uint16_t));
+            } else {
+                atomic_write(&f, buf, n * sizeof(float));
+            }
+            at += n;
+        }
+    }
+    atomic_commit(&f);
+    free(buf);
+    free(half);
+    printf("wrote %s: llm.c model file version %d (%s), ", out, bf16 ? 5 : 3, bf16 ? "bf16" : "fp32");
+    print_config(cfg);
+    printf(", %zu parameters, step %ld\n", at, c->step);
+}
+
+typedef struct {
+    char name[64];      // HF name
+    int kind, layer;    // source tensor
+    int ndim;
+    uint64_t shape[2];
+    uint64_t numel;
+} StEntry;
+
+// The HF GPT2Model tensors of a config in module order: wte, wpe, h.0.*, h.1.*, ..., ln_f
+// (wte.weight has only the V real rows).
+static StEntry* safetensors_entries(const GPT2Config* cfg, int* n_out) {
+    int n = 4 + BLOCK_TENSORS * cfg->num_layers;
+    StEntry* e = (StEntry*)xcalloc((size_t)n, sizeof(StEntry));
+    for (int i = 0; i < n; i++) {
+        StEntry* s = &e[i];
+        int k, l = 0;
+        if (i < 2) k = i == 0 ? K_WTE : K_WPE;
+        else if (i >= n - 2) k = i == n - 2 ? K_LNFW : K_LNFB;
+        else { k = K_LN1W + (i - 2) % BLOCK_TENSORS; l = (i - 2) / BLOCK_TENSORS; }
+        s->kind = k;
+        s->layer = l;
+        if (k == K_WTE || k == K_WPE) {
+            snprintf(s->name, sizeof(s->name), "%s.weight", k == K_WTE ? "wte" : "wpe");
+        } else {
+            tensor_name(k, l, s->name, sizeof(s->name));
+        }
+        size_t rows, cols;
+        kind_shape(cfg, k, &rows, &cols);
+        if (k == K_WTE) rows = (size_t)cfg->vocab_size;
+        if (rows == 1) { s->ndim = 1; s->shape[0] = cols; }
+        else if (is_conv1d(k)) { s->ndim = 2; s->shape[0] = cols; s->shape[1] = rows; }  // [in, out]
+        else { s->ndim = 2; s->shape[0] = rows; s->shape[1] = cols; }
+        s->numel = (uint64_t)rows * cols;
+    }
+    *n_out = n;
+    return e;
+}
+
+static void add_metadata_int(cJSON* meta, const char* key, long v) {
+    char s[32];
+    snprintf(s, sizeof(s), "%ld", v);
+    cJSON_AddStringToObject(meta, key, s);
+}
+
+static void export_safetensors(Ckpt* c, const GPT2Config* cfg, const char* out) {
+    int n;
+    StEntry* e = safetensors_entries(cfg, &n);
+    cJSON* header = cJSON_CreateObject();
+    cJSON* meta = cJSON_AddObjectToObject(header, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    add_metadata_int(meta, "n_layer", cfg->num_layers);
+    add_metadata_int(meta, "n_head", cfg->num_heads);
+    add_metadata_int(meta, "n_embd", cfg->channels);
+    add_metadata_int(meta, "n_positions", cfg->max_seq_len);
+    add_metadata_int(meta, "vocab_size", cfg->vocab_size);
+    add_metadata_int(meta, "padded_vocab_size", cfg->padded_vocab_size);
+    uint64_t off = 0, max_n = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON* t = cJSON_AddObjectToObject(header, e[i].name);
+        cJSON_AddStringToObject(t, "dtype", "F32");
+        cJSON* shape = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < e[i].ndim; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)e[i].shape[d]));
+        cJSON* offs = cJSON_AddArrayToObject(t, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        off += e[i].numel * sizeof(float);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        if (e[i].numel > max_n) max_n = e[i].numel;
+    }
+    char* json = cJSON_PrintUnformatted(header);
+    cJSON_Delete(header);
+    if (!json) fail("out of memory building the safetensors header");
+    size_t jlen = strlen(json), padded = (jlen + 7) / 8 * 8;
+    char* hbuf = (char*)xmalloc(padded);
+    memcpy(hbuf, json, jlen);
+    memset(hbuf + jlen, ' ', padded - jlen);
+    free(json);
+
+    AtomicFile f;
+    atomic_open(&f, out);
+    uint64_t hlen = padded;
+    unsigned char le[8];
+    for (int b = 0; b < 8; b++) le[b] = (unsigned char)(hlen >> (8 * b));
+    atomic_write(&f, le, 8);
+    atomic_write(&f, hbuf, padded);
+    free(hbuf);
+    float* buf = (float*)xmalloc(max_n * sizeof(float));
+    float* tr = (float*)xmalloc(max_n * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        char name[CKPT_NAME_LEN], err[ERRLEN];
+        tensor_name(e[i].kind, e[i].layer, name, sizeof(name));
+        if (ckpt_read(c, name, CKPT_PARAM, 0, e[i].numel, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
+        const float* src = buf;
+        if (is_conv1d(e[i].kind)) {
+            size_t rows, cols;  // ours: [out = rows, in = cols]; HF: [in, out]
+            kind_shape(cfg, e[i].kind, &rows, &cols);
+            for (size_t r = 0; r < rows; r++)
+                for (size_t k = 0; k < cols; k++) tr[k * rows + r] = buf[r * cols + k];
+            src = tr;
+        }
+        atomic_write(&f, src, e[i].numel * sizeof(float));
+    }
+    atomic_commit(&f);
+    free(buf);
+    free(tr);
+    free(e);
+    printf("wrote %s: safetensors (Hugging Face GPT2Model names, F32), ", out);
+    print_config(cfg);
+    printf(", %d tensors, step %ld\n", n, c->step);
+}
+
+static int cmd_export(int argc, char** argv) {
+    const char *llmc = NULL, *st = NULL, *dtype = NULL;
+    Flag flags[] = {{"--llmc", &llmc}, {"--safetensors", &st}, {"--dtype", &dtype}};
+    const char* pos[1];
+    if (parse_args("export", argc, argv, 2, flags, 3, pos, 1) != 1) fail("export: expected PATH (see ckpt --help)");
+    if (!llmc && !st) fail("export: give --llmc OUT.bin or --safetensors OUT.safetensors");
+    if (llmc && st) fail("export: give one of --llmc and --safetensors, not both");
+    int bf16 = 0;
+    if (dtype) {
+        if (!strcmp(dtype, "bf16")) bf16 = 1;
+        else if (strcmp(dtype, "fp32") != 0) fail("export: --dtype: expected fp32 or bf16, got '%s'", dtype);
+        if (st && bf16) fail("export: --dtype bf16 applies to --llmc only (safetensors are written in F32)");
+    }
+    const char* out = llmc ? llmc : st;
+    if (!*out) fail("export: empty output path");
+    Ckpt c;
+    GPT2Config cfg;
+    open_model_ckpt(pos[0], &c, &cfg);
+    if (llmc) export_llmc(&c, &cfg, out, bf16);
+    else export_safetensors(&c, &cfg, out);
+    ckpt_close(&c);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// import
+
+// The whole model in llm.c's layout (the order of llmc_offset), fp32.
+typedef struct {
+    GPT2Config cfg;
+    float* params;
+    size_t n;
+} Weights;
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
+    else if (exp != 0) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (man == 0) u = sign;
+    else {  // subnormal
+        int e = -1;
+        do { e++; man <<= 1; } while (!(man & 0x400));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void load_llmc(const char* path, Weights* w, int heads) {
+    char err[ERRLEN];
+    int version;
+    if (read_model_header(path, &w->cfg, &version, err, sizeof(err)) != 0) fail("%s", err);
+    if (heads && heads != w->cfg.num_heads)
+        fail("%s: --heads %d disagrees with the model file's %d heads (--heads is for safetensors input)", path, heads,
+             w->cfg.num_heads);
+    const char* bad = check_config(&w->cfg);
+    if (bad) fail("%s: inconsistent config (%s)", path, bad);
+    w->n = total_params(&w->cfg);
+    w->params = (float*)xmalloc(w->n * sizeof(float));
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
+    if (version == 3) {
+        if (read_at(fd, w->params, w->n * sizeof(float), HEADER_BYTES) != 0) fail("%s: read failed: %s", path, strerror(errno));
+    } else {
+        size_t block = 1 << 20;
+        uint16_t* tmp = (uint16_t*)xmalloc(block * sizeof(uint16_t));
+        for (size_t i = 0; i < w->n; i += block) {
+            size_t m = w->n - i < block ? w->n - i : block;
+            if (read_at(fd, tmp, m * sizeof(uint16_t), (off_t)(HEADER_BYTES + i * sizeof(uint16_t))) != 0)
+                fail("%s: read failed: %s", path, strerror(errno));
+            for (size_t j = 0; j < m; j++) w->params[i + j] = bf16_to_float(tmp[j]);
+        }
+        free(tmp);
+    }
+    close(fd);
+    printf("read %s: llm.c model file version %d (%s), ", path, version, version == 3 ? "fp32" : "bf16");
+    print_config(&w->cfg);
+    printf("\n");
+}
+
+typedef struct {
+    const cJSON* item;
+    int dtype;          // 0 F32, 1 BF16, 2 F16
+    uint64_t shape[2];
+    int ndim;
+    uint64_t begin, end;
+} StTensor;
+
+// Looks a tensor up by its GPT2Model name, also under GPT2LMHeadModel's "transformer." prefix.
+static const cJSON* st_find(const cJSON* header, const char* name) {
+    const cJSON* it = cJSON_GetObjectItemCaseSensitive(header, name);
+    if (it) return it;
+    char full[96];
+    snprintf(full, sizeof(full), "transformer.%s", name);
+    return cJSON_GetObjectItemCaseSensitive(header, full);
+}
+
+static void st_parse(const char* path, const cJSON* it, const char* name, uint64_t data_len, StTensor* t) {
+    if (!cJSON_IsObject(it)) fail("%s: tensor %s: not an object in the header", path, name);
+    const cJSON* dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+    const cJSON* sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
+    const cJSON* of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
+        fail("%s: tensor %s: header entry lacks dtype, shape or data_offsets", path, name);
+    size_t esize;
+    if (!strcmp(dt->valuestring, "F32")) { t->dtype = 0; esize = 4; }
+    else if (!strcmp(dt->valuestring, "BF16")) { t->dtype = 1; esize = 2; }
+    else if (!strcmp(dt->valuestring, "F16")) { t->dtype = 2; esize = 2; }
+    else fail("%s: tensor %s: unsupported dtype %s (expected F32, BF16 or F16)", path, name, dt->valuestring);
+    t->ndim = cJSON_GetArraySize(sh);
+    if (t->ndim < 1 || t->ndim > 2) fail("%s: tensor %s: %d dimensions (expected 1 or 2)", path, name, t->ndim);
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        const cJSON* v = cJSON_GetArrayItem(sh, d);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e12)
+            fail("%s: tensor %s: bad shape", path, name);
+        t->shape[d] = (uint64_t)v->valuedouble;
+        numel *= t->shape[d];
+    }
+    const cJSON* b = cJSON_GetArrayItem(of, 0);
+    const cJSON* e = cJSON_GetArrayItem(of, 1);
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 || e->valuedouble < b->valuedouble)
+        fail("%s: tensor %s: bad data_offsets", path, name);
+    t->begin = (uint64_t)b->valuedouble;
+    t->end = (uint64_t)e->valuedouble;
+    if (t->end > data_len)
+        fail("%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64 " bytes; truncated file?)",
+             path, name, t->begin, t->end, data_len);
+    if (t->end - t->begin != numel * esize)
+        fail("%s: tensor %s: %" PRIu64 " bytes of data for %" PRIu64 " elements of %s", path, name, t->end - t->begin, numel,
+             dt->valuestring);
+    t->item = it;
+}
+
+static void st_expect_shape(const char* path, const char* name, const StTensor* t, int ndim, uint64_t d0, uint64_t d1) {
+    int ok = t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1);
+    if (ok) return;
+    char want[64], got[64];
+    if (ndim == 1) snprintf(want, sizeof(want), "[%" PRIu64 "]", d0);
+    else snprintf(want, sizeof(want), "[%" PRIu64 ", %" PRIu64 "]", d0, d1);
+    if (t->ndim == 1) snprintf(got, sizeof(got), "[%" PRIu64 "]", t->shape[0]);
+    else snprintf(got, sizeof(got), "[%" PRIu64 ", %" PRIu64 "]", t->shape[0], t->shape[1]);
+    fail("%s: tensor %s has shape %s, expected %s", path, name, got, want);
+}
+
+static void st_read(const char* path, int fd, uint64_t data_start, const StTensor* t, float* dst) {
+    uint64_t n = t->dtype == 0 ? (t->end - t->begin) / 4 : (t->end - t->begin) / 2;
+    if (t->dtype == 0) {
+        if (read_at(fd, dst, n * 4, (off_t)(data_start + t->begin)) != 0) fail("%s: read failed: %s", path, strerror(errno));
+        return;
+    }
+    uint16_t* tmp = (uint16_t*)xmalloc(n * 2);
+    if (read_at(fd, tmp, n * 2, (off_t)(data_start + t->begin)) != 0) fail("%s: read failed: %s", path, strerror(errno));
+    for (uint64_t i = 0; i < n; i++) dst[i] = t->dtype == 1 ? bf16_to_float(tmp[i]) : half_to_float(tmp[i]);
+    free(tmp);
+}
+
+// Is `key` a name we know but do not need (HF buffers, the tied LM head)?
+static int st_ignorable(const char* key) {
+    const char* k = strncmp(key, "transformer.", 12) == 0 ? key + 12 : key;
+    if (!strcmp(k, "lm_head.weight") || !strcmp(key, "lm_head.weight")) return 1;
+    size_t n = strlen(k);
+    const char* suf[2] = {".attn.bias", ".attn.masked_bias"};
+    for (int i = 0; i < 2; i++) {
+        size_t m = strlen(suf[i]);
+        if (n > m && !strcmp(k + n - m, suf[i]) && !strncmp(k, "h.", 2)) return 1;
+    }
+    return 0;
+}
+
+static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen, Weights* w, int heads) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
+    char* json = (char*)xmalloc(hlen + 1);
+    if (read_at(fd, json, hlen, 8) != 0) fail("%s: read failed: %s", path, strerror(errno));
+    json[hlen] = '\0';
+    cJSON* header = cJSON_Parse(json);
+    free(json);
+    if (!cJSON_IsObject(header)) fail("%s: safetensors header is not a JSON object", path);
+    uint64_t data_start = 8 + hlen, data_len = file_size - data_start;
+
+    // Shape of the model from the tensors.
+    StTensor wte, wpe;
+    const cJSON* it = st_find(header, "wte.weight");
+    if (!it) fail("%s: no tensor wte.weight (not a GPT-2 safetensors file?)", path);
+    st_parse(path, it, "wte.weight", data_len, &wte);
+    it = st_find(header, "wpe.weight");
+    if (!it) fail("%s: no tensor wpe.weight", path);
+    st_parse(path, it, "wpe.weight", data_len, &wpe);
+    if (wte.ndim != 2 || wpe.ndim != 2) fail("%s: wte.weight and wpe.weight must be 2-D", path);
+    if (wpe.shape[1] != wte.shape[1])
+        fail("%s: tensor wpe.weight has %" PRIu64 " columns, wte.weight %" PRIu64, path, wpe.shape[1], wte.shape[1]);
+    int max_layer = -1;
+    for (const cJSON* e = header->child; e; e = e->next) {
+        const char* k = e->string;
+        if (!strcmp(k, "__metadata__")) continue;
+        if (!strncmp(k, "transformer.", 12)) k += 12;
+        if (!strncmp(k, "h.", 2) && isdigit((unsigned char)k[2])) {
+            char* end;
+            long l = strtol(k + 2, &end, 10);
+            if (*end == '.' && l >= 0 && l < 100000 && l > max_layer) max_layer = (int)l;
+        }
+    }
+    if (max_layer < 0) fail("%s: no transformer blocks (h.N.*) found", path);
+    GPT2Config* c = &w->cfg;
+    c->channels = (int)wte.shape[1];
+    c->vocab_size = (int)wte.shape[0];
+    c->padded_vocab_size = pad_vocab(c->vocab_size);
+    c->max_seq_len = (int)wpe.shape[0];
+    c->num_layers = max_layer + 1;
+    const cJSON* meta = cJSON_GetObjectItemCaseSensitive(header, "__metadata__");
+    const cJSON* nh = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, "n_head") : NULL;
+    const char* heads_from = "--heads";
+    if (heads) c->num_heads = heads;
+    else if (cJSON_IsString(nh) && atoi(nh->valuestring) > 0) { c->num_heads = atoi(nh->valuestring); heads_from = "metadata n_head"; }
+    else { c->num_heads = c->channels / 64 > 0 ? c->channels / 64 : 1; heads_from = "channels / 64"; }
+    if (c->channels % c->num_heads != 0)
+        fail("%s: channels %d is not a multiple of %d heads (from %s); give --heads N", path, c->channels, c->num_heads, heads_from);
+    const char* bad = check_config(c);
+    if (bad) fail("%s: inconsistent model (%s)", path, bad);
+
+    // Every key must be one we use or know to skip.
+    int n_used = 0;
+    for (const cJSON* e = header->child; e; e = e->next) {
+        if (!strcmp(e->string, "__metadata__") || st_ignorable(e->string)) continue;
+        n_used++;
+    }
+    int expected = 0;
+    for (int k = 0; k < NUM_KINDS; k++) expected += kind_layers(c, k);
+
+    w->n = total_params(c);
+    w->params = (float*)xcalloc(w->n, sizeof(float));  // padded wte rows stay zero
+    size_t C = (size_t)c->channels;
+    float* tmp = (float*)xmalloc(4 * C * C * sizeof(float));  // the largest Conv1D weight, for transposing
+    for (int k = 0; k < NUM_KINDS; k++) {
+        for (int l = 0; l < kind_layers(c, k); l++) {
+            char name[96];
+            if (k == K_WTE || k == K_WPE) snprintf(name, sizeof(name), "%s.weight", k == K_WTE ? "wte" : "wpe");
+            else tensor_name(k, l, name, sizeof(name));
+            it = st_find(header, name);
+            if (!it) fail("%s: tensor %s is missing (model with %d layers)", path, name, c->num_layers);
+            StTensor t;
+            st_parse(path, it, name, data_len, &t);
+            size_t rows, cols;
+            kind_shape(c, k, &rows, &cols);
+            if (k == K_WTE) rows = (size_t)c->vocab_size;
+            float* dst = w->params + llmc_offset(c, k, l);
+            if (rows == 1) st_expect_shape(path, name, &t, 1, cols, 0);
+            else if (is_conv1d(k)) st_expect_shape(path, name, &t, 2, cols, rows);
+            else st_expect_shape(path, name, &t, 2, rows, cols);
+            if (is_conv1d(k)) {
+                st_read(path, fd, data_start, &t, tmp);   // [in = cols, out = rows]
+                for (size_t i = 0; i < cols; i++)
+                    for (size_t o = 0; o < rows; o++) dst[o * cols + i] = tmp[i * rows + o];
+            } else {
+                st_read(path, fd, data_start, &t, dst);
+            }
+        }
+    }
+    if (n_used != expected) {
+        for (const cJSON* e = header->child; e; e = e->next) {
+            if (!strcmp(e->string, "__metadata__") || st_ignorable(e->string)) continue;
+            const char* k = strncmp(e->string, "transformer.", 12) == 0 ? e->string + 12 : e->string;
+            int known = !strcmp(k, "wte.weight") || !strcmp(k, "wpe.weight") || !strcmp(k, "ln_f.weight") || !strcmp(k, "ln_f.bias");
+            for (int j = 0; j < BLOCK_TENSORS && !known; j++) {
+                const char* dot = strchr(k + 2, '.');
+                if (!strncmp(k, "h.", 2) && dot && !strcmp(dot + 1, BLOCK_TENSOR_NAMES[j])) known = 1;
+            }
+            if (!known) fail("%s: unexpected tensor %s (not a GPT-2 tensor)", path, e->string);
+        }
+        fail("%s: %d GPT-2 tensors, expected %d (duplicates under two prefixes?)", path, n_used, expected);
+    }
+    free(tmp);
+    close(fd);
+    cJSON_Delete(header);
+    printf("read %s: safetensors, ", path);
+    print_config(c);
+    printf(" (heads from %s)\n", heads_from);
+}
+
+// Reads SRC, an llm.c model file or a GPT-2 safetensors file, recognised by its content.
+static void load_source(const char* path, Weights* w, int heads) {
+    struct stat st;
+    if (stat(path, &st) != 0) fail("%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", path);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
+    unsigned char head[9] = {0};
+    ssize_t got = pread(fd, head, 9, 0);
+    close(fd);
+    if (got < 8) fail("%s: %ld bytes: too short for an llm.c model file or a safetensors file", path, (long)st.st_size);
+    int32_t magic;
+    memcpy(&magic, head, 4);
+    if (magic == MODEL_FILE_MAGIC) { load_llmc(path, w, heads); return; }
+    uint64_t hlen = 0;
+    for (int b = 0; b < 8; b++) hlen |= (uint64_t)head[b] << (8 * b);
+    if (got == 9 && head[8] == '{' && hlen >= 2 && hlen <= SAFETENSORS_MAX_HEADER && 8 + hlen <= (uint64_t)st.st_size) {
+        load_safetensors(path, (uint64_t)st.st_size, hlen, w, heads);
+        return;
+    }
+    fail("%s: not an llm.c model file (magic %d, expected %d) nor a safetensors file", path, magic, MODEL_FILE_MAGIC);
+}
+
+static int cmd_import(int argc, char** argv) {
+    const char *world_s = NULL, *step_s = NULL, *compress = NULL, *heads_s = NULL, *seq_s = NULL, *seed_s = NULL,
+               *shuffle_s = NULL;
+    Flag flags[] = {{"--world", &world_s}, {"--step", &step_s}, {"--compress", &compress}, {"--heads", &heads_s},
+                    {"--seq-len", &seq_s}, {"--seed", &seed_s}, {"--shuffle", &shuffle_s}};
+    const char* pos[2];
+    if (parse_args("import", argc, argv, 2, flags, 7, pos, 2) != 2) fail("import: expected SRC OUT_ROOT (see ckpt --help)");
+    if (!world_s) fail("import: --world W is required (the number of ranks the checkpoint is for)");
+    int world = (int)parse_long_arg("--world", world_s, 1, 1 << 20);
+    long step = step_s ? parse_long_arg("--step", step_s, 0, LONG_MAX / 2) : 0;
+    int heads = heads_s ? (int)parse_long_arg("--heads", heads_s, 1, 1 << 16) : 0;
+    int seq_len = seq_s ? (int)parse_long_arg("--seq-len", seq_s, 1, 1 << 20) : 0;
+    long seed = seed_s ? parse_long_arg("--seed", seed_s, 0, LONG_MAX) : 1337;
+    int shuffle = shuffle_s ? (int)parse_long_arg("--shuffle", shuffle_s, 0, 1) : 0;
+    CkptOptions opt;
+    memset(&opt, 0, sizeof(opt));
+    opt.codec = CKPT_CODEC_RAW;
+    opt.zstd_level = 3;
+    opt.keep = INT_MAX;  // never delete what is already in OUT_ROOT
+    if (compress && strcmp(compress, "none") != 0) {
+        if (strncmp(compress, "zstd", 4) != 0 || (compress[4] != '\0' && compress[4] != ':'))
+            fail("--compress: expected none, zstd or zstd:LEVEL, got '%s'", compress);
+        opt.codec = CKPT_CODEC_ZSTD;
+        if (compress[4] == ':') opt.zstd_level = (int)parse_long_arg("--compress zstd:LEVEL", compress + 5, 1, 19);
+    }
+    const char* src = pos[0];
+    const char* root = pos[1];
+    if (!*root) fail("import: empty OUT_ROOT");
+    if (!strcmp(src, root)) fail("import: SRC and OUT_ROOT are the same path");
+    char step_dir[PATH_MAX + 32];
+    snprintf(step_dir, sizeof(step_dir), "%s/step_%08ld", root, step);
+    struct stat st;
+    if (stat(step_dir, &st) == 0) fail("%s: already exists (choose another OUT_ROOT or --step)", step_dir);
+    if (stat(root, &st) == 0 && !S_ISDIR(st.st_mode)) fail("%s: exists and is not a directory", root);
+
+    Weights w;
+    memset(&w, 0, sizeof(w));
+    load_source(src, &w, heads);
+    const GPT2Config* cfg = &w.cfg;
+
+    // Tensor table, in our unit order.
+    ModelLayout m;
+    build_layout(&m, cfg, 1, world);
+    int n_tensors = 0;
+    for (int u = 0; u < m.n_units; u++) n_tensors += m.units[u].n_tensors;
+    CkptTensor* tensors = (CkptTensor*)xcalloc((size_t)n_tensors, sizeof(CkptTensor));
+    size_t max_numel = 0;
+    int ti = 0;
+    for (int u = 0; u < m.n_units; u++) {
+        for (int i = 0; i < m.units[u].n_tensors; i++, ti++) {
+            const FlatTensor* t = &m.units[u].tensors[i];
+            snprintf(tensors[ti].name, sizeof(tensors[ti].name), "%s", t->name);
+            tensors[ti].rows = t->rows;
+            tensors[ti].cols = t->cols;
+            if (t->numel > max_numel) max_numel = t->numel;
+        }
+    }
+    float* zeros = (float*)xcalloc(max_numel, sizeof(float));
+
+    // Rank r owns [r*shard, (r+1)*shard) of every unit; what meets each tensor is a piece,
+    // saved as parameter, m (zero) and v (zero).
+    CkptPiece** pieces = (CkptPiece**)xcalloc((size_t)world, sizeof(CkptPiece*));
+    int* n_pieces = (int*)xcalloc((size_t)world, sizeof(int));
+    for (int r = 0; r < world; r++) {
+        pieces[r] = (CkptPiece*)xcalloc((size_t)n_tensors * CKPT_KINDS, sizeof(CkptPiece));
+        for (int u = 0; u < m.n_units; u++) {
+            const FlatUnit* unit = &m.units[u];
+            size_t begin = (size_t)r * unit->shard, end = begin + unit->shard;
+            for (int i = 0; i < unit->n_tensors; i++) {
+                const FlatTensor* t = &unit->tensors[i];
+                size_t lo, hi;
+                if (!flat_tensor_slice(t, begin, end, &lo, &hi)) continue;
+                int kind, layer;
+                tensor_kind(&m, u, i, &kind, &layer);
+                const float* data = w.params + llmc_offset(cfg, kind, layer);
+                for (int k = 0; k < CKPT_KINDS; k++) {
+                    CkptPiece* p = &pieces[r][n_pieces[r]++];
+                    p->tensor = t->name;
+                    p->kind = k;
+                    p->lo = lo;
+                    p->hi = hi;
+                    p->data = k == CKPT_PARAM ? data + lo : zeros;
+                }
+            }
+        }
+    }
+
+    // The state train_gpt --resume reads: a fresh run at `step` with these weights, no data
+    // consumed; the loader seed and shuffle default to train_gpt's (--seed 1337, --shuffle 0).
+    if (seq_len > cfg->max_seq_len) fail("--seq-len %d exceeds the model's %d positions", seq_len, cfg->max_seq_len);
+    cJSON* state = cJSON_CreateObject();
+    cJSON* conf = cJSON_AddObjectToObject(state, "config");
+    cJSON_AddNumberToObject(conf, "max_seq_len", cfg->max_seq_len);
+    cJSON_AddNumberToObject(conf, "vocab_size", cfg->vocab_size);
+    cJSON_AddNumberToObject(conf, "padded_vocab_size", cfg->padded_vocab_size);
+    cJSON_AddNumberToObject(conf, "num_layers", cfg->num_layers);
+    cJSON_AddNumberToObject(conf, "num_heads", cfg->num_heads);
+    cJSON_AddNumberToObject(conf, "channels", cfg->channels);
+    cJSON_AddNumberToObject(state, "step", (double)step);
+    cJSON_AddNumberToObject(state, "tokens", 0);
+    cJSON_AddNumberToObject(state, "world", world);
+    cJSON* loader = cJSON_AddObjectToObject(state, "loader");
+    cJSON_AddNumberToObject(loader, "windows_consumed", 0);
+    char seed_str[32];
+    snprintf(seed_str, sizeof(seed_str), "%ld", seed);
+    cJSON_AddStringToObject(loader, "seed", seed_str);
+    cJSON_AddNumberToObject(loader, "shuffle", shuffle);
+    cJSON_AddNumberToObject(state, "seq_len", seq_len);  // 0: no data position yet, any --seq-len
+    cJSON_AddNumberToObject(state, "total_batch_tokens", 0);
+    cJSON_AddStringToObject(state, "imported_from", src);
+
+    char err[ERRLEN];
+    int rc = ckpt_write_offline(root, step, world, tensors, n_tensors, (const CkptPiece* const*)pieces, n_pieces, state,
+                                &opt, err, sizeof(err));
+    if (rc != 0) fail("%s", err);
+    printf("wrote %s: %d ranks, step %ld, %zu parameters, %s\n", step_dir, world, step, w.n,
+           opt.codec == CKPT_CODEC_ZSTD ? "zstd" : "raw");
+    for (int r = 0; r < world; r++) free(pieces[r]);
+    free(pieces);
+    free(n_pieces);
+    free(zeros);
+    free(tensors);
+    free(m.units);
+    free(w.params);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+    if (argc < 2) { fputs(USAGE, stderr); fail("missing COMMAND (info, verify, export, import)"); }
+    const char* cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) { fputs(USAGE, stdout); return 0; }
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { fputs(USAGE, stdout); return 0; }
+    if (!strcmp(cmd, "info")) return cmd_info(argc, argv);
+    if (!strcmp(cmd, "verify")) return cmd_verify(argc, argv);
+    if (!strcmp(cmd, "export")) return cmd_export(argc, argv);
+    if (!strcmp(cmd, "import")) return cmd_import(argc, argv);
+    fail("unknown command '%s' (expected info, verify, export or import; see ckpt --help)", cmd);
+    return 1;
+}

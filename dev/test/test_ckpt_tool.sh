@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# The ckpt tool: info and verify on checkpoints train_gpt wrote (np=1 and np=2), damage found
+# and named, export to llm.c and safetensors files, import back (byte-identical round trips),
+# train_gpt --resume from an imported checkpoint, the safetensors file against the PyTorch
+# reference, and bad inputs.
+set -u
+source dev/test/lib.sh
+out=$TEST_TMP
+CK=./ckpt
+if [ ! -x "$CK" ]; then not_ok "ckpt tool: $CK is not built (make ckpt)"; exit 1; fi
+
+model=(--layers 2 --channels 64 --heads 4 --max-seq 64)
+common=(--device cpu -b 2 -t 32 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 1)
+
+# tail of a log, on one line
+why() { tail -n 3 "$@" 2>/dev/null | tr '\n' ' ' | head -c 400; }
+# first val_loss in a metrics file
+first_val() { grep -oE '"val_loss":[-0-9.e+]+' "$1/metrics.jsonl" 2>/dev/null | head -n 1 | cut -d: -f2; }
+# ok/not ok on a command's status
+check() {
+    local name=$1; shift
+    local log="$out/check.log"
+    if "$@" > "$log" 2>&1; then ok "$name"; else not_ok "$name: $(why "$log")"; fi
+}
+
+# 1. Checkpoints from train_gpt, on one rank (with --save-model for comparison) and on two.
+if ! ./train_gpt "${common[@]}" "${model[@]}" -x 4 -v 0 -o "$out/run1" --ckpt-every 4 \
+        --save-model "$out/final1.bin" > "$out/run1.log" 2>&1; then
+    not_ok "train_gpt np=1 with --ckpt-every 4: $(why "$out/run1.log")"; exit 1
+fi
+if ! run_np 2 ./train_gpt "${common[@]}" "${model[@]}" -x 4 -v 0 -o "$out/run2" --ckpt-every 4 \
+        > "$out/run2.log" 2>&1; then
+    not_ok "train_gpt np=2 with --ckpt-every 4: $(why "$out/run2.log")"; exit 1
+fi
+step1="$out/run1/ckpt/step_00000004"
+step2="$out/run2/ckpt/step_00000004"
+
+# 2. info and verify
+if $CK info "$out/run2/ckpt" > "$out/info2.txt" 2>&1 &&
+   grep -qE '^step +4$' "$out/info2.txt" && grep -qE '^world at save +2$' "$out/info2.txt" &&
+   grep -qE '^tokens +512$' "$out/info2.txt" && grep -q 'L=2 NH=4 C=64 maxT=64 V=50257 Vp=50304' "$out/info2.txt" &&
+   grep -qE '^parameters +3323648 ' "$out/info2.txt" && grep -qE '^codec +raw$' "$out/info2.txt" &&
+   grep -qE '^kind m +[0-9]+ chunks' "$out/info2.txt"; then
+    ok "info on a checkpoint root (np=2): step 4, world 2, tokens 512, config, 3323648 parameters, codec, per-kind sizes"
+else
+    not_ok "info on the np=2 checkpoint root: $(head -c 600 "$out/info2.txt" | tr '\n' '|')"
+fi
+if $CK info "$out/run1" > "$out/info1.txt" 2>&1 && grep -qF "checkpoint       $step1" "$out/info1.txt" &&
+   grep -qE '^world at save +1$' "$out/info1.txt"; then
+    ok "info on a run directory finds its newest checkpoint ($step1)"
+else
+    not_ok "info on a run directory: $(head -c 300 "$out/info1.txt" | tr '\n' '|')"
+fi
+check "verify a good np=1 checkpoint (step directory)" bash -c "$CK verify '$step1' | grep -q '^ok'"
+check "verify a good np=2 checkpoint (checkpoint root)" bash -c "$CK verify '$out/run2/ckpt' | grep -q '^ok'"
+
+# Damage: a flipped byte, a truncated and a missing rank file. Each is found and named.
+tensor_re='(wte|wpe|ln_f\.(weight|bias)|h\.[0-9]+\.[a-z_.0-9]+)'
+cp -r "$step2" "$out/flipped"
+flipped=$($PYTHON dev/test/ckpt_tool_check.py flip "$out/flipped" 1)
+expect_error "verify: a flipped byte in a rank file is found, naming file and tensor" \
+    "rank_00001\.bin: checksum mismatch in ${flipped:-?} \(param\)" $CK verify "$out/flipped"
+expect_error "export refuses a checkpoint with a flipped byte" "rank_00001\.bin: checksum mismatch in ${flipped:-?} \(param\)" \
+    $CK export "$out/flipped" --llmc "$out/flipped.bin"
+if [ -e "$out/flipped.bin" ] || [ -e "$out/flipped.bin.tmp" ]; then not_ok "a failed export leaves no output file behind"
+else ok "a failed export leaves no output file behind"; fi
+cp -r "$step2" "$out/truncated"
+truncate -s 1000 "$out/truncated/rank_00000.bin"
+expect_error "verify: a truncated rank file is named" "rank_00000\.bin: .*$tensor_re" $CK verify "$out/truncated"
+cp -r "$step2" "$out/missing"
+rm "$out/missing/rank_00001.bin"
+expect_error "verify: a missing rank file is named" "rank_00001\.bin: cannot open" $CK verify "$out/missing"
+
+# 3. llm.c export: the np=1 checkpoint of the last step holds exactly --save-model's weights.
+if $CK export "$step1" --llmc "$out/a.bin" > "$out/export.log" 2>&1 && cmp -s "$out/a.bin" "$out/final1.bin"; then
+    ok "export --llmc of the final checkpoint is byte-identical to train_gpt --save-model"
+else
+    not_ok "export --llmc vs --save-model: $(why "$out/export.log") $(cmp "$out/a.bin" "$out/final1.bin" 2>&1)"
+fi
+# Round trips: llm.c -> import (W=3) -> llm.c; bf16 -> import (W=2, zstd) -> bf16.
+if $CK import "$out/a.bin" "$out/imp3" --world 3 > "$out/imp3.log" 2>&1 &&
+   $CK verify "$out/imp3" > /dev/null 2>&1 &&
+   $CK export "$out/imp3" --llmc "$out/b.bin" >> "$out/imp3.log" 2>&1 && cmp -s "$out/a.bin" "$out/b.bin"; then
+    ok "llm.c export -> import --world 3 -> export: byte-identical"
+else
+    not_ok "llm.c round trip through a W=3 import: $(why "$out/imp3.log") $(cmp "$out/a.bin" "$out/b.bin" 2>&1)"
+fi
+if grep -qE '^world at save +3$' <($CK info "$out/imp3" 2>&1) && grep -qE '^step +0$' <($CK info "$out/imp3" 2>&1); then
+    ok "the import is a step-0 checkpoint for 3 ranks"
+else
+    not_ok "import --world 3: info says $($CK info "$out/imp3" 2>&1 | grep -E '^(step|world)' | tr '\n' ' ')"
+fi
+if $CK export "$step2" --llmc "$out/a16.bin" --dtype bf16 > "$out/bf16.log" 2>&1 &&
+   $CK import "$out/a16.bin" "$out/imp16" --world 2 --step 7 --compress zstd:5 >> "$out/bf16.log" 2>&1 &&
+   $CK export "$out/imp16/step_00000007" --llmc "$out/b16.bin" --dtype bf16 >> "$out/bf16.log" 2>&1 &&
+   cmp -s "$out/a16.bin" "$out/b16.bin"; then
+    ok "bf16 llm.c export -> import (zstd, --step 7) -> bf16 export: byte-identical"
+else
+    not_ok "bf16 round trip: $(why "$out/bf16.log") $(cmp "$out/a16.bin" "$out/b16.bin" 2>&1)"
+fi
+$CK info "$out/imp16" > "$out/info16.txt" 2>&1
+if grep -qE '^codec +zstd$' "$out/info16.txt" && grep -qE '^step +7$' "$out/info16.txt" &&
+   awk '/^compression/ {exit !($2 + 0 > 1.5)}' "$out/info16.txt"; then
+    ok "info on a zstd import: codec zstd, $(grep '^compression' "$out/info16.txt" | tr -s ' ')"
+else
+    not_ok "info on the zstd import: $(grep -E '^(codec|compression|step)' "$out/info16.txt" | tr '\n' ' ')"
+fi
+# bf16 export: version 5 header, fp32 rounded to nearest even (the np=1 weights, against numpy)
+$CK export "$step1" --llmc "$out/a1_16.bin" --dtype bf16 > /dev/null 2>&1
+$PYTHON - "$out/a.bin" "$out/a1_16.bin" <<'PY'
+import sys, numpy as np
+h = np.fromfile(sys.argv[2], dtype="<i4", count=256)
+u = np.fromfile(sys.argv[1], dtype="<u4", offset=1024).astype(np.uint64)
+want = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+got = np.fromfile(sys.argv[2], dtype="<u2", offset=1024)
+n = int((want != got).sum()) if want.size == got.size else -1
+hdr = list(h[:8]) == [20240326, 5, 64, 50257, 2, 4, 64, 50304]
+print(("ok" if n == 0 and hdr else "not ok") + f" - bf16 export: header {list(h[:8])}, fp32 rounded to nearest even "
+      f"({n} of {u.size} values differ)")
+PY
+
+# 4. safetensors: export -> import -> export byte-identical, and the same weights as llm.c.
+if $CK export "$step1" --safetensors "$out/a.safetensors" > "$out/st.log" 2>&1 &&
+   $CK import "$out/a.safetensors" "$out/impst" --world 2 --heads 4 >> "$out/st.log" 2>&1 &&
+   $CK export "$out/impst" --safetensors "$out/b.safetensors" >> "$out/st.log" 2>&1 &&
+   cmp -s "$out/a.safetensors" "$out/b.safetensors"; then
+    ok "safetensors export -> import --world 2 -> export: byte-identical"
+else
+    not_ok "safetensors round trip: $(why "$out/st.log") $(cmp "$out/a.safetensors" "$out/b.safetensors" 2>&1)"
+fi
+if $CK export "$out/impst" --llmc "$out/c.bin" > "$out/st2.log" 2>&1 && cmp -s "$out/a.bin" "$out/c.bin"; then
+    ok "a safetensors import exports the same llm.c file as the checkpoint it came from"
+else
+    not_ok "safetensors import -> llm.c: $(why "$out/st2.log") $(cmp "$out/a.bin" "$out/c.bin" 2>&1)"
+fi
+# The safetensors package reads it; PyTorch from its weights = train_gpt's logits.
+if OMP_NUM_THREADS=2 build/test_gpt2 dump --model "$out/a.bin" --tokens "$TRAIN_SHARD" -b 2 -t 32 --steps 1 \
+        --out "$out/state.bin" > "$out/dump.log" 2>&1; then
+    res=$($PYTHON dev/test/ckpt_tool_check.py safetensors "$out/a.safetensors" "$out/a.bin" "$out/state.bin" 2>&1)
+    rc=$?
+    echo "$res" | grep -E '^(not )?ok - '
+    if [ $rc -ne 0 ] && ! grep -q '^not ok - ' <<<"$res"; then not_ok "ckpt_tool_check.py safetensors: $(tail -n 2 <<<"$res" | tr '\n' ' ')"; fi
+else
+    not_ok "test_gpt2 dump on the exported model: $(why "$out/dump.log")"
+fi
+
+# Safetensors as Hugging Face writes them (GPT2LMHeadModel: "transformer." prefix, attn.bias
+# buffers, tied lm_head.weight; no n_head metadata, so --heads) and in BF16 import too.
+mkdir -p "$out/bad"
+$PYTHON dev/test/ckpt_tool_check.py variants "$out/a.safetensors" "$out/bad"
+if $CK import "$out/bad/hf.safetensors" "$out/imphf" --world 2 --heads 4 > "$out/hf.log" 2>&1 &&
+   $CK export "$out/imphf" --llmc "$out/hf.bin" >> "$out/hf.log" 2>&1 && cmp -s "$out/a.bin" "$out/hf.bin"; then
+    ok "import of a GPT2LMHeadModel-style safetensors file (prefix, buffers, lm_head) gives the same weights"
+else
+    not_ok "import of GPT2LMHeadModel-style safetensors: $(why "$out/hf.log") $(cmp "$out/a.bin" "$out/hf.bin" 2>&1)"
+fi
+if $CK import "$out/bad/bf16.safetensors" "$out/impbf" --world 1 > "$out/bf.log" 2>&1 &&
+   $CK export "$out/impbf" --llmc "$out/bf.bin" --dtype bf16 >> "$out/bf.log" 2>&1 && cmp -s "$out/a1_16.bin" "$out/bf.bin"; then
+    ok "import of a BF16 safetensors file equals the bf16 llm.c export"
+else
+    not_ok "import of BF16 safetensors: $(why "$out/bf.log") $(cmp "$out/a1_16.bin" "$out/bf.bin" 2>&1)"
+fi
+
+# 5. train_gpt --resume from an import (step 0, Adam moments zero) continues exactly like
+#    --init-from the llm.c file: same val loss at step 0, same losses for two steps, on 3 ranks
+#    (the import's W) and on 1.
+val=(-x 2 -v 2 --val-steps 2)
+losses() { grep -oE '"(val_loss|loss)":[-0-9.e+]+' "$1/metrics.jsonl" 2>/dev/null | tr '\n' ' '; }
+for np in 3 1; do
+    launch=(); [ "$np" -gt 1 ] && launch=(run_np "$np")
+    if ! "${launch[@]}" ./train_gpt "${common[@]}" "${val[@]}" --init-from "$out/a.bin" -o "$out/init$np" \
+            > "$out/init$np.log" 2>&1; then
+        not_ok "np=$np: --init-from the exported llm.c file: $(why "$out/init$np.log")"
+    elif ! "${launch[@]}" ./train_gpt "${common[@]}" "${val[@]}" "${model[@]}" --resume "$out/imp3/step_00000000" \
+            -o "$out/resume$np" > "$out/resume$np.log" 2>&1; then
+        not_ok "np=$np: --resume from the W=3 import: $(grep -m1 -i error "$out/resume$np.log" || why "$out/resume$np.log")"
+    else
+        a=$(losses "$out/init$np"); b=$(losses "$out/resume$np")
+        if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(wc -w <<<"$a")" -eq 4 ]; then
+            ok "np=$np: --resume from the W=3 import = --init-from the llm.c file (val loss $(first_val "$out/init$np"), 2 steps bitwise)"
+        else not_ok "np=$np: after --resume from the import: $b; after --init-from: $a"; fi
+    fi
+done
+
+# 6. Bad inputs: one line naming the file or argument, exit 1.
+printf 'not a model at all, just some text that is long enough\n' > "$out/junk.bin"
+head -c 3000 "$out/a.bin" > "$out/short.bin"
+mkdir -p "$out/empty"
+cp -r "$step2" "$out/run2/ckpt/step_00000008.tmp"
+rm -f "$out/run2/ckpt/step_00000008.tmp/manifest.json"
+cp -r "$step2" "$out/badmanifest"
+printf '{"format_version": 1, "world": 2' > "$out/badmanifest/manifest.json"
+expect_error "no command"                 "missing COMMAND"                      $CK
+expect_error "unknown command"            "unknown command 'frobnicate'"         $CK frobnicate x
+expect_error "info: missing path"         "no_such_dir: No such file"            $CK info "$out/no_such_dir"
+expect_error "info: a directory without checkpoints" "empty: no complete checkpoint" $CK info "$out/empty"
+expect_error "info: a file, not a directory" "junk.bin: not a directory"         $CK info "$out/junk.bin"
+expect_error "info: step_N.tmp without a manifest" "step_00000008.tmp: not a committed checkpoint" \
+    $CK info "$out/run2/ckpt/step_00000008.tmp"
+expect_error "info: a corrupt manifest"   "badmanifest/manifest.json: not valid JSON" $CK info "$out/badmanifest"
+expect_error "info: extra argument"       "unexpected argument 'extra'"          $CK info "$step1" extra
+expect_error "verify: unknown option"     "unknown option '--fast'"              $CK verify --fast "$step1"
+expect_error "export: no output"          "give --llmc OUT.bin or --safetensors" $CK export "$step1"
+expect_error "export: --llmc needs a value" "--llmc needs a value"               $CK export "$step1" --llmc
+expect_error "export: bad --dtype"        "--dtype: expected fp32 or bf16, got 'fp16'" $CK export "$step1" --llmc "$out/x.bin" --dtype fp16
+expect_error "export: unwritable output"  "nodir/x.bin.tmp: cannot create"       $CK export "$step1" --llmc "$out/nodir/x.bin"
+expect_error "import: --world missing"    "--world W is required"                $CK import "$out/a.bin" "$out/imp_x"
+expect_error "import: --world 0"          "--world: 0 is out of range"           $CK import "$out/a.bin" "$out/imp_x" --world 0
+expect_error "import: bad --world"        "--world: expected an integer, got 'two'" $CK import "$out/a.bin" "$out/imp_x" --world two
+expect_error "import: bad --compress"     "--compress: expected none, zstd or zstd:LEVEL, got 'lz4'" \
+    $CK import "$out/a.bin" "$out/imp_x" --world 2 --compress lz4
+expect_error "import: bad zstd level"     "zstd:LEVEL: 99 is out of range"       $CK import "$out/a.bin" "$out/imp_x" --world 2 --compress zstd:99
+expect_error "import: missing source"     "nope.bin: cannot open"                $CK import "$out/nope.bin" "$out/imp_x" --world 2
+expect_error "import: neither llm.c nor safetensors" "junk.bin: not an llm.c model file .* nor a safetensors file" \
+    $CK import "$out/junk.bin" "$out/imp_x" --world 2
+expect_error "import: truncated llm.c file" "short.bin: (truncated header|3000 bytes)" $CK import "$out/short.bin" "$out/imp_x" --world 2
+expect_error "import: --heads disagrees with an llm.c file" "--heads 8 disagrees" $CK import "$out/a.bin" "$out/imp_x" --world 2 --heads 8
+expect_error "import: into an existing step" "imp3/step_00000000: already exists" $CK import "$out/a.bin" "$out/imp3" --world 2
+expect_error "import: safetensors missing a tensor" "st_missing.safetensors: tensor h.1.mlp.c_fc.bias is missing" \
+    $CK import "$out/bad/st_missing.safetensors" "$out/imp_x" --world 2
+expect_error "import: safetensors wrong shape" "st_shape.safetensors: tensor h.0.attn.c_attn.weight has shape \[192, 64\], expected \[64, 192\]" \
+    $CK import "$out/bad/st_shape.safetensors" "$out/imp_x" --world 2
+expect_error "import: safetensors unsupported dtype" "st_dtype.safetensors: tensor h.0.ln_1.bias: unsupported dtype I32" \
+    $CK import "$out/bad/st_dtype.safetensors" "$out/imp_x" --world 2
+expect_error "import: safetensors truncated" "st_truncated.safetensors: tensor .* run past the end" \
+    $CK import "$out/bad/st_truncated.safetensors" "$out/imp_x" --world 2
+expect_error "import: safetensors unknown tensor" "st_extra.safetensors: unexpected tensor h.0.extra.weight" \
+    $CK import "$out/bad/st_extra.safetensors" "$out/imp_x" --world 2
+expect_error "import: safetensors bad header" "st_badjson.safetensors: safetensors header is not a JSON object" \
+    $CK import "$out/bad/st_badjson.safetensors" "$out/imp_x" --world 2
+expect_error "import: --heads not dividing C" "channels 64 is not a multiple of 3 heads" \
+    $CK import "$out/a.safetensors" "$out/imp_x" --world 2 --heads 3
+if [ -e "$out/imp_x" ] && [ -n "$(ls -A "$out/imp_x" 2>/dev/null)" ]; then not_ok "failed imports leave nothing in OUT_ROOT: $(ls "$out/imp_x")"
+else ok "failed imports leave nothing in OUT_ROOT"; fi
+if $CK --help | grep -q 'ckpt import SRC OUT_ROOT'; then ok "ckpt --help"; else not_ok "ckpt --help: no usage"; fi
