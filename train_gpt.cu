@@ -1096,7 +1096,13 @@ int main(int argc, char** argv) {
     CkptWriter* ckpt_writer = opt.ckpt_every > 0 ? ckpt_writer_create(&opt.ckpt, MPI_COMM_WORLD) : NULL;
     CheckpointTables ckpt_tables;
     memset(&ckpt_tables, 0, sizeof(ckpt_tables));
-    if (ckpt_writer) checkpoint_tables(&model, &pg, &ckpt_tables);
+    if (ckpt_writer) {
+        checkpoint_tables(&model, &pg, &ckpt_tables);
+        if (ckpt_writer_reserve(ckpt_writer, ckpt_tables.local_bytes / sizeof(float)))
+            fatal(&pg, "--ckpt-async: out of host memory for the %.1f MiB snapshot buffer", ckpt_tables.local_bytes / 1048576.0);
+        if (pg.rank == 0 && opt.ckpt.async)
+            printf("async checkpoints: %.1f MiB snapshot buffer per rank\n", ckpt_tables.local_bytes / 1048576.0);
+    }
 
     // The tokenizer is only needed to print samples. Without --tokenizer-dir, look where
     // the data scripts put the GPT-2 files: data/gpt2, then $FSDP_DATA/gpt2, ../shared/data/gpt2.
@@ -1226,7 +1232,7 @@ int main(int argc, char** argv) {
         int completed = step + 1;
         if (ckpt_writer) {
             long committed_before = ckpt_writer_last_committed(ckpt_writer);
-            if (ckpt_writer_poll(ckpt_writer, err, sizeof(err))) fatal(&pg, "checkpoint: %s", err);
+            if (ckpt_writer_poll(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
             if (pg.rank == 0 && ckpt_writer_last_committed(ckpt_writer) != committed_before)
                 printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(ckpt_writer));
         }
@@ -1236,7 +1242,7 @@ int main(int argc, char** argv) {
                                             &train_loader.state, T, total_tokens);
             if (ckpt_save(ckpt_writer, ckpt_root, completed, ckpt_tables.tensors, ckpt_tables.n_tensors,
                           ckpt_tables.pieces, ckpt_tables.n_pieces, state, err, sizeof(err)))
-                fatal(&pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
+                fatal_agreed(&pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
             double secs = now_seconds() - t0, total_bytes = 0.0, mine = (double)ckpt_tables.local_bytes;
             MPI_Allreduce(&mine, &total_bytes, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
             if (pg.rank == 0) {
@@ -1248,7 +1254,7 @@ int main(int argc, char** argv) {
     }
     if (ckpt_writer) {
         long committed_before = ckpt_writer_last_committed(ckpt_writer);
-        if (ckpt_writer_finish(ckpt_writer, err, sizeof(err))) fatal(&pg, "checkpoint: %s", err);
+        if (ckpt_writer_finish(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
         double run_secs = now_seconds() - run_t0;
         if (pg.rank == 0) {
             if (ckpt_writer_last_committed(ckpt_writer) != committed_before)

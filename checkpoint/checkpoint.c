@@ -209,12 +209,20 @@ static int list_complete(const char* root, long* steps, int cap) {
     return n;
 }
 
-// Deletes complete checkpoints beyond the newest `keep` and abandoned step_N.tmp dirs.
-static void prune(const char* root, int keep) {
+// After committing `committed`: keeps it and the newest keep-1 checkpoints before it, deletes
+// older ones and abandoned step_N.tmp dirs. Checkpoints with a higher step (a run resumed
+// from an earlier one) are left alone: `latest` names the new one, and deleting another
+// timeline's data is not for a prune to decide.
+static void prune(const char* root, long committed, int keep) {
     long steps[4096];
-    int n = list_complete(root, steps, 4096);
+    int n = list_complete(root, steps, 4096), kept = 0;
     char dir[1100];
-    for (int i = keep; i < n; i++) { step_dir_name(dir, sizeof(dir), root, steps[i], 0); remove_tree(dir); }
+    for (int i = 0; i < n; i++) {
+        if (steps[i] > committed) continue;
+        if (kept++ < keep) continue;
+        step_dir_name(dir, sizeof(dir), root, steps[i], 0);
+        remove_tree(dir);
+    }
     DIR* d = opendir(root);
     if (!d) return;
     struct dirent* e;
@@ -289,7 +297,7 @@ static int commit(const char* root, long step, int world, const CkptTensor* tens
         }
     }
     free(text);
-    if (rc == 0) prune(root, keep < 1 ? 1 : keep);
+    if (rc == 0) prune(root, step, keep < 1 ? 1 : keep);
     return rc;
 }
 
@@ -329,6 +337,16 @@ CkptWriter* ckpt_writer_create(const CkptOptions* opt, MPI_Comm comm) {
     MPI_Comm_size(comm, &w->world);
     w->last_committed = -1;
     return w;
+}
+
+int ckpt_writer_reserve(CkptWriter* w, size_t floats) {
+    if (!w->opt.async || floats <= w->snapshot_cap) return 0;
+    free(w->snapshot);
+    w->snapshot = (float*)malloc(floats * sizeof(float));
+    if (!w->snapshot) { w->snapshot_cap = 0; return 1; }
+    memset(w->snapshot, 0, floats * sizeof(float));  // touch it now, not during the first save
+    w->snapshot_cap = floats;
+    return 0;
 }
 
 long ckpt_writer_last_committed(const CkptWriter* w) { return w->last_committed; }
@@ -657,30 +675,27 @@ const CkptTensor* ckpt_tensor(const Ckpt* c, const char* name) {
     return NULL;
 }
 
-// Reads chunk ch's stored bytes, checks them, and decodes them into c->decoded.
-static int load_chunk(Ckpt* c, const CkptChunk* ch, char* err, size_t errlen) {
+// Reads chunk ch's stored bytes into `into` (c->scratch when NULL) and checks them.
+static int read_chunk(Ckpt* c, const CkptChunk* ch, void* into, char* err, size_t errlen) {
     char path[1200];
     snprintf(path, sizeof(path), "%s/rank_%05d.bin", c->dir, ch->file);
     if (c->fds[ch->file] < 0) {
         c->fds[ch->file] = open(path, O_RDONLY);
         if (c->fds[ch->file] < 0) { set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
     }
-    if (c->scratch_cap < ch->bytes) {
-        free(c->scratch);
-        c->scratch = (unsigned char*)malloc(ch->bytes);
-        c->scratch_cap = c->scratch ? ch->bytes : 0;
-        if (!c->scratch) { set_err(err, errlen, "%s: out of memory", path); return 1; }
+    if (!into) {
+        if (c->scratch_cap < ch->bytes) {
+            free(c->scratch);
+            c->scratch = (unsigned char*)malloc(ch->bytes);
+            c->scratch_cap = c->scratch ? ch->bytes : 0;
+            if (!c->scratch) { set_err(err, errlen, "%s: out of memory", path); return 1; }
+        }
+        into = c->scratch;
     }
-    uint64_t n = ch->hi - ch->lo;
-    if (c->decoded_cap < n) {
-        free(c->decoded);
-        c->decoded = (float*)malloc(n * sizeof(float));
-        c->decoded_cap = c->decoded ? n : 0;
-        if (!c->decoded) { set_err(err, errlen, "%s: out of memory", path); return 1; }
-    }
+    unsigned char* buf = (unsigned char*)into;
     size_t done = 0;
     while (done < ch->bytes) {
-        ssize_t r = pread(c->fds[ch->file], c->scratch + done, ch->bytes - done, (off_t)(ch->offset + done));
+        ssize_t r = pread(c->fds[ch->file], buf + done, ch->bytes - done, (off_t)(ch->offset + done));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             set_err(err, errlen, "%s: %s reading %s (%s) elements [%" PRIu64 ", %" PRIu64 ") at offset %" PRIu64,
@@ -689,20 +704,40 @@ static int load_chunk(Ckpt* c, const CkptChunk* ch, char* err, size_t errlen) {
         }
         done += (size_t)r;
     }
-    if (XXH64(c->scratch, ch->bytes, 0) != ch->checksum) {
+    if (XXH64(buf, ch->bytes, 0) != ch->checksum) {
         set_err(err, errlen, "%s: checksum mismatch in %s (%s) elements [%" PRIu64 ", %" PRIu64 ")",
                 path, ch->tensor, CKPT_KIND_NAMES[ch->kind], ch->lo, ch->hi);
         return 1;
     }
+    if (ch->codec == CKPT_CODEC_RAW && ch->bytes != (ch->hi - ch->lo) * sizeof(float)) {
+        set_err(err, errlen, "%s: chunk of %s has %" PRIu64 " bytes for %" PRIu64 " values", path, ch->tensor, ch->bytes, ch->hi - ch->lo);
+        return 1;
+    }
+    return 0;
+}
+
+// Reads, checks and decodes chunk ch into c->decoded (raw chunks: the values stay in
+// c->scratch, which *values points to).
+static int load_chunk(Ckpt* c, const CkptChunk* ch, const float** values, char* err, size_t errlen) {
+    if (read_chunk(c, ch, NULL, err, errlen)) return 1;
+    uint64_t n = ch->hi - ch->lo;
     if (ch->codec == CKPT_CODEC_RAW) {
-        if (ch->bytes != n * sizeof(float)) { set_err(err, errlen, "%s: chunk of %s has %" PRIu64 " bytes for %" PRIu64 " values", path, ch->tensor, ch->bytes, n); return 1; }
-        memcpy(c->decoded, c->scratch, ch->bytes);
+        *values = (const float*)c->scratch;
     } else {
+        if (c->decoded_cap < n) {
+            free(c->decoded);
+            c->decoded = (float*)malloc(n * sizeof(float));
+            c->decoded_cap = c->decoded ? n : 0;
+            if (!c->decoded) { set_err(err, errlen, "%s: out of memory", c->dir); return 1; }
+        }
+        char path[1200];
+        snprintf(path, sizeof(path), "%s/rank_%05d.bin", c->dir, ch->file);
         size_t z = ZSTD_decompress(c->decoded, n * sizeof(float), c->scratch, ch->bytes);
         if (ZSTD_isError(z) || z != n * sizeof(float)) {
             set_err(err, errlen, "%s: corrupt zstd chunk of %s (%s)", path, ch->tensor, ZSTD_isError(z) ? ZSTD_getErrorName(z) : "wrong size");
             return 1;
         }
+        *values = c->decoded;
     }
     return 0;
 }
@@ -719,9 +754,15 @@ int ckpt_read(Ckpt* c, const char* tensor, int kind, uint64_t lo, uint64_t hi, f
     for (int i = 0; i < c->n_chunks; i++) {
         const CkptChunk* ch = &c->chunks[i];
         if (ch->kind != kind || ch->hi <= lo || ch->lo >= hi || strcmp(ch->tensor, tensor) != 0) continue;
-        if (load_chunk(c, ch, err, errlen)) return 1;
         uint64_t a = ch->lo > lo ? ch->lo : lo, b = ch->hi < hi ? ch->hi : hi;
-        memcpy(dst + (a - lo), c->decoded + (a - ch->lo), (size_t)(b - a) * sizeof(float));
+        if (ch->codec == CKPT_CODEC_RAW && a == ch->lo && b == ch->hi) {
+            // A raw chunk wholly inside the range lands where it belongs, checked in place.
+            if (read_chunk(c, ch, dst + (a - lo), err, errlen)) return 1;
+        } else {
+            const float* values;
+            if (load_chunk(c, ch, &values, err, errlen)) return 1;
+            memcpy(dst + (a - lo), values + (a - ch->lo), (size_t)(b - a) * sizeof(float));
+        }
         covered += b - a;
     }
     if (covered != hi - lo) {
@@ -733,8 +774,9 @@ int ckpt_read(Ckpt* c, const char* tensor, int kind, uint64_t lo, uint64_t hi, f
 }
 
 int ckpt_verify(Ckpt* c, char* err, size_t errlen) {
+    const float* values;
     for (int i = 0; i < c->n_chunks; i++)
-        if (load_chunk(c, &c->chunks[i], err, errlen)) return 1;
+        if (load_chunk(c, &c->chunks[i], &values, err, errlen)) return 1;
     // Every tensor and kind must be covered exactly (chunks of one tensor/kind are disjoint).
     for (int t = 0; t < c->n_tensors; t++)
         for (int k = 0; k < CKPT_KINDS; k++) {

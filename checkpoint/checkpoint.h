@@ -16,8 +16,9 @@
 // Commit protocol: every rank writes ROOT/step_N.tmp/rank_R.bin and fsyncs it; rank 0
 // gathers the chunk tables, writes manifest.json.tmp, fsyncs, renames it to manifest.json,
 // renames step_N.tmp to step_N, fsyncs ROOT, then replaces ROOT/latest (write latest.tmp,
-// fsync, rename). A directory without manifest.json is never loaded. Older checkpoints
-// beyond the newest `keep` are deleted after a commit.
+// fsync, rename). A directory without manifest.json is never loaded. After a commit, the
+// checkpoints older than the newest `keep` up to it are deleted (newer ones, left by a run
+// that was rolled back, are not touched).
 //
 // Loading is independent of the world size: a reader asks for any element range of any
 // tensor and gets it from the chunks that overlap it, each verified against its checksum.
@@ -87,6 +88,9 @@ CkptWriter* ckpt_writer_create(const CkptOptions* opt, MPI_Comm comm);
 // rank failed; a failed save leaves every earlier checkpoint untouched.
 int ckpt_save(CkptWriter* w, const char* root_dir, long step, const CkptTensor* tensors, int n_tensors,
               const CkptPiece* pieces, int n_pieces, cJSON* state, char* err, size_t errlen);
+// Async: allocates (and touches) the snapshot buffer for saves of up to `floats` values now,
+// so that the first save does not pay for it. Non-zero when out of memory.
+int ckpt_writer_reserve(CkptWriter* w, size_t floats);
 // Collective and cheap: commits a pending async save if every rank's thread has finished.
 // Returns 0 (nothing to do, still running, or committed) or non-zero with a message.
 int ckpt_writer_poll(CkptWriter* w, char* err, size_t errlen);

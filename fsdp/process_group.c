@@ -90,3 +90,17 @@ void fatal(const ProcessGroup* pg, const char* fmt, ...) {
     if (pg && pg->world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
+
+void fatal_agreed(const ProcessGroup* pg, const char* fmt, ...) {
+    if (pg->rank == 0) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "error: %s\n", msg);
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(1);
+}

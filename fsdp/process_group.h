@@ -38,6 +38,10 @@ void process_group_finalize(ProcessGroup* pg);
 // W > 1) and calls MPI_Abort so that no rank is left waiting in a collective.
 void fatal(const ProcessGroup* pg, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
+// For an error every rank has reached together (one they agreed on): rank 0 prints it once
+// and every rank exits with status 1 after finalizing MPI.
+void fatal_agreed(const ProcessGroup* pg, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
 #ifdef __cplusplus
 }
 #endif
