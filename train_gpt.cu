@@ -1168,6 +1168,7 @@ int main(int argc, char** argv) {
     FsdpTraffic train_traffic = {0, 0, 0};  // communication of the training steps only
     int timed_steps = 0, steps_run = 0;  // steps_run: this job's; the first is not timed
     double run_t0 = now_seconds();
+    long ckpt_reported = -1;  // the last async commit announced
     for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
         if (have_val && (step % opt.val_every == 0 || last)) {
@@ -1230,12 +1231,7 @@ int main(int argc, char** argv) {
         }
 
         int completed = step + 1;
-        if (ckpt_writer) {
-            long committed_before = ckpt_writer_last_committed(ckpt_writer);
-            if (ckpt_writer_poll(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
-            if (pg.rank == 0 && ckpt_writer_last_committed(ckpt_writer) != committed_before)
-                printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(ckpt_writer));
-        }
+        if (ckpt_writer && ckpt_writer_poll(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
         if (ckpt_writer && (completed % opt.ckpt_every == 0 || completed == max_steps || completed == opt.stop_at_step)) {
             double t0 = now_seconds();
             cJSON* state = checkpoint_state(&config, completed, total_tokens * (long)completed, pg.world,
@@ -1251,13 +1247,16 @@ int main(int argc, char** argv) {
                 fflush(stdout);
             }
         }
+        if (ckpt_writer && opt.ckpt.async && pg.rank == 0 && ckpt_writer_last_committed(ckpt_writer) > ckpt_reported) {
+            ckpt_reported = ckpt_writer_last_committed(ckpt_writer);
+            printf("checkpoint step %ld committed\n", ckpt_reported);
+        }
     }
     if (ckpt_writer) {
-        long committed_before = ckpt_writer_last_committed(ckpt_writer);
         if (ckpt_writer_finish(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
         double run_secs = now_seconds() - run_t0;
         if (pg.rank == 0) {
-            if (ckpt_writer_last_committed(ckpt_writer) != committed_before)
+            if (opt.ckpt.async && ckpt_writer_last_committed(ckpt_writer) > ckpt_reported)
                 printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(ckpt_writer));
             printf("checkpointing blocked training for %.2f s of %.2f s (%.1f%%)\n", ckpt_writer_blocked_seconds(ckpt_writer),
                    run_secs, 100.0 * ckpt_writer_blocked_seconds(ckpt_writer) / run_secs);
