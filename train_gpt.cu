@@ -886,30 +886,6 @@ static void checkpoint_tables(GPT2* model, const ProcessGroup* pg, CheckpointTab
     }
 }
 
-static cJSON* checkpoint_state(const GPT2Config* c, long step, long tokens, int world, const LoaderState* ls,
-                               int T, long total_batch_tokens) {
-    cJSON* s = cJSON_CreateObject();
-    cJSON* cfg = cJSON_AddObjectToObject(s, "config");
-    cJSON_AddNumberToObject(cfg, "max_seq_len", c->max_seq_len);
-    cJSON_AddNumberToObject(cfg, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(cfg, "padded_vocab_size", c->padded_vocab_size);
-    cJSON_AddNumberToObject(cfg, "num_layers", c->num_layers);
-    cJSON_AddNumberToObject(cfg, "num_heads", c->num_heads);
-    cJSON_AddNumberToObject(cfg, "channels", c->channels);
-    cJSON_AddNumberToObject(s, "step", (double)step);
-    cJSON_AddNumberToObject(s, "tokens", (double)tokens);
-    cJSON_AddNumberToObject(s, "world", world);
-    cJSON_AddNumberToObject(s, "seq_len", T);
-    cJSON_AddNumberToObject(s, "total_batch_tokens", (double)total_batch_tokens);
-    cJSON* l = cJSON_AddObjectToObject(s, "loader");
-    cJSON_AddNumberToObject(l, "windows_consumed", (double)ls->windows_consumed);
-    char seed[32];
-    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)ls->seed);  // JSON numbers are doubles
-    cJSON_AddStringToObject(l, "seed", seed);
-    cJSON_AddNumberToObject(l, "shuffle", ls->shuffle);
-    return s;
-}
-
 static int state_int(const cJSON* obj, const char* key, long* out) {
     const cJSON* v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!cJSON_IsNumber(v)) return 0;
@@ -1234,8 +1210,9 @@ int main(int argc, char** argv) {
         if (ckpt_writer && ckpt_writer_poll(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
         if (ckpt_writer && (completed % opt.ckpt_every == 0 || completed == max_steps || completed == opt.stop_at_step)) {
             double t0 = now_seconds();
-            cJSON* state = checkpoint_state(&config, completed, total_tokens * (long)completed, pg.world,
-                                            &train_loader.state, T, total_tokens);
+            const LoaderState* ls = &train_loader.state;
+            cJSON* state = gpt2_checkpoint_state(&config, completed, total_tokens * (long)completed, pg.world, T,
+                                                 total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
             if (ckpt_save(ckpt_writer, ckpt_root, completed, ckpt_tables.tensors, ckpt_tables.n_tensors,
                           ckpt_tables.pieces, ckpt_tables.n_pieces, state, err, sizeof(err)))
                 fatal_agreed(&pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);

@@ -1,6 +1,7 @@
 #include "model/gpt2.h"
 
 #include <ctype.h>
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,3 +133,27 @@ int read_model_header(const char* path, GPT2Config* c, int* version, char* err, 
 }
 
 float bf16_to_float(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+
+cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
+                             long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle) {
+    cJSON* s = cJSON_CreateObject();
+    cJSON* cfg = cJSON_AddObjectToObject(s, "config");
+    cJSON_AddNumberToObject(cfg, "max_seq_len", c->max_seq_len);
+    cJSON_AddNumberToObject(cfg, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(cfg, "padded_vocab_size", c->padded_vocab_size);
+    cJSON_AddNumberToObject(cfg, "num_layers", c->num_layers);
+    cJSON_AddNumberToObject(cfg, "num_heads", c->num_heads);
+    cJSON_AddNumberToObject(cfg, "channels", c->channels);
+    cJSON_AddNumberToObject(s, "step", (double)step);
+    cJSON_AddNumberToObject(s, "tokens", (double)tokens);
+    cJSON_AddNumberToObject(s, "world", world);
+    cJSON_AddNumberToObject(s, "seq_len", seq_len);
+    cJSON_AddNumberToObject(s, "total_batch_tokens", (double)total_batch_tokens);
+    cJSON* l = cJSON_AddObjectToObject(s, "loader");
+    cJSON_AddNumberToObject(l, "windows_consumed", (double)windows_consumed);
+    char seed_text[32];
+    snprintf(seed_text, sizeof(seed_text), "%llu", (unsigned long long)seed);
+    cJSON_AddStringToObject(l, "seed", seed_text);
+    cJSON_AddNumberToObject(l, "shuffle", shuffle);
+    return s;
+}

@@ -66,6 +66,14 @@ size_t llmc_offset(const GPT2Config* c, int kind, int layer);
 int read_model_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen);
 float bf16_to_float(uint16_t b);
 
+// The "state" object a checkpoint's manifest carries for a GPT-2 run: model config, step,
+// tokens, world size, sequence length, tokens per step and the loader position
+// (windows consumed, seed as a decimal string since JSON numbers are doubles, shuffle).
+// Written by train_gpt and by ckpt import; read back by train_gpt --resume.
+struct cJSON;
+struct cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
+                                    long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1018,25 +1018,8 @@ static int cmd_import(int argc, char** argv) {
     // The state train_gpt --resume reads: a fresh run at `step` with these weights, no data
     // consumed; the loader seed and shuffle default to train_gpt's (--seed 1337, --shuffle 0).
     if (seq_len > cfg->max_seq_len) fail("--seq-len %d exceeds the model's %d positions", seq_len, cfg->max_seq_len);
-    cJSON* state = cJSON_CreateObject();
-    cJSON* conf = cJSON_AddObjectToObject(state, "config");
-    cJSON_AddNumberToObject(conf, "max_seq_len", cfg->max_seq_len);
-    cJSON_AddNumberToObject(conf, "vocab_size", cfg->vocab_size);
-    cJSON_AddNumberToObject(conf, "padded_vocab_size", cfg->padded_vocab_size);
-    cJSON_AddNumberToObject(conf, "num_layers", cfg->num_layers);
-    cJSON_AddNumberToObject(conf, "num_heads", cfg->num_heads);
-    cJSON_AddNumberToObject(conf, "channels", cfg->channels);
-    cJSON_AddNumberToObject(state, "step", (double)step);
-    cJSON_AddNumberToObject(state, "tokens", 0);
-    cJSON_AddNumberToObject(state, "world", world);
-    cJSON* loader = cJSON_AddObjectToObject(state, "loader");
-    cJSON_AddNumberToObject(loader, "windows_consumed", 0);
-    char seed_str[32];
-    snprintf(seed_str, sizeof(seed_str), "%ld", seed);
-    cJSON_AddStringToObject(loader, "seed", seed_str);
-    cJSON_AddNumberToObject(loader, "shuffle", shuffle);
-    cJSON_AddNumberToObject(state, "seq_len", seq_len);  // 0: no data position yet, any --seq-len
-    cJSON_AddNumberToObject(state, "total_batch_tokens", 0);
+    // seq_len 0 (no --seq-len): no data position yet, so any --seq-len may resume it.
+    cJSON* state = gpt2_checkpoint_state(cfg, step, 0, world, seq_len, 0, 0, (uint64_t)seed, shuffle);
     cJSON_AddStringToObject(state, "imported_from", src);
 
     char err[ERRLEN];
