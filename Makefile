@@ -46,7 +46,7 @@ NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. \
 NVCC_LIBS := -lcublasLt -lcublas -lnccl $(MPI_LIBS) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 endif
 
-.PHONY: all test clean tools
+.PHONY: all test clean tools print-host-cxxflags
 all: train_gpt $(TOOLS) $(TEST_BINS)
 
 build/%.o: %.c $(HEADERS)
@@ -95,3 +95,7 @@ test: all
 
 clean:
 	rm -rf build train_gpt $(TOOLS)
+
+# For dev/test/test_build.sh: the flags the host-only build compiles train_gpt.cu with.
+print-host-cxxflags:
+	@echo $(CXXFLAGS)

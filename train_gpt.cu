@@ -13,6 +13,7 @@ cpu device works on a machine without a GPU.
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
