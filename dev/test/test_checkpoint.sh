@@ -304,3 +304,15 @@ for mode in sync async; do
     umount "$mnt" || not_ok "cannot unmount $mnt"
 done
 trap - EXIT
+
+# HSDP (np=4, shard groups of 2): only the first replica group writes shard data (the other
+# ranks' files are empty); the checkpoint resumes under plain FSDP at np=2 and matches the
+# uninterrupted HSDP run.
+if run hsdp_ref 4 -b 3 --shard-group-size 2 -o "$out/hsdp_ref" &&
+   run hsdp_a 4 -b 3 --shard-group-size 2 -o "$out/hsdp" --ckpt-every 10 --stop-at-step 10 &&
+   run hsdp_b 2 -b 6 -o "$out/hsdp" --resume auto; then
+    [ ! -s "$out/hsdp/ckpt/$s10/rank_00002.bin" ] && [ -s "$out/hsdp/ckpt/$s10/rank_00000.bin" ] \
+        && ok "HSDP: replicas write empty rank files" || not_ok "HSDP: replica rank files are not empty"
+    compare "HSDP save (np=4, S=2) -> FSDP resume (np=2)" "$out/hsdp_ref/metrics.jsonl" "$out/hsdp/metrics.jsonl" \
+        --rtol $RTOL --from-step 11
+fi
