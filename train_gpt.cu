@@ -16,6 +16,7 @@ cpu device works on a machine without a GPU.
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +170,7 @@ static int save_model_file(const ModelLayout* m, Fsdp* f, const ProcessGroup* pg
             if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) { snprintf(err, errlen, "%s: write failed: %s", tmp, strerror(errno)); failed = 1; }
         }
     }
-    MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
     if (failed) return 1;
     size_t max_padded = 0;
     for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > max_padded) max_padded = m->units[u].padded;
@@ -178,8 +179,7 @@ static int save_model_file(const ModelLayout* m, Fsdp* f, const ProcessGroup* pg
         const FlatUnit* unit = &m->units[u];
         // Only the first replica group's ranks take part; the others hold the same shards.
         if (pg->replicate_rank == 0)
-            MPI_Gather(fsdp_master_shard(f, u), (int)unit->shard, MPI_FLOAT, full, (int)unit->shard,
-                       MPI_FLOAT, 0, pg->shard_comm);
+            comm_gather(pg->shard_comm, fsdp_master_shard(f, u), unit->shard * sizeof(float), full, 0);
         if (writer) {
             for (int i = 0; i < unit->n_tensors && !failed; i++) {
                 const FlatTensor* t = &unit->tensors[i];
@@ -202,7 +202,7 @@ static int save_model_file(const ModelLayout* m, Fsdp* f, const ProcessGroup* pg
         if (failed) unlink(tmp);
         free(full);
     }
-    MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
     return failed;
 }
 
@@ -470,11 +470,11 @@ static size_t current_rss_bytes(void) {
     return n == 2 ? (size_t)pages_resident * (size_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
-// Max over ranks of a per-rank byte count, in MiB, on rank 0.
-static double max_over_ranks_mib(size_t bytes) {
-    double mine = (double)bytes / (1024.0 * 1024.0), out = 0.0;
-    MPI_Reduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    return out;
+// Max over ranks of a per-rank byte count, in MiB.
+static double max_over_ranks_mib(const ProcessGroup* pg, size_t bytes) {
+    double mib = (double)bytes / (1024.0 * 1024.0);
+    comm_all_reduce_f64(pg->world_comm, &mib, 1, COMM_MAX);
+    return mib;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -571,6 +571,11 @@ typedef struct {
     const char* ckpt_dir;
     const char* resume;
     CkptOptions ckpt;
+    const char* rendezvous;
+    const char* run_id;
+    float comm_timeout;
+    int max_bad_steps;
+    float peak_tflops;
 } Options;
 
 static void print_usage(void) {
@@ -631,6 +636,21 @@ static void print_usage(void) {
 "system\n"
 "      --device auto|cpu|cuda   [auto: cuda when usable, else cpu]\n"
 "      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
+"      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
+"operations\n"
+"      --rendezvous file:DIR|tcp://HOST:PORT   how ranks meet without an MPI world (srun without\n"
+"                               PMI, torchrun-style RANK/WORLD_SIZE): a directory every node sees,\n"
+"                               or rank 0's address [MPI when launched by mpirun or srun --mpi=pmix;\n"
+"                               tcp://MASTER_ADDR:MASTER_PORT when those are set]\n"
+"      --run-id ID              names this launch in the rendezvous directory\n"
+"                               [Slurm job.step.restart, or TORCHELASTIC_RUN_ID]\n"
+"      --comm-timeout SECONDS   a collective that has not completed (mpi) or made progress (tcp) for\n"
+"                               that long ends the job: a stalled or dead rank [600]\n"
+"      --max-bad-steps N        a step with a non-finite loss or gradient norm is skipped (no update);\n"
+"                               N such steps in a row end the run [10]\n"
+"signals\n"
+"      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
+"      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue.\n"
 "  -h, --help                   this text\n");
 }
 
@@ -668,7 +688,8 @@ enum {
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_GRAD_CLIP, OPT_VAL_STEPS, OPT_TOP_K, OPT_TEMPERATURE,
     OPT_TOKENIZER_DIR, OPT_SHUFFLE, OPT_DEVICE, OPT_THREADS, OPT_UNIT_LAYERS, OPT_PREFETCH,
     OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
-    OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT,
+    OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
+    OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS,
 };
 
 // Returns 0 to run, 1 on an error (message in e), 2 for --help.
@@ -688,6 +709,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->device = "auto";
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
     o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
+    o->comm_timeout = 600.0f; o->max_bad_steps = 10;
 
     static const struct option longopts[] = {
         {"train-data", required_argument, 0, 'i'}, {"val-data", required_argument, 0, 'j'},
@@ -718,6 +740,10 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP}, {"ckpt-compress", required_argument, 0, OPT_CKPT_COMPRESS},
         {"ckpt-async", required_argument, 0, OPT_CKPT_ASYNC}, {"resume", required_argument, 0, OPT_RESUME},
         {"stop-at-step", required_argument, 0, OPT_STOP_AT},
+        {"rendezvous", required_argument, 0, OPT_RENDEZVOUS}, {"run-id", required_argument, 0, OPT_RUN_ID},
+        {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
+        {"max-bad-steps", required_argument, 0, OPT_MAX_BAD_STEPS},
+        {"peak-tflops", required_argument, 0, OPT_PEAK_TFLOPS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -788,6 +814,21 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_CKPT_ASYNC: r = parse_int("--ckpt-async", optarg, 0, 1, &o->ckpt.async, e); break;
         case OPT_RESUME: o->resume = optarg; break;
         case OPT_STOP_AT: r = parse_int("--stop-at-step", optarg, 1, INT32_MAX, &o->stop_at_step, e); break;
+        case OPT_RENDEZVOUS:
+            if (strncmp(optarg, "file:", 5) && strncmp(optarg, "tcp://", 6)) {
+                snprintf(e->msg, sizeof(e->msg), "--rendezvous: expected file:DIR or tcp://HOST:PORT, got '%s'", optarg); r = 1;
+            } else if (!optarg[optarg[0] == 'f' ? 5 : 6]) {
+                snprintf(e->msg, sizeof(e->msg), "--rendezvous %s: the %s is missing", optarg, optarg[0] == 'f' ? "directory" : "address"); r = 1;
+            }
+            o->rendezvous = optarg;
+            break;
+        case OPT_RUN_ID:
+            if (!*optarg || strchr(optarg, '/')) { snprintf(e->msg, sizeof(e->msg), "--run-id: '%s' must be non-empty and without '/'", optarg); r = 1; }
+            o->run_id = optarg;
+            break;
+        case OPT_COMM_TIMEOUT: r = parse_float("--comm-timeout", optarg, 1.0, 1e7, &o->comm_timeout, e); break;
+        case OPT_MAX_BAD_STEPS: r = parse_int("--max-bad-steps", optarg, 1, INT32_MAX, &o->max_bad_steps, e); break;
+        case OPT_PEAK_TFLOPS: r = parse_float("--peak-tflops", optarg, 1e-6, 1e7, &o->peak_tflops, e); break;
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
         default: snprintf(e->msg, sizeof(e->msg), "unknown option '%s'", argv[optind - 1]); return 1;
@@ -958,26 +999,103 @@ static int checkpoint_load(const char* dir, GPT2* model, int T, long* step, Load
     return 0;
 }
 
+// ----------------------------------------------------------------------------------------
+// Operations: stop signals, MFU, what the step line prints
+
+// The exit status after a stop signal (SIGUSR1/SIGTERM) once the checkpoint is committed:
+// EX_TEMPFAIL, "try again later". scripts/slurm/*.sbatch requeue the job on it.
+#define EXIT_PREEMPTED 75
+
+// Set by the signal handler, read once per step. The only state a signal handler may touch.
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+// Peak dense BF16 tensor-core throughput (no sparsity), from the vendors' data sheets, by a
+// part of the device name. More specific names first ("GH200" before "H200").
+typedef struct { const char* name; double tflops; } PeakFlops;
+static const PeakFlops peak_flops_table[] = {
+    {"GB200", 2500.0}, {"B200", 2250.0}, {"GH200", 989.0}, {"H200", 989.0},
+    {"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H100", 989.0},  // plain "H100" is the SXM part
+    {"H800", 989.0}, {"A100", 312.0}, {"A800", 312.0},
+};
+
+// 0 when the device is not in the table (and always for the cpu device).
+static double device_peak_tflops(const char* device_name) {
+    if (!device_name) return 0.0;
+    for (size_t i = 0; i < sizeof(peak_flops_table) / sizeof(peak_flops_table[0]); i++)
+        if (strstr(device_name, peak_flops_table[i].name)) return peak_flops_table[i].tflops;
+    return 0.0;
+}
+
+static void format_duration(double seconds, char* out, size_t n) {
+    long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
+    if (s >= 3600) snprintf(out, n, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+    else if (s >= 60) snprintf(out, n, "%ldm%02lds", s / 60, s % 60);
+    else snprintf(out, n, "%lds", s);
+}
+
+static void json_number(char* out, size_t n, const char* fmt, double x) {
+    if (isfinite(x)) snprintf(out, n, fmt, x);
+    else snprintf(out, n, "null");
+}
+
+// Test hooks (FSDP_TEST_NAN_LOSS_STEPS="3,5"): whether step is in the comma-separated list.
+static int test_hook_at(const char* list, int step) {
+    for (const char* p = list; p && *p; ) {
+        char* end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v == step) return 1;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
 static void print_memory_line(const char* what, size_t bytes) {
     printf("  %-34s %10.1f MiB\n", what, (double)bytes / (1024.0 * 1024.0));
 }
 
 int main(int argc, char** argv) {
-    ProcessGroup pg;
-    char err[1024];
-    if (process_group_init(&pg, &argc, &argv, err, sizeof(err))) {
-        if (pg.rank == 0) fprintf(stderr, "error: %s\n", err);
-        MPI_Finalize();
-        return 1;
-    }
-    // Flag errors are found identically on every rank: rank 0 says it, all exit cleanly.
+    // Flag errors are found identically on every rank, before the ranks meet: the rank the
+    // launcher calls 0 says it, all exit.
     Options opt;
     ParseError pe;
     GPT2Config config;
     int file_version = 0;
     int rc = parse_options(argc, argv, &opt, &pe);
-    if (rc == 2) { if (pg.rank == 0) print_usage(); MPI_Finalize(); return 0; }
+    if (rc == 2) { if (launcher_rank() == 0) print_usage(); return 0; }
     if (rc == 0) rc = resolve_config(&opt, &config, &file_version, &pe);
+    if (rc) {
+        if (launcher_rank() == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
+        return 1;
+    }
+
+    ProcessGroup pg;
+    char err[1024];
+    ProcessGroupOptions pg_opt = {opt.rendezvous, opt.run_id, opt.comm_timeout};
+    if (process_group_init(&pg, &argc, &argv, &pg_opt, err, sizeof(err))) {
+        fprintf(stderr, "error: [rank %d] %s\n", launcher_rank(), err);
+        return 1;
+    }
+    // SIGUSR1/SIGTERM (Slurm's --signal, preemption) only set a flag: the ranks agree on it at
+    // the end of a step, checkpoint and exit with EXIT_PREEMPTED.
+    install_stop_handlers();
+    // Test-only: make the loss or rank 0's gradient non-finite at these steps; make one rank
+    // hang before a step ("RANK:STEP") as a stalled GPU or a deadlocked host would.
+    const char* test_nan_loss_steps = getenv("FSDP_TEST_NAN_LOSS_STEPS");
+    const char* test_nan_grad_steps = getenv("FSDP_TEST_NAN_GRAD_STEPS");
+    const char* test_stall = getenv("FSDP_TEST_STALL");
     int B = opt.batch_size, T = opt.seq_len;
     long local_tokens = (long)B * T * pg.world;
     long total_tokens = opt.total_batch_tokens > 0 ? opt.total_batch_tokens : local_tokens;
@@ -999,10 +1117,12 @@ int main(int argc, char** argv) {
     }
     if (rc) {
         if (pg.rank == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
-        MPI_Finalize();
+        process_group_finalize(&pg);
         return 1;
     }
     if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
+    // The cuda device will pass its GPU's name; the cpu device has no table entry.
+    double peak_tflops = opt.peak_tflops > 0 ? opt.peak_tflops : device_peak_tflops(NULL);
 
     int threads = opt.threads;
     if (!threads) {
@@ -1061,8 +1181,9 @@ int main(int argc, char** argv) {
             start_step = (int)step;
             resumed = 1;
             double secs = now_seconds() - t0, total_bytes = 0.0, mine = (double)bytes;
-            MPI_Allreduce(&mine, &total_bytes, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            MPI_Allreduce(MPI_IN_PLACE, &secs, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            total_bytes = mine;
+            comm_all_reduce_f64(pg.world_comm, &total_bytes, 1, COMM_SUM);
+            comm_all_reduce_f64(pg.world_comm, &secs, 1, COMM_MAX);
             if (pg.rank == 0)
                 printf("resumed from %s (step %d): loaded %.3f GiB in %.2f s (%.2f GB/s)\n", path, start_step,
                        total_bytes / (1 << 30), secs, total_bytes / 1e9 / secs);
@@ -1070,7 +1191,9 @@ int main(int argc, char** argv) {
             printf("--resume auto: no checkpoint in %s, starting fresh\n", ckpt_root);
         }
     }
-    CkptWriter* ckpt_writer = opt.ckpt_every > 0 ? ckpt_writer_create(&opt.ckpt, MPI_COMM_WORLD) : NULL;
+    // A writer whenever there is a checkpoint directory: a stop signal saves even without --ckpt-every.
+    CkptWriter* ckpt_writer = ckpt_root[0] ? ckpt_writer_create(&opt.ckpt, pg.world_comm) : NULL;
+    int ckpt_saves = 0;
     CheckpointTables ckpt_tables;
     memset(&ckpt_tables, 0, sizeof(ckpt_tables));
     if (ckpt_writer) {
@@ -1114,7 +1237,8 @@ int main(int argc, char** argv) {
     size_t act_bytes = model.acts.total_floats * sizeof(float);
     size_t io_bytes = 2 * (size_t)B * T * sizeof(int);
     if (pg.rank == 0) {
-        printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s, %d thread(s) each\n", device, why, pg.world, pg.launcher, threads);
+        printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg.world,
+               pg.launcher, pg.transport, threads);
         printf("model: %d layers, %d heads, %d channels, max_seq %d, vocab %d (padded %d): %zu parameters\n",
                config.num_layers, config.num_heads, config.channels, config.max_seq_len, config.vocab_size,
                config.padded_vocab_size, model.layout.num_parameters);
@@ -1138,7 +1262,7 @@ int main(int argc, char** argv) {
     int* inputs = (int*)malloc(io_bytes / 2);
     int* targets = (int*)malloc(io_bytes / 2);
     // Everything the budget counts is allocated and touched by now.
-    double setup_rss = max_over_ranks_mib(current_rss_bytes());
+    double setup_rss = max_over_ranks_mib(&pg, current_rss_bytes());
     if (pg.rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);
     float dloss = 1.0f / (float)((double)B * T * grad_accum * pg.world);
     double train_ms_total = 0.0, data_ms_total = 0.0;
@@ -1146,6 +1270,12 @@ int main(int argc, char** argv) {
     int timed_steps = 0, steps_run = 0;  // steps_run: this job's; the first is not timed
     double run_t0 = now_seconds();
     long ckpt_reported = -1;  // the last async commit announced
+    int bad_in_a_row = 0;     // steps skipped for a non-finite loss or gradient norm
+    int exit_code = 0;
+    // MFU: the model's flops per token (6N + 6LCT: forward and backward of every weight, plus
+    // attention's scores and weighted sums) against the device's peak over every rank.
+    double flops_per_token = 6.0 * (double)model.layout.num_parameters + 6.0 * config.num_layers * config.channels * (double)T;
+    double peak_flops = peak_tflops * 1e12 * pg.world;
     for (int step = start_step; step <= max_steps; step++) {
         int last = step == max_steps;
         if (have_val && (step % opt.val_every == 0 || last)) {
@@ -1157,9 +1287,8 @@ int main(int argc, char** argv) {
                 for (long i = 0; i < (long)B * T; i++) local += model.acts.losses[i];
             }
             fsdp_release_all(&model.fsdp);
-            double sum = 0.0;
-            MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            double val_loss = sum / ((double)rounds * pg.world * B * T);
+            comm_all_reduce_f64(pg.world_comm, &local, 1, COMM_SUM);
+            double val_loss = local / ((double)rounds * pg.world * B * T);
             if (pg.rank == 0) {
                 printf("val loss %.6f (step %d)\n", val_loss, step);
                 if (metrics) { fprintf(metrics, "{\"step\":%d,\"val_loss\":%.9f}\n", step, val_loss); fflush(metrics); }
@@ -1170,6 +1299,8 @@ int main(int argc, char** argv) {
         if (last) break;
         if (opt.stop_at_step && step >= opt.stop_at_step) break;
 
+        if (test_stall && atoi(test_stall) == pg.rank && strchr(test_stall, ':') && test_hook_at(strchr(test_stall, ':') + 1, step + 1))
+            for (;;) pause();
         double t0 = now_seconds(), data_seconds = 0.0;
         FsdpTraffic before = model.fsdp.traffic;
         fsdp_zero_grad(&model.fsdp, grad_accum);
@@ -1185,31 +1316,66 @@ int main(int argc, char** argv) {
             fsdp_end_micro_step(&model.fsdp);
         }
         loader_advance(&train_loader, (uint64_t)global_seqs);
+        int completed = step + 1;
+        if (pg.rank == 0 && test_hook_at(test_nan_loss_steps, completed)) local_loss = NAN;
+        if (pg.rank == 0 && test_hook_at(test_nan_grad_steps, completed)) model.fsdp.grad_shard[0] = NAN;
+        // One reduction carries the loss and whether any rank was asked to stop, so that every
+        // rank takes the same decision at the same step.
+        double reduced[2] = {local_loss, stop_signal != 0 ? 1.0 : 0.0};
+        comm_all_reduce_f64(pg.world_comm, reduced, 2, COMM_SUM);
+        double loss = reduced[0] / (double)total_tokens;
+        int stop_now = reduced[1] > 0.0;
         float lr = learning_rate(step, max_steps, opt.lr, opt.warmup_steps, opt.final_lr_frac, opt.lr_decay);
-        float norm = fsdp_optimizer_step(&model.fsdp, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip, step + 1);
+        float norm = fsdp_grad_norm(&model.fsdp);
+        // A non-finite loss or norm (identical on every rank) would poison the weights and
+        // Adam's moments: skip the update, keep the schedule's step count.
+        int bad = !isfinite(loss) || !isfinite(norm);
+        if (!bad) {
+            fsdp_optimizer_step(&model.fsdp, norm, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, opt.grad_clip, completed);
+            bad_in_a_row = 0;
+        } else {
+            bad_in_a_row++;
+        }
         train_traffic.gathered += model.fsdp.traffic.gathered - before.gathered;
         train_traffic.reduce_scattered += model.fsdp.traffic.reduce_scattered - before.reduce_scattered;
         train_traffic.replica_reduced += model.fsdp.traffic.replica_reduced - before.replica_reduced;
-        double loss_sum = 0.0;
-        MPI_Allreduce(&local_loss, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        double loss = loss_sum / (double)total_tokens;
         double ms = (now_seconds() - t0) * 1000.0;
         if (steps_run++ > 0) { train_ms_total += ms; data_ms_total += data_seconds * 1000.0; timed_steps++; }
         double tok_s = (double)total_tokens / (ms / 1000.0);
         if (pg.rank == 0) {
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s\n",
-                   step + 1, max_steps, loss, norm, lr, ms, tok_s);
+            int end_step = opt.stop_at_step && opt.stop_at_step < max_steps ? opt.stop_at_step : max_steps;
+            double avg_ms = timed_steps > 0 ? train_ms_total / timed_steps : ms;
+            char eta[32], mfu[32] = "", loss_s[32], norm_s[32];
+            format_duration((end_step - completed) * avg_ms / 1000.0, eta, sizeof(eta));
+            if (peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tok_s * flops_per_token / peak_flops);
+            double mem_mib = (double)peak_rss_bytes() / (1024.0 * 1024.0);
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %s%s\n",
+                   completed, max_steps, loss, norm, lr, ms, tok_s, mfu, mem_mib, eta,
+                   bad ? " | update skipped: non-finite loss or gradient norm" : "");
             fflush(stdout);
             if (metrics) {
-                fprintf(metrics, "{\"step\":%d,\"loss\":%.9f,\"lr\":%.6e,\"grad_norm\":%.6f,\"ms\":%.3f,\"data_ms\":%.3f,\"tokens_per_s\":%.1f,\"tokens\":%ld}\n",
-                        step + 1, loss, lr, norm, ms, data_seconds * 1000.0, tok_s, total_tokens * (long)(step + 1));
+                // JSON has no NaN or Infinity: a non-finite value is written as null.
+                json_number(loss_s, sizeof(loss_s), "%.9f", loss);
+                json_number(norm_s, sizeof(norm_s), "%.6f", norm);
+                fprintf(metrics, "{\"step\":%d,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,\"ms\":%.3f,\"data_ms\":%.3f,"
+                                 "\"tokens_per_s\":%.1f,\"tokens\":%ld,\"mem_mib\":%.1f",
+                        completed, loss_s, lr, norm_s, ms, data_seconds * 1000.0, tok_s, total_tokens * (long)completed, mem_mib);
+                if (peak_flops > 0) fprintf(metrics, ",\"mfu\":%.5f", tok_s * flops_per_token / peak_flops);
+                if (bad) fprintf(metrics, ",\"skipped\":true");
+                fprintf(metrics, "}\n");
                 fflush(metrics);
             }
         }
+        if (bad_in_a_row >= opt.max_bad_steps)
+            fatal_agreed(&pg, "step %d: %d step(s) in a row with a non-finite loss or gradient norm (--max-bad-steps %d); "
+                         "no update was applied for them, so the weights are those after step %d",
+                         completed, bad_in_a_row, opt.max_bad_steps, completed - bad_in_a_row);
 
-        int completed = step + 1;
         if (ckpt_writer && ckpt_writer_poll(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
-        if (ckpt_writer && (completed % opt.ckpt_every == 0 || completed == max_steps || completed == opt.stop_at_step)) {
+        if (stop_now && pg.rank == 0)
+            printf("stop signal received: %s after step %d\n", ckpt_writer ? "saving a checkpoint and exiting" : "exiting (no checkpoint directory: -o or --ckpt-dir)", completed);
+        if (ckpt_writer && (stop_now || (opt.ckpt_every > 0 && (completed % opt.ckpt_every == 0 || completed == max_steps || completed == opt.stop_at_step)))) {
+            ckpt_saves++;
             double t0 = now_seconds();
             const LoaderState* ls = &train_loader.state;
             cJSON* state = gpt2_checkpoint_state(&config, completed, total_tokens * (long)completed, pg.world, T,
@@ -1217,8 +1383,8 @@ int main(int argc, char** argv) {
             if (ckpt_save(ckpt_writer, ckpt_root, completed, ckpt_tables.tensors, ckpt_tables.n_tensors,
                           ckpt_tables.pieces, ckpt_tables.n_pieces, state, err, sizeof(err)))
                 fatal_agreed(&pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
-            double secs = now_seconds() - t0, total_bytes = 0.0, mine = (double)ckpt_tables.local_bytes;
-            MPI_Allreduce(&mine, &total_bytes, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            double secs = now_seconds() - t0, total_bytes = (double)ckpt_tables.local_bytes;
+            comm_all_reduce_f64(pg.world_comm, &total_bytes, 1, COMM_SUM);
             if (pg.rank == 0) {
                 if (opt.ckpt.async) printf("checkpoint step %d: %.3f GiB snapshotted in %.2f s, writing in the background\n", completed, total_bytes / (1 << 30), secs);
                 else printf("checkpoint step %d: saved %.3f GiB in %.2f s (%.2f GB/s) to %s\n", completed, total_bytes / (1 << 30), secs, total_bytes / 1e9 / secs, ckpt_root);
@@ -1229,6 +1395,11 @@ int main(int argc, char** argv) {
             ckpt_reported = ckpt_writer_last_committed(ckpt_writer);
             printf("checkpoint step %ld committed\n", ckpt_reported);
         }
+        if (stop_now) {
+            // Without a checkpoint a requeued job would start over: that is a failure, not a pause.
+            exit_code = ckpt_writer ? EXIT_PREEMPTED : 1;
+            break;
+        }
     }
     if (ckpt_writer) {
         if (ckpt_writer_finish(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
@@ -1236,26 +1407,25 @@ int main(int argc, char** argv) {
         if (pg.rank == 0) {
             if (opt.ckpt.async && ckpt_writer_last_committed(ckpt_writer) > ckpt_reported)
                 printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(ckpt_writer));
-            printf("checkpointing blocked training for %.2f s of %.2f s (%.1f%%)\n", ckpt_writer_blocked_seconds(ckpt_writer),
-                   run_secs, 100.0 * ckpt_writer_blocked_seconds(ckpt_writer) / run_secs);
+            if (ckpt_saves > 0)
+                printf("checkpointing blocked training for %.2f s of %.2f s (%.1f%%)\n", ckpt_writer_blocked_seconds(ckpt_writer),
+                       run_secs, 100.0 * ckpt_writer_blocked_seconds(ckpt_writer) / run_secs);
         }
         ckpt_writer_free(ckpt_writer);
         free(ckpt_tables.tensors);
         free(ckpt_tables.pieces);
     }
 
-    if (opt.save_model) {
-        if (save_model_file(&model.layout, &model.fsdp, &pg, opt.save_model, err, sizeof(err))) {
-            if (pg.rank == 0) fprintf(stderr, "error: --save-model: %s\n", err);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+    if (opt.save_model && exit_code == 0) {
+        if (save_model_file(&model.layout, &model.fsdp, &pg, opt.save_model, err, sizeof(err)))
+            fatal_agreed(&pg, "--save-model: %s", err);
         if (pg.rank == 0) printf("saved %s\n", opt.save_model);
     }
 
     // Measured peak resident memory, every rank. Above the setup figure it holds what the
     // libraries allocate while training: OpenBLAS's per-thread buffers and MPI's reduction
     // temporaries (Open MPI's non-blocking reduce-scatter stages whole units on one rank).
-    double peak = max_over_ranks_mib(peak_rss_bytes());
+    double peak = max_over_ranks_mib(&pg, peak_rss_bytes());
     if (pg.rank == 0) {
         if (timed_steps > 0)
             printf("average step %.1f ms (%.0f tok/s) over %d steps after the first; data loading %.3f ms of it (%.2f%%, rank 0)\n",
@@ -1280,6 +1450,7 @@ int main(int argc, char** argv) {
     if (have_val) loader_close(&val_loader);
     gpt2_free(&model);
     process_group_finalize(&pg);
-    return 0;
+    if (exit_code == EXIT_PREEMPTED && pg.rank == 0) printf("exiting with status %d: resume with --resume auto\n", EXIT_PREEMPTED);
+    return exit_code;
 }
 #endif  // TESTING

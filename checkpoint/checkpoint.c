@@ -306,7 +306,7 @@ static int commit(const char* root, long step, int world, const CkptTensor* tens
 
 struct CkptWriter {
     CkptOptions opt;
-    MPI_Comm comm;
+    Comm* comm;
     int rank, world;
     ChunkWriter cw;
     long last_committed;
@@ -329,12 +329,12 @@ struct CkptWriter {
     char thread_err[512];
 };
 
-CkptWriter* ckpt_writer_create(const CkptOptions* opt, MPI_Comm comm) {
+CkptWriter* ckpt_writer_create(const CkptOptions* opt, Comm* comm) {
     CkptWriter* w = (CkptWriter*)calloc(1, sizeof(CkptWriter));
     w->opt = *opt;
     w->comm = comm;
-    MPI_Comm_rank(comm, &w->rank);
-    MPI_Comm_size(comm, &w->world);
+    w->rank = comm_rank(comm);
+    w->world = comm_size(comm);
     w->last_committed = -1;
     return w;
 }
@@ -357,12 +357,12 @@ double ckpt_writer_blocked_seconds(const CkptWriter* w) { return w->blocked; }
 
 // Every rank learns whether any rank failed, and the first failing rank's message.
 static int agree(CkptWriter* w, int local_rc, const char* local_err, char* err, size_t errlen) {
-    int me = local_rc ? w->rank : w->world, first = w->world;
-    MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, w->comm);
+    int32_t first = local_rc ? w->rank : w->world;
+    comm_all_reduce_i32(w->comm, &first, 1, COMM_MIN);
     if (first == w->world) return 0;
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", w->rank == first ? local_err : "");
-    MPI_Bcast(msg, sizeof(msg), MPI_CHAR, first, w->comm);
+    comm_broadcast(w->comm, msg, sizeof(msg), first);
     set_err(err, errlen, "%s", msg);
     return 1;
 }
@@ -384,26 +384,25 @@ static void* writer_thread(void* arg) {
 static int finish_save(CkptWriter* w, int local_rc, const char* local_err, char* err, size_t errlen) {
     int rc = agree(w, local_rc, local_err, err, errlen);
     if (!rc) {
-        int bytes = w->cw.n_chunks * (int)sizeof(CkptChunk);
-        int* counts = w->rank == 0 ? (int*)malloc((size_t)w->world * sizeof(int)) : NULL;
-        int* displs = w->rank == 0 ? (int*)malloc((size_t)w->world * sizeof(int)) : NULL;
-        MPI_Gather(&bytes, 1, MPI_INT, counts, 1, MPI_INT, 0, w->comm);
+        size_t bytes = (size_t)w->cw.n_chunks * sizeof(CkptChunk);
+        size_t* counts = w->rank == 0 ? (size_t*)malloc((size_t)w->world * sizeof(size_t)) : NULL;
+        comm_gather(w->comm, &bytes, sizeof(bytes), counts, 0);
         CkptChunk* all = NULL;
-        int total = 0;
+        size_t total = 0;
         if (w->rank == 0) {
-            for (int r = 0; r < w->world; r++) { displs[r] = total; total += counts[r]; }
-            all = (CkptChunk*)malloc(total > 0 ? (size_t)total : 1);
+            for (int r = 0; r < w->world; r++) total += counts[r];
+            all = (CkptChunk*)malloc(total > 0 ? total : 1);
         }
-        MPI_Gatherv(w->cw.chunks, bytes, MPI_BYTE, all, counts, displs, MPI_BYTE, 0, w->comm);
+        comm_gatherv(w->comm, w->cw.chunks, bytes, all, counts, 0);
         int commit_rc = 0;
         char commit_err[512] = "";
         if (w->rank == 0)
-            commit_rc = commit(w->root, w->step, w->world, w->tensors, w->n_tensors, all, total / (int)sizeof(CkptChunk),
+            commit_rc = commit(w->root, w->step, w->world, w->tensors, w->n_tensors, all, (int)(total / sizeof(CkptChunk)),
                                w->state, w->opt.keep, commit_err, sizeof(commit_err));
         else
             cJSON_Delete(w->state);
         w->state = NULL;
-        free(all); free(counts); free(displs);
+        free(all); free(counts);
         rc = agree(w, commit_rc, commit_err, err, errlen);
     } else {
         cJSON_Delete(w->state);
@@ -428,8 +427,8 @@ static int wait_pending(CkptWriter* w, char* err, size_t errlen) {
 int ckpt_writer_poll(CkptWriter* w, char* err, size_t errlen) {
     if (!w->pending) return 0;
     double t0 = seconds_now();
-    int mine = __atomic_load_n(&w->thread_done, __ATOMIC_ACQUIRE), all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, w->comm);
+    int32_t all = __atomic_load_n(&w->thread_done, __ATOMIC_ACQUIRE);
+    comm_all_reduce_i32(w->comm, &all, 1, COMM_MIN);
     int rc = all ? wait_pending(w, err, errlen) : 0;
     w->blocked += seconds_now() - t0;
     return rc;

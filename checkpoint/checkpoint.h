@@ -25,7 +25,7 @@
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
 
-#include <mpi.h>
+#include "fsdp/comm.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
@@ -77,7 +77,7 @@ typedef struct {
 
 typedef struct CkptWriter CkptWriter;
 
-CkptWriter* ckpt_writer_create(const CkptOptions* opt, MPI_Comm comm);
+CkptWriter* ckpt_writer_create(const CkptOptions* opt, Comm* comm);
 // Saves checkpoint `step` under root_dir (created if missing). tensors: the full tensor
 // table (same on every rank). pieces: what this rank owns. state: a JSON object stored as
 // the manifest's "state" (rank 0's is used; the call takes ownership on every rank).

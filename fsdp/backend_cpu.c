@@ -1,6 +1,5 @@
 #include "fsdp/backend_cpu.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,18 +8,13 @@
 typedef struct {
     const ProcessGroup* pg;
     int max_ops;
-    MPI_Request* requests;   // [max_ops], MPI_REQUEST_NULL when idle
+    CommTicket* tickets;     // [max_ops], 0 when idle
 } CpuBackend;
 
-static int count_or_die(const CpuBackend* c, size_t n) {
-    if (n > (size_t)INT_MAX) fatal(c->pg, "fsdp: a shard of %zu elements exceeds MPI's int count", n);
-    return (int)n;
-}
-
-static MPI_Request* request(CpuBackend* c, int op) {
+static CommTicket* ticket(CpuBackend* c, int op) {
     if (op < 0 || op >= c->max_ops) fatal(c->pg, "fsdp: collective slot %d out of range", op);
-    if (c->requests[op] != MPI_REQUEST_NULL) fatal(c->pg, "fsdp: collective slot %d reused while in flight", op);
-    return &c->requests[op];
+    if (c->tickets[op] != 0) fatal(c->pg, "fsdp: collective slot %d reused while in flight", op);
+    return &c->tickets[op];
 }
 
 static void* cpu_alloc(void* ctx, size_t bytes) {
@@ -39,37 +33,30 @@ static void cpu_zero(void* ctx, void* p, size_t bytes) { (void)ctx; memset(p, 0,
 
 static void cpu_all_gather_start(void* ctx, int op, const void* shard, void* full, size_t n) {
     CpuBackend* c = (CpuBackend*)ctx;
-    int count = count_or_die(c, n);
-    MPI_Iallgather(shard, count, MPI_FLOAT, full, count, MPI_FLOAT, c->pg->shard_comm, request(c, op));
+    *ticket(c, op) = comm_all_gather_start(c->pg->shard_comm, shard, full, n * sizeof(float));
 }
 
 static void cpu_reduce_scatter_start(void* ctx, int op, const void* full, float* shard_out, size_t n) {
     CpuBackend* c = (CpuBackend*)ctx;
-    int count = count_or_die(c, n);
-    MPI_Ireduce_scatter_block(full, shard_out, count, MPI_FLOAT, MPI_SUM, c->pg->shard_comm, request(c, op));
+    *ticket(c, op) = comm_reduce_scatter_f32_start(c->pg->shard_comm, (const float*)full, shard_out, n);
 }
 
 static void cpu_wait(void* ctx, int op) {
     CpuBackend* c = (CpuBackend*)ctx;
     if (op < 0 || op >= c->max_ops) fatal(c->pg, "fsdp: collective slot %d out of range", op);
-    MPI_Wait(&c->requests[op], MPI_STATUS_IGNORE);
+    comm_wait(c->pg->shard_comm, c->tickets[op]);
+    c->tickets[op] = 0;
 }
 
 static void cpu_all_reduce_replicas(void* ctx, float* buf, size_t n) {
     CpuBackend* c = (CpuBackend*)ctx;
-    // In chunks, so that any size fits MPI's int count.
-    const size_t chunk = (size_t)1 << 30;
-    for (size_t at = 0; at < n; at += chunk) {
-        size_t len = n - at < chunk ? n - at : chunk;
-        MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)len, MPI_FLOAT, MPI_SUM, c->pg->replicate_comm);
-    }
+    comm_all_reduce_f32_sum(c->pg->replicate_comm, buf, n);
 }
 
 static double cpu_all_reduce_sum(void* ctx, double x) {
     CpuBackend* c = (CpuBackend*)ctx;
-    double out = 0.0;
-    MPI_Allreduce(&x, &out, 1, MPI_DOUBLE, MPI_SUM, c->pg->shard_comm);
-    return out;
+    comm_all_reduce_f64(c->pg->shard_comm, &x, 1, COMM_SUM);
+    return x;
 }
 
 static void cpu_accumulate(void* ctx, float* dst, const float* src, size_t n) {
@@ -91,8 +78,7 @@ void fsdp_backend_cpu_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops)
     CpuBackend* c = (CpuBackend*)calloc(1, sizeof(CpuBackend));
     c->pg = pg;
     c->max_ops = max_ops;
-    c->requests = (MPI_Request*)malloc((size_t)max_ops * sizeof(MPI_Request));
-    for (int i = 0; i < max_ops; i++) c->requests[i] = MPI_REQUEST_NULL;
+    c->tickets = (CommTicket*)calloc((size_t)max_ops, sizeof(CommTicket));
     memset(be, 0, sizeof(*be));
     be->ctx = c;
     be->param_bytes = sizeof(float);
@@ -112,6 +98,6 @@ void fsdp_backend_cpu_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops)
 
 void fsdp_backend_cpu_free(FsdpBackend* be) {
     CpuBackend* c = (CpuBackend*)be->ctx;
-    if (c) { free(c->requests); free(c); }
+    if (c) { free(c->tickets); free(c); }
     be->ctx = NULL;
 }

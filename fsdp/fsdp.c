@@ -275,9 +275,8 @@ float fsdp_grad_norm(Fsdp* f) {
     return (float)sqrt(f->be.all_reduce_sum(f->be.ctx, local));
 }
 
-float fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
-                          float weight_decay, float grad_clip, int t) {
-    float norm = fsdp_grad_norm(f);
+void fsdp_optimizer_step(Fsdp* f, float norm, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_clip, int t) {
     float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
     for (int u = 0; u < f->n_units; u++) {
         const FlatUnit* unit = &f->units[u];
@@ -297,5 +296,4 @@ float fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps
     if (f->be.refresh_param_shard)
         f->be.refresh_param_shard(f->be.ctx, f->param_shard, f->master, f->total_shard, t);
     f->params_dirty = 1;
-    return norm;
 }

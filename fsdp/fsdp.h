@@ -14,7 +14,7 @@
 //     backward: p = fsdp_backward_pre(u); g = fsdp_grad(u) ... fsdp_backward_post(u)  u = n-1..0
 //               (the root's gradient buffer may be taken early: the LM head comes first)
 //     fsdp_end_micro_step
-//   norm = fsdp_optimizer_step(...)
+//   norm = fsdp_grad_norm(f); fsdp_optimizer_step(f, norm, ...)   (skipped when norm is not finite)
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
 
@@ -140,9 +140,10 @@ void fsdp_end_micro_step(Fsdp* f);
 void fsdp_release_all(Fsdp* f);
 // Global gradient norm (before clipping) over every rank's shard.
 float fsdp_grad_norm(Fsdp* f);
-// Clip to grad_clip (if > 0) and run AdamW on the owned shards; returns the pre-clip norm.
-float fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
-                          float weight_decay, float grad_clip, int t);
+// Clip to grad_clip (if > 0) given the global norm from fsdp_grad_norm, and run AdamW on
+// the owned shards. t is the 1-based step for bias correction.
+void fsdp_optimizer_step(Fsdp* f, float grad_norm, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_clip, int t);
 
 #ifdef __cplusplus
 }

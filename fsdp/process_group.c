@@ -1,5 +1,6 @@
 #include "fsdp/process_group.h"
 
+#include <mpi.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,44 +15,119 @@ static int env_int(const char* name, int* out) {
     return 1;
 }
 
-int process_group_init(ProcessGroup* pg, int* argc, char*** argv, char* err, size_t errlen) {
+static const char* env_str(const char* name) {
+    const char* s = getenv(name);
+    return s && *s ? s : NULL;
+}
+
+// What the launcher says we are, in order of specificity. Returns the launcher's name;
+// rank and world are -1 when no launcher variables are set.
+static const char* launcher_env(int* rank, int* world, int* mpi_launched) {
+    *rank = -1; *world = -1; *mpi_launched = 0;
+    if (env_int("OMPI_COMM_WORLD_RANK", rank) && env_int("OMPI_COMM_WORLD_SIZE", world)) {
+        *mpi_launched = 1;
+        return "openmpi";
+    }
+    if (env_int("PMI_RANK", rank) && env_int("PMI_SIZE", world)) {  // MPICH's hydra, srun --mpi=pmi2
+        *mpi_launched = 1;
+        return "mpich";
+    }
+    // Inside a job step srun sets SLURM_STEP_NUM_TASKS; SLURM_NTASKS alone may describe the
+    // whole allocation (as in the batch script itself).
+    if (env_int("SLURM_PROCID", rank) && (env_int("SLURM_STEP_NUM_TASKS", world) || env_int("SLURM_NTASKS", world))) {
+        *mpi_launched = env_str("PMIX_RANK") != NULL;  // srun --mpi=pmix
+        return "slurm";
+    }
+    if (env_int("RANK", rank) && env_int("WORLD_SIZE", world)) return "torchrun";
+    *rank = -1; *world = -1;
+    return "single";
+}
+
+int launcher_rank(void) {
+    int rank, world, mpi_launched;
+    launcher_env(&rank, &world, &mpi_launched);
+    return rank < 0 ? 0 : rank;
+}
+
+static void local_from_env(ProcessGroup* pg) {
+    int v;
+    if (env_int("SLURM_LOCALID", &v) || env_int("LOCAL_RANK", &v)) pg->local_rank = v;
+    if (env_int("SLURM_NTASKS_PER_NODE", &v) || env_int("LOCAL_WORLD_SIZE", &v)) pg->local_world = v;
+}
+
+int process_group_init(ProcessGroup* pg, int* argc, char*** argv, const ProcessGroupOptions* opt,
+                       char* err, size_t errlen) {
     memset(pg, 0, sizeof(*pg));
-    MPI_Init(argc, argv);
-    pg->world_comm = MPI_COMM_WORLD;
-    MPI_Comm_rank(MPI_COMM_WORLD, &pg->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &pg->world);
+    int env_rank, env_world, mpi_launched;
+    pg->launcher = launcher_env(&env_rank, &env_world, &mpi_launched);
 
-    // What the launcher says we are, in order of specificity.
-    int env_rank = -1, env_world = -1;
-    pg->launcher = "single";
-    if (env_int("OMPI_COMM_WORLD_RANK", &env_rank) && env_int("OMPI_COMM_WORLD_SIZE", &env_world)) {
-        pg->launcher = "openmpi";
-    } else if (env_int("PMI_RANK", &env_rank) && env_int("PMI_SIZE", &env_world)) {
-        pg->launcher = "mpich";
-    } else if (env_int("SLURM_PROCID", &env_rank) && env_int("SLURM_NTASKS", &env_world)) {
-        pg->launcher = "slurm";
-    } else if (env_int("RANK", &env_rank) && env_int("WORLD_SIZE", &env_world)) {
-        pg->launcher = "torchrun";
-    }
-    if (env_world >= 0 && (env_world != pg->world || env_rank != pg->rank)) {
-        snprintf(err, errlen,
-                 "the %s environment says rank %d of %d but MPI sees rank %d of %d: "
-                 "launch with mpirun or srun (with PMI/PMIx) so that all ranks join one MPI world",
-                 pg->launcher, env_rank, env_world, pg->rank, pg->world);
-        return 1;
+    // Which transport: an explicit rendezvous wins; else MPI when an MPI launcher started us
+    // (or nobody did: a single rank); else the TCP rendezvous the environment names.
+    char rendezvous[1100] = "";
+    if (opt->rendezvous) snprintf(rendezvous, sizeof(rendezvous), "%s", opt->rendezvous);
+    else if (!mpi_launched && env_world > 1) {
+        const char* addr = env_str("MASTER_ADDR");
+        const char* port = env_str("MASTER_PORT");
+        if (!addr || !port) {
+            snprintf(err, errlen,
+                     "the %s environment says rank %d of %d but there is no MPI world (no PMI/PMIx): "
+                     "pass --rendezvous file:DIR (a directory every node sees) or tcp://HOST:PORT, set "
+                     "MASTER_ADDR and MASTER_PORT, or launch with mpirun or srun --mpi=pmix",
+                     pg->launcher, env_rank, env_world);
+            return 1;
+        }
+        snprintf(rendezvous, sizeof(rendezvous), "tcp://%s:%s", addr, port);
     }
 
-    // Local rank from the ranks that share this node's memory: works under every launcher.
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, pg->rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &pg->local_rank);
-    MPI_Comm_size(node, &pg->local_world);
-    MPI_Comm_free(&node);
-
+    if (rendezvous[0]) {
+        if (env_world < 1) {
+            snprintf(err, errlen, "--rendezvous %s: no launcher variables say which rank this is "
+                     "(SLURM_PROCID/SLURM_NTASKS, RANK/WORLD_SIZE, or an MPI launcher's)", rendezvous);
+            return 1;
+        }
+        // A run id keeps launches apart in a shared rendezvous directory: Slurm's job, step and
+        // restart count (a requeued job keeps its id), or torchrun's.
+        char run_id[256] = "default";
+        const char* job = env_str("SLURM_JOB_ID");
+        if (opt->run_id) snprintf(run_id, sizeof(run_id), "%s", opt->run_id);
+        else if (env_str("TORCHELASTIC_RUN_ID")) snprintf(run_id, sizeof(run_id), "%s", env_str("TORCHELASTIC_RUN_ID"));
+        else if (job) {
+            const char* step = env_str("SLURM_STEP_ID");
+            const char* restart = env_str("SLURM_RESTART_COUNT");
+            snprintf(run_id, sizeof(run_id), "slurm-%s.%s.%s", job, step ? step : "0", restart ? restart : "0");
+        } else if (!strncmp(rendezvous, "file:", 5)) {
+            snprintf(err, errlen, "--rendezvous %s needs --run-id ID (the same on every rank, new for each launch) "
+                     "outside Slurm and torchrun", rendezvous);
+            return 1;
+        }
+        pg->comm = comm_tcp_init(env_rank, env_world, rendezvous, run_id, opt->timeout_s, err, errlen);
+        if (!pg->comm) return 1;
+    } else {
+        MPI_Init(argc, argv);
+        pg->comm = comm_mpi_init(opt->timeout_s, err, errlen);
+        if (!pg->comm) return 1;
+        Comm* w = comm_world(pg->comm);
+        if (env_world >= 0 && (env_world != comm_size(w) || env_rank != comm_rank(w))) {
+            snprintf(err, errlen,
+                     "the %s environment says rank %d of %d but MPI sees rank %d of %d: "
+                     "launch with mpirun or srun (with PMI/PMIx) so that all ranks join one MPI world, "
+                     "or pass --rendezvous",
+                     pg->launcher, env_rank, env_world, comm_rank(w), comm_size(w));
+            comm_finalize(pg->comm);
+            pg->comm = NULL;
+            return 1;
+        }
+    }
+    pg->transport = comm_transport(pg->comm);
+    pg->world_comm = comm_world(pg->comm);
+    pg->rank = comm_rank(pg->world_comm);
+    pg->world = comm_size(pg->world_comm);
+    comm_local(pg->comm, &pg->local_rank, &pg->local_world);
+    if (!strcmp(pg->transport, "tcp")) local_from_env(pg);  // the launcher knows best
     pg->shard_size = pg->world; pg->shard_rank = pg->rank;
     pg->replicate_size = 1; pg->replicate_rank = 0;
-    pg->shard_comm = MPI_COMM_WORLD;
-    pg->replicate_comm = MPI_COMM_SELF;
+    pg->shard_comm = pg->world_comm;
+    pg->replicate_comm = NULL;
     return 0;
 }
 
@@ -67,15 +143,14 @@ int process_group_split(ProcessGroup* pg, int shard_size, char* err, size_t errl
     pg->replicate_size = pg->world / shard_size;
     pg->replicate_rank = pg->rank / shard_size;
     // Consecutive ranks (one node under the usual block mapping) form a shard group.
-    MPI_Comm_split(MPI_COMM_WORLD, pg->replicate_rank, pg->shard_rank, &pg->shard_comm);
-    MPI_Comm_split(MPI_COMM_WORLD, pg->shard_rank, pg->replicate_rank, &pg->replicate_comm);
+    pg->shard_comm = comm_split(pg->world_comm, pg->replicate_rank, pg->shard_rank);
+    pg->replicate_comm = comm_split(pg->world_comm, pg->shard_rank, pg->replicate_rank);
     return 0;
 }
 
 void process_group_finalize(ProcessGroup* pg) {
-    if (pg->shard_comm != MPI_COMM_WORLD) MPI_Comm_free(&pg->shard_comm);
-    if (pg->replicate_comm != MPI_COMM_SELF) MPI_Comm_free(&pg->replicate_comm);
-    MPI_Finalize();
+    if (pg->comm) comm_finalize(pg->comm);
+    pg->comm = NULL;
 }
 
 void fatal(const ProcessGroup* pg, const char* fmt, ...) {
@@ -84,14 +159,16 @@ void fatal(const ProcessGroup* pg, const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    fflush(stdout);
     if (pg && pg->world > 1) fprintf(stderr, "error: [rank %d] %s\n", pg->rank, msg);
     else fprintf(stderr, "error: %s\n", msg);
     fflush(stderr);
-    if (pg && pg->world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (pg && pg->comm && pg->world > 1) comm_abort(pg->comm, 1);
     exit(1);
 }
 
 void fatal_agreed(const ProcessGroup* pg, const char* fmt, ...) {
+    fflush(stdout);
     if (pg->rank == 0) {
         char msg[1024];
         va_list ap;
@@ -101,6 +178,6 @@ void fatal_agreed(const ProcessGroup* pg, const char* fmt, ...) {
         fprintf(stderr, "error: %s\n", msg);
         fflush(stderr);
     }
-    MPI_Finalize();
+    process_group_finalize((ProcessGroup*)pg);
     exit(1);
 }

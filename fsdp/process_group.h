@@ -1,14 +1,19 @@
-// Process group: who am I, how many of us, and the communicators the FSDP engine uses.
+// Process group: who am I, how many of us, and the groups the FSDP engine communicates in.
 //
-// Ranks come from MPI (mpirun, srun with PMI/PMIx). The launcher's own variables
-// (OMPI_COMM_WORLD_*, PMI_*, SLURM_*, torchrun's RANK/WORLD_SIZE) are read too and must
-// agree with MPI's view: a job started torchrun-style without an MPI world would otherwise
-// silently train W independent copies, so it is refused with a clear message.
+// How the ranks find each other (fsdp/comm.h):
+//   - an MPI world when an MPI launcher started us (mpirun/mpiexec of Open MPI or MPICH, srun
+//     with PMI/PMIx); the launcher's variables must agree with what MPI sees;
+//   - the TCP transport when --rendezvous is given, or when a launcher that is not MPI says
+//     we are one of several ranks (srun without PMI: SLURM_PROCID/SLURM_NTASKS; torchrun
+//     style: RANK/WORLD_SIZE with MASTER_ADDR/MASTER_PORT);
+//   - a single rank otherwise.
+// A job started as several ranks with no way to meet is refused with a clear message:
+// otherwise it would silently train W independent copies.
 #ifndef FSDP_PROCESS_GROUP_H
 #define FSDP_PROCESS_GROUP_H
 
-#include <mpi.h>
 #include <stdio.h>
+#include "fsdp/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,28 +23,42 @@ typedef struct {
     int rank, world;            // global
     int local_rank, local_world;// within this node (for picking a GPU)
     const char* launcher;       // "openmpi", "mpich", "slurm", "torchrun", "single"
+    const char* transport;      // "mpi" or "tcp"
     // Sharding: ranks are split into groups of shard_size consecutive ranks (one node, usually).
     // Parameters are sharded inside a group and replicated across groups (HSDP). With
     // shard_size == world this is plain FSDP and replicate_size == 1.
     int shard_size, shard_rank;       // within the shard group
     int replicate_size, replicate_rank;
-    MPI_Comm world_comm, shard_comm, replicate_comm;
+    CommWorld* comm;
+    Comm *world_comm, *shard_comm, *replicate_comm;
 } ProcessGroup;
 
-// MPI_Init + launcher detection. On an inconsistent environment prints one line to stderr
-// and returns non-zero (after MPI_Init, so the caller can finalize and exit).
-int process_group_init(ProcessGroup* pg, int* argc, char*** argv, char* err, size_t errlen);
+typedef struct {
+    const char* rendezvous;     // NULL, "file:DIR" or "tcp://HOST:PORT"
+    const char* run_id;         // NULL: from the launcher (Slurm job/step/restart, torchrun)
+    double timeout_s;           // collectives and rendezvous; <= 0 disables the MPI watchdog
+} ProcessGroupOptions;
+
+// The rank the launcher's environment gives this process (0 when there is none): lets
+// exactly one process report an error found before the ranks have met.
+int launcher_rank(void);
+
+// Forms the world. On failure prints nothing, returns non-zero with one line in err; the
+// caller reports it (from launcher_rank() == 0) and exits.
+int process_group_init(ProcessGroup* pg, int* argc, char*** argv, const ProcessGroupOptions* opt,
+                       char* err, size_t errlen);
 // Splits the world into shard groups of shard_size ranks (0 means world). Fails (non-zero,
 // message in err) when shard_size does not divide the world size.
 int process_group_split(ProcessGroup* pg, int shard_size, char* err, size_t errlen);
 void process_group_finalize(ProcessGroup* pg);
 
 // Abort the whole job from any rank: prints "error: <msg>" (prefixed with the rank when
-// W > 1) and calls MPI_Abort so that no rank is left waiting in a collective.
+// W > 1) and ends every rank (MPI_Abort, or closing the TCP mesh) so that none is left
+// waiting in a collective.
 void fatal(const ProcessGroup* pg, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
 // For an error every rank has reached together (one they agreed on): rank 0 prints it once
-// and every rank exits with status 1 after finalizing MPI.
+// and every rank exits with status 1 after closing the transport.
 void fatal_agreed(const ProcessGroup* pg, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
 #ifdef __cplusplus

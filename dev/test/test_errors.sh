@@ -76,11 +76,12 @@ expect_error "world does not divide the batch" "not a multiple of batch-size x s
     run_np 3 "${T[@]}" -i "$TRAIN_SHARD" -d 64
 expect_error "shard group does not divide" "--shard-group-size 2 does not divide the world size 3" \
     run_np 3 "${T[@]}" -i "$TRAIN_SHARD" --shard-group-size 2
-expect_error "torchrun env without MPI world" "the torchrun environment says rank 1 of 2 but MPI sees rank 0 of 1" \
-    env RANK=1 WORLD_SIZE=2 "${T[@]}" -i "$TRAIN_SHARD"
+expect_error "torchrun env without a rendezvous" "the torchrun environment says rank 0 of 2 but there is no MPI world.*--rendezvous" \
+    env RANK=0 WORLD_SIZE=2 "${T[@]}" -i "$TRAIN_SHARD"
 if ./train_gpt --help | grep -q -- "--total-batch-tokens"; then ok "--help lists the options"; else not_ok "--help"; fi
 
-# Launcher detection: the launcher's variables are read and must agree with MPI's world.
+# Launcher detection: the launcher's variables are read; several ranks need an MPI world or
+# a rendezvous.
 launch=("${T[@]}" -i "$TRAIN_SHARD" -x 0)
 if env SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0 "${launch[@]}" 2>&1 | grep -q "1 rank(s) via slurm"; then ok "Slurm environment detected"
 else not_ok "Slurm environment not detected"; fi
@@ -88,5 +89,16 @@ if env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "${launch[@]}" 2>&1 | grep -q "1 rank(s)
 else not_ok "torchrun environment not detected"; fi
 if run_np 2 "${launch[@]}" -d 64 2>&1 | grep -q "2 rank(s) via openmpi"; then ok "Open MPI environment detected (np=2)"
 else not_ok "Open MPI environment not detected"; fi
-expect_error "Slurm env disagreeing with MPI" "the slurm environment says rank 0 of 4 but MPI sees rank 0 of 1" \
+expect_error "Slurm env without PMI and without a rendezvous" "the slurm environment says rank 0 of 4 but there is no MPI world" \
     env SLURM_PROCID=0 SLURM_NTASKS=4 "${launch[@]}"
+expect_error "Slurm batch step: the step's task count wins" "the slurm environment says rank 0 of 2 but there is no MPI world" \
+    env SLURM_PROCID=0 SLURM_NTASKS=16 SLURM_STEP_NUM_TASKS=2 "${launch[@]}"
+if env SLURM_PROCID=0 SLURM_NTASKS=16 SLURM_STEP_NUM_TASKS=1 "${launch[@]}" 2>&1 | grep -q "1 rank(s) via slurm"; then
+    ok "one task in a 16-task allocation runs as a single rank"
+else not_ok "SLURM_STEP_NUM_TASKS=1 not honoured"; fi
+expect_error "--rendezvous file: outside a launcher needs --run-id" "--rendezvous file:.* needs --run-id" \
+    env RANK=0 WORLD_SIZE=1 "${launch[@]}" --rendezvous "file:$TEST_TMP/rdv"
+expect_error "--rendezvous with a bad scheme" "--rendezvous: expected file:DIR or tcp://HOST:PORT" "${launch[@]}" --rendezvous "nfs:/x"
+expect_error "--rendezvous without launcher variables" "no launcher variables say which rank" "${launch[@]}" --rendezvous "tcp://127.0.0.1:1"
+expect_error "--comm-timeout out of range" "--comm-timeout: 0 is out of range" "${launch[@]}" --comm-timeout 0
+expect_error "--max-bad-steps out of range" "--max-bad-steps: 0 is out of range" "${launch[@]}" --max-bad-steps 0

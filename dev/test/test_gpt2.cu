@@ -24,7 +24,6 @@ static void die(const char* fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
 
@@ -110,7 +109,8 @@ static int run_dump(int argc, char** argv) {
                 }
             }
         }
-        norms[s] = fsdp_optimizer_step(&model.fsdp, lr, beta1, beta2, eps, wd, clip, s + 1);
+        norms[s] = fsdp_grad_norm(&model.fsdp);
+        fsdp_optimizer_step(&model.fsdp, norms[s], lr, beta1, beta2, eps, wd, clip, s + 1);
     }
 
     FILE* fp = fopen(out_path, "wb");
@@ -214,7 +214,8 @@ static int run_fdcheck(void) {
 
 int main(int argc, char** argv) {
     char err[512];
-    if (process_group_init(&g_pg, &argc, &argv, err, sizeof(err))) die("%s", err);
+    ProcessGroupOptions pg_opt = {NULL, NULL, 0.0};
+    if (process_group_init(&g_pg, &argc, &argv, &pg_opt, err, sizeof(err))) die("%s", err);
     omp_set_num_threads(2);
     int rc;
     if (argc >= 2 && !strcmp(argv[1], "dump")) rc = run_dump(argc, argv);
