@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 #   libopenblas-openmp-dev: the build links OpenBLAS's OpenMP flavour (shares our thread pool)
 #   libjemalloc2: the PyTorch baseline of dev/bench/bench_cpu.sh runs on it (glibc's malloc
 #                 returns the big logits buffers to the kernel every step, slowing PyTorch)
+#   python3-matplotlib: scripts/plot.py
 packages=(build-essential make curl ca-certificates bc libopenmpi-dev openmpi-bin libzstd-dev
           libopenblas-dev libopenblas-openmp-dev libpcre2-dev libcjson-dev libxxhash-dev libjemalloc2
-          python3 python3-venv python3-numpy python3-torch)
+          python3 python3-venv python3-numpy python3-torch python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
