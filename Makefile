@@ -43,6 +43,9 @@ MPI_LIBS   := $(shell mpicc --showme:link)
 NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. \
              -Xcompiler "$(OPT) -fopenmp $(WARN) $(MPI_CFLAGS)" \
              -I$(BLAS_INC)
+# GPU tests: dev/test/test_*_cuda.cu, built only when nvcc exists (run by test_cuda.sh,
+# which reports them as skipped on a machine without a GPU).
+TEST_BINS += $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*_cuda.cu))
 NVCC_LIBS := -lcublasLt -lcublas -lnccl $(MPI_LIBS) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 endif
 
@@ -79,6 +82,12 @@ train_gpt: build/train_gpt.o $(LIB_OBJS)
 
 build/test_gpt2: build/test_gpt2.o $(LIB_OBJS)
 	$(LINK) $^ -o $@ $(LINK_LIBS)
+
+ifneq ($(NVCC),)
+build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCCFLAGS) $< $(LIB_OBJS) -o $@ $(NVCC_LIBS)
+endif
 
 build/test_%: dev/test/test_%.c $(LIB_OBJS) $(HEADERS)
 	@mkdir -p build

@@ -1,0 +1,833 @@
+// GPU tests of the BF16 CUDA kernels (kernels/cuda_kernels.cuh) against their CPU twins
+// (kernels/cpu_kernels.h, fp32).
+//
+// For every kernel: random inputs from a fixed seed, rounded to bf16; the GPU kernel runs on
+// the bf16 values, the CPU twin on the same values as fp32; outputs are compared with the
+// tolerances below. Backward kernels (and the other reductions) also run twice from the same
+// state and must agree bitwise. Stochastic rounding is checked for unbiasedness and for
+// independence from how a range is split into launches. Shapes exercise the edge cases:
+// C not a multiple of the block width, N = 1, Vp > V, odd n, unaligned pointers.
+//
+// Output: "ok - <check> (max err ...)" or "not ok - <check>: ..." per check; exit status 1
+// if any check failed. Without a usable GPU: "ok - cuda kernels # skip no GPU", status 0.
+#include <math.h>
+#include <mpi.h>  // not used: proves the headers build next to MPI's and the CPU kernels'
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_kernels.cuh"
+
+// ----------------------------------------------------------------------------
+// Tolerances
+//
+// bf16 outputs. Both sides start from the same bf16 inputs and compute in fp32; they differ
+// by the order of fp32 operations (sums over at most ~10^4 terms: relative differences
+// ~1e-6), FMA contraction, and expf (GPU, <= 2 ulp) vs fast_expf (CPU, <= 1 ulp). The
+// GPU's result is then rounded to bf16 once: at most half a bf16 ulp, 2^-9 relative. So each
+// element must satisfy |gpu - cpu| <= 2^-8 |cpu| (one bf16 ulp: the rounding plus room for a
+// value that sits on a rounding boundary) + 1e-3 max|cpu| (an absolute floor for elements
+// that cancel to ~0, whose fp32 error is relative to the terms that cancelled, not to the
+// result). This is stricter than "1e-2 of the tensor's max magnitude" everywhere and catches
+// errors confined to small elements, while any wrong index, sign or formula is off by O(1).
+static const double BF16_TOL_REL = 1.0 / 256.0;
+static const double BF16_TOL_ABS_FRAC = 1e-3;
+// fp32 statistics (LayerNorm mean/rstd, losses): fp32 sums in another order, ~1e-6 relative.
+// mean may cancel to ~0, so its floor is relative to the input's magnitude.
+static const double STAT_TOL_REL = 1e-5;
+static const double MEAN_TOL_OF_MAX_INPUT = 1e-5;
+static const double LOSS_TOL_ABS = 1e-5;
+// AdamW fp32 state: a handful of fp32 operations per element and step, FMA contraction
+// allowed on either side: a few ulp per step, 3 steps.
+static const double ADAMW_TOL_REL = 1e-5;
+static const double ADAMW_TOL_ABS_FRAC = 1e-6;
+// Sum of squares: exact products summed in double, only the order differs.
+static const double SUMSQ_TOL_REL = 1e-12;
+
+// ----------------------------------------------------------------------------
+// Reporting
+
+static int n_failed = 0, n_passed = 0;
+
+static void report(bool ok, const char* name, const char* fmt, ...) {
+    char detail[512] = "";
+    if (fmt != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(detail, sizeof detail, fmt, ap);
+        va_end(ap);
+    }
+    if (ok) {
+        n_passed++;
+        if (detail[0]) printf("ok - %s (%s)\n", name, detail);
+        else printf("ok - %s\n", name);
+    } else {
+        n_failed++;
+        printf("not ok - %s: %s\n", name, detail[0] ? detail : "failed");
+    }
+    fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// Random inputs (fixed seed), bf16 conversions, device buffers
+
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed) {}
+    uint64_t next() { s += 0x9e3779b97f4a7c15ull; return splitmix64_mix(s); }
+    double uniform() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+    float normal() {
+        const double u1 = uniform() + 1e-300, u2 = uniform();
+        return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    int below(int n) { return (int)(next() % (uint64_t)n); }
+};
+
+static float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+// n values scale * normal + offset, rounded to bf16 (so the fp32 copy is exactly the bf16 input).
+static std::vector<float> rand_bf16(Rng& rng, size_t n, float scale, float offset = 0.0f) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = round_bf16(scale * rng.normal() + offset);
+    return v;
+}
+static std::vector<float> rand_f32(Rng& rng, size_t n, float scale, float offset = 0.0f) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = scale * rng.normal() + offset;
+    return v;
+}
+static std::vector<bf16> to_bf16(const std::vector<float>& x) {
+    std::vector<bf16> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = float_to_bf16(x[i]);
+    return y;
+}
+static std::vector<float> from_bf16(const std::vector<bf16>& x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = bf16_to_float(x[i]);
+    return y;
+}
+static uint16_t bits_of(bf16 x) { uint16_t u; memcpy(&u, &x, sizeof u); return u; }
+
+// Device buffers; every allocation is freed at exit by the driver (the process is short).
+template <class T>
+static T* dev_alloc(size_t n) {
+    T* p = NULL;
+    CUDA_CHECK(cudaMalloc((void**)&p, (n > 0 ? n : 1) * sizeof(T)));
+    return p;
+}
+template <class T>
+static T* dev_upload(const std::vector<T>& h) {
+    T* p = dev_alloc<T>(h.size());
+    if (!h.empty()) CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return p;
+}
+template <class T>
+static void dev_set(T* p, const std::vector<T>& h) {
+    if (!h.empty()) CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+template <class T>
+static std::vector<T> dev_download(const T* p, size_t n) {
+    std::vector<T> h(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (n > 0) CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+static void* dev_scratch(size_t bytes) {
+    void* p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes > 0 ? bytes : 1));
+    return p;
+}
+
+// ----------------------------------------------------------------------------
+// Comparisons
+
+static double max_abs(const std::vector<float>& x) {
+    double m = 0.0;
+    for (float v : x) m = fmax(m, fabs((double)v));
+    return m;
+}
+
+// Elementwise |got - ref| <= rel |ref| + abs_tol; reports the largest error relative to
+// max|ref| and the first violation.
+static void check_close(const char* name, const std::vector<float>& got, const std::vector<float>& ref,
+                        double rel, double abs_tol) {
+    if (got.size() != ref.size()) { report(false, name, "size %zu vs %zu", got.size(), ref.size()); return; }
+    const double mx = max_abs(ref);
+    double worst = 0.0;
+    long bad = -1;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const double err = fabs((double)got[i] - (double)ref[i]);
+        if (!(err <= rel * fabs((double)ref[i]) + abs_tol)) { if (bad < 0) bad = (long)i; }
+        if (err > worst || err != err) worst = err;
+    }
+    if (bad >= 0) {
+        report(false, name, "element %ld: got %.9g, want %.9g (max err %.3g, max|ref| %.3g)", bad,
+               (double)got[bad], (double)ref[bad], worst, mx);
+    } else {
+        report(true, name, "max err %.3g = %.2g of max|ref| %.3g", worst, mx > 0 ? worst / mx : 0.0, mx);
+    }
+}
+static void check_bf16(const char* name, const std::vector<bf16>& got, const std::vector<float>& ref) {
+    check_close(name, from_bf16(got), ref, BF16_TOL_REL, BF16_TOL_ABS_FRAC * max_abs(ref));
+}
+// got must be exactly bf16(ref) (round to nearest even): for kernels whose fp32 arithmetic
+// is the CPU twin's, operation for operation.
+static void check_bf16_exact(const char* name, const std::vector<bf16>& got, const std::vector<float>& ref) {
+    if (got.size() != ref.size()) { report(false, name, "size %zu vs %zu", got.size(), ref.size()); return; }
+    for (size_t i = 0; i < ref.size(); i++) {
+        const bf16 want = float_to_bf16(ref[i]);
+        const bool both_nan = isnan(bf16_to_float(got[i])) && isnan(ref[i]);
+        if (bits_of(got[i]) != bits_of(want) && !both_nan) {
+            report(false, name, "element %zu: got %.9g (0x%04x), want bf16(%.9g) = 0x%04x", i,
+                   (double)bf16_to_float(got[i]), bits_of(got[i]), (double)ref[i], bits_of(want));
+            return;
+        }
+    }
+    report(true, name, "bitwise equal to bf16(cpu), %zu elements", ref.size());
+}
+template <class T>
+static void check_bitwise(const char* name, const std::vector<T>& a, const std::vector<T>& b) {
+    if (a.size() != b.size()) { report(false, name, "size %zu vs %zu", a.size(), b.size()); return; }
+    for (size_t i = 0; i < a.size(); i++) {
+        if (memcmp(&a[i], &b[i], sizeof(T)) != 0) {
+            report(false, name, "first difference at element %zu of %zu", i, a.size());
+            return;
+        }
+    }
+    report(true, name, "bitwise equal, %zu elements", a.size());
+}
+
+// ----------------------------------------------------------------------------
+// Encoder
+
+static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
+    char name[200];
+    const int N = B * T;
+    std::vector<int> inp(N);
+    for (int n = 0; n < N; n++) inp[n] = one_token ? V / 2 : rng.below(V);
+    std::vector<float> wte = rand_bf16(rng, (size_t)V * C, 0.5f), wpe = rand_bf16(rng, (size_t)T * C, 0.5f);
+    int* d_inp = dev_upload(inp);
+    bf16* d_wte = dev_upload(to_bf16(wte));
+    bf16* d_wpe = dev_upload(to_bf16(wpe));
+    bf16* d_out = dev_alloc<bf16>((size_t)N * C);
+
+    // Forward: one fp32 add, then round: exactly bf16 of the CPU's fp32 result.
+    std::vector<float> ref((size_t)N * C);
+    encoder_forward(ref.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+    encoder_forward_cuda(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
+    snprintf(name, sizeof name, "encoder_forward B=%d T=%d C=%d V=%d", B, T, C, V);
+    check_bf16_exact(name, dev_download(d_out, (size_t)N * C), ref);
+
+    // Backward, accumulating into nonzero gradients. The GPU adds every row to dwte/dwpe in
+    // the CPU twin's order, so the fp32 sums are identical: bitwise equal to bf16(cpu).
+    std::vector<float> dout = rand_bf16(rng, (size_t)N * C, 1.0f);
+    std::vector<float> dwte0 = rand_bf16(rng, (size_t)V * C, 0.1f), dwpe0 = rand_bf16(rng, (size_t)T * C, 0.1f);
+    std::vector<float> dwte = dwte0, dwpe = dwpe0;
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+    bf16* d_dout = dev_upload(to_bf16(dout));
+    bf16* d_dwte = dev_upload(to_bf16(dwte0));
+    bf16* d_dwpe = dev_upload(to_bf16(dwpe0));
+    const size_t sbytes = encoder_backward_scratch_bytes(B, T, V);
+    void* scratch = dev_scratch(sbytes);
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0);
+    std::vector<bf16> g_dwte = dev_download(d_dwte, (size_t)V * C), g_dwpe = dev_download(d_dwpe, (size_t)T * C);
+    snprintf(name, sizeof name, "encoder_backward dwte B=%d T=%d C=%d V=%d%s", B, T, C, V, one_token ? " (one token id)" : "");
+    check_bf16_exact(name, g_dwte, dwte);
+    snprintf(name, sizeof name, "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
+    check_bf16_exact(name, g_dwpe, dwpe);
+    // Determinism: again from the same state.
+    dev_set(d_dwte, to_bf16(dwte0));
+    dev_set(d_dwpe, to_bf16(dwpe0));
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0);
+    snprintf(name, sizeof name, "encoder_backward deterministic B=%d T=%d C=%d V=%d", B, T, C, V);
+    std::vector<bf16> both1 = g_dwte, both2 = dev_download(d_dwte, (size_t)V * C);
+    both1.insert(both1.end(), g_dwpe.begin(), g_dwpe.end());
+    std::vector<bf16> p2 = dev_download(d_dwpe, (size_t)T * C);
+    both2.insert(both2.end(), p2.begin(), p2.end());
+    check_bitwise(name, both1, both2);
+
+    cudaFree(d_inp); cudaFree(d_wte); cudaFree(d_wpe); cudaFree(d_out); cudaFree(d_dout);
+    cudaFree(d_dwte); cudaFree(d_dwpe); cudaFree(scratch);
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm
+
+static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alias) {
+    char name[200];
+    const char* tag = fused ? (alias ? "fused_residual_layernorm_forward (residual aliases a)"
+                                     : "fused_residual_layernorm_forward")
+                            : "layernorm_forward";
+    // Inputs with a mean far from 0 exercise the two-pass variance.
+    std::vector<float> a = rand_bf16(rng, (size_t)N * C, 1.5f, 3.0f);
+    std::vector<float> b = rand_bf16(rng, (size_t)N * C, 1.0f);
+    std::vector<float> w = rand_bf16(rng, C, 0.3f, 1.0f), bias = rand_bf16(rng, C, 0.2f);
+    std::vector<float> x = a;  // what the layernorm sees
+    if (fused) {
+        residual_forward(x.data(), a.data(), b.data(), x.size());
+        for (auto& v : x) v = round_bf16(v);  // the GPU normalises the rounded residual
+    }
+    std::vector<float> out((size_t)N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C);
+
+    bf16* d_a = dev_upload(to_bf16(a));
+    bf16* d_b = dev_upload(to_bf16(b));
+    bf16* d_w = dev_upload(to_bf16(w));
+    bf16* d_bias = dev_upload(to_bf16(bias));
+    bf16* d_out = dev_alloc<bf16>((size_t)N * C);
+    bf16* d_res = alias ? d_a : dev_alloc<bf16>((size_t)N * C);
+    float* d_mean = dev_alloc<float>(N);
+    float* d_rstd = dev_alloc<float>(N);
+    if (fused) fused_residual_layernorm_forward_cuda(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0);
+    else layernorm_forward_cuda(d_out, d_mean, d_rstd, d_a, d_w, d_bias, N, C, 0);
+
+    if (fused) {
+        snprintf(name, sizeof name, "%s residual N=%d C=%d", tag, N, C);
+        std::vector<float> sum((size_t)N * C);
+        residual_forward(sum.data(), a.data(), b.data(), sum.size());
+        check_bf16_exact(name, dev_download(d_res, (size_t)N * C), sum);
+    }
+    snprintf(name, sizeof name, "%s out N=%d C=%d", tag, N, C);
+    check_bf16(name, dev_download(d_out, (size_t)N * C), out);
+    snprintf(name, sizeof name, "%s mean N=%d C=%d", tag, N, C);
+    check_close(name, dev_download(d_mean, N), mean, STAT_TOL_REL, MEAN_TOL_OF_MAX_INPUT * max_abs(x));
+    snprintf(name, sizeof name, "%s rstd N=%d C=%d", tag, N, C);
+    check_close(name, dev_download(d_rstd, N), rstd, STAT_TOL_REL, 0.0);
+
+    cudaFree(d_a); cudaFree(d_b); cudaFree(d_w); cudaFree(d_bias); cudaFree(d_out);
+    if (!alias) cudaFree(d_res);
+    cudaFree(d_mean); cudaFree(d_rstd);
+}
+
+static void test_layernorm_backward(Rng& rng, int N, int C) {
+    char name[200];
+    std::vector<float> x = rand_bf16(rng, (size_t)N * C, 1.5f, 2.0f);
+    std::vector<float> w = rand_bf16(rng, C, 0.3f, 1.0f), bias = rand_bf16(rng, C, 0.2f);
+    std::vector<float> out((size_t)N * C), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C);
+    std::vector<float> dout = rand_bf16(rng, (size_t)N * C, 1.0f);
+    std::vector<float> dinp0 = rand_bf16(rng, (size_t)N * C, 0.5f);
+    std::vector<float> dw0 = rand_bf16(rng, C, 1.0f), db0 = rand_bf16(rng, C, 1.0f);
+    std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+    layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                       mean.data(), rstd.data(), N, C);
+
+    bf16* d_x = dev_upload(to_bf16(x));
+    bf16* d_w = dev_upload(to_bf16(w));
+    bf16* d_dout = dev_upload(to_bf16(dout));
+    float* d_mean = dev_upload(mean);
+    float* d_rstd = dev_upload(rstd);
+    bf16* d_dinp = dev_upload(to_bf16(dinp0));
+    bf16* d_dw = dev_upload(to_bf16(dw0));
+    bf16* d_db = dev_upload(to_bf16(db0));
+    const size_t sbytes = layernorm_backward_scratch_bytes(N, C);
+    void* scratch = dev_scratch(sbytes);
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 0);
+    std::vector<bf16> g_dinp = dev_download(d_dinp, (size_t)N * C), g_dw = dev_download(d_dw, C), g_db = dev_download(d_db, C);
+    snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
+    check_bf16(name, g_dinp, dinp);
+    snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d", N, C);
+    check_bf16(name, g_dw, dw);
+    snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d", N, C);
+    check_bf16(name, g_db, db);
+
+    dev_set(d_dinp, to_bf16(dinp0));
+    dev_set(d_dw, to_bf16(dw0));
+    dev_set(d_db, to_bf16(db0));
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 0);
+    std::vector<bf16> all1 = g_dinp, all2 = dev_download(d_dinp, (size_t)N * C);
+    all1.insert(all1.end(), g_dw.begin(), g_dw.end());
+    all1.insert(all1.end(), g_db.begin(), g_db.end());
+    std::vector<bf16> w2 = dev_download(d_dw, C), b2 = dev_download(d_db, C);
+    all2.insert(all2.end(), w2.begin(), w2.end());
+    all2.insert(all2.end(), b2.begin(), b2.end());
+    snprintf(name, sizeof name, "layernorm_backward deterministic N=%d C=%d", N, C);
+    check_bitwise(name, all1, all2);
+
+    cudaFree(d_x); cudaFree(d_w); cudaFree(d_dout); cudaFree(d_mean); cudaFree(d_rstd);
+    cudaFree(d_dinp); cudaFree(d_dw); cudaFree(d_db); cudaFree(scratch);
+}
+
+// ----------------------------------------------------------------------------
+// Residual, GELU (flat kernels; misalign = 1 runs on pointers one element past an
+// allocation, so the scalar path is used)
+
+static void test_residual(Rng& rng, size_t n, int misalign) {
+    char name[200];
+    std::vector<float> a = rand_bf16(rng, n, 1.0f), b = rand_bf16(rng, n, 1.0f), ref(n);
+    residual_forward(ref.data(), a.data(), b.data(), n);
+    bf16* d_a = dev_alloc<bf16>(n + 1);
+    bf16* d_b = dev_alloc<bf16>(n + 1);
+    bf16* d_o = dev_alloc<bf16>(n + 1);
+    dev_set(d_a + misalign, to_bf16(a));
+    dev_set(d_b + misalign, to_bf16(b));
+    residual_forward_cuda(d_o + misalign, d_a + misalign, d_b + misalign, n, 0);
+    snprintf(name, sizeof name, "residual_forward n=%zu%s", n, misalign ? " unaligned" : "");
+    check_bf16_exact(name, dev_download(d_o + misalign, n), ref);
+    cudaFree(d_a); cudaFree(d_b); cudaFree(d_o);
+}
+
+static void test_gelu(Rng& rng, size_t n, int misalign) {
+    char name[200];
+    const char* tag = misalign ? " unaligned" : "";
+    std::vector<float> x = rand_bf16(rng, n, 3.0f);  // covers the tails (|x| up to ~15)
+    std::vector<float> dout = rand_bf16(rng, n, 1.0f), dinp0 = rand_bf16(rng, n, 0.5f);
+    std::vector<float> out(n), dinp = dinp0, dzero(n, 0.0f);
+    gelu_forward(out.data(), x.data(), n);
+    gelu_backward(dinp.data(), x.data(), dout.data(), n);
+    gelu_backward(dzero.data(), x.data(), dout.data(), n);  // = gelu'(x) * dout
+
+    bf16* d_x = dev_alloc<bf16>(n + 1);
+    bf16* d_out = dev_alloc<bf16>(n + 1);
+    bf16* d_dout = dev_alloc<bf16>(n + 1);
+    bf16* d_dinp = dev_alloc<bf16>(n + 1);
+    bf16* X = d_x + misalign; bf16* O = d_out + misalign; bf16* D = d_dout + misalign; bf16* DI = d_dinp + misalign;
+    dev_set(X, to_bf16(x));
+    dev_set(D, to_bf16(dout));
+    dev_set(DI, to_bf16(dinp0));
+    gelu_forward_cuda(O, X, n, 0);
+    snprintf(name, sizeof name, "gelu_forward n=%zu%s", n, tag);
+    check_bf16(name, dev_download(O, n), out);
+    gelu_backward_cuda(DI, X, D, n, 0);
+    snprintf(name, sizeof name, "gelu_backward (accumulate) n=%zu%s", n, tag);
+    check_bf16(name, dev_download(DI, n), dinp);
+    gelu_backward_inplace_cuda(D, X, n, 0);
+    snprintf(name, sizeof name, "gelu_backward_inplace n=%zu%s", n, tag);
+    check_bf16(name, dev_download(D, n), dzero);
+    // In place forward: out aliases inp.
+    gelu_forward_cuda(X, X, n, 0);
+    snprintf(name, sizeof name, "gelu_forward in place n=%zu%s", n, tag);
+    check_bf16(name, dev_download(X, n), out);
+    cudaFree(d_x); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dinp);
+}
+
+// ----------------------------------------------------------------------------
+// Bias gradient (CPU twin: matmul_backward's dbias, with a 1-channel input)
+
+static void test_bias_backward(Rng& rng, int N, int OC) {
+    char name[200];
+    std::vector<float> dout = rand_bf16(rng, (size_t)N * OC, 1.0f);
+    std::vector<float> db0 = rand_bf16(rng, OC, 1.0f), db = db0;
+    std::vector<float> inp(N, 0.0f), weight(OC, 0.0f), dweight(OC, 0.0f);
+    matmul_backward(NULL, dweight.data(), db.data(), dout.data(), inp.data(), weight.data(), N, 1, OC);
+    bf16* d_dout = dev_upload(to_bf16(dout));
+    bf16* d_db = dev_upload(to_bf16(db0));
+    const size_t sbytes = bias_backward_scratch_bytes(N, OC);
+    void* scratch = dev_scratch(sbytes);
+    bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 0);
+    std::vector<bf16> g1 = dev_download(d_db, OC);
+    snprintf(name, sizeof name, "bias_backward N=%d OC=%d", N, OC);
+    check_bf16(name, g1, db);
+    dev_set(d_db, to_bf16(db0));
+    bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 0);
+    snprintf(name, sizeof name, "bias_backward deterministic N=%d OC=%d", N, OC);
+    check_bitwise(name, g1, dev_download(d_db, OC));
+    cudaFree(d_dout); cudaFree(d_db); cudaFree(scratch);
+}
+
+// ----------------------------------------------------------------------------
+// Fused softmax + cross-entropy
+
+static void test_crossentropy(Rng& rng, int N, int V, int Vp) {
+    char name[200];
+    std::vector<float> logits = rand_bf16(rng, (size_t)N * Vp, 2.0f);
+    for (int i = 0; i < N; i++)  // padded columns hold junk that must be ignored
+        for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 100.0f;
+    std::vector<int> targets(N);
+    for (int i = 0; i < N; i++) targets[i] = rng.below(V);
+    const float dloss = 1.0f / (float)N;
+    std::vector<float> ref = logits, losses(N);
+    crossentropy_softmax_fused(ref.data(), losses.data(), targets.data(), N, V, Vp, dloss);
+
+    bf16* d_logits = dev_upload(to_bf16(logits));
+    int* d_targets = dev_upload(targets);
+    float* d_losses = dev_alloc<float>(N);
+    // Evaluation (dloss = 0): losses only, logits untouched.
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, 0.0f, 0);
+    snprintf(name, sizeof name, "crossentropy losses (dloss=0) N=%d V=%d Vp=%d", N, V, Vp);
+    check_close(name, dev_download(d_losses, N), losses, STAT_TOL_REL, LOSS_TOL_ABS);
+    snprintf(name, sizeof name, "crossentropy dloss=0 leaves logits untouched N=%d V=%d Vp=%d", N, V, Vp);
+    check_bitwise(name, dev_download(d_logits, (size_t)N * Vp), to_bf16(logits));
+    // Training: dlogits in place.
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, 0);
+    std::vector<float> g_losses = dev_download(d_losses, N);
+    std::vector<bf16> g_dlogits = dev_download(d_logits, (size_t)N * Vp);
+    snprintf(name, sizeof name, "crossentropy losses N=%d V=%d Vp=%d", N, V, Vp);
+    check_close(name, g_losses, losses, STAT_TOL_REL, LOSS_TOL_ABS);
+    snprintf(name, sizeof name, "crossentropy dlogits in place N=%d V=%d Vp=%d", N, V, Vp);
+    check_bf16(name, g_dlogits, ref);
+    bool pad_zero = true;
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) pad_zero = pad_zero && bits_of(g_dlogits[(size_t)i * Vp + j]) == 0;
+    snprintf(name, sizeof name, "crossentropy padded columns get +0 N=%d V=%d Vp=%d", N, V, Vp);
+    report(pad_zero, name, pad_zero ? NULL : "a padded column is not +0");
+    // Determinism.
+    dev_set(d_logits, to_bf16(logits));
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, 0);
+    snprintf(name, sizeof name, "crossentropy deterministic N=%d V=%d Vp=%d", N, V, Vp);
+    std::vector<float> l2 = dev_download(d_losses, N);
+    check_bitwise(name, g_dlogits, dev_download(d_logits, (size_t)N * Vp));
+    snprintf(name, sizeof name, "crossentropy losses deterministic N=%d V=%d Vp=%d", N, V, Vp);
+    check_bitwise(name, g_losses, l2);
+    cudaFree(d_logits); cudaFree(d_targets); cudaFree(d_losses);
+}
+
+static void test_crossentropy_bad_target(Rng& rng) {
+    const int N = 2, V = 10, Vp = 16;
+    std::vector<float> logits = rand_bf16(rng, (size_t)N * Vp, 1.0f);
+    std::vector<int> targets = {-1, V};
+    bf16* d_logits = dev_upload(to_bf16(logits));
+    int* d_targets = dev_upload(targets);
+    float* d_losses = dev_alloc<float>(N);
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, 0.5f, 0);
+    std::vector<float> l = dev_download(d_losses, N);
+    report(isnan(l[0]) && isnan(l[1]), "crossentropy target outside [0, V) gives a NaN loss",
+           "losses %g %g", (double)l[0], (double)l[1]);
+    cudaFree(d_logits); cudaFree(d_targets); cudaFree(d_losses);
+}
+
+// ----------------------------------------------------------------------------
+// AdamW and stochastic rounding
+
+struct AdamState {
+    float *p, *m, *v, *g;
+    bf16* pb;
+};
+
+static AdamState adam_upload(const std::vector<float>& p, const std::vector<float>& m,
+                             const std::vector<float>& v, const std::vector<float>& g) {
+    AdamState s;
+    s.p = dev_upload(p); s.m = dev_upload(m); s.v = dev_upload(v); s.g = dev_upload(g);
+    s.pb = dev_alloc<bf16>(p.size());
+    return s;
+}
+static void adam_free(AdamState& s) { cudaFree(s.p); cudaFree(s.m); cudaFree(s.v); cudaFree(s.g); cudaFree(s.pb); }
+
+static void test_adamw(Rng& rng) {
+    const size_t n = 100003;  // odd: a scalar tail
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+    const uint64_t seed = 0x1234abcdull;
+    const size_t goff = 1000000007ull;  // global index of element 0 (beyond 2^29: 64-bit math)
+    std::vector<float> p0 = rand_f32(rng, n, 0.5f), m0(n, 0.0f), v0(n, 0.0f);
+    std::vector<std::vector<float>> grads;
+    for (int t = 0; t < 3; t++) grads.push_back(rand_f32(rng, n, 1.0f));
+
+    // Three steps against the CPU twin.
+    std::vector<float> p = p0, m = m0, v = v0;
+    AdamState s = adam_upload(p0, m0, v0, grads[0]);
+    for (int t = 1; t <= 3; t++) {
+        adamw_update(p.data(), m.data(), v.data(), grads[t - 1].data(), n, lr, b1, b2, eps, wd, t, gs);
+        dev_set(s.g, grads[t - 1]);
+        adamw_update_cuda(s.p, s.m, s.v, s.pb, s.g, n, lr, b1, b2, eps, wd, t, gs, NULL, seed, goff, 0);
+    }
+    std::vector<float> gp = dev_download(s.p, n), gm = dev_download(s.m, n), gv = dev_download(s.v, n);
+    std::vector<bf16> gpb = dev_download(s.pb, n);
+    check_close("adamw_update 3 steps: param", gp, p, ADAMW_TOL_REL, ADAMW_TOL_ABS_FRAC * max_abs(p));
+    check_close("adamw_update 3 steps: m", gm, m, ADAMW_TOL_REL, ADAMW_TOL_ABS_FRAC * max_abs(m));
+    check_close("adamw_update 3 steps: v", gv, v, ADAMW_TOL_REL, ADAMW_TOL_ABS_FRAC * max_abs(v));
+    // The bf16 copy is the stochastic rounding of the new master with the documented bits.
+    {
+        const uint64_t key = sr_key(seed, 3);
+        size_t bad = n;
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (bits_of(gpb[i]) != bits_of(sr_round_bf16(gp[i], sr_bits(key, goff + i)))) bad = i;
+        report(bad == n, "adamw_update bf16 copy = SR(master, seed, t, global index)",
+               bad == n ? NULL : "element %zu differs", bad);
+        bool within = true;
+        for (size_t i = 0; i < n; i++) {
+            const double d = fabs((double)bf16_to_float(gpb[i]) - (double)gp[i]);
+            within = within && d <= ldexp(fabs((double)gp[i]), -7);  // below one bf16 ulp
+        }
+        report(within, "adamw_update bf16 copy within one bf16 ulp of master", NULL);
+    }
+    // The standalone SR cast gives the same bits as the fused copy.
+    {
+        bf16* d_sr = dev_alloc<bf16>(n);
+        cast_f32_to_bf16_sr_cuda(d_sr, s.p, n, seed, 3, goff, 0);
+        check_bitwise("cast_f32_to_bf16_sr equals the AdamW bf16 copy", dev_download(d_sr, n), gpb);
+        cudaFree(d_sr);
+    }
+    // Determinism and the device-side scale: grad_scale 1 with *d_grad_scale = gs is the same.
+    {
+        AdamState s2 = adam_upload(p0, m0, v0, grads[0]);
+        float* d_scale = dev_upload(std::vector<float>{gs});
+        for (int t = 1; t <= 3; t++) {
+            dev_set(s2.g, grads[t - 1]);
+            adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, t, 1.0f, d_scale, seed, goff, 0);
+        }
+        check_bitwise("adamw_update deterministic, device grad scale (param)", dev_download(s2.p, n), gp);
+        check_bitwise("adamw_update deterministic, device grad scale (bf16 copy)", dev_download(s2.pb, n), gpb);
+        adam_free(s2);
+        cudaFree(d_scale);
+    }
+    // Independent of the split: [0, k) and [k, n) with the matching global offsets (k not a
+    // multiple of 8: the second launch runs unaligned, on the scalar path).
+    for (size_t k : {(size_t)12345, (size_t)8000}) {
+        AdamState s3 = adam_upload(p0, m0, v0, grads[0]);
+        for (int t = 1; t <= 3; t++) {
+            dev_set(s3.g, grads[t - 1]);
+            adamw_update_cuda(s3.p, s3.m, s3.v, s3.pb, s3.g, k, lr, b1, b2, eps, wd, t, gs, NULL, seed, goff, 0);
+            adamw_update_cuda(s3.p + k, s3.m + k, s3.v + k, s3.pb + k, s3.g + k, n - k, lr, b1, b2, eps,
+                              wd, t, gs, NULL, seed, goff + k, 0);
+        }
+        char name[200];
+        snprintf(name, sizeof name, "adamw_update split at %zu equals one launch (param, m, v)", k);
+        std::vector<float> a = dev_download(s3.p, n), am = dev_download(s3.m, n), av = dev_download(s3.v, n);
+        a.insert(a.end(), am.begin(), am.end());
+        a.insert(a.end(), av.begin(), av.end());
+        std::vector<float> b = gp;
+        b.insert(b.end(), gm.begin(), gm.end());
+        b.insert(b.end(), gv.begin(), gv.end());
+        check_bitwise(name, a, b);
+        snprintf(name, sizeof name, "adamw_update split at %zu equals one launch (bf16 SR copy)", k);
+        check_bitwise(name, dev_download(s3.pb, n), gpb);
+        adam_free(s3);
+    }
+    adam_free(s);
+}
+
+static void test_stochastic_rounding(void) {
+    const size_t n = (size_t)1 << 20;
+    // x between two bf16 neighbours lo < x < hi: E[SR(x)] = x, P(hi) = (x - lo) / (hi - lo).
+    const float xs[3] = {1.0f + (1.0f / 3.0f) * 0.0078125f, -3.3f, 1e-3f * 1.2345f};
+    bf16* d_out = dev_alloc<bf16>(n);
+    float* d_in = dev_alloc<float>(n);
+    for (float x : xs) {
+        dev_set(d_in, std::vector<float>(n, x));
+        cast_f32_to_bf16_sr_cuda(d_out, d_in, n, 42, 7, 0, 0);
+        std::vector<bf16> r = dev_download(d_out, n);
+        // The two neighbours by truncation and truncation + 1 ulp (in magnitude).
+        uint32_t u;
+        memcpy(&u, &x, sizeof u);
+        const uint32_t ulo = u & 0xffff0000u, uhi = ulo + 0x10000u;
+        float lo, hi;
+        memcpy(&lo, &ulo, sizeof lo);
+        memcpy(&hi, &uhi, sizeof hi);
+        const double p = ((double)x - lo) / ((double)hi - lo);
+        double sum = 0.0;
+        size_t up = 0, other = 0;
+        for (size_t i = 0; i < n; i++) {
+            const float y = bf16_to_float(r[i]);
+            sum += y;
+            if (y == hi) up++;
+            else if (y != lo) other++;
+        }
+        const double mean = sum / n, frac = (double)up / n;
+        const double sigma_mean = fabs((double)hi - lo) * sqrt(p * (1 - p) / n);
+        const double sigma_frac = sqrt(p * (1 - p) / n);
+        char name[200];
+        snprintf(name, sizeof name, "stochastic rounding of %.9g is unbiased", (double)x);
+        const bool ok = other == 0 && fabs(mean - x) <= 5 * sigma_mean && fabs(frac - p) <= 5 * sigma_frac;
+        report(ok, name, "mean - x = %.3g (5 sigma %.3g; round-to-nearest bias %.3g), P(up) %.5f vs %.5f, %zu off-grid",
+               mean - x, 5 * sigma_mean, (double)round_bf16(x) - x, frac, p, other);
+    }
+    // Exactly representable values never move; inf and NaN pass through.
+    {
+        const std::vector<float> ex = {1.0f, -2.5f, 0.0f, -0.0f, round_bf16(3.0e38f), INFINITY, -INFINITY, NAN};
+        std::vector<float> big(n);
+        for (size_t i = 0; i < n; i++) big[i] = ex[i % ex.size()];
+        dev_set(d_in, big);
+        cast_f32_to_bf16_sr_cuda(d_out, d_in, n, 42, 7, 0, 0);
+        std::vector<bf16> r = dev_download(d_out, n);
+        bool ok = true;
+        for (size_t i = 0; i < n; i++) {
+            const float y = bf16_to_float(r[i]);
+            ok = ok && (isnan(big[i]) ? isnan(y) : (memcmp(&y, &big[i], 4) == 0));
+        }
+        report(ok, "stochastic rounding keeps bf16 values, +-0, inf and NaN", NULL);
+    }
+    // Splitting a cast into two launches with the right global offsets changes nothing.
+    {
+        Rng rng(99);
+        std::vector<float> x = rand_f32(rng, 100001, 1.0f);
+        float* d_x = dev_upload(x);
+        bf16* d_a = dev_alloc<bf16>(x.size());
+        bf16* d_b = dev_alloc<bf16>(x.size());
+        cast_f32_to_bf16_sr_cuda(d_a, d_x, x.size(), 5, 11, 777, 0);
+        const size_t k = 33333;
+        cast_f32_to_bf16_sr_cuda(d_b, d_x, k, 5, 11, 777, 0);
+        cast_f32_to_bf16_sr_cuda(d_b + k, d_x + k, x.size() - k, 5, 11, 777 + k, 0);
+        check_bitwise("cast_f32_to_bf16_sr split into two launches equals one", dev_download(d_b, x.size()),
+                      dev_download(d_a, x.size()));
+        // And the bits do change with the step.
+        cast_f32_to_bf16_sr_cuda(d_b, d_x, x.size(), 5, 12, 777, 0);
+        std::vector<bf16> a = dev_download(d_a, x.size()), b = dev_download(d_b, x.size());
+        size_t diff = 0;
+        for (size_t i = 0; i < x.size(); i++) diff += bits_of(a[i]) != bits_of(b[i]);
+        report(diff > x.size() / 10, "stochastic rounding bits depend on the step", "%zu of %zu differ", diff, x.size());
+        cudaFree(d_x); cudaFree(d_a); cudaFree(d_b);
+    }
+    cudaFree(d_out); cudaFree(d_in);
+}
+
+// ----------------------------------------------------------------------------
+// Sum of squares, clip scale
+
+static void test_sum_squares(Rng& rng, size_t n, int misalign) {
+    char name[200];
+    std::vector<float> x = rand_f32(rng, n, 0.01f);
+    const double ref = sum_squares(x.data(), n);
+    float* d_x = dev_alloc<float>(n + 1);
+    dev_set(d_x + misalign, x);
+    double* d_out = dev_alloc<double>(1);
+    const size_t sbytes = sum_squares_scratch_bytes();
+    void* scratch = dev_scratch(sbytes);
+    sum_squares_cuda(d_out, scratch, sbytes, d_x + misalign, n, 0, 0);
+    const double got = dev_download(d_out, 1)[0];
+    snprintf(name, sizeof name, "sum_squares n=%zu%s", n, misalign ? " unaligned" : "");
+    const double err = fabs(got - ref) / (ref > 0 ? ref : 1.0);
+    report(err <= SUMSQ_TOL_REL, name, "relative err %.3g", err);
+    // accumulate = 1 adds to the current value; and the result is deterministic.
+    dev_set(d_out, std::vector<double>{5.0});
+    sum_squares_cuda(d_out, scratch, sbytes, d_x + misalign, n, 1, 0);
+    const double acc = dev_download(d_out, 1)[0];
+    snprintf(name, sizeof name, "sum_squares accumulate n=%zu%s", n, misalign ? " unaligned" : "");
+    report(acc == 5.0 + got, name, "got %.17g, want %.17g", acc, 5.0 + got);
+    sum_squares_cuda(d_out, scratch, sbytes, d_x + misalign, n, 0, 0);
+    const double again = dev_download(d_out, 1)[0];
+    snprintf(name, sizeof name, "sum_squares deterministic n=%zu%s", n, misalign ? " unaligned" : "");
+    report(memcmp(&again, &got, sizeof got) == 0, name, "%.17g vs %.17g", again, got);
+    cudaFree(d_x); cudaFree(d_out); cudaFree(scratch);
+}
+
+static void test_grad_clip_scale(void) {
+    double* d_sumsq = dev_alloc<double>(1);
+    float* d_scale = dev_alloc<float>(1);
+    float* d_norm = dev_alloc<float>(1);
+    const double sumsqs[3] = {4.0, 0.25, 7.3};
+    const float clips[3] = {1.0f, 0.0f, 3.0f};
+    bool ok = true;
+    char detail[200] = "";
+    for (double ss : sumsqs) {
+        for (float clip : clips) {
+            dev_set(d_sumsq, std::vector<double>{ss});
+            grad_clip_scale_cuda(d_scale, d_norm, d_sumsq, clip, 0);
+            const float scale = dev_download(d_scale, 1)[0], norm = dev_download(d_norm, 1)[0];
+            const float want_norm = (float)sqrt(ss);
+            const float want = (clip > 0.0f && want_norm > clip) ? clip / want_norm : 1.0f;  // fsdp.c
+            if (scale != want || norm != want_norm) {
+                ok = false;
+                snprintf(detail, sizeof detail, "sumsq %g clip %g: scale %g norm %g, want %g %g", ss,
+                         (double)clip, (double)scale, (double)norm, (double)want, (double)want_norm);
+            }
+        }
+    }
+    report(ok, "grad_clip_scale matches fsdp.c's rule", ok ? NULL : "%s", detail);
+    cudaFree(d_sumsq); cudaFree(d_scale); cudaFree(d_norm);
+}
+
+// ----------------------------------------------------------------------------
+// Casts and accumulation (exact operations: bitwise against the host)
+
+static void test_casts(Rng& rng, size_t n, int misalign) {
+    char name[200];
+    const char* tag = misalign ? " unaligned" : "";
+    std::vector<float> x = rand_f32(rng, n, 10.0f);
+    // Special values: ties, +-0, denormals, overflow to inf, inf, NaN.
+    const float specials[] = {0.0f, -0.0f, 1.00390625f, 1.01171875f, 1e-40f, -3e-39f, 3.4e38f,
+                              -3.39e38f, INFINITY, -INFINITY, NAN, 65504.0f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0] && i < n; i++) x[i] = specials[i];
+    float* d_x = dev_alloc<float>(n + 1);
+    bf16* d_b = dev_alloc<bf16>(n + 1);
+    float* d_y = dev_alloc<float>(n + 1);
+    float* X = d_x + misalign; bf16* Bp = d_b + misalign; float* Y = d_y + misalign;
+    dev_set(X, x);
+    cast_f32_to_bf16_cuda(Bp, X, n, 0);
+    snprintf(name, sizeof name, "cast_f32_to_bf16 n=%zu%s", n, tag);
+    std::vector<bf16> b = dev_download(Bp, n);
+    check_bf16_exact(name, b, x);
+    cast_bf16_to_f32_cuda(Y, Bp, n, 0);
+    snprintf(name, sizeof name, "cast_bf16_to_f32 n=%zu%s", n, tag);
+    std::vector<float> y = dev_download(Y, n), want(n);
+    for (size_t i = 0; i < n; i++) want[i] = bf16_to_float(b[i]);
+    check_bitwise(name, y, want);
+
+    // dst += src, fp32 and bf16 sources (finite values only, so bitwise comparison holds).
+    std::vector<float> dst0 = rand_f32(rng, n, 1.0f), src = rand_f32(rng, n, 1.0f);
+    std::vector<float> srcb = rand_bf16(rng, n, 1.0f);
+    std::vector<float> ref1(n), ref2(n);
+    for (size_t i = 0; i < n; i++) { ref1[i] = dst0[i] + src[i]; ref2[i] = dst0[i] + srcb[i]; }
+    dev_set(Y, dst0);
+    dev_set(X, src);
+    accumulate_f32_cuda(Y, X, n, 0);
+    snprintf(name, sizeof name, "accumulate_f32 n=%zu%s", n, tag);
+    check_bitwise(name, dev_download(Y, n), ref1);
+    dev_set(Y, dst0);
+    dev_set(Bp, to_bf16(srcb));
+    accumulate_bf16_to_f32_cuda(Y, Bp, n, 0);
+    snprintf(name, sizeof name, "accumulate_bf16_to_f32 n=%zu%s", n, tag);
+    check_bitwise(name, dev_download(Y, n), ref2);
+    cudaFree(d_x); cudaFree(d_b); cudaFree(d_y);
+}
+
+// ----------------------------------------------------------------------------
+
+int main(void) {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        printf("ok - cuda kernels # skip no GPU\n");
+        return 0;
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+    Rng rng(20240520);
+
+    // Encoder: N = 1; C = 200 (not a multiple of 256 channels per warp); small V (many
+    // repeated ids, unused rows must stay unchanged); a single id repeated 200 times (runs
+    // longer than the 32-entry chunks); GPT-2-like widths.
+    test_encoder(rng, 1, 1, 8, 3, false);
+    test_encoder(rng, 3, 37, 200, 50, false);
+    test_encoder(rng, 2, 100, 24, 5, true);
+    test_encoder(rng, 4, 64, 768, 1000, false);
+
+    // LayerNorm: N = 1; C = 776 (not a multiple of 256); C = 1600 (d48); many row blocks.
+    const int ln_shapes[][2] = {{1, 8}, {67, 776}, {130, 1600}};
+    for (auto& s : ln_shapes) {
+        test_layernorm_forward(rng, s[0], s[1], false, false);
+        test_layernorm_forward(rng, s[0], s[1], true, false);
+    }
+    test_layernorm_forward(rng, 33, 264, true, true);
+    const int lnb_shapes[][2] = {{1, 8}, {67, 776}, {1000, 264}, {9000, 64}, {257, 1600}};
+    for (auto& s : lnb_shapes) test_layernorm_backward(rng, s[0], s[1]);
+
+    // Flat kernels: sizes around the 8-element groups, odd sizes, unaligned pointers.
+    for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_residual(rng, n, 0);
+    test_residual(rng, 1001, 1);
+    for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_gelu(rng, n, 0);
+    test_gelu(rng, 1001, 1);
+
+    // Bias gradient: N = 1; OC = 1000 (not a multiple of 256); many row blocks; tall.
+    const int bias_shapes[][2] = {{1, 8}, {333, 1000}, {5000, 72}, {20000, 264}};
+    for (auto& s : bias_shapes) test_bias_backward(rng, s[0], s[1]);
+
+    // Cross-entropy: V = 1 (loss 0, gradient 0); Vp > V with V not a multiple of 8; GPT-2's
+    // padded vocabulary.
+    test_crossentropy(rng, 1, 1, 8);
+    test_crossentropy(rng, 3, 37, 48);
+    test_crossentropy(rng, 5, 1000, 1024);
+    test_crossentropy(rng, 64, 50257, 50304);
+    test_crossentropy_bad_target(rng);
+
+    test_adamw(rng);
+    test_stochastic_rounding();
+
+    test_sum_squares(rng, 1, 0);
+    test_sum_squares(rng, 1000, 0);
+    test_sum_squares(rng, 10000003, 0);  // more than one grid-stride pass
+    test_sum_squares(rng, 100001, 1);
+    test_grad_clip_scale();
+
+    test_casts(rng, 100003, 0);
+    test_casts(rng, 1001, 1);
+    test_casts(rng, 5, 0);
+
+    CUDA_CHECK(cudaDeviceSynchronize());
+    printf("# cuda kernels: %d passed, %d failed\n", n_passed, n_failed);
+    return n_failed > 0 ? 1 : 0;
+}

@@ -1,0 +1,1009 @@
+// Causal multi-head self-attention on the GPU, BF16 storage, FP32 softmax. The CPU twin is
+// attention_forward / attention_backward in kernels/cpu_kernels.h; the layouts are the same:
+//   qkv  [B,T,3C]  (q | k | v), head h of q at qkv[b,t, h*hs : (h+1)*hs], of k at C + h*hs,
+//                  of v at 2C + h*hs; hs = C / NH
+//   out  [B,T,C]   heads concatenated                                (bf16, OVERWRITTEN)
+//   lse  [B,NH,T]  log-sum-exp of each row of scaled scores, natural log (fp32, OVERWRITTEN)
+//   dqkv [B,T,3C]  gradient w.r.t. qkv                               (bf16, OVERWRITTEN)
+// Unlike the CPU twin (which accumulates), the backward OVERWRITES every element of dqkv:
+// the attention's input gradient is a fresh activation gradient in GPT-2, nothing to add to.
+// Scale 1/sqrt(hs) in fp32. Both implementations below share this interface (out + lse in
+// the forward; the backward takes out, lse, dout and needs nothing else from the forward).
+//
+// ATTENTION_FLASH (default): fused kernels that never materialise T x T, on tensor cores
+// (mma.sync.m16n8k16 BF16 -> FP32, sm_80+), FlashAttention-2 style:
+//   forward: one block (4 warps) per 64 queries of one (b, head); each warp owns 16 query
+//     rows, loops over key tiles of 64 up to the causal limit (K/V double-buffered in shared
+//     memory with cp.async), keeps the running max and sum in fp32 registers, rescales the
+//     accumulator, stores out and lse. P is rounded to bf16 for the P@V product (its row
+//     sum is accumulated in fp32).
+//   backward, two kernels, no atomics, deterministic (each output element is written by
+//     exactly one thread, after a fixed-order sum):
+//     1. dQ kernel, per 64 queries: D_i = dout_i . out_i (saved to scratch), then over key
+//        tiles: P = exp(S scale - lse) recomputed, dP = dout V^T, dS = P (dP - D),
+//        dQ += dS K; dq = scale dQ.
+//     2. dK/dV kernel, per 64 keys (16 per warp), looping over query tiles from the key
+//        tile on: P^T, dP^T recomputed the same way, dV += P^T dout, dK += dS^T Q;
+//        dk = scale dK.
+//   Head sizes 64 and 128 (attention_flash_supports); others are refused with a message
+//   pointing at --attention cublas. T is any positive length (tail tiles are masked).
+//   Needs: C % 8 == 0 (true for hs 64/128), 16-byte aligned qkv/out/dout/dqkv, B*NH < 65536.
+//   Scratch: forward none; backward B*NH*T floats (the D_i), see attention_*_scratch_bytes.
+//   Dynamic shared memory per block (opted in at launch, checked against the GPU's limit):
+//   hs 64: 45 / 54 / 55 KiB (forward / dQ / dK-dV); hs 128: 85 / 102 / 69 KiB.
+//   Fragments are loaded with ldmatrix (x4, and x4.trans for operands stored k-major).
+//   Registers (ptxas -v, sm_90): hs 64: 138 / 170 / 182, no spills; hs 128: 172 / 232 / 255
+//   with a ~50-byte spill in the dK/dV kernel (sm_80 alike).
+//
+// ATTENTION_CUBLAS (--attention cublas, the reference path): permutes q, k, v to
+// [B,NH,T,hs], S = q k^T by a strided-batched cuBLASLt GEMM in fp32, a causal softmax kernel
+// (fp32 math, writes P in bf16 and lse), out = P v, un-permutes. Backward: recomputes S and
+// P from lse, dV = P^T dout, dP = dout v^T, dS = P (dP - rowsum(P dP)) scale (a softmax
+// backward kernel, in place over P), dQ = dS k, dK = dS^T q, un-permutes into dqkv. It
+// materialises T x T per (b, head): scratch is about B*NH*T*T*6 bytes plus 4 (forward) or
+// 7 (backward) copies of B*T*C bf16 -- attention_*_scratch_bytes give the exact figures.
+// Any head size. Deterministic too (cuBLASLt with a fixed algorithm, warp-ordered sums).
+//
+// The caller provides the scratch (device memory, sub-buffers are 256-byte aligned inside
+// it) and a MatmulContext (only the cublas path uses it; it may be NULL for flash).
+#ifndef FSDP_KERNELS_CUDA_ATTENTION_CUH
+#define FSDP_KERNELS_CUDA_ATTENTION_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_matmul.cuh"
+
+typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1 } AttentionImpl;
+
+// "flash" -> ATTENTION_FLASH, "cublas" -> ATTENTION_CUBLAS, anything else -> -1.
+static inline int attention_impl_from_name(const char* name) {
+    if (name && strcmp(name, "flash") == 0) return ATTENTION_FLASH;
+    if (name && strcmp(name, "cublas") == 0) return ATTENTION_CUBLAS;
+    return -1;
+}
+static inline const char* attention_impl_name(AttentionImpl impl) {
+    return impl == ATTENTION_CUBLAS ? "cublas" : "flash";
+}
+
+// Head sizes the flash kernels are instantiated for.
+static inline int attention_flash_supports(int hs) { return hs == 64 || hs == 128; }
+
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.6931471805599453f
+
+// ----------------------------------------------------------------------------
+// Tensor-core and copy primitives (sm_80+)
+//
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D (16x8) += A (16x16) B (16x8).
+// Register fragments (PTX ISA, "matrix fragments for mma.m16n8k16"), with g = lane / 4 and
+// c = lane % 4; each 32-bit register holds two bf16, the lower-indexed one in the low half:
+//   A: a0 = A[g][2c..2c+1]   a1 = A[g+8][2c..2c+1]   a2 = A[g][2c+8..2c+9]   a3 = A[g+8][2c+8..2c+9]
+//   B: b0 = B[2c..2c+1][g]   b1 = B[2c+8..2c+9][g]    (two consecutive k of column n = g)
+//   D: d0 = D[g][2c]  d1 = D[g][2c+1]  d2 = D[g+8][2c]  d3 = D[g+8][2c+1]
+// Fragments come from row-major shared-memory tiles through ldmatrix.m8n8.x4 (PTX ISA,
+// "warp-level matrix load instruction: ldmatrix"): lanes 8i..8i+7 give the addresses of the
+// 8 rows (16 bytes each) of matrix i, and register i of lane l receives, of matrix i,
+// elements (row l/4, cols 2(l%4), 2(l%4)+1), i.e. (row g, cols 2c, 2c+1); with .trans it
+// receives (rows 2c, 2c+1, col g). Hence (see attn_ldsm_a/_b/_bt):
+// - A (16 x 16 at rows r0, cols k0): the four 8x8 quarters in the order a0..a3.
+// - B[k][n] = X[n][k] for X row-major (K for S = Q K^T): quarters of X, no transpose.
+// - B[k][n] = X[k][n] for X row-major (V for O = P V): quarters of X with .trans.
+// - Two adjacent D tiles (columns 8j..8j+15) of fp32 accumulators, packed to bf16 pairs,
+//   are exactly an A fragment with k = those 16 columns: P stays in registers from S to P V.
+// Shared-memory tiles have rows of HS + 8 bf16 (a 16-byte pad): each 8-row phase of an
+// ldmatrix then touches 8 rows whose starts are 36 (HS 64) or 68 (HS 128) words apart, i.e.
+// banks 4r..4r+3 for row r: conflict-free.
+
+static __device__ __forceinline__ void attn_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> bf16x2 (round to nearest even); lo in the low half.
+static __device__ __forceinline__ uint32_t attn_pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+// Four 8x8 bf16 matrices from shared memory; p is this lane's row address (16-byte aligned).
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t* r, const bf16* p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+static __device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t* r, const bf16* p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+static __device__ __forceinline__ void attn_cp_async16(void* smem_dst, const void* gmem_src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem_src) : "memory");
+}
+static __device__ __forceinline__ void attn_cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+static __device__ __forceinline__ void attn_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+#define ATTN_THREADS 128  // 4 warps
+#define ATTN_BR 64        // queries per block: forward and dQ kernel (16 per warp)
+#define ATTN_BC 64        // keys per tile (forward, dQ) and per block (dK/dV, 16 per warp)
+
+template <int HS>
+struct AttnShape {
+    static constexpr int LDS = HS + 8;             // shared-memory row stride (elements)
+    static constexpr int BQ = HS <= 64 ? 64 : 32;  // query tile of the dK/dV kernel
+    static constexpr size_t fwd_smem = (size_t)(ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(bf16);
+    static constexpr size_t dq_smem = (size_t)(2 * ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(bf16);
+    static constexpr size_t dkv_smem = (size_t)(2 * ATTN_BC + 4 * BQ) * LDS * sizeof(bf16) + 4 * BQ * sizeof(float);
+};
+
+// ROWS rows of HS bf16 from a [T, row_stride] matrix (row t at g + t * row_stride), rows
+// row0.. into a [ROWS][HS+8] shared tile, 16 bytes per cp.async; rows >= T are zero-filled.
+template <int HS, int ROWS>
+static __device__ __forceinline__ void attn_load_tile(bf16* tile, const bf16* g, size_t row_stride, int row0, int T) {
+    constexpr int CHUNKS = HS / 8;
+    constexpr int LDS = HS + 8;
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += ATTN_THREADS) {
+        const int r = i / CHUNKS, col = (i % CHUNKS) * 8;
+        bf16* dst = tile + r * LDS + col;
+        const int t = row0 + r;
+        if (t < T) attn_cp_async16(dst, g + (size_t)t * row_stride + col);
+        else *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+    }
+}
+
+// Fragment loads from a row-major shared tile X with row stride LDS; lane = threadIdx % 32.
+// Lane l addresses row l % 8 of matrix l / 8.
+// A fragment of X[r0 .. r0+15][k0 .. k0+15]: matrices (rows +0, cols +0), (+8, +0), (+0, +8),
+// (+8, +8) are a0..a3.
+template <int LDS>
+static __device__ __forceinline__ void attn_ldsm_a(uint32_t* a, const bf16* X, int r0, int k0, int lane) {
+    attn_ldsm_x4(a, X + (r0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + k0 + (lane >> 4) * 8);
+}
+// B fragments with B[k][n] = X[n][k], k in k0..k0+15, for the two 8-column blocks n0 and
+// n0 + 8: b = {b0(n0), b1(n0), b0(n0+8), b1(n0+8)}; matrices (rows +0, cols +0), (+0, +8),
+// (+8, +0), (+8, +8) of X[n0..][k0..].
+template <int LDS>
+static __device__ __forceinline__ void attn_ldsm_b(uint32_t* b, const bf16* X, int n0, int k0, int lane) {
+    attn_ldsm_x4(b, X + (n0 + (lane >> 4) * 8 + (lane & 7)) * LDS + k0 + ((lane >> 3) & 1) * 8);
+}
+// B fragments with B[k][n] = X[k][n], k in k0..k0+15, for the blocks n0 and n0 + 8 (same
+// order as attn_ldsm_b): transposed matrices (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8).
+template <int LDS>
+static __device__ __forceinline__ void attn_ldsm_bt(uint32_t* b, const bf16* X, int k0, int n0, int lane) {
+    attn_ldsm_x4_trans(b, X + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
+}
+
+// ----------------------------------------------------------------------------
+// Flash forward
+// grid (ceil(T/64), B*NH), 128 threads. Query tiles are visited last-first: they have the
+// most key tiles, so the longest blocks start first.
+
+template <int HS>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
+                      int T, int C, int NH, float scale_log2) {
+    constexpr int LDS = AttnShape<HS>::LDS;
+    constexpr int KC = HS / 16;      // k-chunks of the head dimension
+    constexpr int ND = HS / 8;       // 8-wide column blocks of the output
+    constexpr int NB = ATTN_BC / 8;  // 8-key column blocks of S
+    constexpr int PC = ATTN_BC / 16; // 16-key chunks of P
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16* Qs = reinterpret_cast<bf16*>(attn_smem);  // [BR][LDS]
+    bf16* Ks = Qs + ATTN_BR * LDS;                   // [2][BC][LDS]
+    bf16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
+
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const bf16* kg = qg + C;
+    const bf16* vg = qg + 2 * (size_t)C;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wr = warp * 16;                       // the warp's first row in the tile
+    const int row0 = q0 + wr + g, row1 = row0 + 8;  // this thread's two query rows
+
+    const int kend = min(q0 + ATTN_BR, T);  // keys [0, kend) are visible to some row
+    const int ntiles = (kend + ATTN_BC - 1) / ATTN_BC;
+
+    attn_load_tile<HS, ATTN_BR>(Qs, qg, C3, q0, T);
+    attn_cp_async_commit();  // group: Q
+    attn_load_tile<HS, ATTN_BC>(Ks, kg, C3, 0, T);
+    attn_load_tile<HS, ATTN_BC>(Vs, vg, C3, 0, T);
+    attn_cp_async_commit();  // group: K/V tile 0
+    attn_cp_async_wait<1>(); // Q has landed (this thread's part) ...
+    __syncthreads();         // ... and everyone's
+    uint32_t qa[KC][4];      // the warp's 16 query rows as A fragments, for the whole loop
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) attn_ldsm_a<LDS>(qa[kc], Qs, wr, kc * 16, lane);
+
+    float o[ND][4];
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY;  // running max (log2 units) of rows row0, row1
+    float l0 = 0.0f, l1 = 0.0f;            // running sums: this thread's columns only
+
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int buf = kt & 1;
+        if (kt + 1 < ntiles) {  // prefetch the next K/V tile into the other buffer
+            attn_load_tile<HS, ATTN_BC>(Ks + (buf ^ 1) * ATTN_BC * LDS, kg, C3, (kt + 1) * ATTN_BC, T);
+            attn_load_tile<HS, ATTN_BC>(Vs + (buf ^ 1) * ATTN_BC * LDS, vg, C3, (kt + 1) * ATTN_BC, T);
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16* Kt = Ks + buf * ATTN_BC * LDS;
+        const bf16* Vt = Vs + buf * ATTN_BC * LDS;
+        const int j0 = kt * ATTN_BC;
+
+        // S = Q K^T (16 x 64 per warp)
+        float s[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+#pragma unroll
+            for (int nb = 0; nb < NB; nb += 2) {
+                uint32_t kb[4];
+                attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
+                attn_mma(s[nb], qa[kc], kb[0], kb[1]);
+                attn_mma(s[nb + 1], qa[kc], kb[2], kb[3]);
+            }
+        }
+        // Scale into log2 units; causal mask (key > row) and tail mask (key >= T), only on
+        // tiles where some key can be masked for this warp's rows.
+        const bool masked = (j0 + ATTN_BC - 1 > q0 + wr) || (j0 + ATTN_BC > T);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float x = s[nb][i] * scale_log2;
+                if (masked) {
+                    const int key = j0 + nb * 8 + 2 * c + (i & 1);
+                    const int row = i < 2 ? row0 : row1;
+                    if (key > row || key >= T) x = -INFINITY;
+                }
+                s[nb][i] = x;
+            }
+        }
+        // New running max over the row (the 4 lanes of a group hold the row's columns).
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            mx0 = fmaxf(mx0, fmaxf(s[nb][0], s[nb][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[nb][2], s[nb][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        // A row with nothing visible yet keeps max -inf: subtract 0 then (exp2(-inf) = 0).
+        const float base0 = mx0 == -INFINITY ? 0.0f : mx0;
+        const float base1 = mx1 == -INFINITY ? 0.0f : mx1;
+        const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);  // 0 on the first tile
+        m0 = mx0;
+        m1 = mx1;
+        float ls0 = 0.0f, ls1 = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            s[nb][0] = exp2f(s[nb][0] - base0);
+            s[nb][1] = exp2f(s[nb][1] - base0);
+            s[nb][2] = exp2f(s[nb][2] - base1);
+            s[nb][3] = exp2f(s[nb][3] - base1);
+            ls0 += s[nb][0] + s[nb][1];
+            ls1 += s[nb][2] + s[nb][3];
+        }
+        l0 = l0 * corr0 + ls0;
+        l1 = l1 * corr1 + ls1;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+            o[nd][0] *= corr0; o[nd][1] *= corr0;
+            o[nd][2] *= corr1; o[nd][3] *= corr1;
+        }
+        // O += P V
+#pragma unroll
+        for (int pc = 0; pc < PC; pc++) {
+            uint32_t pa[4];
+            pa[0] = attn_pack(s[2 * pc][0], s[2 * pc][1]);
+            pa[1] = attn_pack(s[2 * pc][2], s[2 * pc][3]);
+            pa[2] = attn_pack(s[2 * pc + 1][0], s[2 * pc + 1][1]);
+            pa[3] = attn_pack(s[2 * pc + 1][2], s[2 * pc + 1][3]);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd += 2) {
+                uint32_t vb[4];
+                attn_ldsm_bt<LDS>(vb, Vt, pc * 16, nd * 8, lane);
+                attn_mma(o[nd], pa, vb[0], vb[1]);
+                attn_mma(o[nd + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads();  // the next iteration's prefetch overwrites this buffer
+    }
+
+    // Row sums over the group's 4 lanes (fixed butterfly order), normalise, store.
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    if (row0 < T) {
+        bf16* op = out + ((size_t)b * T + row0) * C + (size_t)h * HS + 2 * c;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++)
+            *reinterpret_cast<uint32_t*>(op + nd * 8) = attn_pack(o[nd][0] * inv0, o[nd][1] * inv0);
+        if (c == 0) lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * ATTN_LN2;
+    }
+    if (row1 < T) {
+        bf16* op = out + ((size_t)b * T + row1) * C + (size_t)h * HS + 2 * c;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++)
+            *reinterpret_cast<uint32_t*>(op + nd * 8) = attn_pack(o[nd][2] * inv1, o[nd][3] * inv1);
+        if (c == 0) lse[(size_t)bh * T + row1] = (m1 + log2f(l1)) * ATTN_LN2;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Flash backward, kernel 1: dQ (and D_i = dout_i . out_i into Dbuf [B,NH,T] for kernel 2)
+// grid (ceil(T/64), B*NH), 128 threads, query tiles last-first.
+
+template <int HS>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, const bf16* __restrict__ dout,
+                         const bf16* __restrict__ qkv, const bf16* __restrict__ out,
+                         const float* __restrict__ lse, int T, int C, int NH, float scale_log2, float scale) {
+    constexpr int LDS = AttnShape<HS>::LDS;
+    constexpr int KC = HS / 16, ND = HS / 8, NB = ATTN_BC / 8, PC = ATTN_BC / 16;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16* Qs = reinterpret_cast<bf16*>(attn_smem);  // [BR][LDS]
+    bf16* dOs = Qs + ATTN_BR * LDS;                  // [BR][LDS]
+    bf16* Ks = dOs + ATTN_BR * LDS;                  // [2][BC][LDS]
+    bf16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
+
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const bf16* kg = qg + C;
+    const bf16* vg = qg + 2 * (size_t)C;
+    const bf16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
+    const bf16* og = out + (size_t)b * T * C + (size_t)h * HS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wr = warp * 16;
+    const int row0 = q0 + wr + g, row1 = row0 + 8;
+
+    const int kend = min(q0 + ATTN_BR, T);
+    const int ntiles = (kend + ATTN_BC - 1) / ATTN_BC;
+
+    attn_load_tile<HS, ATTN_BR>(Qs, qg, C3, q0, T);
+    attn_load_tile<HS, ATTN_BR>(dOs, dog, C, q0, T);
+    attn_load_tile<HS, ATTN_BC>(Ks, kg, C3, 0, T);
+    attn_load_tile<HS, ATTN_BC>(Vs, vg, C3, 0, T);
+    attn_cp_async_commit();
+
+    // D_i = dout_i . out_i for the warp's 16 rows, from global memory while the tiles load:
+    // two lanes per row (lane / 2 = row, lane % 2 = half of the head), then one xor-add.
+    float dsum = 0.0f;
+    {
+        const int r = lane >> 1, half = lane & 1;
+        const int t = q0 + wr + r;
+        if (t < T) {
+            const size_t off = (size_t)t * C + (size_t)half * (HS / 2);
+#pragma unroll
+            for (int k = 0; k < HS / 2; k += 8) {
+                float fd[8], fo[8];
+                load8(fd, dog + off + k);
+                load8(fo, og + off + k);
+#pragma unroll
+                for (int e = 0; e < 8; e++) dsum = fmaf(fd[e], fo[e], dsum);
+            }
+        }
+        dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
+        if (half == 0 && t < T) Dbuf[(size_t)bh * T + t] = dsum;
+    }
+    const float D0 = __shfl_sync(0xffffffffu, dsum, 2 * g);
+    const float D1 = __shfl_sync(0xffffffffu, dsum, 2 * (g + 8));
+    const float L0 = row0 < T ? lse[(size_t)bh * T + row0] * ATTN_LOG2E : 0.0f;
+    const float L1 = row1 < T ? lse[(size_t)bh * T + row1] * ATTN_LOG2E : 0.0f;
+
+    float dq[ND][4];
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
+
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int buf = kt & 1;
+        if (kt + 1 < ntiles) {
+            attn_load_tile<HS, ATTN_BC>(Ks + (buf ^ 1) * ATTN_BC * LDS, kg, C3, (kt + 1) * ATTN_BC, T);
+            attn_load_tile<HS, ATTN_BC>(Vs + (buf ^ 1) * ATTN_BC * LDS, vg, C3, (kt + 1) * ATTN_BC, T);
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16* Kt = Ks + buf * ATTN_BC * LDS;
+        const bf16* Vt = Vs + buf * ATTN_BC * LDS;
+        const int j0 = kt * ATTN_BC;
+
+        float s[NB][4], dp[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+            dp[nb][0] = dp[nb][1] = dp[nb][2] = dp[nb][3] = 0.0f;
+        }
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {  // S = Q K^T
+            uint32_t a[4];
+            attn_ldsm_a<LDS>(a, Qs, wr, kc * 16, lane);
+#pragma unroll
+            for (int nb = 0; nb < NB; nb += 2) {
+                uint32_t kb[4];
+                attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
+                attn_mma(s[nb], a, kb[0], kb[1]);
+                attn_mma(s[nb + 1], a, kb[2], kb[3]);
+            }
+        }
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {  // dP = dO V^T
+            uint32_t a[4];
+            attn_ldsm_a<LDS>(a, dOs, wr, kc * 16, lane);
+#pragma unroll
+            for (int nb = 0; nb < NB; nb += 2) {
+                uint32_t vb[4];
+                attn_ldsm_b<LDS>(vb, Vt, nb * 8, kc * 16, lane);
+                attn_mma(dp[nb], a, vb[0], vb[1]);
+                attn_mma(dp[nb + 1], a, vb[2], vb[3]);
+            }
+        }
+        // P = exp2(S scale log2e - lse log2e), masked; dS = P (dP - D) (scale applied at the end)
+        const bool masked = (j0 + ATTN_BC - 1 > q0 + wr) || (j0 + ATTN_BC > T) || (q0 + wr + 15 >= T);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = i < 2 ? row0 : row1;
+                float p = exp2f(fmaf(s[nb][i], scale_log2, -(i < 2 ? L0 : L1)));
+                if (masked) {
+                    const int key = j0 + nb * 8 + 2 * c + (i & 1);
+                    if (key > row || row >= T) p = 0.0f;
+                }
+                dp[nb][i] = p * (dp[nb][i] - (i < 2 ? D0 : D1));
+            }
+        }
+        // dQ += dS K
+#pragma unroll
+        for (int pc = 0; pc < PC; pc++) {
+            uint32_t a[4];
+            a[0] = attn_pack(dp[2 * pc][0], dp[2 * pc][1]);
+            a[1] = attn_pack(dp[2 * pc][2], dp[2 * pc][3]);
+            a[2] = attn_pack(dp[2 * pc + 1][0], dp[2 * pc + 1][1]);
+            a[3] = attn_pack(dp[2 * pc + 1][2], dp[2 * pc + 1][3]);
+#pragma unroll
+            for (int nd = 0; nd < ND; nd += 2) {
+                uint32_t kb[4];
+                attn_ldsm_bt<LDS>(kb, Kt, pc * 16, nd * 8, lane);
+                attn_mma(dq[nd], a, kb[0], kb[1]);
+                attn_mma(dq[nd + 1], a, kb[2], kb[3]);
+            }
+        }
+        __syncthreads();
+    }
+
+    if (row0 < T) {
+        bf16* p = dqkv + ((size_t)b * T + row0) * C3 + (size_t)h * HS + 2 * c;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++)
+            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dq[nd][0] * scale, dq[nd][1] * scale);
+    }
+    if (row1 < T) {
+        bf16* p = dqkv + ((size_t)b * T + row1) * C3 + (size_t)h * HS + 2 * c;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++)
+            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dq[nd][2] * scale, dq[nd][3] * scale);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Flash backward, kernel 2: dK and dV for a tile of 64 keys (16 per warp), looping over the
+// query tiles that can see them (queries >= the tile's first key), Q/dO double-buffered.
+// grid (ceil(T/64), B*NH), 128 threads; key tile 0 (the most query tiles) launches first.
+// Here the warp computes transposed products: S^T = K Q^T and dP^T = V dO^T (keys are the
+// rows, queries the columns), so P^T and dS^T are A fragments for dV += P^T dO and
+// dK += dS^T Q directly.
+
+template <int HS>
+__global__ void __launch_bounds__(ATTN_THREADS)
+attn_flash_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Dbuf, const bf16* __restrict__ dout,
+                          const bf16* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
+                          float scale_log2, float scale) {
+    constexpr int LDS = AttnShape<HS>::LDS;
+    constexpr int BQ = AttnShape<HS>::BQ;
+    constexpr int KC = HS / 16, ND = HS / 8, NB = BQ / 8, PC = BQ / 16;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16* Ks = reinterpret_cast<bf16*>(attn_smem);  // [BC][LDS]
+    bf16* Vs = Ks + ATTN_BC * LDS;                   // [BC][LDS]
+    bf16* Qs = Vs + ATTN_BC * LDS;                   // [2][BQ][LDS]
+    bf16* dOs = Qs + 2 * BQ * LDS;                   // [2][BQ][LDS]
+    float* Ls = reinterpret_cast<float*>(dOs + 2 * BQ * LDS);  // [2][BQ] lse * log2e
+    float* Ds = Ls + 2 * BQ;                                    // [2][BQ] D
+
+    const int j0 = blockIdx.x * ATTN_BC;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const bf16* kg = qg + C;
+    const bf16* vg = qg + 2 * (size_t)C;
+    const bf16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float* lseg = lse + (size_t)bh * T;
+    const float* Dg = Dbuf + (size_t)bh * T;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int kw = warp * 16;                       // the warp's first key in the tile
+    const int key0 = j0 + kw + g, key1 = key0 + 8;  // this thread's two keys
+
+    const int nqt = (T - j0 + BQ - 1) / BQ;  // query tiles starting at j0
+
+    attn_load_tile<HS, ATTN_BC>(Ks, kg, C3, j0, T);
+    attn_load_tile<HS, ATTN_BC>(Vs, vg, C3, j0, T);
+    attn_load_tile<HS, BQ>(Qs, qg, C3, j0, T);
+    attn_load_tile<HS, BQ>(dOs, dog, C, j0, T);
+    for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
+        const int t = j0 + i;
+        Ls[i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
+        Ds[i] = t < T ? Dg[t] : 0.0f;
+    }
+    attn_cp_async_commit();
+
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++) {
+        dk[nd][0] = dk[nd][1] = dk[nd][2] = dk[nd][3] = 0.0f;
+        dv[nd][0] = dv[nd][1] = dv[nd][2] = dv[nd][3] = 0.0f;
+    }
+
+    for (int it = 0; it < nqt; it++) {
+        const int buf = it & 1;
+        const int i0 = j0 + it * BQ;
+        if (it + 1 < nqt) {
+            const int nb0 = (buf ^ 1);
+            attn_load_tile<HS, BQ>(Qs + nb0 * BQ * LDS, qg, C3, i0 + BQ, T);
+            attn_load_tile<HS, BQ>(dOs + nb0 * BQ * LDS, dog, C, i0 + BQ, T);
+            for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
+                const int t = i0 + BQ + i;
+                Ls[nb0 * BQ + i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
+                Ds[nb0 * BQ + i] = t < T ? Dg[t] : 0.0f;
+            }
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();
+        // Skip when every query of the tile precedes every key of the warp (all masked).
+        if (i0 + BQ - 1 >= j0 + kw) {
+            const bf16* Qt = Qs + buf * BQ * LDS;
+            const bf16* dOt = dOs + buf * BQ * LDS;
+            const float* Lt = Ls + buf * BQ;
+            const float* Dt = Ds + buf * BQ;
+            float st[NB][4], dpt[NB][4];
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+                st[nb][0] = st[nb][1] = st[nb][2] = st[nb][3] = 0.0f;
+                dpt[nb][0] = dpt[nb][1] = dpt[nb][2] = dpt[nb][3] = 0.0f;
+            }
+#pragma unroll
+            for (int kc = 0; kc < KC; kc++) {  // S^T = K Q^T
+                uint32_t a[4];
+                attn_ldsm_a<LDS>(a, Ks, kw, kc * 16, lane);
+#pragma unroll
+                for (int nb = 0; nb < NB; nb += 2) {
+                    uint32_t qb[4];
+                    attn_ldsm_b<LDS>(qb, Qt, nb * 8, kc * 16, lane);
+                    attn_mma(st[nb], a, qb[0], qb[1]);
+                    attn_mma(st[nb + 1], a, qb[2], qb[3]);
+                }
+            }
+#pragma unroll
+            for (int kc = 0; kc < KC; kc++) {  // dP^T = V dO^T
+                uint32_t a[4];
+                attn_ldsm_a<LDS>(a, Vs, kw, kc * 16, lane);
+#pragma unroll
+                for (int nb = 0; nb < NB; nb += 2) {
+                    uint32_t ob[4];
+                    attn_ldsm_b<LDS>(ob, dOt, nb * 8, kc * 16, lane);
+                    attn_mma(dpt[nb], a, ob[0], ob[1]);
+                    attn_mma(dpt[nb + 1], a, ob[2], ob[3]);
+                }
+            }
+            // P^T[key][query] = exp2(S^T scale log2e - lse_q log2e), masked where query < key
+            // or query >= T; dS^T = P^T (dP^T - D_q).
+            const bool masked = (i0 < j0 + kw + 15) || (i0 + BQ > T);
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int qi = nb * 8 + 2 * c + (i & 1);  // query index within the tile
+                    float p = exp2f(fmaf(st[nb][i], scale_log2, -Lt[qi]));
+                    if (masked) {
+                        const int q = i0 + qi;
+                        const int key = i < 2 ? key0 : key1;
+                        if (q < key || q >= T) p = 0.0f;
+                    }
+                    st[nb][i] = p;
+                    dpt[nb][i] = p * (dpt[nb][i] - Dt[qi]);
+                }
+            }
+            // dV += P^T dO, then dK += dS^T Q (two passes: fewer registers live at once)
+#pragma unroll
+            for (int pc = 0; pc < PC; pc++) {
+                uint32_t pa[4];
+                pa[0] = attn_pack(st[2 * pc][0], st[2 * pc][1]);
+                pa[1] = attn_pack(st[2 * pc][2], st[2 * pc][3]);
+                pa[2] = attn_pack(st[2 * pc + 1][0], st[2 * pc + 1][1]);
+                pa[3] = attn_pack(st[2 * pc + 1][2], st[2 * pc + 1][3]);
+#pragma unroll
+                for (int nd = 0; nd < ND; nd += 2) {
+                    uint32_t ob[4];
+                    attn_ldsm_bt<LDS>(ob, dOt, pc * 16, nd * 8, lane);
+                    attn_mma(dv[nd], pa, ob[0], ob[1]);
+                    attn_mma(dv[nd + 1], pa, ob[2], ob[3]);
+                }
+            }
+#pragma unroll
+            for (int pc = 0; pc < PC; pc++) {
+                uint32_t da[4];
+                da[0] = attn_pack(dpt[2 * pc][0], dpt[2 * pc][1]);
+                da[1] = attn_pack(dpt[2 * pc][2], dpt[2 * pc][3]);
+                da[2] = attn_pack(dpt[2 * pc + 1][0], dpt[2 * pc + 1][1]);
+                da[3] = attn_pack(dpt[2 * pc + 1][2], dpt[2 * pc + 1][3]);
+#pragma unroll
+                for (int nd = 0; nd < ND; nd += 2) {
+                    uint32_t qb[4];
+                    attn_ldsm_bt<LDS>(qb, Qt, pc * 16, nd * 8, lane);
+                    attn_mma(dk[nd], da, qb[0], qb[1]);
+                    attn_mma(dk[nd + 1], da, qb[2], qb[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    if (key0 < T) {
+        bf16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dk[nd][0] * scale, dk[nd][1] * scale);
+            *reinterpret_cast<uint32_t*>(p + C + nd * 8) = attn_pack(dv[nd][0], dv[nd][1]);
+        }
+    }
+    if (key1 < T) {
+        bf16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
+#pragma unroll
+        for (int nd = 0; nd < ND; nd++) {
+            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dk[nd][2] * scale, dk[nd][3] * scale);
+            *reinterpret_cast<uint32_t*>(p + C + nd * 8) = attn_pack(dv[nd][2], dv[nd][3]);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Reference path kernels (--attention cublas)
+
+// dst[b,h,t,d] = src[(b*T + t) * src_stride + h*hs + d]   (to [B,NH,T,hs])
+static __global__ void attn_to_heads_kernel(bf16* __restrict__ dst, const bf16* __restrict__ src, size_t src_stride,
+                                            int B, int T, int NH, int hs) {
+    const size_t n = (size_t)B * NH * T * hs;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int d = (int)(i % hs);
+        const size_t r = i / hs;
+        const int t = (int)(r % T);
+        const size_t bh = r / T;
+        const int h = (int)(bh % NH), b = (int)(bh / NH);
+        dst[i] = src[((size_t)b * T + t) * src_stride + (size_t)h * hs + d];
+    }
+}
+
+// dst[(b*T + t) * dst_stride + h*hs + d] = src[b,h,t,d]   (back from [B,NH,T,hs])
+static __global__ void attn_from_heads_kernel(bf16* __restrict__ dst, size_t dst_stride, const bf16* __restrict__ src,
+                                              int B, int T, int NH, int hs) {
+    const size_t n = (size_t)B * NH * T * hs;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const int d = (int)(i % hs);
+        const size_t r = i / hs;
+        const int t = (int)(r % T);
+        const size_t bh = r / T;
+        const int h = (int)(bh % NH), b = (int)(bh / NH);
+        dst[((size_t)b * T + t) * dst_stride + (size_t)h * hs + d] = src[i];
+    }
+}
+
+// Causal softmax of scaled scores, one warp per row r of S [rows, T] (query i = r % T):
+// P[r, j] = exp(S[r, j] scale - lse_r) for j <= i, 0 for j > i (bf16, all T columns written).
+// lse_in == NULL: lse_r = max + log(sum exp(. - max)) is computed and stored to lse_out;
+// otherwise lse_r = lse_in[r] (the backward's recomputation from the forward's lse).
+static __global__ void attn_softmax_kernel(bf16* __restrict__ P, float* __restrict__ lse_out,
+                                           const float* __restrict__ lse_in, const float* __restrict__ S,
+                                           int rows, int T, float scale) {
+    const int warps_per_block = blockDim.x / 32;
+    const int r = blockIdx.x * warps_per_block + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;  // whole warps exit together
+    const int i = r % T;
+    const float* srow = S + (size_t)r * T;
+    bf16* prow = P + (size_t)r * T;
+    float L;
+    if (lse_in == NULL) {
+        float mx = -INFINITY;
+        for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, srow[j] * scale);
+        mx = warp_reduce_max(mx);
+        float sum = 0.0f;
+        for (int j = lane; j <= i; j += 32) sum += expf(srow[j] * scale - mx);
+        sum = warp_reduce_sum(sum);
+        L = mx + logf(sum);
+        if (lane == 0) lse_out[r] = L;
+    } else {
+        L = lse_in[r];
+    }
+    for (int j = lane; j < T; j += 32) prow[j] = float_to_bf16(j <= i ? expf(srow[j] * scale - L) : 0.0f);
+}
+
+// Softmax backward in place, one warp per row: with D = sum_j P[j] dP[j] (P as stored, bf16),
+// PdS[j] = P[j] (dP[j] - D) scale for j <= i, 0 beyond. Each lane reads and then writes only
+// its own columns, and the reduction separates the two passes.
+static __global__ void attn_softmax_bwd_kernel(bf16* __restrict__ PdS, const float* __restrict__ dP, int rows, int T,
+                                               float scale) {
+    const int warps_per_block = blockDim.x / 32;
+    const int r = blockIdx.x * warps_per_block + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const int i = r % T;
+    bf16* row = PdS + (size_t)r * T;
+    const float* dprow = dP + (size_t)r * T;
+    float D = 0.0f;
+    for (int j = lane; j <= i; j += 32) D += bf16_to_float(row[j]) * dprow[j];
+    D = warp_reduce_sum(D);
+    for (int j = lane; j < T; j += 32)
+        row[j] = float_to_bf16(j <= i ? bf16_to_float(row[j]) * (dprow[j] - D) * scale : 0.0f);
+}
+
+// ----------------------------------------------------------------------------
+// Scratch
+
+// Sub-buffer layout of the cublas path's scratch: nbf bf16 buffers of B*T*C elements, then
+// S (fp32) and P (bf16) of B*NH*T*T elements each, every piece 256-byte aligned.
+static inline size_t attn_cublas_scratch_bytes(int nbf, int B, int T, int C, int NH) {
+    const size_t btc = (size_t)B * T * C, tt = (size_t)B * NH * T * T;
+    return nbf * align_up_256(btc * sizeof(bf16)) + align_up_256(tt * sizeof(float)) + align_up_256(tt * sizeof(bf16));
+}
+
+// Bytes of scratch attention_forward_cuda needs (0 for flash).
+static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
+    if (impl == ATTENTION_FLASH) return 0;
+    return attn_cublas_scratch_bytes(4, B, T, C, NH);  // q, k, v, out in [B,NH,T,hs]; S; P
+}
+// Bytes of scratch attention_backward_cuda needs: flash B*NH*T floats; cublas much more.
+static inline size_t attention_backward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
+    if (impl == ATTENTION_FLASH) return align_up_256((size_t)B * NH * T * sizeof(float));
+    return attn_cublas_scratch_bytes(7, B, T, C, NH);  // q, k, v, dout, dq, dk, dv; S/dP; P/dS
+}
+
+static inline void attn_check_args(const char* fn, AttentionImpl impl, int B, int T, int C, int NH,
+                                   size_t scratch_bytes, size_t need, const void* scratch) {
+    CUDA_REQUIRE(impl == ATTENTION_FLASH || impl == ATTENTION_CUBLAS, "%s: unknown attention implementation %d", fn, (int)impl);
+    CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
+                 "%s: bad shape B=%d T=%d C=%d NH=%d (C must be a multiple of NH)", fn, B, T, C, NH);
+    CUDA_REQUIRE(scratch_bytes >= need && (need == 0 || scratch != NULL),
+                 "%s: scratch of %zu bytes is too small, %s attention needs %zu", fn, scratch_bytes,
+                 attention_impl_name(impl), need);
+    if (impl == ATTENTION_FLASH) {
+        const int hs = C / NH;
+        CUDA_REQUIRE(attention_flash_supports(hs),
+                     "%s: flash attention supports head sizes 64 and 128, got %d (C=%d, NH=%d); "
+                     "use --attention cublas for other head sizes", fn, hs, C, NH);
+        CUDA_REQUIRE((long long)B * NH < 65536, "%s: B*NH = %lld exceeds the grid limit 65535", fn, (long long)B * NH);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Host entry points
+
+// Opt a kernel into `bytes` of dynamic shared memory, or exit naming the limit (sm_80/sm_90
+// allow 163/227 KiB per block; sm_86/sm_89 only 99 KiB, too little for the hs=128 backward).
+static inline void attn_set_smem(const void* kernel, size_t bytes, const char* name) {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CUDA_REQUIRE(bytes <= (size_t)optin,
+                 "%s needs %zu bytes of shared memory per block, this GPU allows %d; use --attention cublas",
+                 name, bytes, optin);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+template <int HS>
+static void attn_flash_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                                      cudaStream_t stream) {
+    const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
+    const size_t smem = AttnShape<HS>::fwd_smem;
+    attn_set_smem((const void*)attn_flash_fwd_kernel<HS>, smem, "flash attention forward");
+    const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
+    attn_flash_fwd_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    CUDA_LAUNCH_CHECK();
+}
+
+template <int HS>
+static void attn_flash_backward_launch(bf16* dqkv, float* Dbuf, const bf16* dout, const bf16* qkv, const bf16* out,
+                                       const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale_log2 = scale * ATTN_LOG2E;
+    const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
+    const size_t smem_dq = AttnShape<HS>::dq_smem;
+    attn_set_smem((const void*)attn_flash_bwd_dq_kernel<HS>, smem_dq, "flash attention backward (dQ)");
+    attn_flash_bwd_dq_kernel<HS><<<grid, ATTN_THREADS, smem_dq, stream>>>(dqkv, Dbuf, dout, qkv, out, lse, T, C, NH,
+                                                                          scale_log2, scale);
+    CUDA_LAUNCH_CHECK();
+    const dim3 grid_kv((unsigned)ceil_div(T, ATTN_BC), (unsigned)(B * NH));
+    const size_t smem_kv = AttnShape<HS>::dkv_smem;
+    attn_set_smem((const void*)attn_flash_bwd_dkv_kernel<HS>, smem_kv, "flash attention backward (dK/dV)");
+    attn_flash_bwd_dkv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
+                                                                              scale_log2, scale);
+    CUDA_LAUNCH_CHECK();
+}
+
+static inline unsigned attn_grid_1d(size_t n, int threads) {
+    size_t blocks = (n + threads - 1) / threads;
+    if (blocks > 65535u * 16u) blocks = 65535u * 16u;  // grid-stride loops cover the rest
+    return (unsigned)(blocks ? blocks : 1);
+}
+
+// Carves the cublas path's scratch: bf[0..nbf-1] then S, P.
+static inline void attn_cublas_carve(void* scratch, int nbf, int B, int T, int C, int NH, bf16** bf, float** S, bf16** P) {
+    const size_t btc = align_up_256((size_t)B * T * C * sizeof(bf16));
+    const size_t tt = (size_t)B * NH * T * T;
+    char* p = (char*)scratch;
+    for (int i = 0; i < nbf; i++) { bf[i] = (bf16*)p; p += btc; }
+    *S = (float*)p;
+    p += align_up_256(tt * sizeof(float));
+    *P = (bf16*)p;
+}
+
+// One row-major strided-batched GEMM over the B*NH heads (see matmul_gemm_cuda).
+static inline void attn_batched_gemm(MatmulContext* mm, void* D, cudaDataType_t d_type, int ldd, long long sD,
+                                     const bf16* A, int lda, int transA, long long sA, const bf16* Bm, int ldb,
+                                     int transB, long long sB, int M, int N, int K, int batch, cudaStream_t stream) {
+    MatmulGemm g = mm_gemm_init();
+    g.M = M; g.N = N; g.K = K; g.batch = batch;
+    g.A = A; g.lda = lda; g.transA = transA; g.strideA = sA;
+    g.B = Bm; g.ldb = ldb; g.transB = transB; g.strideB = sB;
+    g.D = D; g.ldd = ldd; g.d_type = d_type; g.strideD = sD;
+    matmul_gemm_cuda(mm, &g, stream);
+}
+
+static inline void attn_cublas_forward(MatmulContext* mm, bf16* out, float* lse, const bf16* qkv, void* scratch,
+                                       int B, int T, int C, int NH, cudaStream_t stream) {
+    const int hs = C / NH, batch = B * NH;
+    const size_t C3 = 3 * (size_t)C;
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    bf16* bf[4];
+    float* S;
+    bf16* P;
+    attn_cublas_carve(scratch, 4, B, T, C, NH, bf, &S, &P);
+    bf16 *q = bf[0], *k = bf[1], *v = bf[2], *o = bf[3];
+    const size_t n = (size_t)B * T * C;
+    const unsigned grid = attn_grid_1d(n, 256);
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, C3, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(k, qkv + C, C3, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(v, qkv + 2 * (size_t)C, C3, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    // S[T,T] = q[T,hs] @ k[T,hs]^T per head (fp32, unscaled)
+    attn_batched_gemm(mm, S, CUDA_R_32F, T, tt, q, hs, 0, th, k, hs, 1, th, T, T, hs, batch, stream);
+    const int rows = batch * T;
+    attn_softmax_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, lse, NULL, S, rows, T, 1.0f / sqrtf((float)hs));
+    CUDA_LAUNCH_CHECK();
+    // o[T,hs] = P[T,T] @ v[T,hs]
+    attn_batched_gemm(mm, o, CUDA_R_16BF, hs, th, P, T, 0, tt, v, hs, 0, th, T, hs, T, batch, stream);
+    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(out, (size_t)C, o, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+}
+
+static inline void attn_cublas_backward(MatmulContext* mm, bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                        const float* lse, void* scratch, int B, int T, int C, int NH,
+                                        cudaStream_t stream) {
+    const int hs = C / NH, batch = B * NH;
+    const size_t C3 = 3 * (size_t)C;
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    const float scale = 1.0f / sqrtf((float)hs);
+    bf16* bf[7];
+    float* S;
+    bf16* P;
+    attn_cublas_carve(scratch, 7, B, T, C, NH, bf, &S, &P);
+    bf16 *q = bf[0], *k = bf[1], *v = bf[2], *dO = bf[3], *dq = bf[4], *dk = bf[5], *dv = bf[6];
+    const size_t n = (size_t)B * T * C;
+    const unsigned grid = attn_grid_1d(n, 256);
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, C3, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(k, qkv + C, C3, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(v, qkv + 2 * (size_t)C, C3, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(dO, dout, (size_t)C, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    const int rows = batch * T;
+    // Recompute P from the forward's lse.
+    attn_batched_gemm(mm, S, CUDA_R_32F, T, tt, q, hs, 0, th, k, hs, 1, th, T, T, hs, batch, stream);
+    attn_softmax_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, NULL, lse, S, rows, T, scale);
+    CUDA_LAUNCH_CHECK();
+    // dv[T,hs] = P^T @ dO
+    attn_batched_gemm(mm, dv, CUDA_R_16BF, hs, th, P, T, 1, tt, dO, hs, 0, th, T, hs, T, batch, stream);
+    // dP[T,T] = dO @ v^T (fp32, into S)
+    attn_batched_gemm(mm, S, CUDA_R_32F, T, tt, dO, hs, 0, th, v, hs, 1, th, T, T, hs, batch, stream);
+    attn_softmax_bwd_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, S, rows, T, scale);
+    CUDA_LAUNCH_CHECK();
+    // dq = dS @ k, dk = dS^T @ q
+    attn_batched_gemm(mm, dq, CUDA_R_16BF, hs, th, P, T, 0, tt, k, hs, 0, th, T, hs, T, batch, stream);
+    attn_batched_gemm(mm, dk, CUDA_R_16BF, hs, th, P, T, 1, tt, q, hs, 0, th, T, hs, T, batch, stream);
+    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv, C3, dq, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv + C, C3, dk, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv + 2 * (size_t)C, C3, dv, B, T, NH, hs);
+    CUDA_LAUNCH_CHECK();
+}
+
+// out[B,T,C] and lse[B,NH,T] from qkv[B,T,3C] (both overwritten). scratch: at least
+// attention_forward_scratch_bytes(impl, ...) bytes (flash: none, may be NULL); mm: the
+// matmul context (used by the cublas path only; may be NULL for flash).
+static inline void attention_forward_cuda(AttentionImpl impl, MatmulContext* mm, bf16* out, float* lse,
+                                          const bf16* qkv, void* scratch, size_t scratch_bytes, int B, int T,
+                                          int C, int NH, cudaStream_t stream) {
+    attn_check_args("attention_forward_cuda", impl, B, T, C, NH, scratch_bytes,
+                    attention_forward_scratch_bytes(impl, B, T, C, NH), scratch);
+    CUDA_REQUIRE(out && lse && qkv, "attention_forward_cuda: NULL tensor");
+    if (impl == ATTENTION_FLASH) {
+        CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
+                     "attention_forward_cuda: qkv and out must be 16-byte aligned, lse 4-byte aligned");
+        if (C / NH == 64) attn_flash_forward_launch<64>(out, lse, qkv, B, T, C, NH, stream);
+        else attn_flash_forward_launch<128>(out, lse, qkv, B, T, C, NH, stream);
+    } else {
+        CUDA_REQUIRE(mm != NULL, "attention_forward_cuda: the cublas path needs a MatmulContext");
+        attn_cublas_forward(mm, out, lse, qkv, scratch, B, T, C, NH, stream);
+    }
+}
+
+// dqkv[B,T,3C] (OVERWRITTEN) from dout[B,T,C], the forward's inputs qkv and outputs out, lse.
+// scratch: at least attention_backward_scratch_bytes(impl, ...) bytes.
+static inline void attention_backward_cuda(AttentionImpl impl, MatmulContext* mm, bf16* dqkv, const bf16* dout,
+                                           const bf16* qkv, const bf16* out, const float* lse, void* scratch,
+                                           size_t scratch_bytes, int B, int T, int C, int NH, cudaStream_t stream) {
+    attn_check_args("attention_backward_cuda", impl, B, T, C, NH, scratch_bytes,
+                    attention_backward_scratch_bytes(impl, B, T, C, NH), scratch);
+    CUDA_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward_cuda: NULL tensor");
+    if (impl == ATTENTION_FLASH) {
+        CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&
+                     ((uintptr_t)lse & 3) == 0 && ((uintptr_t)scratch & 3) == 0,
+                     "attention_backward_cuda: dqkv, dout, qkv, out must be 16-byte aligned");
+        float* Dbuf = (float*)scratch;
+        if (C / NH == 64) attn_flash_backward_launch<64>(dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
+        else attn_flash_backward_launch<128>(dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
+    } else {
+        CUDA_REQUIRE(mm != NULL, "attention_backward_cuda: the cublas path needs a MatmulContext");
+        attn_cublas_backward(mm, dqkv, dout, qkv, lse, scratch, B, T, C, NH, stream);
+    }
+}
+
+#endif  // FSDP_KERNELS_CUDA_ATTENTION_CUH

@@ -1,0 +1,244 @@
+// Shared CUDA helpers for fsdp.c: error checks, bf16 helpers, 128-bit vector access,
+// warp/block reductions, ceil_div and the stochastic-rounding hash.
+//
+// Everything here has internal linkage (static) or is a template, so any number of
+// translation units may include this header, and one that uses nothing of it still compiles
+// warning-free under -Wall -Wextra -Werror.
+//
+// Conventions
+// - bf16 is __nv_bfloat16. Storage is bf16, arithmetic fp32.
+// - 128-bit access: 8 bf16 or 4 fp32 per int4. The pointer must be 16-byte aligned; the
+//   callers (launchers in cuda_kernels.cuh) check alignment and sizes on the host.
+// - Reductions: warp_reduce_* are xor butterflies, so every lane ends with the same,
+//   bitwise identical value, and the order of operations depends only on the lane, never
+//   on timing. block_reduce_* add the warps' results in warp order. Both are deterministic.
+#ifndef FSDP_KERNELS_CUDA_COMMON_CUH
+#define FSDP_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef __nv_bfloat16 bf16;
+
+// ----------------------------------------------------------------------------
+// Error checking
+
+// Any CUDA runtime call: on failure one line "CUDA error at file:line: message (call)", exit(1).
+#define CUDA_CHECK(call)                                                                   \
+    do {                                                                                   \
+        cudaError_t cuda_check_err_ = (call);                                              \
+        if (cuda_check_err_ != cudaSuccess) {                                              \
+            fprintf(stderr, "CUDA error at %s:%d: %s (%s)\n", __FILE__, __LINE__,          \
+                    cudaGetErrorString(cuda_check_err_), #call);                           \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+// After every kernel launch: catches bad launch configurations at once (cheap, no sync).
+// Build with -DFSDP_CUDA_SYNC_CHECK to also wait for the device after each launch, so that
+// an asynchronous fault is reported at the launch that caused it (debugging only: it
+// synchronises the whole device).
+#ifdef FSDP_CUDA_SYNC_CHECK
+#define CUDA_LAUNCH_CHECK()                          \
+    do {                                             \
+        CUDA_CHECK(cudaGetLastError());              \
+        CUDA_CHECK(cudaDeviceSynchronize());         \
+    } while (0)
+#else
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+#endif
+
+// A precondition of a launcher (shape, alignment, scratch size): one line naming the
+// function and what is wrong, then exit(1). Never a silent wrong answer.
+#define CUDA_REQUIRE(cond, ...)                                                            \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, __func__);                  \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+// ----------------------------------------------------------------------------
+// Small host/device helpers
+
+template <class T>
+__host__ __device__ __forceinline__ constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+
+static inline bool is_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+// Round n bytes up to a multiple of 256 (sub-allocations inside a caller's scratch buffer).
+static inline size_t align_up_256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static __host__ __device__ __forceinline__ float bf16_to_float(bf16 x) { return __bfloat162float(x); }
+// Round to nearest even (NaN stays NaN, overflow gives inf), on host and device.
+static __host__ __device__ __forceinline__ bf16 float_to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+// ----------------------------------------------------------------------------
+// 128-bit vectors
+
+// 16 bytes of T (8 bf16 or 4 float), aligned like an int4 so that a load or store is one
+// 128-bit instruction.
+template <class T>
+struct alignas(16) Packed128 {
+    static constexpr int size = (int)(16 / sizeof(T));
+    T v[size];
+    __device__ __forceinline__ T& operator[](int i) { return v[i]; }
+    __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
+    __device__ __forceinline__ static Packed128 from_bits(int4 bits) {
+        Packed128 p;
+        memcpy(&p, &bits, sizeof bits);
+        return p;
+    }
+    __device__ __forceinline__ int4 bits() const {
+        int4 b;
+        memcpy(&b, this, sizeof b);
+        return b;
+    }
+};
+typedef Packed128<bf16> bf16x8;
+typedef Packed128<float> f32x4;
+
+// Plain and streaming (evict-first: data touched once) 128-bit loads and stores.
+template <class T>
+__device__ __forceinline__ Packed128<T> load128(const T* p) {
+    return Packed128<T>::from_bits(*reinterpret_cast<const int4*>(p));
+}
+template <class T>
+__device__ __forceinline__ Packed128<T> load128cs(const T* p) {
+    return Packed128<T>::from_bits(__ldcs(reinterpret_cast<const int4*>(p)));
+}
+template <class T>
+__device__ __forceinline__ void store128(T* p, const Packed128<T>& x) {
+    *reinterpret_cast<int4*>(p) = x.bits();
+}
+template <class T>
+__device__ __forceinline__ void store128cs(T* p, const Packed128<T>& x) {
+    __stcs(reinterpret_cast<int4*>(p), x.bits());
+}
+
+// Groups of 8 elements as 8 floats. The "8" forms (p 16-byte aligned) use 128-bit access:
+// one for bf16, two for fp32. The "n" forms are the scalar fallback for the last, partial
+// group of a range, or for unaligned pointers: they touch only the first cnt (<= 8)
+// elements and load zeros for the rest.
+static __device__ __forceinline__ void load8(float* dst, const bf16* p) {
+    const bf16x8 x = load128(p);
+#pragma unroll
+    for (int k = 0; k < 8; k++) dst[k] = bf16_to_float(x[k]);
+}
+static __device__ __forceinline__ void load8(float* dst, const float* p) {
+    const f32x4 a = load128(p), b = load128(p + 4);
+#pragma unroll
+    for (int k = 0; k < 4; k++) { dst[k] = a[k]; dst[k + 4] = b[k]; }
+}
+static __device__ __forceinline__ void store8(bf16* p, const float* src) {  // round to nearest
+    bf16x8 x;
+#pragma unroll
+    for (int k = 0; k < 8; k++) x[k] = float_to_bf16(src[k]);
+    store128(p, x);
+}
+static __device__ __forceinline__ void store8(float* p, const float* src) {
+    f32x4 a, b;
+#pragma unroll
+    for (int k = 0; k < 4; k++) { a[k] = src[k]; b[k] = src[k + 4]; }
+    store128(p, a);
+    store128(p + 4, b);
+}
+static __device__ __forceinline__ void loadn(float* dst, const bf16* p, int cnt) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) dst[k] = k < cnt ? bf16_to_float(p[k]) : 0.0f;
+}
+static __device__ __forceinline__ void loadn(float* dst, const float* p, int cnt) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) dst[k] = k < cnt ? p[k] : 0.0f;
+}
+static __device__ __forceinline__ void storen(bf16* p, const float* src, int cnt) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) if (k < cnt) p[k] = float_to_bf16(src[k]);
+}
+static __device__ __forceinline__ void storen(float* p, const float* src, int cnt) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) if (k < cnt) p[k] = src[k];
+}
+// Either form: full selects the 128-bit path (the caller guarantees alignment then).
+template <class T>
+__device__ __forceinline__ void load8_or_n(float* dst, const T* p, bool full, int cnt) {
+    if (full) load8(dst, p); else loadn(dst, p, cnt);
+}
+template <class T>
+__device__ __forceinline__ void store8_or_n(T* p, const float* src, bool full, int cnt) {
+    if (full) store8(p, src); else storen(p, src, cnt);
+}
+
+// ----------------------------------------------------------------------------
+// Reductions (warp = 32 lanes, full mask: every lane of the warp must call them)
+
+static __device__ __forceinline__ float warp_reduce_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ double warp_reduce_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_reduce_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a 1-D block whose size is a multiple of 32 (at most 1024); every thread gets the
+// result. Ends with a barrier, so it may be called again right away.
+template <class T>
+__device__ __forceinline__ T block_reduce_sum(T v) {
+    __shared__ T block_reduce_buf[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_reduce_sum(v);
+    if (lane == 0) block_reduce_buf[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? block_reduce_buf[lane] : (T)0;
+    v = warp_reduce_sum(v);
+    __syncthreads();
+    return v;
+}
+
+// ----------------------------------------------------------------------------
+// Stochastic rounding to bf16
+//
+// The random bits of element i at optimizer step t are a pure function of (seed, t, i), with
+// i the element's GLOBAL index in its flat unit, so a value is rounded the same way whatever
+// the world size, the sharding and the way a range is split into launches.
+//   key = sr_key(seed, t)            (once per launch)
+//   r   = sr_bits(key, i)            (per element): the splitmix64 output for counter i + 1
+//                                    of a stream seeded with key; the top 16 bits are used
+// sr_round_bf16 adds 16 random bits below the bf16 mantissa of the fp32 value and truncates:
+// it rounds up (in magnitude) with probability (dropped bits) / 2^16, so E[result] = x.
+
+static __host__ __device__ __forceinline__ uint64_t splitmix64_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static __host__ __device__ __forceinline__ uint64_t sr_key(uint64_t seed, int step) {
+    return splitmix64_mix(seed ^ splitmix64_mix(0x5352u + (uint64_t)(uint32_t)step));
+}
+static __host__ __device__ __forceinline__ uint32_t sr_bits(uint64_t key, uint64_t index) {
+    return (uint32_t)(splitmix64_mix(key + (index + 1) * 0x9e3779b97f4a7c15ull) >> 48);
+}
+static __host__ __device__ __forceinline__ bf16 sr_round_bf16(float x, uint32_t bits16) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return float_to_bf16(x);  // inf / NaN unchanged
+    u = (u + (bits16 & 0xffffu)) & 0xffff0000u;  // a carry may reach the exponent: correct
+    return __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
+
+#endif  // FSDP_KERNELS_CUDA_COMMON_CUH
