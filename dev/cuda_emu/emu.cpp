@@ -1,0 +1,799 @@
+// The CPU emulator's runtime: fibers and the block scheduler, barriers and warp collectives,
+// device memory, launches, the runtime API and the PTX instructions. See emu.h for what is
+// (and is not) emulated.
+#include "emu.h"
+
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace emu {
+
+uint3 tid, bid;
+dim3 bdim, gdim;
+
+// ----------------------------------------------------------------------------
+// Fibers: a hand-written context switch on x86-64 (no signal-mask syscall, unlike
+// swapcontext: a block switches millions of times), ucontext elsewhere.
+
+#if defined(__x86_64__)
+extern "C" void emu_switch(void** save_sp, void* to_sp);
+asm(R"(
+    .text
+    .globl emu_switch
+    .type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+)");
+struct Fiber { void* sp; };
+static void fiber_init(Fiber& f, char* stack, size_t size, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+    void** sp = (void**)top;
+    *--sp = NULL;            // fake return address of entry: entry starts with rsp = 8 (mod 16)
+    *--sp = (void*)entry;    // emu_switch's ret jumps here
+    for (int i = 0; i < 6; i++) *--sp = NULL;  // rbp rbx r12 r13 r14 r15
+    f.sp = sp;
+}
+static inline void fiber_switch(Fiber& from, Fiber& to) { emu_switch(&from.sp, to.sp); }
+#else
+#include <ucontext.h>
+struct Fiber { ucontext_t uc; };
+static void fiber_init(Fiber& f, char* stack, size_t size, void (*entry)()) {
+    getcontext(&f.uc);
+    f.uc.uc_stack.ss_sp = stack;
+    f.uc.uc_stack.ss_size = size;
+    f.uc.uc_link = NULL;
+    makecontext(&f.uc, entry, 0);
+}
+static inline void fiber_switch(Fiber& from, Fiber& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
+// ----------------------------------------------------------------------------
+// State of the running launch and block
+
+enum State { RUN, AT_SYNC, AT_WARP, DONE };
+struct Copy { unsigned char* dst; const unsigned char* src; unsigned n; long group; };
+struct Thread {
+    Fiber fiber;
+    char* stack;
+    int state, lin;
+    uint3 idx;
+    long committed;             // cp.async groups committed so far
+    std::vector<Copy> copies;   // cp.async not yet performed
+};
+typedef void (*CompleteFn)(unsigned char (*slots)[SLOT]);
+struct Warp {
+    int lanes, arrived, exited, kind;
+    unsigned gen;
+    alignas(16) unsigned char slot[2][32][SLOT];  // double-buffered by generation
+};
+
+enum { MAX_THREADS = 1024, STACK_BYTES = 64 << 10, SMEM_GUARD = 256 };
+static Thread threads[MAX_THREADS];
+static Warp warps[MAX_THREADS / 32];
+static Fiber sched;
+static Thread* cur = NULL;
+static int nthreads, ndone, sync_arrived;
+static BodyFn g_body;
+static void* g_ctx;
+static const char* kname = NULL;  // kernel running (NULL: host code)
+static unsigned char* smem = NULL;
+static size_t smem_bytes = 0, smem_cap = 0;
+static uint64_t block_serial = 0;
+static cudaError_t last_error = cudaSuccess;
+static std::unordered_map<const void*, int> smem_optin;  // cudaFuncSetAttribute
+static pid_t main_pid = getpid();
+static struct { long long launches, blocks, threads, collectives, mma, ldmatrix, cp_async; } stats;
+
+void die(const char* fmt, ...) {
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "EMU: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (kname && cur)
+        fprintf(stderr, " [kernel %s, block (%u,%u,%u), thread (%u,%u,%u)]", kname, bid.x, bid.y, bid.z,
+                cur->idx.x, cur->idx.y, cur->idx.z);
+    else if (kname)
+        fprintf(stderr, " [kernel %s]", kname);
+    fprintf(stderr, "\n");
+    abort();
+}
+
+static void print_stats() {
+    if (getpid() != main_pid || stats.launches == 0) return;
+    fprintf(stderr, "# cuda_emu: %lld launches, %lld blocks, %lld threads, %lld warp collectives "
+            "(%lld mma.sync, %lld ldmatrix), %lld cp.async\n", stats.launches, stats.blocks, stats.threads,
+            stats.collectives, stats.mma, stats.ldmatrix, stats.cp_async);
+}
+static int stats_registered = atexit(print_stats);
+
+int lane() { return cur->lin & 31; }
+
+static void yield_to_scheduler(int state) {
+    cur->state = state;
+    fiber_switch(cur->fiber, sched);
+}
+
+static void fiber_main() {
+    g_body(g_ctx);
+    Warp& w = warps[cur->lin >> 5];
+    if (sync_arrived)
+        die("thread exited while %d threads of its block wait at __syncthreads (a barrier must be reached "
+            "by the whole block)", sync_arrived);
+    if (w.arrived)
+        die("lane exited while %d lanes of its warp wait at a full-mask warp collective", w.arrived);
+    ndone++;
+    w.exited++;
+    cur->copies.clear();  // cp.async still pending: its shared memory ends with the block
+    yield_to_scheduler(DONE);
+    abort();  // never resumed
+}
+
+void syncthreads() {
+    if (!kname) die("__syncthreads outside a kernel");
+    if (ndone) die("__syncthreads reached after %d threads of the block exited", ndone);
+    if (++sync_arrived == nthreads) {
+        sync_arrived = 0;
+        for (int i = 0; i < nthreads; i++)
+            if (threads[i].state == AT_SYNC) threads[i].state = RUN;
+        return;
+    }
+    yield_to_scheduler(AT_SYNC);
+}
+
+static const char* kind_name(int k) {
+    switch (k) {
+        case K_SHFL: return "__shfl*_sync";
+        case K_BALLOT: return "__ballot_sync/__any_sync/__all_sync";
+        case K_SYNCWARP: return "__syncwarp";
+        case K_MMA: return "mma.sync";
+        case K_LDMATRIX: return "ldmatrix";
+    }
+    return "?";
+}
+
+static const unsigned char* collective(int kind, unsigned mask, const void* in, size_t bytes, CompleteFn complete) {
+    if (!kname) die("warp collective %s outside a kernel", kind_name(kind));
+    Warp& w = warps[cur->lin >> 5];
+    const int l = cur->lin & 31;
+    if (mask != 0xffffffffu) die("%s with mask 0x%08x: only full-warp masks are emulated", kind_name(kind), mask);
+    if (w.lanes != 32) die("full-mask %s in a warp of %d threads (blockDim not a multiple of 32)", kind_name(kind), w.lanes);
+    if (w.exited) die("full-mask %s after %d lanes of the warp exited", kind_name(kind), w.exited);
+    if (w.arrived == 0) w.kind = kind;
+    else if (w.kind != kind) die("divergent warp: lanes wait at %s and at %s", kind_name(w.kind), kind_name(kind));
+    const int p = w.gen & 1;
+    if (bytes) memcpy(w.slot[p][l], in, bytes);
+    if (++w.arrived == 32) {
+        stats.collectives++;
+        w.arrived = 0;
+        w.gen++;
+        if (complete) complete(w.slot[p]);
+        Thread* t0 = &threads[cur->lin & ~31];
+        for (int i = 0; i < 32; i++)
+            if (t0[i].state == AT_WARP) t0[i].state = RUN;
+    } else {
+        yield_to_scheduler(AT_WARP);
+    }
+    return &w.slot[p][0][0];
+}
+
+const unsigned char* warp_collective(int kind, unsigned mask, const void* in, size_t bytes) {
+    return collective(kind, mask, in, bytes, NULL);
+}
+
+// ----------------------------------------------------------------------------
+// Shared memory
+
+void* dynamic_smem() {
+    if (!kname) die("extern __shared__ outside a kernel");
+    return smem;
+}
+
+void shared_var(void* p, size_t bytes) {
+    static std::unordered_map<void*, uint64_t> poisoned;  // variable -> block it was poisoned for
+    if (!kname) return;
+    uint64_t& b = poisoned[p];
+    if (b != block_serial) {
+        memset(p, 0xff, bytes);
+        b = block_serial;
+    }
+}
+
+static unsigned char* smem_at(uint64_t addr, size_t n, const char* what) {
+    if (addr + n > smem_bytes)
+        die("%s: shared address 0x%llx + %zu beyond the %zu bytes of dynamic shared memory", what,
+            (unsigned long long)addr, n, smem_bytes);
+    return smem + addr;
+}
+
+}  // namespace emu
+
+size_t __cvta_generic_to_shared(const void* p) {
+    using namespace emu;
+    const unsigned char* c = (const unsigned char*)p;
+    if (!kname || c < smem || c > smem + smem_bytes)
+        die("__cvta_generic_to_shared of %p: not in the block's dynamic shared memory (static __shared__ "
+            "variables are not mapped into the emulated shared window)", p);
+    return (size_t)(c - smem);
+}
+
+namespace emu {
+
+// ----------------------------------------------------------------------------
+// Device memory: 256-byte aligned, poisoned, with guard zones checked after every launch
+
+enum { GUARD = 256 };
+static const unsigned char GUARD_BYTE = 0xeb;
+static std::map<uintptr_t, size_t> allocs;  // user pointer -> bytes
+
+bool device_range_ok(const void* p, size_t bytes) {
+    if (bytes == 0) return true;
+    auto it = allocs.upper_bound((uintptr_t)p);
+    if (it == allocs.begin()) return false;
+    --it;
+    return (uintptr_t)p + bytes <= it->first + it->second;
+}
+
+static size_t alloc_total(size_t bytes) { return (GUARD + bytes + GUARD + 255) & ~(size_t)255; }
+
+static void check_guards(uintptr_t user, size_t bytes, const char* when) {
+    const unsigned char* u = (const unsigned char*)user;
+    const unsigned char* end = u - GUARD + alloc_total(bytes);
+    for (const unsigned char* q = u - GUARD; q < end; q++) {
+        if (q == u) q += bytes;
+        if (q < end && *q != GUARD_BYTE)
+            die("%s: a device buffer of %zu bytes was written out of bounds (byte at offset %lld)", when, bytes,
+                (long long)(q - u));
+    }
+}
+
+static void check_all_guards(const char* when) {
+    for (auto& a : allocs) check_guards(a.first, a.second, when);
+}
+
+}  // namespace emu
+
+using namespace emu;
+
+static cudaError_t fail(cudaError_t e, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static cudaError_t fail(cudaError_t e, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "EMU: note: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " -> %s\n", cudaGetErrorName(e));
+    va_end(ap);
+    return e;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+    if (kname) die("cudaMalloc inside a kernel");
+    unsigned char* raw = (unsigned char*)aligned_alloc(256, alloc_total(bytes));
+    if (!raw) return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu)", bytes);
+    memset(raw, GUARD_BYTE, alloc_total(bytes));
+    unsigned char* user = raw + GUARD;
+    memset(user, 0xff, bytes);
+    allocs[(uintptr_t)user] = bytes;
+    *p = user;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+    if (p == NULL) return cudaSuccess;
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end()) return fail(cudaErrorInvalidValue, "cudaFree(%p): not a cudaMalloc pointer", p);
+    check_guards(it->first, it->second, "cudaFree");
+    allocs.erase(it);
+    free((unsigned char*)p - GUARD);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return fail(cudaErrorInvalidValue, "cudaMemcpy kind %d", (int)kind);
+    if (dst_dev && !device_range_ok(dst, n))
+        return fail(cudaErrorInvalidValue, "cudaMemcpy: destination %p + %zu bytes is not inside one device buffer", dst, n);
+    if (src_dev && !device_range_ok(src, n))
+        return fail(cudaErrorInvalidValue, "cudaMemcpy: source %p + %zu bytes is not inside one device buffer", src, n);
+    if (n) memcpy(dst, src, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, n, kind);
+}
+cudaError_t cudaMemset(void* p, int value, size_t n) {
+    if (!device_range_ok(p, n))
+        return fail(cudaErrorInvalidValue, "cudaMemset: %p + %zu bytes is not inside one device buffer", p, n);
+    memset(p, value, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+
+// ----------------------------------------------------------------------------
+// Device, streams, events, errors
+
+static const int kOptinSmem = 232448;  // sm_90: 227 KiB per block with the opt-in
+
+cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice, "cudaSetDevice(%d)", dev); }
+cudaError_t cudaGetDevice(int* dev) { *dev = 0; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
+    if (dev != 0) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cuda_emu (CPU emulation of an sm_90 GPU)");
+    p->totalGlobalMem = (size_t)80 << 30;
+    p->sharedMemPerBlock = 48 << 10;
+    p->sharedMemPerBlockOptin = kOptinSmem;
+    p->sharedMemPerMultiprocessor = 228 << 10;
+    p->regsPerBlock = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 0x7fffffff; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->multiProcessorCount = 132;
+    p->major = 9;
+    p->minor = 0;
+    p->l2CacheSize = 50 << 20;
+    p->maxThreadsPerMultiProcessor = 2048;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int dev) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return cudaErrorInvalidDevice;
+    switch (attr) {
+        case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)p.sharedMemPerBlock; break;
+        case cudaDevAttrWarpSize: *v = 32; break;
+        case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+        case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+        case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)p.sharedMemPerBlockOptin; break;
+        default: die("cudaDeviceGetAttribute: attribute %d not emulated", (int)attr);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > kOptinSmem)
+            return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d): the limit is %d", value, kOptinSmem);
+        smem_optin[func] = value;
+        return cudaSuccess;
+    }
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
+    die("cudaFuncSetAttribute: attribute %d not emulated", (int)attr);
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+struct CUstream_st { int unused; };
+struct CUevent_st { double t; bool recorded; };
+cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st(); return cudaSuccess; }
+cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    e->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a->recorded || !b->recorded) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an unrecorded event");
+    *ms = (float)(b->t - a->t);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) { const cudaError_t e = last_error; last_error = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+        case cudaErrorNoDevice: return "cudaErrorNoDevice";
+        case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+        case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    }
+    return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+        default: return cudaGetErrorName(e);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Launch: every block of the grid in turn, every thread of the block a fiber
+
+namespace emu {
+
+static void deadlock() {
+    int at_sync = 0, at_warp = 0;
+    for (int i = 0; i < nthreads; i++) {
+        at_sync += threads[i].state == AT_SYNC;
+        at_warp += threads[i].state == AT_WARP;
+    }
+    cur = NULL;
+    die("deadlock in block (%u,%u,%u): %d threads wait at __syncthreads, %d at warp collectives, %d exited",
+        bid.x, bid.y, bid.z, at_sync, at_warp, ndone);
+}
+
+static void run_block() {
+    const int n = nthreads;
+    ndone = sync_arrived = 0;
+    for (int w = 0; w * 32 < n; w++) {
+        warps[w].lanes = n - 32 * w < 32 ? n - 32 * w : 32;
+        warps[w].arrived = warps[w].exited = 0;
+        warps[w].gen = 0;
+    }
+    for (int i = 0; i < n; i++) {
+        Thread& t = threads[i];
+        if (!t.stack) {  // lazily, with a guard page below each stack
+            const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+            char* m = (char*)mmap(NULL, STACK_BYTES + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) die("mmap of a fiber stack failed");
+            mprotect(m, page, PROT_NONE);
+            t.stack = m + page;
+        }
+        fiber_init(t.fiber, t.stack, STACK_BYTES, fiber_main);
+        t.state = RUN;
+        t.lin = i;
+        t.idx = make_uint3(i % bdim.x, (i / bdim.x) % bdim.y, i / (bdim.x * bdim.y));
+        t.committed = 0;
+        t.copies.clear();
+    }
+    memset(smem, 0xff, smem_bytes + SMEM_GUARD);
+    block_serial++;
+    // One warp at a time, as far as it goes (to __syncthreads or its end), its lanes one at a
+    // time from one warp collective to the next: the warps get as far apart as the barriers
+    // allow. The order (ascending or descending warps and lanes) alternates every sweep,
+    // and by block.
+    const int nwarps = (n + 31) / 32;
+    bool up = block_serial & 1;
+    while (ndone < n) {
+        bool ran = false;
+        for (int wk = 0; wk < nwarps; wk++) {
+            const int w = up ? wk : nwarps - 1 - wk, lanes = warps[w].lanes;
+            for (bool any = true; any;) {
+                any = false;
+                for (int lk = 0; lk < lanes; lk++) {
+                    Thread& t = threads[32 * w + (up ? lk : lanes - 1 - lk)];
+                    if (t.state != RUN) continue;
+                    cur = &t;
+                    tid = t.idx;
+                    fiber_switch(sched, t.fiber);
+                    any = ran = true;
+                }
+            }
+        }
+        cur = NULL;
+        up = !up;
+        if (!ran) deadlock();
+    }
+    for (int i = 0; i < SMEM_GUARD; i++)
+        if (smem[smem_bytes + i] != 0xff) die("write past the end of the %zu bytes of dynamic shared memory", smem_bytes);
+    stats.blocks++;
+    stats.threads += n;
+}
+
+void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem_req, unsigned max_threads,
+                 BodyFn body, void* ctx) {
+    if (kname) die("kernel %s launched from inside a kernel (dynamic parallelism is not emulated)", name);
+    stats.launches++;
+    const unsigned long long n = (unsigned long long)block.x * block.y * block.z;
+    cudaError_t err = cudaSuccess;
+    if (n == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+        n > 1024 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+        err = fail(cudaErrorInvalidConfiguration, "launch of %s with grid (%u,%u,%u), block (%u,%u,%u)", name,
+                   grid.x, grid.y, grid.z, block.x, block.y, block.z);
+    } else if (max_threads && n > max_threads) {
+        err = fail(cudaErrorLaunchOutOfResources, "launch of %s with %llu threads per block, __launch_bounds__(%u)",
+                   name, n, max_threads);
+    } else if (smem_req > (48 << 10)) {
+        auto it = smem_optin.find(fn);
+        const size_t limit = it == smem_optin.end() ? (size_t)(48 << 10) : (size_t)it->second;
+        if (smem_req > limit)
+            err = fail(cudaErrorInvalidValue, "launch of %s with %zu bytes of dynamic shared memory, opted in for %zu",
+                       name, smem_req, limit);
+    }
+    if (err != cudaSuccess) { last_error = err; return; }
+
+    if (smem_cap < smem_req + SMEM_GUARD) {
+        free(smem);
+        smem_cap = smem_req + SMEM_GUARD;
+        smem = (unsigned char*)aligned_alloc(128, (smem_cap + 127) & ~(size_t)127);
+    }
+    smem_bytes = smem_req;
+    kname = name;
+    g_body = body;
+    g_ctx = ctx;
+    bdim = block;
+    gdim = grid;
+    nthreads = (int)n;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                bid = make_uint3(x, y, z);
+                run_block();
+            }
+    check_all_guards(name);
+    kname = NULL;
+}
+
+// ----------------------------------------------------------------------------
+// PTX: the asm statements, parsed once per template string
+
+enum PtxKind { P_MMA, P_LDSM, P_CP_ASYNC, P_COMMIT, P_WAIT, P_WAIT_ALL };
+struct Opnd { int reg; long long imm; };            // reg < 0: an immediate
+struct Group { bool mem; std::vector<Opnd> v; };    // {..} list, [addr] or a single operand
+struct Ptx { PtxKind kind; int num; bool trans; std::vector<Group> g; };
+
+static Ptx parse_ptx(const char* text) {
+    std::string s(text);
+    for (char& c : s) if (c == '\n' || c == '\t') c = ' ';
+    while (!s.empty() && (s.back() == ' ' || s.back() == ';')) s.pop_back();
+    size_t b = s.find_first_not_of(' ');
+    if (b == std::string::npos) die("empty asm statement");
+    const size_t e = s.find(' ', b);
+    const std::string op = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    Ptx p;
+    p.num = 0;
+    p.trans = false;
+    // operands: split at commas outside {} and []
+    std::string rest = e == std::string::npos ? "" : s.substr(e);
+    int depth = 0;
+    std::string item;
+    std::vector<std::string> items;
+    for (char c : rest + ",") {
+        if (c == '{' || c == '[') depth++;
+        if (c == '}' || c == ']') depth--;
+        if (c == ',' && depth == 0) {
+            if (item.find_first_not_of(' ') != std::string::npos) items.push_back(item);
+            item.clear();
+        } else {
+            item += c;
+        }
+    }
+    for (const std::string& it : items) {
+        Group g;
+        g.mem = it.find('[') != std::string::npos;
+        for (size_t i = 0; i < it.size(); i++) {
+            if (it[i] == '%') {
+                g.v.push_back(Opnd{atoi(it.c_str() + i + 1), 0});
+            } else if ((it[i] >= '0' && it[i] <= '9') && (i == 0 || it[i - 1] == ' ' || it[i - 1] == '{')) {
+                g.v.push_back(Opnd{-1, atoll(it.c_str() + i)});
+                while (i + 1 < it.size() && it[i + 1] >= '0' && it[i + 1] <= '9') i++;
+            } else if (it[i] == '+' || it[i] == '-') {
+                die("asm \"%s\": address offsets are not emulated", text);
+            }
+            if (it[i] == '%') while (i + 1 < it.size() && it[i + 1] >= '0' && it[i + 1] <= '9') i++;
+        }
+        p.g.push_back(g);
+    }
+    auto shape = [&](std::initializer_list<size_t> sizes) {
+        if (p.g.size() != sizes.size()) die("asm \"%s\": %zu operands, expected %zu", text, p.g.size(), sizes.size());
+        size_t i = 0;
+        for (size_t n : sizes) {
+            if (p.g[i].v.size() != n) die("asm \"%s\": operand %zu has %zu parts, expected %zu", text, i, p.g[i].v.size(), n);
+            i++;
+        }
+    };
+    if (op == "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") {
+        p.kind = P_MMA;
+        shape({4, 4, 2, 4});
+    } else if (op.rfind("ldmatrix.sync.aligned.m8n8.x", 0) == 0) {
+        const std::string tail = op.substr(28);  // "4.trans.shared.b16"
+        p.kind = P_LDSM;
+        p.num = atoi(tail.c_str());
+        p.trans = tail.find(".trans") != std::string::npos;
+        const std::string after = tail.substr(1 + (p.trans ? 6 : 0));
+        if ((p.num != 1 && p.num != 2 && p.num != 4) || (after != ".shared.b16" && after != ".shared::cta.b16"))
+            die("unsupported PTX: %s", op.c_str());
+        shape({(size_t)p.num, 1});
+        if (!p.g[1].mem) die("asm \"%s\": the address must be [..]", text);
+    } else if (op == "cp.async.cg.shared.global" || op == "cp.async.ca.shared.global" ||
+               op == "cp.async.cg.shared::cta.global" || op == "cp.async.ca.shared::cta.global") {
+        p.kind = P_CP_ASYNC;
+        p.num = op.find(".cg.") != std::string::npos;  // 1: .cg (16 bytes only)
+        shape({1, 1, 1});
+    } else if (op == "cp.async.commit_group") {
+        p.kind = P_COMMIT;
+        shape({});
+    } else if (op == "cp.async.wait_group") {
+        p.kind = P_WAIT;
+        shape({1});
+    } else if (op == "cp.async.wait_all") {
+        p.kind = P_WAIT_ALL;
+        shape({});
+    } else {
+        die("unsupported PTX instruction: %s", op.c_str());
+    }
+    return p;
+}
+
+static inline uint64_t get(const AsmArg* a, size_t na, const Opnd& o) {
+    if (o.reg < 0) return (uint64_t)o.imm;
+    if ((size_t)o.reg >= na) die("asm operand %%%d does not exist", o.reg);
+    if (!a[o.reg].p) return a[o.reg].v;
+    if (a[o.reg].size == 4) return *(const uint32_t*)a[o.reg].p;  // "+f"/"+r" read back
+    uint64_t v = 0;
+    memcpy(&v, a[o.reg].p, a[o.reg].size);
+    return v;
+}
+static void set32(const AsmArg* a, size_t na, const Opnd& o, uint32_t v) {
+    if (o.reg < 0 || (size_t)o.reg >= na || !a[o.reg].p || a[o.reg].size != 4) die("asm output operand %%%d is not a 32-bit lvalue", o.reg);
+    memcpy(a[o.reg].p, &v, 4);
+}
+
+static float bf16_bits(uint32_t reg, int half) {  // element `half` of a .bf16x2 register
+    const uint32_t u = (half ? reg >> 16 : reg & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// mma.m16n8k16, .bf16 A/B, .f32 C/D (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
+// floating point type"), groupID = lane >> 2, threadID_in_group = lane % 4:
+//   A: a0..a7 (two per register, lower index in the lower half)
+//      row = groupID for a0, a1, a4, a5, groupID + 8 for a2, a3, a6, a7
+//      col = threadID_in_group * 2 + (i & 1), + 8 for i >= 4
+//   B: b0..b3: row = threadID_in_group * 2 + (i & 1), + 8 for i >= 2; col = groupID
+//   C, D: c0..c3: row = groupID, + 8 for i >= 2; col = threadID_in_group * 2 + (i & 1)
+struct MmaIn { uint32_t a[4], b[2]; float c[4]; };
+static void mma_complete(unsigned char (*s)[SLOT]) {
+    stats.mma++;
+    double A[16][16], B[16][8], D[16][8];  // D starts as C; exact products, double sums
+    for (int L = 0; L < 32; L++) {
+        MmaIn in;
+        memcpy(&in, s[L], sizeof in);
+        const int g = L >> 2, t = L & 3;
+        for (int i = 0; i < 8; i++) {
+            const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+            const int col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+            A[row][col] = bf16_bits(in.a[i / 2], i & 1);
+        }
+        for (int i = 0; i < 4; i++) B[t * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] = bf16_bits(in.b[i / 2], i & 1);
+        for (int i = 0; i < 4; i++) D[i < 2 ? g : g + 8][t * 2 + (i & 1)] = in.c[i];
+    }
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++)
+            for (int c = 0; c < 8; c++) D[r][c] += A[r][k] * B[k][c];
+    for (int L = 0; L < 32; L++) {
+        const int g = L >> 2, t = L & 3;
+        float d[4];
+        for (int i = 0; i < 4; i++) d[i] = (float)D[i < 2 ? g : g + 8][t * 2 + (i & 1)];
+        memcpy(s[L], d, sizeof d);
+    }
+}
+
+// ldmatrix.m8n8.x{1,2,4}.b16 (PTX ISA): threads 8i..8i+7 give the addresses of the 8 rows
+// (8 x 16 bits, 16-byte aligned) of matrix i; register i of lane l receives, of matrix i,
+// row l/4, columns 2(l%4) and 2(l%4)+1 (lower column in the lower half); with .trans the
+// matrix is read transposed: rows 2(l%4) and 2(l%4)+1 of column l/4.
+struct LdsmIn { uint64_t addr; int num, trans; };
+static void ldsm_complete(unsigned char (*s)[SLOT]) {
+    stats.ldmatrix++;
+    LdsmIn in[32];
+    for (int L = 0; L < 32; L++) memcpy(&in[L], s[L], sizeof in[L]);
+    for (int L = 0; L < 32; L++)
+        if (in[L].num != in[0].num || in[L].trans != in[0].trans) die("ldmatrix: lanes of a warp execute different shapes");
+    const int num = in[0].num;
+    for (int r = 0; r < 8 * num; r++) {
+        if (in[r].addr & 15) die("ldmatrix: row address 0x%llx of lane %d is not 16-byte aligned", (unsigned long long)in[r].addr, r);
+        smem_at(in[r].addr, 16, "ldmatrix");
+    }
+    for (int L = 0; L < 32; L++) {
+        uint32_t reg[4] = {0, 0, 0, 0};
+        for (int i = 0; i < num; i++) {
+            for (int h = 0; h < 2; h++) {
+                const int row = in[0].trans ? 2 * (L % 4) + h : L / 4;
+                const int col = in[0].trans ? L / 4 : 2 * (L % 4) + h;
+                uint16_t e;
+                memcpy(&e, smem + in[8 * i + row].addr + 2 * col, 2);
+                reg[i] |= (uint32_t)e << (16 * h);
+            }
+        }
+        memcpy(s[L], reg, sizeof reg);
+    }
+}
+
+static void cp_async_complete_until(long group_limit) {  // performs the copies of groups < limit
+    std::vector<Copy>& q = cur->copies;
+    size_t keep = 0;
+    for (size_t i = 0; i < q.size(); i++) {
+        if (q[i].group < group_limit) memcpy(q[i].dst, q[i].src, q[i].n);
+        else q[keep++] = q[i];
+    }
+    q.resize(keep);
+}
+
+void ptx(const char* text, std::initializer_list<AsmArg> args) {
+    static std::vector<std::pair<const char*, Ptx>> cache;  // a handful of asm statements
+    if (!kname) die("asm \"%s\" outside a kernel", text);
+    size_t ci = 0;
+    while (ci < cache.size() && cache[ci].first != text) ci++;
+    if (ci == cache.size()) cache.emplace_back(text, parse_ptx(text));
+    const Ptx& p = cache[ci].second;
+    const AsmArg* a = args.begin();
+    const size_t na = args.size();
+    switch (p.kind) {
+        case P_MMA: {
+            MmaIn in;
+            for (int i = 0; i < 4; i++) in.a[i] = (uint32_t)get(a, na, p.g[1].v[i]);
+            for (int i = 0; i < 2; i++) in.b[i] = (uint32_t)get(a, na, p.g[2].v[i]);
+            for (int i = 0; i < 4; i++) {
+                const uint32_t u = (uint32_t)get(a, na, p.g[3].v[i]);
+                memcpy(&in.c[i], &u, 4);
+            }
+            const unsigned char* s = collective(K_MMA, 0xffffffffu, &in, sizeof in, mma_complete);
+            float d[4];
+            memcpy(d, s + SLOT * lane(), sizeof d);
+            for (int i = 0; i < 4; i++) {
+                uint32_t u;
+                memcpy(&u, &d[i], 4);
+                set32(a, na, p.g[0].v[i], u);
+            }
+            break;
+        }
+        case P_LDSM: {
+            LdsmIn in = {get(a, na, p.g[1].v[0]), p.num, p.trans};
+            const unsigned char* s = collective(K_LDMATRIX, 0xffffffffu, &in, sizeof in, ldsm_complete);
+            uint32_t reg[4];
+            memcpy(reg, s + SLOT * lane(), sizeof reg);
+            for (int i = 0; i < p.num; i++) set32(a, na, p.g[0].v[i], reg[i]);
+            break;
+        }
+        case P_CP_ASYNC: {
+            const uint64_t dst = get(a, na, p.g[0].v[0]), n = get(a, na, p.g[2].v[0]);
+            const unsigned char* src = (const unsigned char*)(uintptr_t)get(a, na, p.g[1].v[0]);
+            if (p.num ? n != 16 : (n != 4 && n != 8 && n != 16)) die("cp.async of %llu bytes", (unsigned long long)n);
+            if ((dst % n) || ((uintptr_t)src % n)) die("cp.async: addresses not aligned to the %llu-byte copy size", (unsigned long long)n);
+            if (!device_range_ok(src, n)) die("cp.async: source %p + %llu bytes is not inside a device buffer", src, (unsigned long long)n);
+            // The destination is undefined until the copy completes (at the wait): poisoned now.
+            unsigned char* d = smem_at(dst, n, "cp.async");
+            memset(d, 0xff, n);
+            cur->copies.push_back(Copy{d, src, (unsigned)n, cur->committed});
+            stats.cp_async++;
+            break;
+        }
+        case P_COMMIT: cur->committed++; break;
+        case P_WAIT: cp_async_complete_until(cur->committed - (long)get(a, na, p.g[0].v[0])); break;
+        case P_WAIT_ALL: cur->committed++; cp_async_complete_until(cur->committed); break;
+    }
+}
+
+}  // namespace emu

@@ -1,0 +1,273 @@
+// cuda_emu: a CPU emulator for fsdp.c's CUDA test programs (a logic check, not a GPU).
+//
+// What it is
+//   dev/test/test_cuda_emu.sh runs dev/test/test_kernels_cuda.cu and
+//   dev/test/test_attention_cuda.cu, unchanged, on the CPU: transform.py rewrites a copy of
+//   them and of kernels/*.cuh (kernel<<<...>>> launches, asm("PTX") statements, __shared__
+//   declarations), g++ compiles the copy against the shim headers in include/
+//   (cuda_runtime.h, cuda_bf16.h, cublasLt.h, cub), and this runtime executes the kernels.
+//
+// What it emulates (written from the CUDA programming guide / runtime API / PTX ISA /
+// cuBLASLt documentation, not from the kernels, so that it is an independent check)
+//   - Execution: every CUDA thread of a block is a fiber with its own stack; blocks run one
+//     after another. A thread runs until it reaches a barrier: __syncthreads, a warp
+//     collective (__shfl*_sync, __ballot_sync, __syncwarp, mma.sync, ldmatrix), or its end.
+//     The block runs one warp at a time, as far as that warp can go (to __syncthreads or
+//     its end), its lanes in lockstep from one warp collective to the next; the order of
+//     warps and lanes (ascending / descending) alternates every round and by block. So
+//     warps drift as far apart as the barriers allow: a read that lacks its __syncthreads,
+//     or a write that does not wait for the other warps' reads, meets poisoned or
+//     overwritten data.
+//   - Barrier rules, enforced with an "EMU:" message and abort(): __syncthreads must be
+//     reached by every thread of the block (none exited: "conditional only if uniform over
+//     the block"); a full-mask warp collective by all 32 lanes of the warp, all at the same
+//     kind of collective; a blocked block with nothing runnable is a deadlock. Masks other
+//     than the full warp are not emulated (abort).
+//   - Memory: cudaMalloc returns 256-byte aligned buffers filled with 0xff bytes (NaN as
+//     bf16 and fp32) with guard zones on both sides, checked after every launch and at
+//     cudaFree (writes out of bounds abort). cudaMemcpy/cudaMemset/cuBLASLt operands/CUB
+//     arrays/cp.async sources must lie inside a live allocation. Dynamic shared memory is
+//     per block, poisoned with 0xff; so is a static __shared__ variable when a block first
+//     reaches its declaration. Launches are checked like the runtime does: block <= 1024
+//     threads (and <= __launch_bounds__), grid limits, dynamic shared memory <= 48 KiB
+//     unless cudaFuncSetAttribute(MaxDynamicSharedMemorySize) opted in (<= 227 KiB, sm_90).
+//   - PTX (asm statements): mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 and
+//     ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16 from the fragment layouts of
+//     the PTX ISA; cp.async.{ca,cg}.shared.global, commit_group, wait_group N, wait_all:
+//     the destination is undefined from the issue (poisoned then) until the wait that
+//     completes its group (the copy happens then): reading it before the right wait, or
+//     issuing it while other warps still read the old contents, meets poison.
+//   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory); all
+//     work is synchronous; events measure host time. cuBLASLt (cublaslt.cpp): column-major
+//     D = alpha op(A) op(B) + beta C per matrix of a strided batch, bias / GELU_AUX(_BIAS) /
+//     DGELU epilogues (tanh GELU), strict about attribute sizes, layouts, in-place C == D
+//     and the alignments promised to the heuristic. CUB DeviceRadixSort::SortPairs: a
+//     stable sort on the key bits [begin_bit, end_bit), temp storage scribbled over.
+//
+// What it does not emulate (a pass here says nothing about these)
+//   - Timing and performance, occupancy, registers, bank conflicts, memory coalescing.
+//   - Asynchrony and data races: kernels, copies and streams are synchronous and threads
+//     interleave only at barriers, so a race (inside a warp, between warps, between
+//     streams) is caught only when one of the two orders above exposes it; there is no
+//     race detector, and warp scheduling beyond barriers (independent thread scheduling,
+//     lanes of a warp drifting apart between collectives) is not modelled.
+//   - Out-of-bounds READS of global memory (only writes past a buffer's guard zones, and
+//     cp.async/cuBLASLt/CUB operands, are checked); memory limits of a real GPU.
+//   - Real device math: expf, exp2f, sqrtf... are the host's libm (different ulps), no
+//     FMA contraction the way nvcc does it, mma accumulates exactly (double) then rounds.
+//   - cuBLASLt's algorithm choice, its accumulation order and its exact GELU (the test
+//     that tells tanh from erf GELU checks the fake here); the heuristic always "finds"
+//     an algorithm. Bitwise determinism checks pass trivially (everything is sequential).
+//   - Anything not listed above (other intrinsics, PTX, atomics, cooperative groups...):
+//     it fails to compile or aborts with "EMU: unsupported".
+// So a pass under emulation is a logic check (indexing, fragment layouts, barriers,
+// masking, host-side planning), not a GPU result: the GPU tests must still run on a GPU.
+#ifndef FSDP_CUDA_EMU_H
+#define FSDP_CUDA_EMU_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <initializer_list>
+
+// ----------------------------------------------------------------------------
+// Vector types, qualifiers
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+    dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+struct alignas(16) int4 { int x, y, z, w; };
+static inline int4 make_int4(int x, int y, int z, int w) { int4 r = {x, y, z, w}; return r; }
+static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { uint3 r = {x, y, z}; return r; }
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __shared__ static  // transform.py rewrites the declarations; this is a fallback
+
+// ----------------------------------------------------------------------------
+// Runtime API types (the subset the code uses; numeric values as in the CUDA headers)
+
+typedef enum cudaError {
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9, cudaErrorInvalidDevicePointer = 17,
+    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
+    cudaErrorLaunchOutOfResources = 701,
+} cudaError_t;
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4,
+} cudaMemcpyKind;
+typedef enum cudaDataType_t {
+    CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_8I = 3, CUDA_R_32I = 10, CUDA_R_16BF = 14,
+} cudaDataType;
+typedef enum cudaDeviceAttr {
+    cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxSharedMemoryPerBlock = 8,
+    cudaDevAttrWarpSize = 10, cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+} cudaDeviceAttr;
+typedef enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+} cudaFuncAttribute;
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
+    int regsPerBlock, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
+    int multiProcessorCount, major, minor, l2CacheSize, maxThreadsPerMultiProcessor;
+};
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int dev);
+cudaError_t cudaGetDevice(int* dev);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int dev);
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+template <class T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }  // C++ API
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
+cudaError_t cudaMemset(void* p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = 0);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+const char* cudaGetErrorString(cudaError_t e);
+const char* cudaGetErrorName(cudaError_t e);
+
+// ----------------------------------------------------------------------------
+// The emulator's interface (used by the transformed sources and the other shims)
+
+namespace emu {
+extern uint3 tid, bid;     // threadIdx, blockIdx of the running thread
+extern dim3 bdim, gdim;    // blockDim, gridDim of the running launch
+
+typedef void (*BodyFn)(void*);
+void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem,
+                 unsigned max_threads, BodyFn body, void* ctx);
+// What transform.py turns name<<<grid, block, smem, stream>>>(args) into.
+template <class F>
+void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t,
+            unsigned max_threads, F&& body) {
+    launch_impl(name, fn, grid, block, smem, max_threads, [](void* c) { (*(F*)c)(); }, (void*)&body);
+}
+
+void syncthreads();
+// A warp collective: deposits `bytes` of `in` for this lane, waits for all 32 lanes (same
+// `kind`), returns the 32 deposited slots (SLOT bytes apart), valid until the lane's next
+// collective.
+enum { SLOT = 64 };
+enum Kind { K_SHFL = 1, K_BALLOT, K_SYNCWARP, K_MMA, K_LDMATRIX };
+const unsigned char* warp_collective(int kind, unsigned mask, const void* in, size_t bytes);
+int lane();
+
+void* dynamic_smem();                      // extern __shared__ arrays
+void shared_var(void* p, size_t bytes);    // static __shared__: poisons once per block
+bool device_range_ok(const void* p, size_t bytes);  // inside one live cudaMalloc buffer?
+[[noreturn]] void die(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// asm("..." : outputs : inputs): operands %0.. in order; outputs by address.
+struct AsmArg { void* p; uint64_t v; unsigned size; };
+template <class T> AsmArg asm_out(T& x) { AsmArg a = {(void*)&x, 0, (unsigned)sizeof(T)}; return a; }
+template <class T> AsmArg asm_in(const T& x) {
+    static_assert(sizeof(T) <= 8, "asm operand wider than 64 bits");
+    AsmArg a = {NULL, 0, (unsigned)sizeof(T)};
+    memcpy(&a.v, &x, sizeof(T));
+    return a;
+}
+void ptx(const char* text, std::initializer_list<AsmArg> args);
+}  // namespace emu
+
+#define threadIdx (emu::tid)
+#define blockIdx (emu::bid)
+#define blockDim (emu::bdim)
+#define gridDim (emu::gdim)
+static constexpr int warpSize = 32;
+
+// ----------------------------------------------------------------------------
+// Device intrinsics (CUDA programming guide semantics; full masks only)
+
+static inline void __syncthreads() { emu::syncthreads(); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_collective(emu::K_SYNCWARP, mask, NULL, 0); }
+
+template <class T>
+static inline T emu_shfl_from(unsigned mask, T v, int (*pick)(int lane, int arg, int width), int arg, int width) {
+    static_assert(sizeof(T) <= emu::SLOT, "shuffle of a type wider than a slot");
+    const unsigned char* s = emu::warp_collective(emu::K_SHFL, mask, &v, sizeof v);
+    T r;
+    memcpy(&r, s + emu::SLOT * pick(emu::lane(), arg, width), sizeof r);
+    return r;
+}
+// Source lanes: srcLane modulo width inside the lane's group of width lanes; xor/down
+// beyond the group and up below it return the lane's own value.
+static inline int emu_pick_idx(int l, int src, int w) { return (l & ~(w - 1)) + (src & (w - 1)); }
+static inline int emu_pick_xor(int l, int m, int w) { const int t = l ^ m; return (t & ~(w - 1)) == (l & ~(w - 1)) ? t : l; }
+static inline int emu_pick_up(int l, int d, int w) { return (l & (w - 1)) >= d ? l - d : l; }
+static inline int emu_pick_down(int l, int d, int w) { return (l & (w - 1)) + d < w ? l + d : l; }
+template <class T> static inline T __shfl_sync(unsigned m, T v, int src, int w = 32) { return emu_shfl_from(m, v, emu_pick_idx, src, w); }
+template <class T> static inline T __shfl_xor_sync(unsigned m, T v, int x, int w = 32) { return emu_shfl_from(m, v, emu_pick_xor, x, w); }
+template <class T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) { return emu_shfl_from(m, v, emu_pick_up, (int)d, w); }
+template <class T> static inline T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) { return emu_shfl_from(m, v, emu_pick_down, (int)d, w); }
+
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    const int p = pred != 0;
+    const unsigned char* s = emu::warp_collective(emu::K_BALLOT, mask, &p, sizeof p);
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++) {
+        int q;
+        memcpy(&q, s + emu::SLOT * l, sizeof q);
+        if (q) r |= 1u << l;
+    }
+    return r;
+}
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == mask; }
+
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+
+// Cache-hint loads/stores: plain accesses.
+template <class T> static inline T __ldg(const T* p) { return *p; }
+template <class T> static inline T __ldcs(const T* p) { return *p; }
+template <class T> static inline void __stcs(T* p, T v) { *p = v; }
+
+// The shared-window address of a generic pointer into (dynamic) shared memory.
+size_t __cvta_generic_to_shared(const void* p);
+
+// Device min/max overloads (host code calling them gets the same).
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+static inline long long min(long long a, long long b) { return a < b ? a : b; }
+static inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long max(long long a, long long b) { return a > b ? a : b; }
+static inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+
+#endif  // FSDP_CUDA_EMU_H

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# The GPU test programs (dev/test/test_kernels_cuda.cu, dev/test/test_attention_cuda.cu),
+# unchanged, on the CPU under the emulator of dev/cuda_emu (see dev/cuda_emu/emu.h): a logic
+# check of the kernels (indexing, fragment layouts, barriers, masking, cuBLASLt planning),
+# not a GPU result. Their "ok - X" lines are reported as "ok - [cpu emulation] X".
+# Not run here: test_attention_large (GPT-2 size flash vs cublas and timings; hours on a CPU).
+# Then a self-check: with the __syncthreads of sum_partials_kernel deleted, the kernels test
+# must fail. Builds with g++ into build/emu/ (no Makefile rule; outputs are reused when
+# their inputs and commands are unchanged). About 30 s on 2 cores, 20 s when built.
+set -u
+cd "$(dirname "$0")/../.."
+if [ -n "${TEST_TMP:-}" ]; then TMP=$TEST_TMP; else TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT; fi
+B=build/emu
+E=dev/cuda_emu
+TAG='[cpu emulation]'
+start=$(date +%s)
+
+for tool in g++ gcc python3 mpicxx; do
+    if ! command -v $tool >/dev/null; then
+        echo "ok - $TAG CUDA tests # skip $tool not found"
+        exit 0
+    fi
+done
+BLAS_INC=/usr/include/x86_64-linux-gnu/openblas-openmp  # as the Makefile
+BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
+MPI_INC=$(mpicxx --showme:compile 2>/dev/null || true)
+CXX_EMU=(g++ -std=gnu++17 -O2 -Wall -Wextra -Werror -I$E/include)
+CXX_TEST=(g++ -std=gnu++17 -O2 -w -I$E/include $MPI_INC -DOMPI_SKIP_MPICXX)
+LIBS=(-L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas -fopenmp -lm)
+KERNELS=(kernels/*.cuh)
+SKIP=(--skip-call 'test_attention_large=too slow under CPU emulation (GPT-2 size, and timings)')
+
+# build OUT DEP... -- CMD...: runs CMD (which writes OUT) unless OUT was built by the same
+# command from the same DEP contents. The compiler's messages go to OUT.log.
+build() {
+    local out=$1 deps=() key
+    shift
+    while [ "$1" != "--" ]; do deps+=("$1"); shift; done
+    shift
+    key=$({ printf '%s\n' "$*"; cat "${deps[@]}"; } | sha1sum | cut -d' ' -f1)
+    [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ] && return 0
+    rm -f "$out" "$out.key"
+    "$@" >"$out.log" 2>&1 && echo "$key" >"$out.key"
+}
+build_failed() {  # NAME OUT
+    echo "not ok - $TAG build of $1 failed: $(grep -m3 -E 'error|Error' "$2.log" | tr '\n' ' ' | cut -c1-400)"
+}
+
+# ----------------------------------------------------------------------------
+# Sources: the transformed copies, and the mutant (sum_partials_kernel without its barrier)
+
+mkdir -p $B/mutant/orig/kernels $B/mutant/orig/dev/test
+if ! python3 $E/transform.py $B/src "${KERNELS[@]}" dev/test/test_kernels_cuda.cu dev/test/test_attention_cuda.cu \
+        "${SKIP[@]}" 2>"$TMP/transform.err"; then
+    echo "not ok - $TAG transform.py failed: $(tr '\n' ' ' <"$TMP/transform.err" | cut -c1-400)"
+    exit 1
+fi
+cp "${KERNELS[@]}" $B/mutant/orig/kernels/
+cp dev/test/test_kernels_cuda.cu $B/mutant/orig/dev/test/
+mutant_ok=1
+python3 - kernels/cuda_kernels.cuh $B/mutant/orig/kernels/cuda_kernels.cuh <<'EOF' || mutant_ok=0
+import re, sys
+src = open(sys.argv[1]).read()
+m = re.search(r'__global__[^;{]*?\bsum_partials_kernel\s*\(', src)
+if not m:
+    sys.exit(1)
+body = src.index('{', m.end())
+depth, end = 0, body
+for end in range(body, len(src)):
+    depth += {'{': 1, '}': -1}.get(src[end], 0)
+    if depth == 0:
+        break
+i = src.find('__syncthreads();', body, end)
+if i < 0:
+    sys.exit(1)
+open(sys.argv[2], 'w').write(src[:i] + src[i + len('__syncthreads();'):])
+EOF
+if [ $mutant_ok = 1 ]; then
+    (cd $B/mutant/orig && python3 ../../../../$E/transform.py ../src "${KERNELS[@]}" dev/test/test_kernels_cuda.cu) ||
+        mutant_ok=3
+fi
+
+# ----------------------------------------------------------------------------
+# Build: runtime objects, then the three programs (the attention test runs as soon as it is
+# built, in parallel with the rest)
+
+HDRS=($E/emu.h $(find $E/include -type f | sort))
+build $B/emu.o $E/emu.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/emu.cpp -o $B/emu.o &
+p1=$!
+build $B/cublaslt.o $E/cublaslt.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/cublaslt.cpp -o $B/cublaslt.o &
+p2=$!
+build $B/cpu_kernels.o kernels/cpu_kernels.c kernels/cpu_kernels.h -- \
+    gcc -std=gnu11 -O2 -fopenmp -I. -I$BLAS_INC -c kernels/cpu_kernels.c -o $B/cpu_kernels.o
+rc=$?
+wait $p1 || rc=1
+wait $p2 || rc=1
+if [ $rc -ne 0 ]; then
+    for o in emu.o cublaslt.o cpu_kernels.o; do [ -f $B/$o ] || build_failed $o $B/$o; done
+    exit 1
+fi
+OBJS=($B/emu.o $B/cublaslt.o $B/cpu_kernels.o)
+
+# build_test NAME SRCDIR OUT
+build_test() {
+    build "$3" "$2"/kernels/*.cuh "$2/dev/test/$1.cu" "${HDRS[@]}" kernels/cpu_kernels.h "${OBJS[@]}" -- \
+        "${CXX_TEST[@]}" -I"$2" -I. -x c++ "$2/dev/test/$1.cu" -x none "${OBJS[@]}" -o "$3" "${LIBS[@]}"
+}
+# run_test NAME: runs build/emu/NAME into $TMP/NAME.{out,err,rc}
+run_test() {  # (in a subshell: no "Aborted" notice from bash when it dies)
+    (timeout 600 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $B/$1 >"$TMP/$1.out" 2>"$TMP/$1.err"; exit $?) 2>/dev/null
+    echo $? >"$TMP/$1.rc"
+}
+
+( if build_test test_attention_cuda $B/src $B/test_attention_cuda; then
+      run_test test_attention_cuda
+  else
+      echo build >"$TMP/test_attention_cuda.rc"
+  fi ) &
+attn=$!
+build_test test_kernels_cuda $B/src $B/test_kernels_cuda
+kbuild=$?
+[ $mutant_ok = 1 ] && { build_test test_kernels_cuda $B/mutant/src $B/mutant/test_kernels_cuda || mutant_ok=2; }
+[ $kbuild -eq 0 ] && run_test test_kernels_cuda
+
+# Mutation self-check: the first failure ends the run.
+if [ $mutant_ok = 1 ]; then
+    first=$(timeout 120 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $B/mutant/test_kernels_cuda 2>&1 |
+            grep -m1 -E '^not ok|EMU:' | cut -c1-200)
+fi
+wait $attn
+
+# ----------------------------------------------------------------------------
+# Report
+
+# report NAME: the program's lines, relabelled; its exit status and emulator aborts.
+report() {
+    local name=$1 rc nok=0 nfail=0 line
+    rc=$(cat "$TMP/$name.rc" 2>/dev/null || echo missing)
+    if [ "$rc" = build ] || [ "$rc" = missing ]; then
+        build_failed $name $B/$name
+        return
+    fi
+    while IFS= read -r line; do
+        case "$line" in
+            "ok - "*"# skip no GPU"* | "ok - "*"kernels need sm_80"*)
+                echo "not ok - $TAG $name: the program saw no usable device (${line#ok - })"; nfail=$((nfail + 1)) ;;
+            "ok - "*) echo "ok - $TAG ${line#ok - }"; nok=$((nok + 1)) ;;
+            "not ok - "*) echo "not ok - $TAG ${line#not ok - }"; nfail=$((nfail + 1)) ;;
+            *) echo "$line" ;;
+        esac
+    done <"$TMP/$name.out"
+    grep -E '^# cuda_emu' "$TMP/$name.err"
+    local emu
+    emu=$(grep -E '^EMU: ' "$TMP/$name.err" | grep -v '^EMU: note' | head -3 | tr '\n' ' ' | cut -c1-400)
+    if [ "$rc" -ne 0 ] && { [ "$nfail" -eq 0 ] || [ "$rc" -ge 124 ] || [ -n "$emu" ]; }; then
+        [ -z "$emu" ] && emu=$(grep -v '^# cuda_emu' "$TMP/$name.err" | tail -n 2 | tr '\n' ' ' | cut -c1-400)
+        echo "not ok - $TAG $name exited with status $rc${emu:+: $emu}"
+    elif [ "$rc" -eq 0 ] && [ "$nok" -eq 0 ]; then
+        echo "not ok - $TAG $name reported no check"
+    fi
+}
+report test_kernels_cuda
+report test_attention_cuda
+
+m="emulator self-check: sum_partials_kernel without its __syncthreads fails the kernels test"
+case $mutant_ok in
+    0) echo "not ok - $TAG $m: found no __syncthreads() in sum_partials_kernel (kernels/cuda_kernels.cuh) to delete; update dev/test/test_cuda_emu.sh" ;;
+    2) build_failed "the mutant test_kernels_cuda" $B/mutant/test_kernels_cuda ;;
+    3) echo "not ok - $TAG $m: transform.py failed on the mutant" ;;
+    *) if [ -n "$first" ]; then echo "ok - $TAG $m ($first)"
+       else echo "not ok - $TAG $m: the mutant passed (the emulator missed a missing barrier)"; fi ;;
+esac
+echo "# cpu emulation: $(( $(date +%s) - start ))s"
+exit 0
