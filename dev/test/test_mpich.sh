@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# MPICH: train_gpt built against MPICH (host-only build, in a copy of the sources) and
+# launched with MPICH's mpiexec (hydra) trains exactly like the Open MPI build under mpirun.
+set -u
+source dev/test/lib.sh
+if ! command -v mpicc.mpich > /dev/null || ! command -v mpiexec.mpich > /dev/null; then
+    echo "ok - MPICH build and launch # skip MPICH is not installed (scripts/setup.sh installs it)"
+    exit 0
+fi
+src="$TEST_TMP/src"
+mkdir -p "$src"
+cp -r Makefile train_gpt.cu kernels fsdp dataloader checkpoint model "$src"/
+if ! make -C "$src" -j2 NO_CUDA=1 CC=mpicc.mpich CXX=mpicxx.mpich train_gpt > "$TEST_TMP/build.log" 2>&1; then
+    not_ok "MPICH build: $(grep -m3 -E 'error' "$TEST_TMP/build.log" | tr '\n' ' ')"
+    exit 0
+fi
+if ldd "$src/train_gpt" | grep -q libmpich; then ok "host-only build against MPICH links libmpich"
+else not_ok "the MPICH build does not link libmpich: $(ldd "$src/train_gpt" | grep -i mpi | tr '\n' ' ')"; fi
+args=(--device cpu --layers 2 --channels 64 --heads 2 --max-seq 64 -b 2 -t 64 -x 8 -v 0 --threads 1 -i "$TRAIN_SHARD")
+timeout 120 mpiexec.mpich -np 2 "$src/train_gpt" "${args[@]}" -o "$TEST_TMP/mpich" > "$TEST_TMP/mpich.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "2 rank(s) via mpich (mpi)" "$TEST_TMP/mpich.log"; then ok "mpiexec (MPICH hydra) -np 2: the MPICH launcher is detected, one MPI world"
+else not_ok "mpiexec.mpich -np 2 (rc $rc): $(tail -n 3 "$TEST_TMP/mpich.log" | tr '\n' ' ')"; fi
+run_np 2 ./train_gpt "${args[@]}" -o "$TEST_TMP/ompi" > "$TEST_TMP/ompi.log" 2>&1
+"$PYTHON" dev/test/compare_losses.py "MPICH np=2 losses equal Open MPI np=2" \
+    "$TEST_TMP/ompi/metrics.jsonl" "$TEST_TMP/mpich/metrics.jsonl" --exact
