@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# GPU benchmark: ./train_gpt --device cuda against the PyTorch baseline
+# (dev/bench/torch_gpt2_fsdp2.py: FSDP2 fully_shard per block with a bf16
+# MixedPrecisionPolicy, torch.compile, SDPA flash attention, fused AdamW), the same GPT-2,
+# micro-batch, sequence length, token shard and step count, one after the other on the same
+# GPU in the same call. Prints a table of tokens/s, MFU and peak memory of both, and the
+# ratio train_gpt / pytorch, with the issue's targets:
+#   d12 (124M) at T=1024: train_gpt >= 1.1x PyTorch's tokens/s
+#   d48 (1.5B) at T=1024: train_gpt >= 50% MFU
+#
+#   bash dev/bench/bench_gpu.sh [d12|d48|all] [OUTDIR]     # from anywhere, after `make`
+#
+# OUTDIR (default out/bench_gpu) gets MODEL_train_gpt.log, MODEL_pytorch.log and summary.txt
+# (at most 5 files: it fits the device machine's $OUT). Without a GPU it prints one line
+# saying it was skipped and exits 0. It does not build: run `make` first (nvcc needed for
+# --device cuda); a train_gpt without the cuda device is reported in the table and the
+# baseline still runs.
+#
+# Batches (one rank, no gradient accumulation: --total-batch-tokens = B x T):
+#   d12: B=32, T=1024 (32768 tokens per step)
+#   d48: B=8,  T=1024 (8192 tokens per step): weights, fp32 master, gradients and Adam state
+#        take ~25 GiB in either program and activations ~25-40 GiB at B=8, well inside an
+#        H200's ~139 GiB (B=16 should fit too; BENCH_B_D48=16 tries it).
+# Steps: BENCH_WARMUP (5) untimed + BENCH_STEPS (20) timed for PyTorch (compilation happens
+# in the warmup); train_gpt runs the same warmup + steps and its printed "average step ..
+# over N steps after the first" is used (it allocates everything before step 0 and compiles
+# nothing, so only its first step is untimed). Every run is under `timeout`; on an H200 the
+# whole script should take 3-5 minutes, most of it PyTorch's compilation.
+#
+# MFU = tokens/s x (6N + 6LCT) / peak, N the parameter count (train_gpt's, which equals the
+# baseline's: tied wte once, padded vocab rows included), peak BENCH_PEAK_TFLOPS (989: H100/
+# H200 SXM dense BF16), passed to both. Memory, two columns: "GPU mem" is cudaMemGetInfo's
+# used memory above the process's CUDA context for both (train_gpt's measured peak;
+# PyTorch's at the end, which its caching allocator keeps at its peak); "tensors" is
+# train_gpt's printed budget (all it allocates before step 0) and, for PyTorch,
+# torch.cuda.max_memory_allocated (the peak of live tensors).
+#
+# Environment (all optional):
+#   PYTHON               python with PyTorch >= 2.4 and CUDA (default: python3 if it imports
+#                        torch, else .venv/bin/python)
+#   BENCH_DATA           token shard (default: $FSDP_DATA/tinyshakespeare/..., then
+#                        data/tinyshakespeare/..., ../shared/data/tinyshakespeare/
+#                        tiny_shakespeare_train.bin; none found: a random-token shard is
+#                        written to a temporary folder and used by both, said in the table)
+#   BENCH_B_D12, BENCH_B_D48, BENCH_T    micro-batches (32, 8) and sequence length (1024)
+#   BENCH_STEPS, BENCH_WARMUP            timed and untimed steps (20, 5)
+#   BENCH_PEAK_TFLOPS    per-GPU peak for MFU (989)
+#   BENCH_TIMEOUT_C, BENCH_TIMEOUT_TORCH seconds per run (120, 180: at most 10 minutes for all)
+#   BENCH_TORCH_FALLBACK=0               no retry of a failed baseline (default: retry once
+#                        without torch.compile, then without FSDP2; the row is labelled)
+#   BENCH_TORCH_ARGS     extra arguments for the baseline (e.g. "--sdpa cudnn")
+#   BENCH_C_ARGS         extra arguments for train_gpt (e.g. "--attention cublas")
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
+cd "$ROOT" || exit 1
+
+WHICH=${1:-all}
+OUTDIR=${2:-out/bench_gpu}
+case "$WHICH" in
+  d12) MODELS=(d12) ;;
+  d48) MODELS=(d48) ;;
+  all) MODELS=(d12 d48) ;;
+  -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: bash dev/bench/bench_gpu.sh [d12|d48|all] [OUTDIR]" >&2; exit 2 ;;
+esac
+
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2> /dev/null | grep -q '^GPU'; then
+  echo "bench_gpu: skipped: no GPU (nvidia-smi finds none)"
+  exit 0
+fi
+
+die() { echo "bench_gpu: $*" >&2; exit 1; }
+posint() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer (got '$2')"; }
+
+T=${BENCH_T:-1024}
+STEPS=${BENCH_STEPS:-20}
+WARMUP=${BENCH_WARMUP:-5}
+PEAK=${BENCH_PEAK_TFLOPS:-989}
+TO_C=${BENCH_TIMEOUT_C:-120}
+TO_T=${BENCH_TIMEOUT_TORCH:-180}
+# shellcheck disable=SC2034  # read as B_$m below
+B_d12=${BENCH_B_D12:-32} B_d48=${BENCH_B_D48:-8}
+for v in T STEPS TO_C TO_T B_d12 B_d48; do posint "$v" "${!v}"; done
+[[ "$WARMUP" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be >= 0"
+[[ "$PEAK" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "BENCH_PEAK_TFLOPS must be a number"
+read -r -a TORCH_EXTRA <<< "${BENCH_TORCH_ARGS:-}"
+read -r -a C_EXTRA <<< "${BENCH_C_ARGS:-}"
+
+if [[ -z "${PYTHON:-}" ]]; then
+  if python3 -c 'import torch' > /dev/null 2>&1; then PYTHON=python3
+  elif [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python
+  else PYTHON=python3; fi
+fi
+
+mkdir -p "$OUTDIR" || die "cannot create $OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_gpu.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+SUMMARY="$OUTDIR/summary.txt"
+: > "$SUMMARY"
+say() { echo "$@" | tee -a "$SUMMARY"; }
+
+# ---- the token shard --------------------------------------------------------------------
+DATA=${BENCH_DATA:-}
+DATA_NOTE=""
+if [[ -z "$DATA" ]]; then
+  for f in ${FSDP_DATA:+"$FSDP_DATA/tinyshakespeare/tiny_shakespeare_train.bin"} \
+           data/tinyshakespeare/tiny_shakespeare_train.bin \
+           ../shared/data/tinyshakespeare/tiny_shakespeare_train.bin; do
+    if [[ -f "$f" ]]; then DATA=$f; break; fi
+  done
+fi
+if [[ -z "$DATA" ]]; then
+  DATA="$TMP/random_tokens.bin"
+  DATA_NOTE=" (no Tiny Shakespeare shard here: 1M random GPT-2 tokens in llm.c format, written for this run)"
+  "$PYTHON" - "$DATA" <<'EOF' || die "could not write a random-token shard"
+import sys
+import numpy as np
+n = 1 << 20
+hdr = np.zeros(256, dtype="<i4")
+hdr[:3] = [20240520, 1, n]
+toks = np.random.default_rng(1337).integers(0, 50257, size=n, dtype=np.uint16)
+with open(sys.argv[1], "wb") as f:
+    f.write(hdr.tobytes())
+    f.write(toks.astype("<u2").tobytes())
+EOF
+fi
+[[ -f "$DATA" ]] || die "token shard not found: $DATA"
+
+GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null | head -n 1)
+TORCH_VER=$("$PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available" if torch.cuda.is_available() else "NOT AVAILABLE")' 2>&1 | tail -n 1)
+say "bench_gpu: $(date -u '+%Y-%m-%d %H:%M:%S UTC') | GPU: $GPU"
+say "pytorch: $PYTHON, torch $TORCH_VER | data: $DATA$DATA_NOTE"
+say "steps: $WARMUP warmup + $STEPS timed | peak $PEAK TFLOP/s for MFU | timeouts: train_gpt ${TO_C}s, pytorch ${TO_T}s per run"
+
+preset() {  # model -> "L C NH"
+  case "$1" in
+    d12) echo "12 768 12" ;; d24) echo "24 1024 16" ;; d36) echo "36 1280 20" ;; d48) echo "48 1600 25" ;;
+  esac
+}
+# calc FORMAT EXPR ARG...: EXPR over a[1], a[2], ... (the ARGs as numbers), printed with
+# FORMAT; "n/a" when an ARG is not a number
+calc() {
+  local fmt=$1 expr=$2; shift 2
+  awk -v fmt="$fmt" "BEGIN { for (i = 1; i < ARGC; i++) { if (ARGV[i] !~ /^[-+]?[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?\$/) { print \"n/a\"; exit } a[i] = ARGV[i] + 0 } printf fmt \"\\n\", $expr }" "$@"
+}
+field() {  # key, RESULT line -> value
+  local kv
+  for kv in $2; do [[ "$kv" == "$1="* ]] && { echo "${kv#*=}"; return; }; done
+  echo "n/a"
+}
+quoted() { local q; printf -v q '%q ' "$@"; echo "${q% }"; }
+last_line() { grep -v '^\s*$' "$1" 2> /dev/null | tail -n 1 | cut -c1-160; }
+
+declare -a ROWS=() VERDICTS=()
+status=0
+
+for m in "${MODELS[@]}"; do
+  read -r L C NH <<< "$(preset "$m")"
+  bvar="B_$m"; B=${!bvar}
+  say ""
+  say "== $m: L=$L C=$C NH=$NH | B=$B T=$T ($((B * T)) tokens per step, no accumulation)"
+
+  # ---- train_gpt --------------------------------------------------------------------------
+  clog="$OUTDIR/${m}_train_gpt.log"
+  c_tps="n/a"; c_ms="n/a"; c_mfu="n/a"; c_mem="n/a"; c_tens="n/a"; c_note=""
+  if [[ ! -x ./train_gpt ]]; then
+    c_note="not built (run make)"; echo "train_gpt: $c_note" > "$clog"
+  else
+    cmd=(timeout --kill-after=10 "$TO_C" ./train_gpt --device cuda -m "$m" -b "$B" -t "$T" -d $((B * T))
+         -x $((WARMUP + STEPS)) -i "$DATA" -j "" --val-every 0 --sample-every 0 -l 6e-4
+         --lr-decay constant --peak-tflops "$PEAK" -o "$TMP/${m}_train_gpt" "${C_EXTRA[@]}")
+    say "+ $(quoted "${cmd[@]}")"
+    t0=$SECONDS
+    "${cmd[@]}" > "$clog" 2>&1
+    rc=$?
+    say "  train_gpt exit $rc after $((SECONDS - t0)) s (log: $clog)"
+    avg=$(grep -E '^average step [0-9.]+ ms \([0-9.]+ tok/s\)' "$clog" | tail -n 1)
+    if [[ $rc -eq 0 && -n "$avg" ]]; then
+      c_ms=$(sed -E 's/^average step ([0-9.]+) ms.*/\1/' <<< "$avg")
+      c_tps=$(sed -E 's/^average step [0-9.]+ ms \(([0-9.]+) tok\/s\).*/\1/' <<< "$avg")
+      nparams=$(grep -Eo '[0-9]+ parameters' "$clog" | head -n 1 | cut -d' ' -f1)
+      c_mfu=$(calc '%.1f%%' "100 * a[1] * (6 * a[2] + 6 * a[3] * a[4] * a[5]) / (a[6] * 1e12)" \
+              "$c_tps" "${nparams:-x}" "$L" "$C" "$T" "$PEAK")
+      peakline=$(grep -E '^peak GPU memory per rank: [0-9.]+ MiB' "$clog" | tail -n 1)
+      mem=$(grep -Eo 'rank: [0-9.]+ MiB' <<< "$peakline" | grep -Eo '[0-9.]+')
+      budget=$(grep -Eo 'budget [0-9.]+ MiB' <<< "$peakline" | grep -Eo '[0-9.]+')
+      c_tens=$(calc '%.1f GiB' 'a[1] / 1024' "${budget:-x}")
+      if [[ -z "$mem" ]]; then  # else the largest "mem N MiB" of the step lines
+        mem=$(grep -Eo '\| mem [0-9.]+ MiB' "$clog" | grep -Eo '[0-9.]+' | sort -n | tail -n 1)
+      fi
+      c_mem=$(calc '%.1f GiB' 'a[1] / 1024' "${mem:-x}")
+    elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
+      c_note="timed out after ${TO_C}s"; status=1
+    elif grep -qE -- "--device cuda[:]|--device.*(cuda|cpu)" "$clog" && ! grep -qE '^step +[0-9]+/' "$clog"; then
+      c_note="--device cuda refused: $(last_line "$clog")"
+    else
+      c_note="failed (exit $rc): $(last_line "$clog")"; status=1
+    fi
+    [[ -n "$c_note" ]] && say "  train_gpt: $c_note"
+  fi
+  ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' "$m" "$B" "$T" "train_gpt (cuda)" "$c_tps" "$c_ms" "$c_mfu" "$c_mem" "$c_tens")")
+  [[ -n "$c_note" ]] && ROWS+=("      -> train_gpt: $c_note")
+
+  # ---- PyTorch ----------------------------------------------------------------------------
+  tlog="$OUTDIR/${m}_pytorch.log"
+  : > "$tlog"
+  t_tps="n/a"; t_ms="n/a"; t_mfu="n/a"; t_mem="n/a"; t_tens="n/a"; t_label="pytorch-fsdp2, compile default"; t_note=""
+  variants=("" "--no-compile" "--no-fsdp --no-compile")
+  nvar=3; [[ "${BENCH_TORCH_FALLBACK:-1}" == 0 ]] && nvar=1
+  for ((k = 0; k < nvar; k++)); do
+    read -r -a vargs <<< "${variants[$k]}"
+    cmd=(timeout --kill-after=10 "$TO_T" env PYTHONUNBUFFERED=1 "$PYTHON" dev/bench/torch_gpt2_fsdp2.py
+         --model "$m" -b "$B" -t "$T" --steps "$STEPS" --warmup "$WARMUP" --data "$DATA"
+         --peak-tflops "$PEAK" --reduce-dtype bf16 "${vargs[@]}" "${TORCH_EXTRA[@]}")
+    say "+ $(quoted "${cmd[@]}")"
+    echo "+ $(quoted "${cmd[@]}")" >> "$tlog"
+    t0=$SECONDS
+    "${cmd[@]}" >> "$tlog" 2>&1
+    rc=$?
+    say "  pytorch exit $rc after $((SECONDS - t0)) s (log: $tlog)"
+    line=$(grep '^RESULT ' "$tlog" | tail -n 1)
+    if [[ $rc -eq 0 && -n "$line" ]]; then
+      t_label="$(field framework "$line"), compile $(field compile "$line")"
+      t_tps=$(calc '%.0f' 'a[1]' "$(field tok_per_s "$line")")
+      t_ms=$(calc '%.1f' 'a[1]' "$(field step_ms "$line")")
+      t_mfu=$(calc '%.1f%%' '100 * a[1]' "$(field mfu "$line")")
+      t_mem=$(calc '%.1f GiB' 'a[1]' "$(field gpu_used_gib "$line")")
+      t_tens=$(calc '%.1f GiB' 'a[1]' "$(field peak_mem_gib "$line")")
+      say "  pytorch: $(cut -d' ' -f2- <<< "$line")"
+      t_note=""
+      [[ $k -gt 0 ]] && t_note="fell back to '${variants[$k]}' after the runs above failed (see $tlog)"
+      break
+    fi
+    if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+      t_note="timed out after ${TO_T}s ($(last_line "$tlog"))"
+      say "  pytorch: $t_note"
+      break  # a retry would not fit the time
+    fi
+    t_note="failed (exit $rc): $(last_line "$tlog")"
+    say "  pytorch: $t_note"
+  done
+  [[ "$t_tps" == n/a ]] && status=1
+  ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' "$m" "$B" "$T" "$t_label" "$t_tps" "$t_ms" "$t_mfu" "$t_mem" "$t_tens")")
+  [[ -n "$t_note" ]] && ROWS+=("      -> pytorch: $t_note")
+
+  ratio=$(calc '%.2fx' 'a[1] / a[2]' "$c_tps" "$t_tps")
+  ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s' "$m" "$B" "$T" "ratio train_gpt / pytorch" "$ratio")")
+  case "$m" in
+    d12) if [[ "$ratio" == n/a ]]; then VERDICTS+=("d12 target (train_gpt >= 1.1x pytorch tok/s): not measured")
+         else VERDICTS+=("d12 target (train_gpt >= 1.1x pytorch tok/s): $ratio, $(awk -v r="${ratio%x}" 'BEGIN { print (r >= 1.1) ? "met" : "NOT met" }')"); fi ;;
+    d48) if [[ "$c_mfu" == n/a ]]; then VERDICTS+=("d48 target (train_gpt >= 50% MFU): not measured")
+         else VERDICTS+=("d48 target (train_gpt >= 50% MFU): $c_mfu, $(awk -v r="${c_mfu%\%}" 'BEGIN { print (r >= 50) ? "met" : "NOT met" }')"); fi ;;
+  esac
+done
+
+say ""
+say "$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' model B T implementation tok/s ms/step MFU "GPU mem" tensors)"
+for r in "${ROWS[@]}"; do say "$r"; done
+say ""
+for v in "${VERDICTS[@]}"; do say "$v"; done
+say "GPU mem: device memory in use above the process's CUDA context (cudaMemGetInfo): train_gpt's measured peak;"
+say "  pytorch's at the end of the run (its caching allocator keeps what it reserved, so this is its peak too)."
+say "tensors: train_gpt's printed memory budget (all it allocates, before step 0); pytorch's"
+say "  torch.cuda.max_memory_allocated (the peak of live tensors, without the allocator's cached blocks)."
+exit $status
