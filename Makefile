@@ -26,7 +26,7 @@ LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm -fopenmp
 # The libraries: plain C, unit-testable without a GPU.
 LIB_SRCS := $(wildcard kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c)
 LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
-HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h)
+HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h)
 
 TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c)) $(if $(wildcard checkpoint/tool/ckpt.c),ckpt)
 TEST_BINS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c)) build/test_gpt2
