@@ -1,0 +1,708 @@
+// The CUDA device's FsdpBackend (fsdp/fsdp.h): device memory, bf16 compute dtype (gathered
+// parameters and full gradients), fp32 master weights / Adam moments / gradient shards, and
+// the shard group's collectives in one of two ways:
+//
+//   NCCL (cfg.use_nccl = 1)  one NCCL communicator per group (shard group; replica group for
+//       HSDP), all collectives on one dedicated, high-priority comm stream, every hand-off
+//       between the compute stream and the comm stream an event. Nothing synchronises the
+//       host inside a step except sum_squares (the host needs the value) and the staged path.
+//   staged (cfg.use_nccl = 0, `--comm mpi`)  through pinned host buffers over fsdp/comm.h (MPI
+//       or TCP), so that several ranks may share one GPU (NCCL refuses that). Same numbers as
+//       NCCL up to the order of the reduction.
+//
+// Header-only (everything static / static inline): included by train_gpt.cu and the GPU tests,
+// which nvcc compiles. Errors end the job through fatal(pg, ...) naming the call and the error.
+//
+// Streams and events (CUDA_NOTES.md, "Stream and event ordering"), NCCL path. `compute` is the
+// caller's stream, `comm` is created here; for op slot k, ready[k] is recorded on compute and
+// waited by comm, done[k] is recorded on comm and waited by compute:
+//
+//   all_gather_start(k, shard, full):
+//       compute --record ready[k]--> comm waits           (arrows 2 and 5: the gather comes after
+//                                                          every kernel enqueued so far on compute:
+//                                                          the last reads of the destination slot,
+//                                                          and the optimizer / refresh that wrote
+//                                                          the bf16 shard)
+//       comm: ncclAllGather(shard -> full, bf16)          (in place when shard == full + rank*n)
+//       comm --record done[k]
+//   reduce_scatter_start(k, full, shard_out):
+//       compute --record ready[k]--> comm waits           (arrow 3: the unit's backward wrote full)
+//       comm: [reduce_fp32: cast full -> fp32 scratch] ncclReduceScatter -> (bf16 scratch, then
+//             cast into shard_out) or (fp32 straight into shard_out)
+//       comm --record done[k]
+//   wait(k):  compute waits done[k]                        (arrow 1: gather ready; arrow 3': the
+//                                                          full-gradient slot and shard_out are
+//                                                          the compute stream's again; arrow 4:
+//                                                          the optimizer comes after the waits)
+//   all_reduce_replicas (HSDP): compute --rep_ready--> comm: ncclAllReduce in place
+//                                --rep_done--> compute waits (before the grad norm and AdamW).
+// Scratch on the comm stream (fp32 copy of a full gradient, bf16 reduce-scatter output) is ONE
+// buffer shared by every op: the comm stream runs its work in issue order, so the next op's use
+// of the scratch starts after the previous op's last read of it. At world size 1 the same
+// events and NCCL calls run (a 1-rank gather is a copy), so W=1 exercises the same ordering.
+// HSDP's two communicators are never active at the same time: every collective goes to the
+// one comm stream, issued in the same order on every rank (what NCCL requires of several
+// communicators); one device per process, so no ncclGroupStart/End is needed.
+//
+// Staged path (no comm stream): all_gather_start copies the shard D2H on compute into the op's
+// pinned buffer and waits on the host for compute (the host needs the bytes), then starts
+// comm_all_gather_start; wait(k) = comm_wait, then an H2D copy into `full` on compute.
+// reduce_scatter_start casts the bf16 gradient to fp32 on compute (one device scratch: the host
+// waits for the D2H before returning, so the scratch is free again), copies it D2H, waits,
+// starts comm_reduce_scatter_f32_start; wait(k) = comm_wait, H2D into shard_out on compute and,
+// when reducing in bf16, rounds the fp32 sum to bf16 (what NCCL's bf16 reduction returns).
+// A pinned buffer is written again only by the next start on the same op slot, which waits for
+// compute first, and so for the H2D copy of the previous wait.
+//
+// Host waits (sum_squares, copies, the staged path, teardown) poll an event with a deadline
+// of the process group's timeout (comm_timeout), checking the NCCL communicators'
+// asynchronous errors meanwhile; an error or timeout aborts the communicators
+// (ncclCommAbort) and ends the job with fatal(). NCCL communicators are created non-blocking
+// (blocking = 0): any NCCL call that answers ncclInProgress is polled the same way.
+#ifndef FSDP_BACKEND_CUDA_CUH
+#define FSDP_BACKEND_CUDA_CUH
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fsdp/comm.h"
+#include "fsdp/fsdp.h"
+#include "fsdp/process_group.h"
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_kernels.cuh"
+
+typedef struct {
+    int use_nccl;            // 1: NCCL on a dedicated comm stream; 0: staged through pinned host memory over comm.h
+    int reduce_fp32;         // 1: reduce-scatter in fp32 (the bf16 full gradient is cast first); 0: in bf16
+    size_t max_unit_padded;  // largest unit's padded element count: all scratch is sized from it, up front
+    uint64_t seed;           // stochastic-rounding seed
+    cudaStream_t compute;    // the model's stream (created by the caller)
+} CudaBackendConfig;
+
+enum { CUDA_OP_IDLE = 0, CUDA_OP_GATHER, CUDA_OP_REDUCE };
+
+typedef struct {
+    int kind;                // CUDA_OP_*: what is in flight on this slot (IDLE: nothing)
+    // staged path
+    CommTicket ticket;
+    void* dst;               // device destination written at wait
+    size_t bytes;            // bytes copied H2D at wait
+    size_t n;                // reduce: shard elements (for the bf16 rounding)
+    void* host_full;         // pinned, max_unit_padded * 4 bytes
+    void* host_shard;        // pinned, max_shard * 4 bytes
+    // NCCL path
+    cudaEvent_t ready;       // compute -> comm
+    cudaEvent_t done;        // comm -> compute
+} CudaOpSlot;
+
+typedef struct {
+    const ProcessGroup* pg;
+    CudaBackendConfig cfg;
+    int device;
+    int max_ops;
+    int shard_size, shard_rank;
+    size_t max_shard;                // ceil(max_unit_padded / shard_size)
+    CudaOpSlot* ops;                 // [max_ops]
+    cudaStream_t compute;            // the caller's
+    cudaStream_t comm;               // NCCL path only (created here)
+    ncclComm_t nccl_shard;           // NCCL path: the shard group
+    ncclComm_t nccl_replica;         // NCCL path, HSDP: the replica group (NULL otherwise)
+    cudaEvent_t host_ev;             // host waits
+    cudaEvent_t rep_ready, rep_done; // all_reduce_replicas (NCCL)
+    // device scratch
+    float* f32_scratch;              // [max_unit_padded]: NCCL with reduce_fp32, staged always
+    bf16* bf16_scratch;              // [max_shard]: NCCL reducing in bf16
+    void* sumsq_scratch;             // sum_squares_cuda's partials, then one double
+    double* d_sumsq;
+    // pinned host memory
+    double* h_sumsq;
+    float* h_chunk;                  // staged all_reduce_replicas: chunk buffer
+    size_t chunk_elems;
+    size_t device_bytes;             // what this backend cudaMalloc'd itself
+    size_t host_bytes;               // what this backend cudaMallocHost'd itself
+} CudaBackend;
+
+// ----------------------------------------------------------------------------
+// Errors, time, host waits
+
+#define CB_CUDA(c, call) cb_cuda_check((c), (call), #call, __FILE__, __LINE__)
+
+static inline void cb_cuda_check(const CudaBackend* c, cudaError_t e, const char* call, const char* file,
+                                 int line) {
+    if (e != cudaSuccess)
+        fatal(c->pg, "CUDA error in %s: %s (%s:%d)", call, cudaGetErrorString(e), file, line);
+}
+
+static inline double cb_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline double cb_timeout(const CudaBackend* c) {
+    return c->pg && c->pg->comm ? comm_timeout(c->pg->comm) : 0.0;
+}
+
+// Polling back-off: yield first (short waits stay cheap in latency), then sleep 20 us.
+static inline void cb_pause(unsigned* spins) {
+    if (*spins < 2000) {
+        (*spins)++;
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static inline void cb_nccl_abort_all(CudaBackend* c) {
+    // Abort (not destroy): returns even when operations are stuck; peers then fail theirs.
+    if (c->nccl_shard) { ncclCommAbort(c->nccl_shard); c->nccl_shard = NULL; }
+    if (c->nccl_replica) { ncclCommAbort(c->nccl_replica); c->nccl_replica = NULL; }
+}
+
+static inline void cb_nccl_fail(CudaBackend* c, ncclComm_t comm, ncclResult_t r, const char* what) {
+    char last[512];
+    const char* l = ncclGetLastError(comm);
+    snprintf(last, sizeof last, "%s", l ? l : "");
+    if (comm && comm != c->nccl_shard && comm != c->nccl_replica) ncclCommAbort(comm);
+    cb_nccl_abort_all(c);
+    fatal(c->pg, "NCCL error in %s: %s%s%s%s%s", what, ncclGetErrorString(r), last[0] ? " (" : "", last,
+          last[0] ? ")" : "",
+          !strncmp(what, "ncclCommInitRankConfig", 22)
+              ? "; NCCL needs one GPU per rank: ranks sharing a GPU must use --comm mpi"
+              : "");
+}
+
+// Checks every communicator for an asynchronous error (a peer died, a network failure).
+static inline void cb_nccl_check_async(CudaBackend* c, const char* what) {
+    ncclComm_t comms[2] = {c->nccl_shard, c->nccl_replica};
+    for (int i = 0; i < 2; i++) {
+        if (!comms[i]) continue;
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(comms[i], &state);
+        if (r != ncclSuccess) cb_nccl_fail(c, comms[i], r, what);
+        if (state != ncclSuccess && state != ncclInProgress) cb_nccl_fail(c, comms[i], state, what);
+    }
+}
+
+// A non-blocking communicator answered ncclInProgress: poll its state until it is ncclSuccess
+// (no other NCCL call may be made meanwhile), an error, or the deadline.
+static inline void cb_nccl_settle(CudaBackend* c, ncclComm_t comm, const char* what) {
+    const double t0 = cb_now(), timeout = cb_timeout(c);
+    unsigned spins = 0;
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+        if (r != ncclSuccess) cb_nccl_fail(c, comm, r, what);
+        if (state == ncclSuccess) return;
+        if (state != ncclInProgress) cb_nccl_fail(c, comm, state, what);
+        if (timeout > 0 && cb_now() - t0 > timeout) {
+            if (comm != c->nccl_shard && comm != c->nccl_replica) ncclCommAbort(comm);
+            cb_nccl_abort_all(c);
+            fatal(c->pg, "NCCL: %s did not complete within --comm-timeout %.0f s (a rank is stalled or dead)",
+                  what, timeout);
+        }
+        cb_pause(&spins);
+    }
+}
+
+static inline void cb_nccl_call(CudaBackend* c, ncclComm_t comm, ncclResult_t r, const char* what) {
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) { cb_nccl_settle(c, comm, what); return; }
+    cb_nccl_fail(c, comm, r, what);
+}
+
+// The host waits until everything enqueued on stream s so far has run. Polls an event with
+// the process group's timeout as deadline and watches the NCCL communicators meanwhile (the
+// compute stream may be waiting on a collective that never ends).
+static inline void cb_host_wait(CudaBackend* c, cudaStream_t s, const char* what) {
+    CB_CUDA(c, cudaEventRecord(c->host_ev, s));
+    const double t0 = cb_now(), timeout = cb_timeout(c);
+    double last_check = t0;
+    unsigned spins = 0;
+    for (;;) {
+        const cudaError_t e = cudaEventQuery(c->host_ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady)
+            fatal(c->pg, "CUDA error while waiting for %s: %s", what, cudaGetErrorString(e));
+        const double now = cb_now();
+        if (now - last_check > 1e-3) {
+            cb_nccl_check_async(c, what);
+            last_check = now;
+        }
+        if (timeout > 0 && now - t0 > timeout) {
+            cb_nccl_abort_all(c);
+            fatal(c->pg, "%s did not complete within --comm-timeout %.0f s (GPU work or a collective is stuck)",
+                  what, timeout);
+        }
+        cb_pause(&spins);
+    }
+}
+
+static inline void* cb_device_alloc(CudaBackend* c, size_t bytes, const char* what) {
+    void* p = NULL;
+    const size_t b = bytes ? bytes : 256;
+    const cudaError_t e = cudaMalloc(&p, b);
+    if (e != cudaSuccess)
+        fatal(c->pg, "out of GPU memory allocating %zu bytes for %s (%s)", b, what, cudaGetErrorString(e));
+    c->device_bytes += b;
+    return p;
+}
+
+static inline void* cb_host_alloc(CudaBackend* c, size_t bytes, const char* what) {
+    void* p = NULL;
+    const size_t b = bytes ? bytes : 64;
+    const cudaError_t e = cudaMallocHost(&p, b);
+    if (e != cudaSuccess)
+        fatal(c->pg, "cannot allocate %zu bytes of pinned host memory for %s (%s)", b, what, cudaGetErrorString(e));
+    memset(p, 0, b);
+    c->host_bytes += b;
+    return p;
+}
+
+static inline CudaOpSlot* cb_op(CudaBackend* c, int op, int must_be_idle) {
+    if (op < 0 || op >= c->max_ops) fatal(c->pg, "fsdp: collective slot %d out of range (max %d)", op, c->max_ops);
+    CudaOpSlot* s = &c->ops[op];
+    if (must_be_idle && s->kind != CUDA_OP_IDLE) fatal(c->pg, "fsdp: collective slot %d reused while in flight", op);
+    return s;
+}
+
+// x[i] = bf16(x[i]) (round to nearest even), in place, fp32 storage: the staged path's bf16
+// reduce-scatter result, as NCCL's bf16 reduction returns it.
+static __global__ void cb_round_to_bf16_kernel(float* x, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+static inline void cb_round_to_bf16(float* x, size_t n, cudaStream_t s) {
+    if (n == 0) return;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 4096) blocks = 4096;
+    cb_round_to_bf16_kernel<<<(unsigned)blocks, 256, 0, s>>>(x, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+// The seed of a unit's stochastic-rounding stream: a hash of the run seed and the unit (its
+// stream id), so units do not share random bits. Element i of the unit at step t then uses
+// sr_bits(sr_key(cuda_backend_sr_seed(seed, unit), t), i) with i its global index in the
+// unit's flat buffer: the same whatever W and however the range is split.
+static __host__ __device__ inline uint64_t cuda_backend_sr_seed(uint64_t seed, uint64_t unit_stream) {
+    return splitmix64_mix(seed ^ splitmix64_mix(0x756e697473726e67ull + unit_stream));
+}
+
+// ----------------------------------------------------------------------------
+// Memory
+
+static inline void* cuda_alloc(void* ctx, size_t bytes) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    void* p = NULL;
+    const size_t b = bytes ? bytes : 256;
+    const cudaError_t e = cudaMalloc(&p, b);
+    if (e != cudaSuccess)
+        fatal(c->pg, "out of GPU memory allocating %zu bytes (%.2f GiB): %s", b, (double)b / (1 << 30),
+              cudaGetErrorString(e));
+    // Zero on the compute stream and wait: the buffer is zero for any stream that uses it next
+    // (allocation is init-time only).
+    CB_CUDA(c, cudaMemsetAsync(p, 0, b, c->compute));
+    cb_host_wait(c, c->compute, "zeroing a new allocation");
+    return p;
+}
+
+static inline void cuda_release(void* ctx, void* p) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (p) CB_CUDA(c, cudaFree(p));
+}
+
+static inline void cuda_zero(void* ctx, void* p, size_t bytes) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (bytes) CB_CUDA(c, cudaMemsetAsync(p, 0, bytes, c->compute));
+}
+
+// Pinned host memory, zero-filled.
+static inline void* cuda_alloc_host(void* ctx, size_t bytes) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    void* p = NULL;
+    const size_t b = bytes ? bytes : 64;
+    const cudaError_t e = cudaMallocHost(&p, b);
+    if (e != cudaSuccess)
+        fatal(c->pg, "cannot allocate %zu bytes (%.2f GiB) of pinned host memory: %s", b, (double)b / (1 << 30),
+              cudaGetErrorString(e));
+    memset(p, 0, b);
+    return p;
+}
+
+static inline void cuda_release_host(void* ctx, void* p) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (p) CB_CUDA(c, cudaFreeHost(p));
+}
+
+// Blocking copies (complete when they return), ordered after everything enqueued on compute.
+static inline void cuda_copy_to_host(void* ctx, void* dst_host, const void* src, size_t bytes) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (!bytes) return;
+    CB_CUDA(c, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, c->compute));
+    cb_host_wait(c, c->compute, "a device-to-host copy");
+}
+
+static inline void cuda_copy_to_device(void* ctx, void* dst, const void* src_host, size_t bytes) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (!bytes) return;
+    CB_CUDA(c, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, c->compute));
+    cb_host_wait(c, c->compute, "a host-to-device copy");
+}
+
+// ----------------------------------------------------------------------------
+// Collectives
+
+// compute -> comm: the comm stream's next work starts after everything enqueued on compute.
+static inline void cb_handoff(CudaBackend* c, cudaEvent_t ev) {
+    CB_CUDA(c, cudaEventRecord(ev, c->compute));
+    CB_CUDA(c, cudaStreamWaitEvent(c->comm, ev, 0));
+}
+
+static inline void cuda_all_gather_start(void* ctx, int op, const void* shard, void* full, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    CudaOpSlot* s = cb_op(c, op, 1);
+    const size_t W = (size_t)c->shard_size;
+    if (n * W > c->cfg.max_unit_padded)
+        fatal(c->pg, "fsdp cuda: all-gather of %zu x %zu elements exceeds max_unit_padded %zu", W, n,
+              c->cfg.max_unit_padded);
+    const size_t shard_bytes = n * sizeof(bf16);
+    if (c->cfg.use_nccl) {
+        const char* mine = (const char*)full + (size_t)c->shard_rank * shard_bytes;
+        const char* sp = (const char*)shard;
+        if (sp != mine && sp < (const char*)full + W * shard_bytes && sp + shard_bytes > (const char*)full)
+            fatal(c->pg, "fsdp cuda: all-gather source overlaps its destination but is not this rank's slice");
+        cb_handoff(c, s->ready);
+        if (n > 0)
+            cb_nccl_call(c, c->nccl_shard,
+                         ncclAllGather(shard, full, n, ncclBfloat16, c->nccl_shard, c->comm),
+                         "ncclAllGather (shard group)");
+        CB_CUDA(c, cudaEventRecord(s->done, c->comm));
+    } else {
+        if (n > 0) {
+            CB_CUDA(c, cudaMemcpyAsync(s->host_shard, shard, shard_bytes, cudaMemcpyDeviceToHost, c->compute));
+            cb_host_wait(c, c->compute, "the staged all-gather's device-to-host copy");
+            s->ticket = comm_all_gather_start(c->pg->shard_comm, s->host_shard, s->host_full, shard_bytes);
+        }
+        s->dst = full;
+        s->bytes = W * shard_bytes;
+        s->n = n;
+    }
+    s->kind = CUDA_OP_GATHER;
+}
+
+static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full, float* shard_out, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    CudaOpSlot* s = cb_op(c, op, 1);
+    const size_t W = (size_t)c->shard_size;
+    if (n * W > c->cfg.max_unit_padded)
+        fatal(c->pg, "fsdp cuda: reduce-scatter of %zu x %zu elements exceeds max_unit_padded %zu", W, n,
+              c->cfg.max_unit_padded);
+    const bf16* g = (const bf16*)full;
+    if (c->cfg.use_nccl) {
+        cb_handoff(c, s->ready);
+        if (n > 0) {
+            if (c->cfg.reduce_fp32) {
+                cast_bf16_to_f32_cuda(c->f32_scratch, g, W * n, c->comm);
+                cb_nccl_call(c, c->nccl_shard,
+                             ncclReduceScatter(c->f32_scratch, shard_out, n, ncclFloat32, ncclSum, c->nccl_shard,
+                                               c->comm),
+                             "ncclReduceScatter fp32 (shard group)");
+            } else {
+                cb_nccl_call(c, c->nccl_shard,
+                             ncclReduceScatter(g, c->bf16_scratch, n, ncclBfloat16, ncclSum, c->nccl_shard,
+                                               c->comm),
+                             "ncclReduceScatter bf16 (shard group)");
+                cast_bf16_to_f32_cuda(shard_out, c->bf16_scratch, n, c->comm);
+            }
+        }
+        CB_CUDA(c, cudaEventRecord(s->done, c->comm));
+    } else {
+        if (n > 0) {
+            cast_bf16_to_f32_cuda(c->f32_scratch, g, W * n, c->compute);
+            CB_CUDA(c, cudaMemcpyAsync(s->host_full, c->f32_scratch, W * n * sizeof(float), cudaMemcpyDeviceToHost,
+                                       c->compute));
+            cb_host_wait(c, c->compute, "the staged reduce-scatter's device-to-host copy");
+            s->ticket = comm_reduce_scatter_f32_start(c->pg->shard_comm, (const float*)s->host_full,
+                                                      (float*)s->host_shard, n);
+        }
+        s->dst = shard_out;
+        s->bytes = n * sizeof(float);
+        s->n = n;
+    }
+    s->kind = CUDA_OP_REDUCE;
+}
+
+// Makes the compute stream wait for op's collective (NCCL: an event wait, never a host sync;
+// staged: the host waits for the transport, then the result is copied in on compute).
+static inline void cuda_wait(void* ctx, int op) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    CudaOpSlot* s = cb_op(c, op, 0);
+    if (s->kind == CUDA_OP_IDLE) return;
+    if (c->cfg.use_nccl) {
+        CB_CUDA(c, cudaStreamWaitEvent(c->compute, s->done, 0));
+    } else if (s->n > 0) {
+        comm_wait(c->pg->shard_comm, s->ticket);
+        void* src = s->kind == CUDA_OP_GATHER ? s->host_full : s->host_shard;
+        CB_CUDA(c, cudaMemcpyAsync(s->dst, src, s->bytes, cudaMemcpyHostToDevice, c->compute));
+        if (s->kind == CUDA_OP_REDUCE && !c->cfg.reduce_fp32) cb_round_to_bf16((float*)s->dst, s->n, c->compute);
+    }
+    s->ticket = 0;
+    s->kind = CUDA_OP_IDLE;
+}
+
+// HSDP: buf[n] (fp32, device) <- its sum over the replica group, in place. Ordered on the
+// compute stream: what compute runs next sees the sum (NCCL: event hand-offs, no host sync;
+// staged: chunks through pinned memory, host waits).
+static inline void cuda_all_reduce_replicas(void* ctx, float* buf, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (c->pg->replicate_size <= 1 || n == 0) return;
+    if (c->cfg.use_nccl) {
+        cb_handoff(c, c->rep_ready);
+        cb_nccl_call(c, c->nccl_replica,
+                     ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->nccl_replica, c->comm),
+                     "ncclAllReduce (replica group)");
+        CB_CUDA(c, cudaEventRecord(c->rep_done, c->comm));
+        CB_CUDA(c, cudaStreamWaitEvent(c->compute, c->rep_done, 0));
+    } else {
+        for (size_t at = 0; at < n; at += c->chunk_elems) {
+            const size_t len = n - at < c->chunk_elems ? n - at : c->chunk_elems;
+            // The D2H is ordered after the previous chunk's H2D (same stream), which read h_chunk.
+            CB_CUDA(c, cudaMemcpyAsync(c->h_chunk, buf + at, len * sizeof(float), cudaMemcpyDeviceToHost, c->compute));
+            cb_host_wait(c, c->compute, "the staged replica all-reduce's device-to-host copy");
+            comm_all_reduce_f32_sum(c->pg->replicate_comm, c->h_chunk, len);
+            CB_CUDA(c, cudaMemcpyAsync(buf + at, c->h_chunk, len * sizeof(float), cudaMemcpyHostToDevice, c->compute));
+        }
+        // h_chunk must not be rewritten before the last H2D has read it: wait now (this is
+        // once per step, and the staged path waits anyway).
+        cb_host_wait(c, c->compute, "the staged replica all-reduce's host-to-device copy");
+    }
+}
+
+// Sum of a host double over the shard group (blocking, host-side: no device work).
+static inline double cuda_all_reduce_sum(void* ctx, double x) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    comm_all_reduce_f64(c->pg->shard_comm, &x, 1, COMM_SUM);
+    return x;
+}
+
+// ----------------------------------------------------------------------------
+// Elementwise work, all on the compute stream
+
+static inline void cuda_accumulate(void* ctx, float* dst, const float* src, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    accumulate_f32_cuda(dst, src, n, c->compute);
+}
+
+// Sum of squares in double. HOST SYNC: the host waits for the compute stream to reach this
+// point (the engine calls it once per step, for the gradient norm).
+static inline double cuda_sum_squares(void* ctx, const float* x, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    sum_squares_cuda(c->d_sumsq, c->sumsq_scratch, sum_squares_scratch_bytes(), x, n, 0, c->compute);
+    CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, c->d_sumsq, sizeof(double), cudaMemcpyDeviceToHost, c->compute));
+    cb_host_wait(c, c->compute, "the gradient's sum of squares");
+    return *c->h_sumsq;
+}
+
+// AdamW on the fp32 master / moments. The bf16 shard is refreshed separately, per unit, by
+// refresh_param_shard (so no bf16 output here).
+static inline void cuda_adamw(void* ctx, float* param, float* m, float* v, const float* grad, size_t n, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    adamw_update_cuda(param, m, v, NULL, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, NULL,
+                      c->cfg.seed, 0, c->compute);
+}
+
+// param_shard[n] (bf16) <- stochastic rounding of master[n]; element i uses the random bits
+// of (seed, unit_stream, step, global_begin + i) (global_begin: master[0]'s index in the
+// unit's flat buffer), so the result does not depend on W nor on how a range is split.
+static inline void cuda_refresh_param_shard_at(void* ctx, void* param_shard, const float* master, size_t n,
+                                               uint64_t unit_stream, size_t global_begin, int step) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    cast_f32_to_bf16_sr_cuda((bf16*)param_shard, master, n, cuda_backend_sr_seed(c->cfg.seed, unit_stream), step,
+                             global_begin, c->compute);
+}
+
+// The former whole-arena signature (unit 0, global index = position in the arena): kept for
+// callers of the old FsdpBackend; depends on W, so the engine should use the per-unit one.
+static inline void cuda_refresh_param_shard(void* ctx, void* param_shard, const float* master, size_t n, int step) {
+    cuda_refresh_param_shard_at(ctx, param_shard, master, n, 0, 0, step);
+}
+
+// ----------------------------------------------------------------------------
+// Setup and teardown
+
+static inline ncclComm_t cb_nccl_create(CudaBackend* c, Comm* group, const char* name) {
+    const int rank = comm_rank(group), size = comm_size(group);
+    char what[128];
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (rank == 0) {
+        snprintf(what, sizeof what, "ncclGetUniqueId (%s group)", name);
+        cb_nccl_call(c, NULL, ncclGetUniqueId(&id), what);
+    }
+    comm_broadcast(group, &id, sizeof id, 0);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // fail fast: we poll with a deadline instead of blocking forever
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 20, 0)
+    config.commName = name;  // shows in NCCL's logs and error messages
+#endif
+    ncclComm_t comm = NULL;
+    snprintf(what, sizeof what, "ncclCommInitRankConfig (%s group, rank %d of %d)", name, rank, size);
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) cb_nccl_fail(c, comm, r, what);
+    if (!comm) fatal(c->pg, "NCCL: %s returned no communicator", what);
+    cb_nccl_settle(c, comm, what);
+    return comm;
+}
+
+static inline void cb_nccl_destroy(CudaBackend* c, ncclComm_t* comm, const char* name) {
+    if (!*comm) return;
+    char what[96];
+    snprintf(what, sizeof what, "ncclCommFinalize (%s group)", name);
+    cb_nccl_call(c, *comm, ncclCommFinalize(*comm), what);
+    const ncclResult_t r = ncclCommDestroy(*comm);
+    *comm = NULL;
+    if (r != ncclSuccess) fatal(c->pg, "NCCL error in ncclCommDestroy (%s group): %s", name, ncclGetErrorString(r));
+}
+
+// max_ops: op slots the engine may have in flight at once (its parameter slots plus gradient
+// slots: pass exactly that number, the staged path pins max_ops x (max_unit_padded + max_shard)
+// x 4 bytes of host memory). The CUDA device must be current. Allocates everything up front:
+//   device:  NCCL: reduce_fp32 ? max_unit_padded fp32 : max_shard bf16 (one scratch, comm stream)
+//            staged: max_unit_padded fp32 (one scratch, compute stream)
+//            + 8 KiB + 256 B for sum_squares
+//   pinned:  staged: max_ops x (max_unit_padded + max_shard) x 4 B, and a chunk buffer for
+//            HSDP's replica all-reduce; 8 B for sum_squares' result
+// (max_shard = ceil(max_unit_padded / shard_size)). Plus NCCL's own buffers (not counted).
+static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops,
+                                          const CudaBackendConfig* cfg) {
+    CudaBackend* c = (CudaBackend*)calloc(1, sizeof(CudaBackend));
+    if (!c) fatal(pg, "out of host memory");
+    c->pg = pg;
+    c->cfg = *cfg;
+    c->compute = cfg->compute;
+    c->max_ops = max_ops;
+    c->shard_size = pg->shard_size;
+    c->shard_rank = pg->shard_rank;
+    if (max_ops < 1) fatal(pg, "fsdp cuda backend: max_ops = %d", max_ops);
+    if (c->shard_size < 1) fatal(pg, "fsdp cuda backend: shard group of %d ranks", c->shard_size);
+    c->max_shard = (cfg->max_unit_padded + (size_t)c->shard_size - 1) / (size_t)c->shard_size;
+    CB_CUDA(c, cudaGetDevice(&c->device));
+    c->ops = (CudaOpSlot*)calloc((size_t)max_ops, sizeof(CudaOpSlot));
+    if (!c->ops) fatal(pg, "out of host memory");
+    CB_CUDA(c, cudaEventCreateWithFlags(&c->host_ev, cudaEventDisableTiming));
+
+    if (cfg->use_nccl) {
+        int least = 0, greatest = 0;
+        CB_CUDA(c, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        // Highest priority: a collective's kernels get SMs as soon as they can run, so that the
+        // next unit's gather is not queued behind the current unit's compute kernels.
+        CB_CUDA(c, cudaStreamCreateWithPriority(&c->comm, cudaStreamNonBlocking, greatest));
+        for (int k = 0; k < max_ops; k++) {
+            CB_CUDA(c, cudaEventCreateWithFlags(&c->ops[k].ready, cudaEventDisableTiming));
+            CB_CUDA(c, cudaEventCreateWithFlags(&c->ops[k].done, cudaEventDisableTiming));
+        }
+        CB_CUDA(c, cudaEventCreateWithFlags(&c->rep_ready, cudaEventDisableTiming));
+        CB_CUDA(c, cudaEventCreateWithFlags(&c->rep_done, cudaEventDisableTiming));
+        // Every rank creates the shard communicator, then (HSDP) the replica one: the same
+        // order everywhere, each init polled to completion before the next NCCL call.
+        c->nccl_shard = cb_nccl_create(c, pg->shard_comm, "shard");
+        if (pg->replicate_size > 1) c->nccl_replica = cb_nccl_create(c, pg->replicate_comm, "replica");
+        if (cfg->reduce_fp32)
+            c->f32_scratch = (float*)cb_device_alloc(c, cfg->max_unit_padded * sizeof(float),
+                                                     "the fp32 reduce-scatter scratch");
+        else
+            c->bf16_scratch = (bf16*)cb_device_alloc(c, c->max_shard * sizeof(bf16), "the bf16 reduce-scatter scratch");
+    } else {
+        c->f32_scratch = (float*)cb_device_alloc(c, cfg->max_unit_padded * sizeof(float),
+                                                 "the staged reduce-scatter scratch");
+        for (int k = 0; k < max_ops; k++) {
+            c->ops[k].host_full = cb_host_alloc(c, cfg->max_unit_padded * sizeof(float), "staging");
+            c->ops[k].host_shard = cb_host_alloc(c, c->max_shard * sizeof(float), "staging");
+        }
+        if (pg->replicate_size > 1) {
+            size_t chunk = cfg->max_unit_padded > ((size_t)1 << 16) ? cfg->max_unit_padded : ((size_t)1 << 16);
+            if (chunk > ((size_t)1 << 22)) chunk = (size_t)1 << 22;
+            c->chunk_elems = chunk;
+            c->h_chunk = (float*)cb_host_alloc(c, chunk * sizeof(float), "replica all-reduce staging");
+        }
+    }
+    const size_t sq = align_up_256(sum_squares_scratch_bytes());
+    c->sumsq_scratch = cb_device_alloc(c, sq + 256, "the sum-of-squares scratch");
+    c->d_sumsq = (double*)((char*)c->sumsq_scratch + sq);
+    c->h_sumsq = (double*)cb_host_alloc(c, sizeof(double), "the sum of squares");
+
+    memset(be, 0, sizeof(*be));
+    be->ctx = c;
+    be->param_bytes = sizeof(bf16);
+    be->host_is_device = 0;
+    be->alloc = cuda_alloc;
+    be->release = cuda_release;
+    be->alloc_host = cuda_alloc_host;
+    be->release_host = cuda_release_host;
+    be->copy_to_host = cuda_copy_to_host;
+    be->copy_to_device = cuda_copy_to_device;
+    be->zero = cuda_zero;
+    be->all_gather_start = cuda_all_gather_start;
+    be->reduce_scatter_start = cuda_reduce_scatter_start;
+    be->wait = cuda_wait;
+    be->all_reduce_replicas = cuda_all_reduce_replicas;
+    be->all_reduce_sum = cuda_all_reduce_sum;
+    be->accumulate = cuda_accumulate;
+    be->sum_squares = cuda_sum_squares;
+    be->adamw = cuda_adamw;
+    be->refresh_param_shard = cuda_refresh_param_shard_at;
+}
+
+// Waits for both streams (with the deadline), destroys the communicators (collective: every
+// rank of each group calls it), frees what init allocated. The compute stream is the caller's.
+static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
+    CudaBackend* c = (CudaBackend*)be->ctx;
+    if (!c) return;
+    for (int k = 0; k < c->max_ops; k++)
+        if (c->ops[k].kind != CUDA_OP_IDLE) cuda_wait(c, k);  // a staged ticket must be completed
+    cb_host_wait(c, c->compute, "the compute stream at teardown");
+    if (c->comm) cb_host_wait(c, c->comm, "the comm stream at teardown");
+    cb_nccl_destroy(c, &c->nccl_replica, "replica");
+    cb_nccl_destroy(c, &c->nccl_shard, "shard");
+    for (int k = 0; k < c->max_ops; k++) {
+        if (c->ops[k].ready) CB_CUDA(c, cudaEventDestroy(c->ops[k].ready));
+        if (c->ops[k].done) CB_CUDA(c, cudaEventDestroy(c->ops[k].done));
+        if (c->ops[k].host_full) CB_CUDA(c, cudaFreeHost(c->ops[k].host_full));
+        if (c->ops[k].host_shard) CB_CUDA(c, cudaFreeHost(c->ops[k].host_shard));
+    }
+    if (c->rep_ready) CB_CUDA(c, cudaEventDestroy(c->rep_ready));
+    if (c->rep_done) CB_CUDA(c, cudaEventDestroy(c->rep_done));
+    if (c->comm) CB_CUDA(c, cudaStreamDestroy(c->comm));
+    if (c->f32_scratch) CB_CUDA(c, cudaFree(c->f32_scratch));
+    if (c->bf16_scratch) CB_CUDA(c, cudaFree(c->bf16_scratch));
+    if (c->sumsq_scratch) CB_CUDA(c, cudaFree(c->sumsq_scratch));
+    if (c->h_sumsq) CB_CUDA(c, cudaFreeHost(c->h_sumsq));
+    if (c->h_chunk) CB_CUDA(c, cudaFreeHost(c->h_chunk));
+    CB_CUDA(c, cudaEventDestroy(c->host_ev));
+    free(c->ops);
+    free(c);
+    memset(be, 0, sizeof(*be));
+}
+
+// Device bytes this backend allocated itself (scratch; not what alloc() handed out, not
+// NCCL's internal buffers), for the memory budget.
+static inline size_t fsdp_backend_cuda_device_bytes(const FsdpBackend* be) {
+    return be->ctx ? ((const CudaBackend*)be->ctx)->device_bytes : 0;
+}
+
+// Pinned host bytes this backend allocated itself (staging buffers; not alloc_host's).
+static inline size_t fsdp_backend_cuda_host_bytes(const FsdpBackend* be) {
+    return be->ctx ? ((const CudaBackend*)be->ctx)->host_bytes : 0;
+}
+
+#endif  // FSDP_BACKEND_CUDA_CUH
