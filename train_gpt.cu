@@ -29,6 +29,11 @@ cpu device works on a machine without a GPU.
 #include <cblas.h>
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_matmul.cuh"
+#include "kernels/cuda_attention.cuh"
+#include "fsdp/backend_cuda.cuh"
 #endif
 
 #include "dataloader/loader.h"
@@ -43,21 +48,25 @@ cpu device works on a machine without a GPU.
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
-// Pointers into a gathered unit (parameters or gradients: same layout).
-typedef struct { float *wte, *wpe, *lnfw, *lnfb; } RootTensors;
-typedef struct { float* t[BLOCK_TENSORS]; } BlockTensors;
+// Element i of a buffer of elem-byte elements (the compute dtype differs by device: fp32 on
+// the cpu, bf16 on cuda, so the schedule addresses activations and parameters in bytes).
+static inline void* elem_at(const void* base, size_t i, size_t elem) { return (char*)base + i * elem; }
 
-static RootTensors root_tensors(const ModelLayout* m, float* base) {
+// Pointers into a gathered unit (parameters or gradients: same layout), in the compute dtype.
+typedef struct { void *wte, *wpe, *lnfw, *lnfb; } RootTensors;
+typedef struct { void* t[BLOCK_TENSORS]; } BlockTensors;
+
+static RootTensors root_tensors(const ModelLayout* m, void* base, size_t elem) {
     const FlatUnit* u = &m->units[0];
-    RootTensors r = {base + u->tensors[ROOT_WTE].offset, base + u->tensors[ROOT_WPE].offset,
-                     base + u->tensors[ROOT_LNF_W].offset, base + u->tensors[ROOT_LNF_B].offset};
+    RootTensors r = {elem_at(base, u->tensors[ROOT_WTE].offset, elem), elem_at(base, u->tensors[ROOT_WPE].offset, elem),
+                     elem_at(base, u->tensors[ROOT_LNF_W].offset, elem), elem_at(base, u->tensors[ROOT_LNF_B].offset, elem)};
     return r;
 }
 
-static BlockTensors block_tensors(const ModelLayout* m, int u, int layer_in_unit, float* base) {
+static BlockTensors block_tensors(const ModelLayout* m, int u, int layer_in_unit, void* base, size_t elem) {
     BlockTensors b;
     for (int j = 0; j < BLOCK_TENSORS; j++)
-        b.t[j] = base + m->units[u].tensors[layer_in_unit * BLOCK_TENSORS + j].offset;
+        b.t[j] = elem_at(base, m->units[u].tensors[layer_in_unit * BLOCK_TENSORS + j].offset, elem);
     return b;
 }
 
@@ -82,13 +91,14 @@ static float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+// Writes the host mirror of the master shards; the caller uploads it (fsdp_upload_state).
 static void init_parameters(const ModelLayout* m, Fsdp* f, uint64_t seed) {
     const GPT2Config* c = &m->config;
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     for (int u = 0; u < m->n_units; u++) {
         size_t begin, end;
         fsdp_owned_range(f, u, &begin, &end);
-        float* shard = fsdp_master_shard(f, u);
+        float* shard = fsdp_host_master_shard(f, u);
         const FlatUnit* unit = &m->units[u];
         for (int i = 0; i < unit->n_tensors; i++) {
             const FlatTensor* t = &unit->tensors[i];
@@ -98,6 +108,8 @@ static void init_parameters(const ModelLayout* m, Fsdp* f, uint64_t seed) {
             tensor_kind(m, u, i, &kind, &layer);
             uint64_t stream = (uint64_t)kind * 4096 + (uint64_t)layer;
             float* dst = shard + (t->offset + lo - begin);
+            // Each element is a pure function of its index: threads do not change the result.
+            #pragma omp parallel for schedule(static)
             for (size_t e = lo; e < hi; e++) {
                 float v;
                 if (kind == K_LN1W || kind == K_LN2W || kind == K_LNFW) v = 1.0f;
@@ -110,7 +122,8 @@ static void init_parameters(const ModelLayout* m, Fsdp* f, uint64_t seed) {
     }
 }
 
-// Every rank reads only the parts of the file that fall into its shards.
+// Every rank reads only the parts of the file that fall into its shards, into the host mirror
+// of the master shards; the caller uploads it (fsdp_upload_state).
 static int load_model_file(const ModelLayout* m, Fsdp* f, const char* path, int version, char* err, size_t errlen) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
@@ -120,7 +133,7 @@ static int load_model_file(const ModelLayout* m, Fsdp* f, const char* path, int 
     for (int u = 0; u < m->n_units; u++) {
         size_t begin, end;
         fsdp_owned_range(f, u, &begin, &end);
-        float* shard = fsdp_master_shard(f, u);
+        float* shard = fsdp_host_master_shard(f, u);
         for (int i = 0; i < m->units[u].n_tensors; i++) {
             const FlatTensor* t = &m->units[u].tensors[i];
             size_t lo, hi;
@@ -153,7 +166,8 @@ static int load_model_file(const ModelLayout* m, Fsdp* f, const char* path, int 
 }
 
 // Rank 0 collects each unit's shards from its shard group and writes them; the file appears
-// atomically (written as PATH.tmp, synced, renamed).
+// atomically (written as PATH.tmp, synced, renamed). Reads the host mirror: the caller
+// downloads the state first (fsdp_download_state).
 static int save_model_file(const ModelLayout* m, Fsdp* f, const ProcessGroup* pg, const char* path, char* err, size_t errlen) {
     int writer = pg->rank == 0;
     int fd = -1, failed = 0;
@@ -179,7 +193,7 @@ static int save_model_file(const ModelLayout* m, Fsdp* f, const ProcessGroup* pg
         const FlatUnit* unit = &m->units[u];
         // Only the first replica group's ranks take part; the others hold the same shards.
         if (pg->replicate_rank == 0)
-            comm_gather(pg->shard_comm, fsdp_master_shard(f, u), unit->shard * sizeof(float), full, 0);
+            comm_gather(pg->shard_comm, fsdp_host_master_shard(f, u), unit->shard * sizeof(float), full, 0);
         if (writer) {
             for (int i = 0; i < unit->n_tensors && !failed; i++) {
                 const FlatTensor* t = &unit->tensors[i];
@@ -207,207 +221,581 @@ static int save_model_file(const ModelLayout* m, Fsdp* f, const ProcessGroup* pg
 }
 
 // ----------------------------------------------------------------------------------------
-// Activations for one micro-batch of B x T, one allocation carved into named buffers.
-// Per-layer buffers are strided by the allocated B*T, so a smaller forward (sampling with
-// B = 1) uses the same memory.
+// Devices: the operations the model schedule calls. One schedule (gpt2_forward,
+// gpt2_backward) drives either table; pointers are void* in the device's compute dtype
+// (act_bytes per element), LayerNorm statistics, attention log-sum-exps and losses are fp32
+// on every device.
+//
+// Semantics, the same on both devices (where a kernel differs, its wrapper makes up for it):
+//   forward ops overwrite their outputs;
+//   matmul_forward with pre_gelu != NULL: pre_gelu = inp W^T + b, out = gelu(pre_gelu);
+//   matmul_backward: dinp is OVERWRITTEN (dout W; times gelu'(pre_gelu) when pre_gelu is
+//     given), dweight and dbias ACCUMULATE (the engine zeroes gradient buffers);
+//   attention_backward: dqkv is OVERWRITTEN;
+//   layernorm_backward, encoder_backward: everything ACCUMULATES (dinp too: the residual
+//     stream's gradient is summed over the branches);
+//   crossentropy: losses[N] fp32; with dloss != 0 the logits become dlogits in place.
+// The cpu table wraps kernels/cpu_kernels.h, zeroing where a CPU kernel accumulates, in the
+// order the cpu device always ran them: its results are bitwise those of the reference.
+
+typedef struct Device Device;
+struct Device {
+    const char* name;          // "cpu" or "cuda"
+    size_t act_bytes;          // bytes per activation element (4: fp32, 2: bf16)
+    int gelu_needs_scratch;    // matmul_backward with pre_gelu needs gelu_scratch [N, 4C]
+    void* gelu_scratch;        // set by gpt2_build (cpu: the gradient w.r.t. the GELU output)
+    void* impl;                // the device's own state (cuda: stream, cuBLASLt, scratch)
+
+    void (*encoder_forward)(Device* d, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C);
+    void (*encoder_backward)(Device* d, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C);
+    void (*layernorm_forward)(Device* d, void* out, float* mean, float* rstd, const void* inp,
+                              const void* weight, const void* bias, int N, int C);
+    // residual = a + b, then out = layernorm(residual)
+    void (*residual_layernorm_forward)(Device* d, void* residual, void* out, float* mean, float* rstd,
+                                       const void* a, const void* b, const void* weight, const void* bias, int N, int C);
+    void (*layernorm_backward)(Device* d, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                               const void* weight, const float* mean, const float* rstd, int N, int C);
+    void (*matmul_forward)(Device* d, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
+                           int N, int C, int OC);
+    void (*matmul_backward)(Device* d, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                            const void* weight, const void* pre_gelu, int N, int C, int OC);
+    void (*attention_forward)(Device* d, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
+    void (*attention_backward)(Device* d, void* dqkv, const void* dout, const void* qkv, const void* out,
+                               const float* lse, int B, int T, int C, int NH);
+    void (*crossentropy)(Device* d, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss);
+    void (*zero)(Device* d, void* p, size_t bytes);
+    // Token ids where the kernels can read them (slot 0: inputs, 1: targets); may return host.
+    const int* (*tokens)(Device* d, int slot, const int* host, size_t n);
+    // Device -> host: fp32 bytes, queued behind the work so far (done after synchronize).
+    void (*to_host_async)(Device* d, void* dst_host, const void* src, size_t bytes);
+    // n activation elements -> host fp32 (blocking).
+    void (*act_to_host_f32)(Device* d, float* dst, const void* src, size_t n);
+    void (*synchronize)(Device* d);
+};
+
+// ---- cpu: fp32, kernels/cpu_kernels.h --------------------------------------------------
+
+static void dev_cpu_encoder_forward(Device* d, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+    encoder_forward((float*)out, inp, (const float*)wte, (const float*)wpe, B, T, C);
+}
+static void dev_cpu_encoder_backward(Device* d, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+    encoder_backward((float*)dwte, (float*)dwpe, (const float*)dout, inp, B, T, C);
+}
+static void dev_cpu_layernorm_forward(Device* d, void* out, float* mean, float* rstd, const void* inp,
+                                  const void* weight, const void* bias, int N, int C) {
+    layernorm_forward((float*)out, mean, rstd, (const float*)inp, (const float*)weight, (const float*)bias, N, C);
+}
+static void dev_cpu_residual_layernorm_forward(Device* d, void* residual, void* out, float* mean, float* rstd, const void* a,
+                                           const void* b, const void* weight, const void* bias, int N, int C) {
+    residual_forward((float*)residual, (const float*)a, (const float*)b, (size_t)N * C);
+    layernorm_forward((float*)out, mean, rstd, (const float*)residual, (const float*)weight, (const float*)bias, N, C);
+}
+static void dev_cpu_layernorm_backward(Device* d, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                   const void* weight, const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward((float*)dinp, (float*)dweight, (float*)dbias, (const float*)dout, (const float*)inp,
+                       (const float*)weight, mean, rstd, N, C);
+}
+static void dev_cpu_matmul_forward(Device* d, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
+                               int N, int C, int OC) {
+    if (pre_gelu) {
+        matmul_forward((float*)pre_gelu, (const float*)inp, (const float*)weight, (const float*)bias, N, C, OC);
+        gelu_forward((float*)out, (const float*)pre_gelu, (size_t)N * OC);
+    } else {
+        matmul_forward((float*)out, (const float*)inp, (const float*)weight, (const float*)bias, N, C, OC);
+    }
+}
+static void dev_cpu_matmul_backward(Device* d, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                const void* weight, const void* pre_gelu, int N, int C, int OC) {
+    size_t n = (size_t)N * C;
+    // matmul_backward accumulates into dinp: start from zero. Through a GELU, the product is
+    // the gradient w.r.t. the GELU's output (gelu_scratch), and gelu_backward (which
+    // accumulates too) takes it to the input.
+    float* dact = pre_gelu ? (float*)d->gelu_scratch : (float*)dinp;
+    memset(dact, 0, n * sizeof(float));
+    matmul_backward(dact, (float*)dweight, (float*)dbias, (const float*)dout, (const float*)inp, (const float*)weight, N, C, OC);
+    if (pre_gelu) {
+        memset(dinp, 0, n * sizeof(float));
+        gelu_backward((float*)dinp, (const float*)pre_gelu, dact, n);
+    }
+}
+static void dev_cpu_attention_forward(Device* d, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    attention_forward((float*)out, lse, (const float*)qkv, B, T, C, NH);
+}
+static void dev_cpu_attention_backward(Device* d, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                   const float* lse, int B, int T, int C, int NH) {
+    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float));  // the CPU kernel accumulates
+    attention_backward((float*)dqkv, (const float*)dout, (const float*)qkv, (const float*)out, lse, B, T, C, NH);
+}
+static void dev_cpu_crossentropy(Device* d, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    crossentropy_softmax_fused((float*)logits, losses, targets, N, V, Vp, dloss);
+}
+static void dev_cpu_zero(Device* d, void* p, size_t bytes) { memset(p, 0, bytes); }
+static const int* dev_cpu_tokens(Device* d, int slot, const int* host, size_t n) { return host; }
+static void dev_cpu_to_host_async(Device* d, void* dst, const void* src, size_t bytes) { if (dst != src) memcpy(dst, src, bytes); }
+static void dev_cpu_act_to_host_f32(Device* d, float* dst, const void* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static void dev_cpu_synchronize(Device* d) {}
+
+static void device_cpu_init(Device* d) {
+    memset(d, 0, sizeof(*d));
+    d->name = "cpu";
+    d->act_bytes = sizeof(float);
+    d->gelu_needs_scratch = 1;
+    d->encoder_forward = dev_cpu_encoder_forward;
+    d->encoder_backward = dev_cpu_encoder_backward;
+    d->layernorm_forward = dev_cpu_layernorm_forward;
+    d->residual_layernorm_forward = dev_cpu_residual_layernorm_forward;
+    d->layernorm_backward = dev_cpu_layernorm_backward;
+    d->matmul_forward = dev_cpu_matmul_forward;
+    d->matmul_backward = dev_cpu_matmul_backward;
+    d->attention_forward = dev_cpu_attention_forward;
+    d->attention_backward = dev_cpu_attention_backward;
+    d->crossentropy = dev_cpu_crossentropy;
+    d->zero = dev_cpu_zero;
+    d->tokens = dev_cpu_tokens;
+    d->to_host_async = dev_cpu_to_host_async;
+    d->act_to_host_f32 = dev_cpu_act_to_host_f32;
+    d->synchronize = dev_cpu_synchronize;
+}
+
+// ---- cuda: bf16 storage, fp32 math; kernels/cuda_*.cuh on the compute stream --------------
+#ifdef __CUDACC__
 
 typedef struct {
-    float* encoded;                       // [B,T,C]
-    float *ln1, *ln1_mean, *ln1_rstd;     // [L,B,T,C], [L,B,T] x2
-    float* qkv;                           // [L,B,T,3C]
-    float* atty;                          // [L,B,T,C]
+    cudaStream_t stream;       // the compute stream (the FSDP backend orders its comm against it)
+    MatmulContext mm;          // cuBLASLt handle + its one workspace
+    AttentionImpl attention;
+    void* scratch;             // one buffer for every kernel's scratch (they run in stream order)
+    size_t scratch_bytes;
+    int* tokens[2];            // inputs, targets [B*T] on the device
+    size_t tokens_cap;
+    uint16_t* host_row;        // pinned staging for act_to_host_f32
+    size_t host_row_cap;
+    int vocab;                 // real vocabulary (the embedding backward sorts ids in [0, vocab))
+    size_t device_bytes;       // everything this device state cudaMalloc'ed (budget)
+} CudaDevice;
+
+static CudaDevice* dev_cuda_of(Device* d) { return (CudaDevice*)d->impl; }
+#define BF(p) ((bf16*)(p))
+#define CBF(p) ((const bf16*)(p))
+
+static void dev_cuda_encoder_forward(Device* d, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+    encoder_forward_cuda(BF(out), inp, CBF(wte), CBF(wpe), B, T, C, dev_cuda_of(d)->stream);
+}
+static void dev_cuda_encoder_backward(Device* d, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+    CudaDevice* cd = dev_cuda_of(d);
+    encoder_backward_cuda(BF(dwte), BF(dwpe), cd->scratch, cd->scratch_bytes, CBF(dout), inp, B, T, C, cd->vocab, cd->stream);
+}
+static void dev_cuda_layernorm_forward(Device* d, void* out, float* mean, float* rstd, const void* inp,
+                                   const void* weight, const void* bias, int N, int C) {
+    layernorm_forward_cuda(BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C, dev_cuda_of(d)->stream);
+}
+static void dev_cuda_residual_layernorm_forward(Device* d, void* residual, void* out, float* mean, float* rstd, const void* a,
+                                            const void* b, const void* weight, const void* bias, int N, int C) {
+    fused_residual_layernorm_forward_cuda(BF(residual), BF(out), mean, rstd, CBF(a), CBF(b), CBF(weight), CBF(bias), N, C,
+                                          dev_cuda_of(d)->stream);
+}
+static void dev_cuda_layernorm_backward(Device* d, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                    const void* weight, const float* mean, const float* rstd, int N, int C) {
+    CudaDevice* cd = dev_cuda_of(d);
+    layernorm_backward_cuda(BF(dinp), BF(dweight), BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), CBF(inp),
+                            CBF(weight), mean, rstd, N, C, cd->stream);
+}
+static void dev_cuda_matmul_forward(Device* d, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
+                                int N, int C, int OC) {
+    CudaDevice* cd = dev_cuda_of(d);
+    matmul_forward_cuda(&cd->mm, BF(out), BF(pre_gelu), CBF(inp), CBF(weight), CBF(bias), N, C, OC, cd->stream);
+}
+static void dev_cuda_matmul_backward(Device* d, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                 const void* weight, const void* pre_gelu, int N, int C, int OC) {
+    CudaDevice* cd = dev_cuda_of(d);
+    // dinp overwritten (with the GELU backward in the epilogue when pre_gelu is given); the
+    // weight gradient accumulates in the bf16 gradient slot (beta = 1); the bias gradient is
+    // a deterministic reduction of its own.
+    matmul_backward_dinp_cuda(&cd->mm, BF(dinp), CBF(dout), CBF(weight), CBF(pre_gelu), N, C, OC, 0, cd->stream);
+    matmul_backward_dweight_cuda(&cd->mm, dweight, CUDA_R_16BF, CBF(dout), CBF(inp), N, C, OC, 1, cd->stream);
+    if (dbias) bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, cd->stream);
+}
+static void dev_cuda_attention_forward(Device* d, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    CudaDevice* cd = dev_cuda_of(d);
+    attention_forward_cuda(cd->attention, &cd->mm, BF(out), lse, CBF(qkv), cd->scratch, cd->scratch_bytes, B, T, C, NH, cd->stream);
+}
+static void dev_cuda_attention_backward(Device* d, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                    const float* lse, int B, int T, int C, int NH) {
+    CudaDevice* cd = dev_cuda_of(d);
+    attention_backward_cuda(cd->attention, &cd->mm, BF(dqkv), CBF(dout), CBF(qkv), CBF(out), lse, cd->scratch,
+                            cd->scratch_bytes, B, T, C, NH, cd->stream);
+}
+static void dev_cuda_crossentropy(Device* d, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, dev_cuda_of(d)->stream);
+}
+static void dev_cuda_zero(Device* d, void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, dev_cuda_of(d)->stream)); }
+static const int* dev_cuda_tokens(Device* d, int slot, const int* host, size_t n) {
+    CudaDevice* cd = dev_cuda_of(d);
+    CUDA_REQUIRE(n <= cd->tokens_cap, "%zu tokens exceed the %zu the device buffers were sized for", n, cd->tokens_cap);
+    // From pageable memory the copy is staged before the call returns: host may be reused.
+    CUDA_CHECK(cudaMemcpyAsync(cd->tokens[slot], host, n * sizeof(int), cudaMemcpyHostToDevice, cd->stream));
+    return cd->tokens[slot];
+}
+static void dev_cuda_to_host_async(Device* d, void* dst, const void* src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, dev_cuda_of(d)->stream));
+}
+static void dev_cuda_act_to_host_f32(Device* d, float* dst, const void* src, size_t n) {
+    CudaDevice* cd = dev_cuda_of(d);
+    CUDA_REQUIRE(n <= cd->host_row_cap, "%zu elements exceed the %zu-element staging buffer", n, cd->host_row_cap);
+    CUDA_CHECK(cudaMemcpyAsync(cd->host_row, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, cd->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cd->stream));
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(cd->host_row[i]);
+}
+static void dev_cuda_synchronize(Device* d) { CUDA_CHECK(cudaStreamSynchronize(dev_cuda_of(d)->stream)); }
+
+// The largest scratch any kernel takes for a B x T micro-batch (smaller forwards, e.g. the
+// sampler's B = 1, need less). Everything runs in order on one stream: one buffer serves all.
+static size_t dev_cuda_scratch_bytes(const GPT2Config* c, int B, int T, AttentionImpl attention) {
+    int N = B * T, C = c->channels, NH = c->num_heads;
+    size_t need = encoder_backward_scratch_bytes(B, T, c->vocab_size);
+    size_t k[] = {layernorm_backward_scratch_bytes(N, C), bias_backward_scratch_bytes(N, 4 * C),
+                  bias_backward_scratch_bytes(N, 3 * C), attention_forward_scratch_bytes(attention, B, T, C, NH),
+                  attention_backward_scratch_bytes(attention, B, T, C, NH)};
+    for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) if (k[i] > need) need = k[i];
+    return align_up_256(need);
+}
+
+static void device_cuda_init(Device* d, cudaStream_t stream, AttentionImpl attention, const GPT2Config* c, int B, int T) {
+    memset(d, 0, sizeof(*d));
+    CudaDevice* cd = (CudaDevice*)calloc(1, sizeof(CudaDevice));
+    cd->stream = stream;
+    cd->attention = attention;
+    cd->vocab = c->vocab_size;
+    matmul_context_init(&cd->mm);
+    cd->device_bytes += cd->mm.workspace_bytes;
+    cd->scratch_bytes = dev_cuda_scratch_bytes(c, B, T, attention);
+    CUDA_CHECK(cudaMalloc(&cd->scratch, cd->scratch_bytes));
+    cd->device_bytes += cd->scratch_bytes;
+    cd->tokens_cap = (size_t)B * T;
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMalloc(&cd->tokens[i], cd->tokens_cap * sizeof(int)));
+        CUDA_CHECK(cudaMemset(cd->tokens[i], 0, cd->tokens_cap * sizeof(int)));
+        cd->device_bytes += align_up_256(cd->tokens_cap * sizeof(int));
+    }
+    cd->host_row_cap = (size_t)c->padded_vocab_size;
+    CUDA_CHECK(cudaMallocHost((void**)&cd->host_row, cd->host_row_cap * sizeof(uint16_t)));
+    d->name = "cuda";
+    d->impl = cd;
+    d->act_bytes = sizeof(bf16);
+    d->gelu_needs_scratch = 0;  // cuBLASLt's DGELU epilogue
+    d->encoder_forward = dev_cuda_encoder_forward;
+    d->encoder_backward = dev_cuda_encoder_backward;
+    d->layernorm_forward = dev_cuda_layernorm_forward;
+    d->residual_layernorm_forward = dev_cuda_residual_layernorm_forward;
+    d->layernorm_backward = dev_cuda_layernorm_backward;
+    d->matmul_forward = dev_cuda_matmul_forward;
+    d->matmul_backward = dev_cuda_matmul_backward;
+    d->attention_forward = dev_cuda_attention_forward;
+    d->attention_backward = dev_cuda_attention_backward;
+    d->crossentropy = dev_cuda_crossentropy;
+    d->zero = dev_cuda_zero;
+    d->tokens = dev_cuda_tokens;
+    d->to_host_async = dev_cuda_to_host_async;
+    d->act_to_host_f32 = dev_cuda_act_to_host_f32;
+    d->synchronize = dev_cuda_synchronize;
+}
+
+static void device_cuda_free(Device* d) {
+    CudaDevice* cd = dev_cuda_of(d);
+    CUDA_CHECK(cudaStreamSynchronize(cd->stream));
+    matmul_context_destroy(&cd->mm);
+    CUDA_CHECK(cudaFree(cd->scratch));
+    for (int i = 0; i < 2; i++) CUDA_CHECK(cudaFree(cd->tokens[i]));
+    CUDA_CHECK(cudaFreeHost(cd->host_row));
+    free(cd);
+    d->impl = NULL;
+}
+#endif  // __CUDACC__
+
+// ----------------------------------------------------------------------------------------
+// Activations for one micro-batch of B x T, one allocation carved into named buffers, in the
+// device's activation dtype except the fp32 statistics and losses. Per-layer buffers are
+// strided by the allocated B*T, so a smaller forward (sampling with B = 1) uses the same memory.
+
+typedef struct {
+    void* encoded;                        // [B,T,C]
+    void* ln1; float *ln1_mean, *ln1_rstd;// [L,B,T,C], [L,B,T] x2
+    void* qkv;                            // [L,B,T,3C]
+    void* atty;                           // [L,B,T,C]
     float* att_lse;                       // [L,B,NH,T]
-    float* residual2;                     // [L,B,T,C]
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;                // [L,B,T,4C]
-    float* residual3;                     // [L,B,T,C]
-    float *lnf, *lnf_mean, *lnf_rstd;     // [B,T,C], [B,T] x2
-    float* logits;                        // [B,T,Vp]; the loss overwrites it with dlogits
+    void* residual2;                      // [L,B,T,C]
+    void* ln2; float *ln2_mean, *ln2_rstd;
+    void *fch, *fch_gelu;                 // [L,B,T,4C] (fch: the GELU's input)
+    void* residual3;                      // [L,B,T,C]
+    void* lnf; float *lnf_mean, *lnf_rstd;// [B,T,C], [B,T] x2
+    void* logits;                         // [B,T,Vp]; the loss overwrites it with dlogits
     float* losses;                        // [B,T]
-    float* proj_out;                      // [B,T,C] projection output before the residual add
+    void* proj_out;                       // [B,T,C] a projection's output before its residual add
     // backward scratch, one layer's worth
-    float *dresidual, *dbtc, *dqkv, *dfch, *dfch_gelu;
+    void *dresidual, *dbtc, *dqkv, *dfch; // [B,T,C] x2, [B,T,3C], [B,T,4C]
+    void* gelu_scratch;                   // [B,T,4C] where the device needs it (else NULL)
     size_t BT;                            // allocated B*T
-    size_t total_floats;
+    size_t total_bytes;
 } Activations;
 
-static size_t carve_activations(Activations* a, const GPT2Config* c, size_t B, size_t T, float* base) {
+// Reserves n elements of elem bytes at *off (256-byte aligned: cuBLASLt's fast paths and the
+// 128-bit kernels want it); a pointer into base, or NULL when only measuring (base NULL).
+static void* carve(char* base, size_t* off, size_t n, size_t elem) {
+    void* p = base && n ? base + *off : NULL;
+    *off += (n * elem + 255) / 256 * 256;
+    return p;
+}
+
+static size_t carve_activations(Activations* a, const GPT2Config* c, size_t B, size_t T, const Device* d, void* mem) {
     size_t BT = B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
-    size_t Vp = (size_t)c->padded_vocab_size;
-    struct { float** p; size_t n; } parts[] = {
-        {&a->encoded, BT * C},
-        {&a->ln1, L * BT * C}, {&a->ln1_mean, L * BT}, {&a->ln1_rstd, L * BT},
-        {&a->qkv, L * BT * 3 * C}, {&a->atty, L * BT * C}, {&a->att_lse, L * B * NH * T},
-        {&a->residual2, L * BT * C},
-        {&a->ln2, L * BT * C}, {&a->ln2_mean, L * BT}, {&a->ln2_rstd, L * BT},
-        {&a->fch, L * BT * 4 * C}, {&a->fch_gelu, L * BT * 4 * C}, {&a->residual3, L * BT * C},
-        {&a->lnf, BT * C}, {&a->lnf_mean, BT}, {&a->lnf_rstd, BT},
-        {&a->logits, BT * Vp}, {&a->losses, BT}, {&a->proj_out, BT * C},
-        {&a->dresidual, BT * C}, {&a->dbtc, BT * C}, {&a->dqkv, BT * 3 * C},
-        {&a->dfch, BT * 4 * C}, {&a->dfch_gelu, BT * 4 * C},
-    };
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-        if (base) *parts[i].p = base + total;
-        total += (parts[i].n + 15) / 16 * 16;  // keep every buffer 64-byte aligned
-    }
+    size_t Vp = (size_t)c->padded_vocab_size, e = d->act_bytes, f = sizeof(float), off = 0;
+    char* base = (char*)mem;
+    a->encoded = carve(base, &off, BT * C, e);
+    a->ln1 = carve(base, &off, L * BT * C, e);
+    a->ln1_mean = (float*)carve(base, &off, L * BT, f);
+    a->ln1_rstd = (float*)carve(base, &off, L * BT, f);
+    a->qkv = carve(base, &off, L * BT * 3 * C, e);
+    a->atty = carve(base, &off, L * BT * C, e);
+    a->att_lse = (float*)carve(base, &off, L * B * NH * T, f);
+    a->residual2 = carve(base, &off, L * BT * C, e);
+    a->ln2 = carve(base, &off, L * BT * C, e);
+    a->ln2_mean = (float*)carve(base, &off, L * BT, f);
+    a->ln2_rstd = (float*)carve(base, &off, L * BT, f);
+    a->fch = carve(base, &off, L * BT * 4 * C, e);
+    a->fch_gelu = carve(base, &off, L * BT * 4 * C, e);
+    a->residual3 = carve(base, &off, L * BT * C, e);
+    a->lnf = carve(base, &off, BT * C, e);
+    a->lnf_mean = (float*)carve(base, &off, BT, f);
+    a->lnf_rstd = (float*)carve(base, &off, BT, f);
+    a->logits = carve(base, &off, BT * Vp, e);
+    a->losses = (float*)carve(base, &off, BT, f);
+    a->proj_out = carve(base, &off, BT * C, e);
+    a->dresidual = carve(base, &off, BT * C, e);
+    a->dbtc = carve(base, &off, BT * C, e);
+    a->dqkv = carve(base, &off, BT * 3 * C, e);
+    a->dfch = carve(base, &off, BT * 4 * C, e);
+    a->gelu_scratch = carve(base, &off, d->gelu_needs_scratch ? BT * 4 * C : 0, e);
     a->BT = BT;
-    a->total_floats = total;
-    return total;
+    a->total_bytes = off;
+    return off;
 }
 
 // ----------------------------------------------------------------------------------------
-// The model: layout + engine + activations
+// The model: layout + engine + device + activations
+
+// How to build the model on a device (NULL or cuda = 0: the cpu device).
+typedef struct {
+    int cuda;
+    int use_nccl;              // cuda: NCCL collectives; else MPI staged through host memory
+    int reduce_fp32;           // cuda: reduce-scatter gradients in fp32 instead of bf16
+    int attention;             // cuda: AttentionImpl
+    uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
+} DeviceOptions;
 
 typedef struct {
     ModelLayout layout;
     GPT2Config config;
     Fsdp fsdp;
     FsdpBackend backend;
+    Device dev;
     Activations acts;
-    float* acts_memory;
+    void* acts_memory;
     int B, T;            // micro-batch the activations were sized for
+    const int* tok_inputs;   // the last forward's token ids, where the device reads them
+#ifdef __CUDACC__
+    cudaStream_t stream;
+#endif
 } GPT2;
 
 static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, const ProcessGroup* pg,
-                       const FsdpConfig* fcfg, int B, int T) {
+                       const FsdpConfig* fcfg, const DeviceOptions* dopt, int B, int T) {
     char err[512];
+    memset(model, 0, sizeof(*model));
     model->config = *c;
     build_layout(&model->layout, c, layers_per_unit, pg->shard_size);
-    fsdp_backend_cpu_init(&model->backend, pg, 2 * model->layout.n_units + 4);
+    int max_ops = 2 * model->layout.n_units + 4;
+    if (dopt && dopt->cuda) {
+#ifdef __CUDACC__
+        CUDA_CHECK(cudaStreamCreateWithFlags(&model->stream, cudaStreamNonBlocking));
+        CudaBackendConfig bc;
+        memset(&bc, 0, sizeof(bc));
+        bc.use_nccl = dopt->use_nccl;
+        bc.reduce_fp32 = dopt->reduce_fp32;
+        for (int u = 0; u < model->layout.n_units; u++)
+            if (model->layout.units[u].padded > bc.max_unit_padded) bc.max_unit_padded = model->layout.units[u].padded;
+        bc.seed = dopt->seed;
+        bc.compute = model->stream;
+        fsdp_backend_cuda_init(&model->backend, pg, max_ops, &bc);
+        device_cuda_init(&model->dev, model->stream, (AttentionImpl)dopt->attention, c, B, T);
+#else
+        fatal(pg, "--device cuda: this build has no CUDA support (built without nvcc)");
+#endif
+    } else {
+        fsdp_backend_cpu_init(&model->backend, pg, max_ops);
+        device_cpu_init(&model->dev);
+    }
     if (fsdp_init(&model->fsdp, pg, &model->backend, fcfg, model->layout.units, model->layout.n_units, err, sizeof(err)))
         fatal(pg, "%s", err);
     model->B = B;
     model->T = T;
-    size_t n = carve_activations(&model->acts, c, (size_t)B, (size_t)T, NULL);
-    model->acts_memory = (float*)model->backend.alloc(model->backend.ctx, n * sizeof(float));
-    carve_activations(&model->acts, c, (size_t)B, (size_t)T, model->acts_memory);
+    size_t n = carve_activations(&model->acts, c, (size_t)B, (size_t)T, &model->dev, NULL);
+    model->acts_memory = model->backend.alloc(model->backend.ctx, n);
+    carve_activations(&model->acts, c, (size_t)B, (size_t)T, &model->dev, model->acts_memory);
+    model->dev.gelu_scratch = model->acts.gelu_scratch;
 }
 
 static void gpt2_free(GPT2* model) {
+    model->dev.synchronize(&model->dev);
     model->backend.release(model->backend.ctx, model->acts_memory);
     fsdp_free(&model->fsdp);
-    fsdp_backend_cpu_free(&model->backend);
+#ifdef __CUDACC__
+    if (model->dev.impl) {
+        device_cuda_free(&model->dev);
+        fsdp_backend_cuda_free(&model->backend);
+        CUDA_CHECK(cudaStreamDestroy(model->stream));
+    } else
+#endif
+        fsdp_backend_cpu_free(&model->backend);
     free(model->layout.units);
 }
 
-// Forward over B x T tokens. Writes per-position losses to acts.losses (targets required).
-// With dloss != 0 the logits buffer is left holding dlogits for the backward.
+// Device memory the model itself allocated beyond the engine's state and the activations
+// (cuda: the collectives' buffers, the cuBLASLt workspace, kernel scratch, token buffers).
+static size_t gpt2_device_extra_bytes(const GPT2* model) {
+#ifdef __CUDACC__
+    if (model->dev.impl) return fsdp_backend_cuda_device_bytes(&model->backend) + ((CudaDevice*)model->dev.impl)->device_bytes;
+#endif
+    (void)model;
+    return 0;
+}
+
+// Forward over B x T tokens. Writes per-position losses to acts.losses (targets required;
+// device memory: see gpt2_losses_to_host). With dloss != 0 the logits buffer is left holding
+// dlogits for the backward.
 static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
     const GPT2Config* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
     Fsdp* f = &model->fsdp;
-    size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT;
+    Device* d = &model->dev;
+    size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = d->act_bytes, pe = model->backend.param_bytes;
     int N = (int)BT, NH = c->num_heads;
+    const int* tok = d->tokens(d, 0, inputs, BT);
+    const int* tgt = d->tokens(d, 1, targets, BT);
+    model->tok_inputs = tok;
 
-    RootTensors root = root_tensors(m, (float*)fsdp_forward_pre(f, 0));
-    encoder_forward(a->encoded, inputs, root.wte, root.wpe, B, T, (int)C);
-    float* residual = a->encoded;
+    RootTensors root = root_tensors(m, fsdp_forward_pre(f, 0), pe);
+    d->encoder_forward(d, a->encoded, tok, root.wte, root.wpe, B, T, (int)C);
+    // The residual stream: block l's output is residual3[l] = residual2[l] + (MLP projection).
+    // That add is fused into the LayerNorm that reads its result (the next block's ln_1, or
+    // ln_f), so until then the stream is the pair (res_a, res_b); res_b NULL: just res_a.
+    void* res_a = a->encoded;
+    void* res_b = NULL;
+    void* res_out = NULL;  // where the pending sum goes
     for (int u = 1; u < m->n_units; u++) {
-        float* unit_params = (float*)fsdp_forward_pre(f, u);
+        void* unit_params = fsdp_forward_pre(f, u);
         for (int j = 0; j < m->layers_per_unit; j++) {
             int l = (u - 1) * m->layers_per_unit + j;
             if (l >= c->num_layers) break;
-            BlockTensors p = block_tensors(m, u, j, unit_params);
-            float* ln1 = a->ln1 + l * stride * C;
+            BlockTensors p = block_tensors(m, u, j, unit_params, pe);
+            void* ln1 = elem_at(a->ln1, l * stride * C, e);
             float* ln1_mean = a->ln1_mean + l * stride;
             float* ln1_rstd = a->ln1_rstd + l * stride;
-            float* qkv = a->qkv + l * stride * 3 * C;
-            float* atty = a->atty + l * stride * C;
+            void* qkv = elem_at(a->qkv, l * stride * 3 * C, e);
+            void* atty = elem_at(a->atty, l * stride * C, e);
             float* lse = a->att_lse + l * stride * NH;
-            float* residual2 = a->residual2 + l * stride * C;
-            float* ln2 = a->ln2 + l * stride * C;
+            void* residual2 = elem_at(a->residual2, l * stride * C, e);
+            void* ln2 = elem_at(a->ln2, l * stride * C, e);
             float* ln2_mean = a->ln2_mean + l * stride;
             float* ln2_rstd = a->ln2_rstd + l * stride;
-            float* fch = a->fch + l * stride * 4 * C;
-            float* fch_gelu = a->fch_gelu + l * stride * 4 * C;
-            float* residual3 = a->residual3 + l * stride * C;
+            void* fch = elem_at(a->fch, l * stride * 4 * C, e);
+            void* fch_gelu = elem_at(a->fch_gelu, l * stride * 4 * C, e);
 
-            layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.t[LN1_W], p.t[LN1_B], N, (int)C);
-            matmul_forward(qkv, ln1, p.t[QKV_W], p.t[QKV_B], N, (int)C, 3 * (int)C);
-            attention_forward(atty, lse, qkv, B, T, (int)C, NH);
-            matmul_forward(a->proj_out, atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, (int)C, (int)C);
-            residual_forward(residual2, residual, a->proj_out, BT * C);
-            layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p.t[LN2_W], p.t[LN2_B], N, (int)C);
-            matmul_forward(fch, ln2, p.t[FC_W], p.t[FC_B], N, (int)C, 4 * (int)C);
-            gelu_forward(fch_gelu, fch, BT * 4 * C);
-            matmul_forward(a->proj_out, fch_gelu, p.t[FCPROJ_W], p.t[FCPROJ_B], N, 4 * (int)C, (int)C);
-            residual_forward(residual3, residual2, a->proj_out, BT * C);
-            residual = residual3;
+            if (res_b) d->residual_layernorm_forward(d, res_out, ln1, ln1_mean, ln1_rstd, res_a, res_b, p.t[LN1_W], p.t[LN1_B], N, (int)C);
+            else d->layernorm_forward(d, ln1, ln1_mean, ln1_rstd, res_a, p.t[LN1_W], p.t[LN1_B], N, (int)C);
+            void* residual = res_b ? res_out : res_a;
+            d->matmul_forward(d, qkv, NULL, ln1, p.t[QKV_W], p.t[QKV_B], N, (int)C, 3 * (int)C);
+            d->attention_forward(d, atty, lse, qkv, B, T, (int)C, NH);
+            d->matmul_forward(d, a->proj_out, NULL, atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, (int)C, (int)C);
+            d->residual_layernorm_forward(d, residual2, ln2, ln2_mean, ln2_rstd, residual, a->proj_out, p.t[LN2_W], p.t[LN2_B], N, (int)C);
+            d->matmul_forward(d, fch_gelu, fch, ln2, p.t[FC_W], p.t[FC_B], N, (int)C, 4 * (int)C);
+            d->matmul_forward(d, a->proj_out, NULL, fch_gelu, p.t[FCPROJ_W], p.t[FCPROJ_B], N, 4 * (int)C, (int)C);
+            res_a = residual2;
+            res_b = a->proj_out;
+            res_out = elem_at(a->residual3, l * stride * C, e);
         }
         fsdp_forward_post(f, u);
     }
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, root.lnfw, root.lnfb, N, (int)C);
-    matmul_forward(a->logits, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size);
-    crossentropy_softmax_fused(a->logits, a->losses, targets, N, c->vocab_size, c->padded_vocab_size, dloss);
+    if (res_b) d->residual_layernorm_forward(d, res_out, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, res_b, root.lnfw, root.lnfb, N, (int)C);
+    else d->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, root.lnfw, root.lnfb, N, (int)C);
+    d->matmul_forward(d, a->logits, NULL, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size);
+    d->crossentropy(d, a->logits, a->losses, tgt, N, c->vocab_size, c->padded_vocab_size, dloss);
     fsdp_forward_post(f, 0);
 }
 
-// Backward of the last forward (which must have had dloss != 0). Each unit's gradient is
-// reduce-scattered as soon as its backward is done.
-static void gpt2_backward(GPT2* model, const int* inputs, int B, int T) {
+// Queues a copy of the last forward's B*T losses into host memory dst (valid after
+// model->dev.synchronize; on the cpu at once).
+static void gpt2_losses_to_host(GPT2* model, float* dst, int B, int T) {
+    model->dev.to_host_async(&model->dev, dst, model->acts.losses, (size_t)B * T * sizeof(float));
+}
+
+// Backward of the last forward (which must have had dloss != 0), on the same tokens. Each
+// unit's gradient is reduce-scattered as soon as its backward is done.
+static void gpt2_backward(GPT2* model, int B, int T) {
     const GPT2Config* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
     Fsdp* f = &model->fsdp;
-    size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT;
+    Device* d = &model->dev;
+    size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = d->act_bytes, pe = model->backend.param_bytes;
     int N = (int)BT, NH = c->num_heads;
 
-    RootTensors root = root_tensors(m, (float*)fsdp_backward_pre(f, 0));
-    RootTensors droot = root_tensors(m, (float*)fsdp_grad(f, 0));
+    RootTensors root = root_tensors(m, fsdp_backward_pre(f, 0), pe);
+    RootTensors droot = root_tensors(m, fsdp_grad(f, 0), pe);
     fsdp_backward_prefetch(f, m->n_units - 1);  // the last block, while the head runs
 
-    float* residual_last = c->num_layers > 0 ? a->residual3 + (size_t)(c->num_layers - 1) * stride * C : a->encoded;
-    memset(a->dbtc, 0, BT * C * sizeof(float));
-    matmul_backward(a->dbtc, droot.wte, NULL, a->logits, a->lnf, root.wte, N, (int)C, c->padded_vocab_size);
-    memset(a->dresidual, 0, BT * C * sizeof(float));
-    layernorm_backward(a->dresidual, droot.lnfw, droot.lnfb, a->dbtc, residual_last, root.lnfw,
-                       a->lnf_mean, a->lnf_rstd, N, (int)C);
+    void* residual_last = c->num_layers > 0 ? elem_at(a->residual3, (size_t)(c->num_layers - 1) * stride * C, e) : a->encoded;
+    d->matmul_backward(d, a->dbtc, droot.wte, NULL, a->logits, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size);
+    d->zero(d, a->dresidual, BT * C * e);
+    d->layernorm_backward(d, a->dresidual, droot.lnfw, droot.lnfb, a->dbtc, residual_last, root.lnfw,
+                          a->lnf_mean, a->lnf_rstd, N, (int)C);
 
     for (int u = m->n_units - 1; u >= 1; u--) {
-        float* unit_params = (float*)fsdp_backward_pre(f, u);
-        float* unit_grads = (float*)fsdp_grad(f, u);
+        void* unit_params = fsdp_backward_pre(f, u);
+        void* unit_grads = fsdp_grad(f, u);
         int first = (u - 1) * m->layers_per_unit;
         int last = first + m->layers_per_unit - 1;
         if (last >= c->num_layers) last = c->num_layers - 1;
         for (int l = last; l >= first; l--) {
-            BlockTensors p = block_tensors(m, u, l - first, unit_params);
-            BlockTensors g = block_tensors(m, u, l - first, unit_grads);
-            float* residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * stride * C;
-            float* ln1 = a->ln1 + l * stride * C;
+            BlockTensors p = block_tensors(m, u, l - first, unit_params, pe);
+            BlockTensors g = block_tensors(m, u, l - first, unit_grads, pe);
+            void* residual = l == 0 ? a->encoded : elem_at(a->residual3, (size_t)(l - 1) * stride * C, e);
+            void* ln1 = elem_at(a->ln1, l * stride * C, e);
             float* ln1_mean = a->ln1_mean + l * stride;
             float* ln1_rstd = a->ln1_rstd + l * stride;
-            float* qkv = a->qkv + l * stride * 3 * C;
-            float* atty = a->atty + l * stride * C;
+            void* qkv = elem_at(a->qkv, l * stride * 3 * C, e);
+            void* atty = elem_at(a->atty, l * stride * C, e);
             float* lse = a->att_lse + l * stride * NH;
-            float* residual2 = a->residual2 + l * stride * C;
-            float* ln2 = a->ln2 + l * stride * C;
+            void* residual2 = elem_at(a->residual2, l * stride * C, e);
+            void* ln2 = elem_at(a->ln2, l * stride * C, e);
             float* ln2_mean = a->ln2_mean + l * stride;
             float* ln2_rstd = a->ln2_rstd + l * stride;
-            float* fch = a->fch + l * stride * 4 * C;
-            float* fch_gelu = a->fch_gelu + l * stride * 4 * C;
+            void* fch = elem_at(a->fch, l * stride * 4 * C, e);
+            void* fch_gelu = elem_at(a->fch_gelu, l * stride * 4 * C, e);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
-            memset(a->dfch_gelu, 0, BT * 4 * C * sizeof(float));
-            matmul_backward(a->dfch_gelu, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, fch_gelu, p.t[FCPROJ_W], N, 4 * (int)C, (int)C);
-            memset(a->dfch, 0, BT * 4 * C * sizeof(float));
-            gelu_backward(a->dfch, fch, a->dfch_gelu, BT * 4 * C);
-            memset(a->dbtc, 0, BT * C * sizeof(float));
-            matmul_backward(a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, ln2, p.t[FC_W], N, (int)C, 4 * (int)C);
-            layernorm_backward(a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, residual2, p.t[LN2_W], ln2_mean, ln2_rstd, N, (int)C);
+            d->matmul_backward(d, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, fch_gelu, p.t[FCPROJ_W], fch, N, 4 * (int)C, (int)C);
+            d->matmul_backward(d, a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, ln2, p.t[FC_W], NULL, N, (int)C, 4 * (int)C);
+            d->layernorm_backward(d, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, residual2, p.t[LN2_W], ln2_mean, ln2_rstd, N, (int)C);
             // Attention branch: d(residual2) -> d(residual).
-            memset(a->dbtc, 0, BT * C * sizeof(float));
-            matmul_backward(a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, atty, p.t[ATTPROJ_W], N, (int)C, (int)C);
-            memset(a->dqkv, 0, BT * 3 * C * sizeof(float));
-            attention_backward(a->dqkv, a->dbtc, qkv, atty, lse, B, T, (int)C, NH);
-            memset(a->dbtc, 0, BT * C * sizeof(float));
-            matmul_backward(a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, ln1, p.t[QKV_W], N, (int)C, 3 * (int)C);
-            layernorm_backward(a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], ln1_mean, ln1_rstd, N, (int)C);
+            d->matmul_backward(d, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C);
+            d->attention_backward(d, a->dqkv, a->dbtc, qkv, atty, lse, B, T, (int)C, NH);
+            d->matmul_backward(d, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C);
+            d->layernorm_backward(d, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], ln1_mean, ln1_rstd, N, (int)C);
         }
         fsdp_backward_post(f, u);
     }
-    encoder_backward(droot.wte, droot.wpe, a->dresidual, inputs, B, T, (int)C);
+    d->encoder_backward(d, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C);
     fsdp_backward_post(f, 0);
 }
 
@@ -514,6 +902,7 @@ static void generate_sample(GPT2* model, const ProcessGroup* pg, const Tokenizer
     int* idx = (int*)malloc((size_t)top_k * sizeof(int));
     float* val = (float*)malloc((size_t)top_k * sizeof(float));
     const GPT2Config* c = &model->config;
+    float* row = (float*)malloc((size_t)c->padded_vocab_size * sizeof(float));  // host copy of one row of logits
     tokens[0] = GPT2_EOT;
     int length = n_tokens + 1 < T ? n_tokens + 1 : T;
     TokenizerUtf8 utf8;
@@ -521,7 +910,8 @@ static void generate_sample(GPT2* model, const ProcessGroup* pg, const Tokenizer
     if (pg->rank == 0) { printf("sample (step %d):\n---\n", step); fflush(stdout); }
     for (int t = 1; t < length; t++) {
         gpt2_forward(model, tokens, zeros, 1, t, 0.0f);
-        const float* row = model->acts.logits + (size_t)(t - 1) * c->padded_vocab_size;
+        model->dev.act_to_host_f32(&model->dev, row, elem_at(model->acts.logits, (size_t)(t - 1) * c->padded_vocab_size,
+                                   model->dev.act_bytes), (size_t)c->padded_vocab_size);
         uint64_t h = splitmix64(seed ^ splitmix64(((uint64_t)step << 32) | (uint64_t)t));
         float coin = (float)((double)(h >> 11) / 9007199254740992.0);
         tokens[t] = sample_top_k(row, c->vocab_size, top_k, temperature, coin, idx, val);
@@ -537,7 +927,7 @@ static void generate_sample(GPT2* model, const ProcessGroup* pg, const Tokenizer
         printf("\n---\n");
         fflush(stdout);
     }
-    free(tokens); free(zeros); free(idx); free(val);
+    free(tokens); free(zeros); free(idx); free(val); free(row);
 }
 
 #ifndef TESTING
@@ -565,6 +955,9 @@ typedef struct {
     uint64_t seed;
     int shuffle;
     const char* device;
+    const char* comm;            // cuda: "auto", "nccl" or "mpi"
+    int reduce_fp32;             // cuda: --reduce-dtype fp32
+    const char* attention;       // cuda: "auto", "flash" or "cublas"
     int threads;
     int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
     int ckpt_every, ckpt_keep, ckpt_async, stop_at_step;
@@ -635,6 +1028,12 @@ static void print_usage(void) {
 "                               checkpoint first when --ckpt-every is set: splits a run into jobs\n"
 "system\n"
 "      --device auto|cpu|cuda   [auto: cuda when usable, else cpu]\n"
+"      --comm nccl|mpi          cuda collectives: NCCL, or MPI staged through host memory (several ranks\n"
+"                               may share a GPU, which NCCL refuses) [nccl when every local rank has\n"
+"                               its own GPU, else mpi]\n"
+"      --reduce-dtype bf16|fp32 cuda: dtype of the gradient reduce-scatter [bf16]\n"
+"      --attention flash|cublas cuda: fused flash attention, or the cuBLAS reference path [flash where\n"
+"                               the head size is 64 or 128, else cublas]\n"
 "      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
 "      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
 "operations\n"
@@ -689,7 +1088,7 @@ enum {
     OPT_TOKENIZER_DIR, OPT_SHUFFLE, OPT_DEVICE, OPT_THREADS, OPT_UNIT_LAYERS, OPT_PREFETCH,
     OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
-    OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS,
+    OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
 };
 
 // Returns 0 to run, 1 on an error (message in e), 2 for --help.
@@ -707,6 +1106,8 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->tokenizer_dir = NULL;
     o->seed = 1337;
     o->device = "auto";
+    o->comm = "auto";
+    o->attention = "auto";
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
     o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
@@ -744,6 +1145,8 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
         {"max-bad-steps", required_argument, 0, OPT_MAX_BAD_STEPS},
         {"peak-tflops", required_argument, 0, OPT_PEAK_TFLOPS},
+        {"comm", required_argument, 0, OPT_COMM}, {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
+        {"attention", required_argument, 0, OPT_ATTENTION},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -829,6 +1232,23 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_COMM_TIMEOUT: r = parse_float("--comm-timeout", optarg, 1.0, 1e7, &o->comm_timeout, e); break;
         case OPT_MAX_BAD_STEPS: r = parse_int("--max-bad-steps", optarg, 1, INT32_MAX, &o->max_bad_steps, e); break;
         case OPT_PEAK_TFLOPS: r = parse_float("--peak-tflops", optarg, 1e-6, 1e7, &o->peak_tflops, e); break;
+        case OPT_COMM:
+            if (strcmp(optarg, "nccl") && strcmp(optarg, "mpi")) {
+                snprintf(e->msg, sizeof(e->msg), "--comm: expected nccl or mpi, got '%s'", optarg); r = 1;
+            }
+            o->comm = optarg;
+            break;
+        case OPT_REDUCE_DTYPE:
+            if (!strcmp(optarg, "fp32")) o->reduce_fp32 = 1;
+            else if (!strcmp(optarg, "bf16")) o->reduce_fp32 = 0;
+            else { snprintf(e->msg, sizeof(e->msg), "--reduce-dtype: expected bf16 or fp32, got '%s'", optarg); r = 1; }
+            break;
+        case OPT_ATTENTION:
+            if (strcmp(optarg, "flash") && strcmp(optarg, "cublas")) {
+                snprintf(e->msg, sizeof(e->msg), "--attention: expected flash or cublas, got '%s'", optarg); r = 1;
+            }
+            o->attention = optarg;
+            break;
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
         default: snprintf(e->msg, sizeof(e->msg), "unknown option '%s'", argv[optind - 1]); return 1;
@@ -867,16 +1287,37 @@ static int resolve_config(const Options* o, GPT2Config* c, int* file_version, Pa
     return 0;
 }
 
-// Device choice. The cpu device is the reference; a CUDA device plugs in here.
-static const char* choose_device(const char* requested, char* why, size_t whylen) {
-    int gpus = 0;
+// GPUs this process can use, 0 on a host-only build; why says what is missing when 0.
+static int usable_gpus(char* why, size_t whylen) {
 #ifdef __CUDACC__
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    int gpus = 0;
+    cudaError_t st = cudaGetDeviceCount(&gpus);
+    if (st != cudaSuccess) {
+        snprintf(why, whylen, "no usable GPU (%s)", cudaGetErrorString(st));
+        cudaGetLastError();  // clear the sticky error
+        return 0;
+    }
+    if (gpus == 0) snprintf(why, whylen, "no usable GPU");
+    return gpus;
+#else
+    snprintf(why, whylen, "this build has no CUDA support (built without nvcc)");
+    return 0;
 #endif
-    if (!strcmp(requested, "cuda")) return NULL;
+}
+
+// Device choice: "cpu" or "cuda", or NULL when cuda was requested and cannot be had (the
+// reason in why). The cpu device is the reference.
+static const char* choose_device(const char* requested, char* why, size_t whylen) {
     if (!strcmp(requested, "cpu")) { snprintf(why, whylen, "requested"); return "cpu"; }
-    if (gpus > 0) snprintf(why, whylen, "%d GPU(s) visible, but this build has no CUDA device yet", gpus);
-    else snprintf(why, whylen, "no usable GPU");
+    char none[200];
+    int gpus = usable_gpus(none, sizeof(none));
+    if (!strcmp(requested, "cuda")) {
+        if (gpus > 0) { snprintf(why, whylen, "requested"); return "cuda"; }
+        snprintf(why, whylen, "%s", none);
+        return NULL;
+    }
+    if (gpus > 0) { snprintf(why, whylen, "auto: %d GPU(s) visible", gpus); return "cuda"; }
+    snprintf(why, whylen, "auto: %s", none);
     return "cpu";
 }
 
@@ -901,7 +1342,8 @@ static void checkpoint_tables(GPT2* model, const ProcessGroup* pg, CheckpointTab
     ct->pieces = (CkptPiece*)calloc((size_t)total * CKPT_KINDS, sizeof(CkptPiece));
     ct->n_tensors = ct->n_pieces = 0;
     ct->local_bytes = 0;
-    float* arenas[CKPT_KINDS] = {f->master, f->adam_m, f->adam_v};
+    // The pieces point into the host mirror: a save is preceded by fsdp_download_state.
+    float* arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
     for (int u = 0; u < m->n_units; u++) {
         size_t begin, end;
         fsdp_owned_range(f, u, &begin, &end);
@@ -968,7 +1410,8 @@ static int checkpoint_load(const char* dir, GPT2* model, int T, long* step, Load
     }
     const ModelLayout* m = &model->layout;
     Fsdp* f = &model->fsdp;
-    float* arenas[CKPT_KINDS] = {f->master, f->adam_m, f->adam_v};
+    // Into the host mirror; the caller uploads it (fsdp_upload_state).
+    float* arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
     *bytes_read = 0;
     for (int u = 0; u < m->n_units; u++) {
         size_t begin, end;
@@ -995,7 +1438,6 @@ static int checkpoint_load(const char* dir, GPT2* model, int T, long* step, Load
     ls->seed = strtoull(seed->valuestring, NULL, 10);
     ls->shuffle = (int)shuffle;
     ckpt_close(&c);
-    f->params_dirty = 1;
     return 0;
 }
 
@@ -1062,6 +1504,19 @@ static int test_hook_at(const char* list, int step) {
     return 0;
 }
 
+// GPU memory in use now above baseline, in MiB (cudaMemGetInfo: every process on the GPU).
+static double gpu_used_mib(size_t baseline) {
+#ifdef __CUDACC__
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0.0;
+    size_t used = total_b - free_b;
+    return used > baseline ? (double)(used - baseline) / (1024.0 * 1024.0) : 0.0;
+#else
+    (void)baseline;
+    return 0.0;
+#endif
+}
+
 static void print_memory_line(const char* what, size_t bytes) {
     printf("  %-34s %10.1f MiB\n", what, (double)bytes / (1024.0 * 1024.0));
 }
@@ -1113,7 +1568,11 @@ int main(int argc, char** argv) {
     char why[256] = "";
     if (rc == 0) {
         device = choose_device(opt.device, why, sizeof(why));
-        if (!device) { snprintf(pe.msg, sizeof(pe.msg), "--device cuda: this build has no CUDA device yet; use --device cpu"); rc = 1; }
+        if (!device) { snprintf(pe.msg, sizeof(pe.msg), "--device cuda: %s; use --device cpu", why); rc = 1; }
+    }
+    int on_cuda = device && !strcmp(device, "cuda");
+    if (rc == 0 && on_cuda && config.channels % 8 != 0) {  // 128-bit row kernels
+        snprintf(pe.msg, sizeof(pe.msg), "--device cuda needs --channels to be a multiple of 8, got %d", config.channels); rc = 1;
     }
     if (rc) {
         if (pg.rank == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
@@ -1121,8 +1580,50 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
-    // The cuda device will pass its GPU's name; the cpu device has no table entry.
-    double peak_tflops = opt.peak_tflops > 0 ? opt.peak_tflops : device_peak_tflops(NULL);
+
+    // The GPU: local rank modulo the GPUs visible (several ranks share one with --comm mpi).
+    DeviceOptions dopt;
+    memset(&dopt, 0, sizeof(dopt));
+    char gpu_name[256] = "", gpu_desc[400] = "";
+    char comm_why[128] = "";
+    size_t gpu_baseline_used = 0;  // device memory in use before this process allocated any
+    (void)gpu_desc; (void)comm_why;  // printed by CUDA builds only
+    if (on_cuda) {
+#ifdef __CUDACC__
+        int gpus = 0;
+        CUDA_CHECK(cudaGetDeviceCount(&gpus));
+        int gpu = pg.local_rank % gpus;
+        CUDA_CHECK(cudaSetDevice(gpu));
+        CUDA_CHECK(cudaFree(0));  // create the context now: the baseline below includes it
+        cudaDeviceProp prop;
+        CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
+        snprintf(gpu_name, sizeof(gpu_name), "%s", prop.name);
+        snprintf(gpu_desc, sizeof(gpu_desc), "GPU %d of %d: %s, %.1f GiB, sm_%d%d", gpu, gpus, prop.name,
+                 prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor);
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        gpu_baseline_used = total_b - free_b;
+        dopt.cuda = 1;
+        if (!strcmp(opt.comm, "auto")) {
+            dopt.use_nccl = pg.local_world <= gpus;
+            snprintf(comm_why, sizeof(comm_why), "%s", dopt.use_nccl ? "one GPU per local rank" : "ranks share a GPU, which NCCL refuses");
+        } else {
+            dopt.use_nccl = !strcmp(opt.comm, "nccl");
+            snprintf(comm_why, sizeof(comm_why), "requested");
+            if (dopt.use_nccl && pg.local_world > gpus)
+                fatal_agreed(&pg, "--comm nccl: %d local ranks share %d GPU(s), which NCCL refuses; use --comm mpi", pg.local_world, gpus);
+        }
+        dopt.reduce_fp32 = opt.reduce_fp32;
+        int hs = config.channels / config.num_heads;
+        if (!strcmp(opt.attention, "auto")) dopt.attention = attention_flash_supports(hs) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
+        else if (!strcmp(opt.attention, "flash") && !attention_flash_supports(hs))
+            fatal_agreed(&pg, "--attention flash supports head sizes 64 and 128, this model's is %d; use --attention cublas", hs);
+        else dopt.attention = attention_impl_from_name(opt.attention);
+        dopt.seed = opt.seed;
+#endif
+    }
+    // The peak table knows GPUs by name; the cpu device has no entry (no MFU).
+    double peak_tflops = opt.peak_tflops > 0 ? opt.peak_tflops : device_peak_tflops(on_cuda ? gpu_name : NULL);
 
     int threads = opt.threads;
     if (!threads) {
@@ -1152,12 +1653,14 @@ int main(int argc, char** argv) {
     // Model and engine
     FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last};
     GPT2 model;
-    gpt2_build(&model, &config, opt.unit_layers, &pg, &fcfg, B, T);
+    gpt2_build(&model, &config, opt.unit_layers, &pg, &fcfg, &dopt, B, T);
+    // Initial weights are written into the host mirror, then uploaded (a no-op on the cpu).
     if (opt.init_from) {
         if (load_model_file(&model.layout, &model.fsdp, opt.init_from, file_version, err, sizeof(err))) fatal(&pg, "%s", err);
     } else {
         init_parameters(&model.layout, &model.fsdp, opt.seed);
     }
+    fsdp_upload_state(&model.fsdp, 0);
 
     // Checkpoints: where, and whether this run continues one.
     char ckpt_root[1100] = "";
@@ -1177,6 +1680,9 @@ int main(int argc, char** argv) {
             LoaderState ls;
             double t0 = now_seconds();
             if (checkpoint_load(path, &model, T, &step, &ls, &bytes, err, sizeof(err))) fatal(&pg, "--resume: %s", err);
+            // The compute-dtype shard is rounded as the optimizer's step `step` rounded it: a
+            // resume continues bitwise.
+            fsdp_upload_state(&model.fsdp, (int)step);
             loader_set_state(&train_loader, &ls);
             start_step = (int)step;
             resumed = 1;
@@ -1234,11 +1740,23 @@ int main(int argc, char** argv) {
         if (!metrics) fatal(&pg, "%s: cannot open for writing: %s", path, strerror(errno));
     }
 
-    size_t act_bytes = model.acts.total_floats * sizeof(float);
+    size_t act_bytes = model.acts.total_bytes;
     size_t io_bytes = 2 * (size_t)B * T * sizeof(int);
+    size_t step_losses_bytes = (size_t)grad_accum * B * T * sizeof(float);  // host copies of a step's losses
+    FsdpMemory* mm = &model.fsdp.memory;
+    size_t extra_device = gpt2_device_extra_bytes(&model);
+    size_t device_budget = mm->shard_state + mm->gathered + mm->full_grads + act_bytes + extra_device;
     if (pg.rank == 0) {
         printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg.world,
                pg.launcher, pg.transport, threads);
+        if (on_cuda) {
+#ifdef __CUDACC__
+            printf("cuda: %s | collectives %s (%s), reduce %s | attention %s | peak %.0f TFLOP/s%s\n", gpu_desc,
+                   dopt.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why, dopt.reduce_fp32 ? "fp32" : "bf16",
+                   attention_impl_name((AttentionImpl)dopt.attention), peak_tflops,
+                   peak_tflops > 0 ? "" : " (unknown GPU: no MFU; --peak-tflops sets it)");
+#endif
+        }
         printf("model: %d layers, %d heads, %d channels, max_seq %d, vocab %d (padded %d): %zu parameters\n",
                config.num_layers, config.num_heads, config.channels, config.max_seq_len, config.vocab_size,
                config.padded_vocab_size, model.layout.num_parameters);
@@ -1249,21 +1767,44 @@ int main(int argc, char** argv) {
                B, T, pg.world, grad_accum, total_tokens, max_steps);
         printf("train data: %d shard(s), %zu sequences per epoch%s\n", train_loader.n_shards, train_loader.windows_per_epoch,
                opt.shuffle ? ", shuffled" : "");
-        FsdpMemory* mm = &model.fsdp.memory;
-        printf("memory budget per rank:\n");
+        printf("memory budget per rank%s:\n", on_cuda ? " (GPU memory)" : "");
+        // (on cuda the shards also hold the bf16 copy of the parameters)
         print_memory_line("sharded params + grads + Adam m, v", mm->shard_state);
         print_memory_line("gathered parameter slots", mm->gathered);
         print_memory_line("full-gradient slots", mm->full_grads);
         print_memory_line("activations", act_bytes);
-        print_memory_line("total", mm->shard_state + mm->gathered + mm->full_grads + act_bytes + io_bytes);
+        if (on_cuda) {
+#ifdef __CUDACC__
+            CudaDevice* cd = (CudaDevice*)model.dev.impl;
+            print_memory_line("collective buffers (backend)", fsdp_backend_cuda_device_bytes(&model.backend));
+            print_memory_line("cuBLASLt workspace", cd->mm.workspace_bytes);
+            print_memory_line("kernel + attention scratch, tokens", cd->device_bytes - cd->mm.workspace_bytes);
+            print_memory_line("total", device_budget);
+            print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
+            print_memory_line("host: pinned staging (backend)", fsdp_backend_cuda_host_bytes(&model.backend));
+#endif
+        } else {
+            print_memory_line("total", device_budget + io_bytes + step_losses_bytes);
+        }
         fflush(stdout);
     }
 
     int* inputs = (int*)malloc(io_bytes / 2);
     int* targets = (int*)malloc(io_bytes / 2);
+    // This step's losses, filled micro-step by micro-step and read once the step is done
+    // (one wait for the device per step).
+    float* step_losses = (float*)model.backend.alloc_host(model.backend.ctx, step_losses_bytes);
     // Everything the budget counts is allocated and touched by now.
     double setup_rss = max_over_ranks_mib(&pg, current_rss_bytes());
     if (pg.rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);
+    double device_used_mib = 0.0;  // cuda: GPU memory in use above the baseline, max over the run
+    if (on_cuda) {
+        device_used_mib = gpu_used_mib(gpu_baseline_used);
+        double setup_dev = max_over_ranks_mib(&pg, (size_t)(device_used_mib * 1048576.0));
+        if (pg.rank == 0)
+            printf("GPU memory after setup: %.1f MiB in use (max over ranks; cudaMemGetInfo above the context%s), budget %.1f MiB\n",
+                   setup_dev, pg.local_world > 1 ? ", every process on the GPU" : "", device_budget / 1048576.0);
+    }
     float dloss = 1.0f / (float)((double)B * T * grad_accum * pg.world);
     double train_ms_total = 0.0, data_ms_total = 0.0;
     FsdpTraffic train_traffic = {0, 0, 0};  // communication of the training steps only
@@ -1284,7 +1825,9 @@ int main(int argc, char** argv) {
             for (int k = 0; k < rounds; k++) {
                 if (loader_read_micro_batch(&val_loader, k, pg.world, pg.rank, B, inputs, targets, err, sizeof(err))) fatal(&pg, "%s", err);
                 gpt2_forward(&model, inputs, targets, B, T, 0.0f);
-                for (long i = 0; i < (long)B * T; i++) local += model.acts.losses[i];
+                gpt2_losses_to_host(&model, step_losses, B, T);
+                model.dev.synchronize(&model.dev);
+                for (long i = 0; i < (long)B * T; i++) local += step_losses[i];
             }
             fsdp_release_all(&model.fsdp);
             comm_all_reduce_f64(pg.world_comm, &local, 1, COMM_SUM);
@@ -1311,14 +1854,19 @@ int main(int argc, char** argv) {
             if (loader_read_micro_batch(&train_loader, k, pg.world, pg.rank, B, inputs, targets, err, sizeof(err))) fatal(&pg, "%s", err);
             data_seconds += now_seconds() - d0;
             gpt2_forward(&model, inputs, targets, B, T, dloss);
-            for (long i = 0; i < (long)B * T; i++) local_loss += model.acts.losses[i];
-            gpt2_backward(&model, inputs, B, T);
+            gpt2_losses_to_host(&model, step_losses + (size_t)k * B * T, B, T);
+            gpt2_backward(&model, B, T);
             fsdp_end_micro_step(&model.fsdp);
         }
+        model.dev.synchronize(&model.dev);
+        for (long i = 0; i < (long)grad_accum * B * T; i++) local_loss += step_losses[i];
         loader_advance(&train_loader, (uint64_t)global_seqs);
         int completed = step + 1;
         if (pg.rank == 0 && test_hook_at(test_nan_loss_steps, completed)) local_loss = NAN;
-        if (pg.rank == 0 && test_hook_at(test_nan_grad_steps, completed)) model.fsdp.grad_shard[0] = NAN;
+        if (pg.rank == 0 && test_hook_at(test_nan_grad_steps, completed)) {
+            float nan = NAN;
+            model.backend.copy_to_device(model.backend.ctx, model.fsdp.grad_shard, &nan, sizeof(nan));
+        }
         // One reduction carries the loss and whether any rank was asked to stop, so that every
         // rank takes the same decision at the same step.
         double reduced[2] = {local_loss, stop_signal != 0 ? 1.0 : 0.0};
@@ -1340,6 +1888,10 @@ int main(int argc, char** argv) {
         train_traffic.reduce_scattered += model.fsdp.traffic.reduce_scattered - before.reduce_scattered;
         train_traffic.replica_reduced += model.fsdp.traffic.replica_reduced - before.replica_reduced;
         double ms = (now_seconds() - t0) * 1000.0;
+        if (on_cuda) {
+            double used = gpu_used_mib(gpu_baseline_used);
+            if (used > device_used_mib) device_used_mib = used;
+        }
         if (steps_run++ > 0) { train_ms_total += ms; data_ms_total += data_seconds * 1000.0; timed_steps++; }
         double tok_s = (double)total_tokens / (ms / 1000.0);
         if (pg.rank == 0) {
@@ -1348,7 +1900,8 @@ int main(int argc, char** argv) {
             char eta[32], mfu[32] = "", loss_s[32], norm_s[32];
             format_duration((end_step - completed) * avg_ms / 1000.0, eta, sizeof(eta));
             if (peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tok_s * flops_per_token / peak_flops);
-            double mem_mib = (double)peak_rss_bytes() / (1024.0 * 1024.0);
+            // cpu: peak resident memory; cuda: GPU memory in use
+            double mem_mib = on_cuda ? device_used_mib : (double)peak_rss_bytes() / (1024.0 * 1024.0);
             printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %s%s\n",
                    completed, max_steps, loss, norm, lr, ms, tok_s, mfu, mem_mib, eta,
                    bad ? " | update skipped: non-finite loss or gradient norm" : "");
@@ -1377,6 +1930,7 @@ int main(int argc, char** argv) {
         if (ckpt_writer && (stop_now || (opt.ckpt_every > 0 && (completed % opt.ckpt_every == 0 || completed == max_steps || completed == opt.stop_at_step)))) {
             ckpt_saves++;
             double t0 = now_seconds();
+            fsdp_download_state(&model.fsdp);  // the checkpoint's pieces point into the host mirror
             const LoaderState* ls = &train_loader.state;
             cJSON* state = gpt2_checkpoint_state(&config, completed, total_tokens * (long)completed, pg.world, T,
                                                  total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
@@ -1417,6 +1971,7 @@ int main(int argc, char** argv) {
     }
 
     if (opt.save_model && exit_code == 0) {
+        fsdp_download_state(&model.fsdp);
         if (save_model_file(&model.layout, &model.fsdp, &pg, opt.save_model, err, sizeof(err)))
             fatal_agreed(&pg, "--save-model: %s", err);
         if (pg.rank == 0) printf("saved %s\n", opt.save_model);
@@ -1426,12 +1981,15 @@ int main(int argc, char** argv) {
     // libraries allocate while training: OpenBLAS's per-thread buffers and MPI's reduction
     // temporaries (Open MPI's non-blocking reduce-scatter stages whole units on one rank).
     double peak = max_over_ranks_mib(&pg, peak_rss_bytes());
+    double peak_device = on_cuda ? max_over_ranks_mib(&pg, (size_t)(device_used_mib * 1048576.0)) : 0.0;
     if (pg.rank == 0) {
         if (timed_steps > 0)
             printf("average step %.1f ms (%.0f tok/s) over %d steps after the first; data loading %.3f ms of it (%.2f%%, rank 0)\n",
                    train_ms_total / timed_steps, (double)total_tokens * timed_steps / (train_ms_total / 1000.0), timed_steps,
                    data_ms_total / timed_steps, 100.0 * data_ms_total / train_ms_total);
         printf("peak resident memory per rank: %.1f MiB (max over ranks)\n", peak);
+        if (on_cuda) printf("peak GPU memory per rank: %.1f MiB measured (max over ranks; cudaMemGetInfo above the context%s), budget %.1f MiB\n",
+                            peak_device, pg.local_world > 1 ? ", every process on the GPU" : "", device_budget / 1048576.0);
         // Communication per optimizer step, against FSDP's 3 x params x (W-1)/W (gather for
         // forward, again for backward, reduce-scatter): the root stays gathered for the whole
         // step, so it is gathered once instead of twice.
@@ -1445,6 +2003,7 @@ int main(int argc, char** argv) {
 
     if (metrics) fclose(metrics);
     free(inputs); free(targets);
+    model.backend.release_host(model.backend.ctx, step_losses);
     if (tokenizer) tokenizer_free(tokenizer);
     loader_close(&train_loader);
     if (have_val) loader_close(&val_loader);

@@ -29,6 +29,12 @@ static void* cpu_alloc(void* ctx, size_t bytes) {
     return p;
 }
 static void cpu_release(void* ctx, void* p) { (void)ctx; free(p); }
+// Host memory is device memory here: the engine's host mirror is the state itself, so these
+// copies only run when a caller copies between distinct buffers.
+static void cpu_copy(void* ctx, void* dst, const void* src, size_t bytes) {
+    (void)ctx;
+    if (dst != src) memcpy(dst, src, bytes);
+}
 static void cpu_zero(void* ctx, void* p, size_t bytes) { (void)ctx; memset(p, 0, bytes); }
 
 static void cpu_all_gather_start(void* ctx, int op, const void* shard, void* full, size_t n) {
@@ -82,8 +88,13 @@ void fsdp_backend_cpu_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops)
     memset(be, 0, sizeof(*be));
     be->ctx = c;
     be->param_bytes = sizeof(float);
+    be->host_is_device = 1;
     be->alloc = cpu_alloc;
     be->release = cpu_release;
+    be->alloc_host = cpu_alloc;
+    be->release_host = cpu_release;
+    be->copy_to_host = cpu_copy;
+    be->copy_to_device = cpu_copy;
     be->zero = cpu_zero;
     be->all_gather_start = cpu_all_gather_start;
     be->reduce_scatter_start = cpu_reduce_scatter_start;

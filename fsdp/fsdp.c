@@ -33,6 +33,16 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->adam_v = (float*)be->alloc(be->ctx, fp32_bytes);
     f->grad_shard = (float*)be->alloc(be->ctx, fp32_bytes);
     f->memory.shard_state = 4 * fp32_bytes;
+    if (be->host_is_device) {
+        f->host_master = f->master;
+        f->host_m = f->adam_m;
+        f->host_v = f->adam_v;
+    } else {
+        f->host_master = (float*)be->alloc_host(be->ctx, fp32_bytes);
+        f->host_m = (float*)be->alloc_host(be->ctx, fp32_bytes);
+        f->host_v = (float*)be->alloc_host(be->ctx, fp32_bytes);
+        f->memory.host_mirror = 3 * fp32_bytes;
+    }
     if (be->param_bytes == sizeof(float)) {
         f->param_shard = f->master;
     } else {
@@ -90,6 +100,11 @@ void fsdp_free(Fsdp* f) {
         be->release(be->ctx, f->rs_out[g]);
     }
     if (f->param_shard != f->master) be->release(be->ctx, f->param_shard);
+    if (f->host_master != f->master) {
+        be->release_host(be->ctx, f->host_master);
+        be->release_host(be->ctx, f->host_m);
+        be->release_host(be->ctx, f->host_v);
+    }
     be->release(be->ctx, f->master);
     be->release(be->ctx, f->adam_m);
     be->release(be->ctx, f->adam_v);
@@ -106,6 +121,39 @@ void fsdp_owned_range(const Fsdp* f, int u, size_t* begin, size_t* end) {
 }
 
 float* fsdp_master_shard(const Fsdp* f, int u) { return f->master + f->shard_offset[u]; }
+float* fsdp_host_master_shard(const Fsdp* f, int u) { return f->host_master + f->shard_offset[u]; }
+
+void fsdp_download_state(Fsdp* f) {
+    if (f->host_master == f->master) return;
+    size_t bytes = f->total_shard * sizeof(float);
+    f->be.copy_to_host(f->be.ctx, f->host_master, f->master, bytes);
+    f->be.copy_to_host(f->be.ctx, f->host_m, f->adam_m, bytes);
+    f->be.copy_to_host(f->be.ctx, f->host_v, f->adam_v, bytes);
+}
+
+// The compute-dtype shard from the master, unit by unit: each unit's rounding stream is its
+// own (the unit index) and indexed by global position in the unit, so it does not depend on W.
+static void refresh_param_shards(Fsdp* f, int step) {
+    if (!f->be.refresh_param_shard) return;
+    for (int u = 0; u < f->n_units; u++) {
+        size_t begin, end;
+        fsdp_owned_range(f, u, &begin, &end);
+        char* shard = (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
+        f->be.refresh_param_shard(f->be.ctx, shard, f->master + f->shard_offset[u], f->units[u].shard,
+                                  (uint64_t)u, begin, step);
+    }
+}
+
+void fsdp_upload_state(Fsdp* f, int step) {
+    if (f->host_master != f->master) {
+        size_t bytes = f->total_shard * sizeof(float);
+        f->be.copy_to_device(f->be.ctx, f->master, f->host_master, bytes);
+        f->be.copy_to_device(f->be.ctx, f->adam_m, f->host_m, bytes);
+        f->be.copy_to_device(f->be.ctx, f->adam_v, f->host_v, bytes);
+    }
+    refresh_param_shards(f, step);
+    f->params_dirty = 1;
+}
 
 // ---------------------------------------------------------------------------------------
 // Parameter slots
@@ -293,7 +341,6 @@ void fsdp_optimizer_step(Fsdp* f, float norm, float lr, float beta1, float beta2
                         tensor->decay ? weight_decay : 0.0f, t, scale);
         }
     }
-    if (f->be.refresh_param_shard)
-        f->be.refresh_param_shard(f->be.ctx, f->param_shard, f->master, f->total_shard, t);
+    refresh_param_shards(f, t);
     f->params_dirty = 1;
 }

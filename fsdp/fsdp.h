@@ -15,6 +15,9 @@
 //               (the root's gradient buffer may be taken early: the LM head comes first)
 //     fsdp_end_micro_step
 //   norm = fsdp_grad_norm(f); fsdp_optimizer_step(f, norm, ...)   (skipped when norm is not finite)
+// Outside the steps, initialisation, model files and checkpoints read and write the host
+// mirror of the fp32 state (host_master, host_m, host_v): fsdp_upload_state after writing it,
+// fsdp_download_state before reading it. On the CPU the mirror is the state itself.
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
 
@@ -31,11 +34,22 @@ extern "C" {
 // device; gathered parameters and full gradients are in the device's compute dtype
 // (param_bytes per element: 4 on the CPU, 2 for bf16 on a GPU). Collective operations are
 // non-blocking and named by an op slot so that the engine can wait for one of them.
+//
+// Memory: alloc/release give device memory (what the kernels and collectives use);
+// alloc_host/release_host give host memory the copies move fastest from and to (pinned on
+// a GPU). host_is_device says that device memory is host memory (the CPU): the engine's
+// host mirror of the sharded state is then the state itself and nothing is copied.
 typedef struct FsdpBackend {
     void* ctx;
     size_t param_bytes;
+    int host_is_device;
     void* (*alloc)(void* ctx, size_t bytes);        // zero-filled and touched
     void (*release)(void* ctx, void* p);
+    void* (*alloc_host)(void* ctx, size_t bytes);   // zero-filled
+    void (*release_host)(void* ctx, void* p);
+    // Blocking copies between host and device memory (complete when they return).
+    void (*copy_to_host)(void* ctx, void* dst_host, const void* src, size_t bytes);
+    void (*copy_to_device)(void* ctx, void* dst, const void* src_host, size_t bytes);
     void (*zero)(void* ctx, void* p, size_t bytes);
     // full[shard_count * n] <- concatenation of every rank's shard[n] (shard group)
     void (*all_gather_start)(void* ctx, int op, const void* shard, void* full, size_t n);
@@ -51,9 +65,13 @@ typedef struct FsdpBackend {
     void (*adamw)(void* ctx, float* param, float* m, float* v, const float* grad, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                   float grad_scale);
-    // Refresh the compute-dtype shard from the fp32 master after the update (NULL when they
-    // are the same buffer, as on the CPU).
-    void (*refresh_param_shard)(void* ctx, void* param_shard, const float* master, size_t n, int step);
+    // Refresh the compute-dtype shard of one unit from its fp32 master after the update (NULL
+    // when they are the same buffer, as on the CPU). Rounding may be stochastic: its random
+    // stream is a function of (unit_stream, step, global_begin + i) for element i, where
+    // global_begin is the index of master[0] in the unit's flat buffer, so the rounded
+    // values do not depend on the world size.
+    void (*refresh_param_shard)(void* ctx, void* param_shard, const float* master, size_t n,
+                                uint64_t unit_stream, size_t global_begin, int step);
 } FsdpBackend;
 
 typedef struct {
@@ -72,6 +90,7 @@ typedef struct {
     size_t shard_state;     // master + m + v + grad shards (and the compute-dtype shard)
     size_t gathered;        // parameter slots (root + pool)
     size_t full_grads;      // full-gradient slots and reduce-scatter receive buffers
+    size_t host_mirror;     // host copies of master, m, v (0 when host memory is the device's)
 } FsdpMemory;
 
 enum { SLOT_EMPTY = 0, SLOT_GATHERING, SLOT_READY };
@@ -85,12 +104,18 @@ typedef struct {
     size_t* shard_offset;        // [n_units] where unit u's shard starts in the arenas
     size_t total_shard;          // elements per rank over all units
 
-    // Sharded state, fp32, one allocation each, [total_shard]
+    // Sharded state, fp32, one allocation each, [total_shard], in device memory
     float* master;
     float* adam_m;
     float* adam_v;
     float* grad_shard;
     void* param_shard;           // compute dtype; == master when param_bytes == 4
+    // Host mirror of master, m and v: what initialisation, model files and checkpoints read
+    // and write (fsdp_download_state / fsdp_upload_state move it). The same arrays as the
+    // device ones when the backend's host_is_device.
+    float* host_master;
+    float* host_m;
+    float* host_v;
 
     // Gathered parameters. Slot 0 is the root's; slots 1.. are the block pool.
     int n_param_slots;
@@ -123,8 +148,16 @@ void fsdp_free(Fsdp* f);
 
 // This rank's slice of unit u in the flat buffer: [begin, end).
 void fsdp_owned_range(const Fsdp* f, int u, size_t* begin, size_t* end);
-// This rank's fp32 master shard of unit u (f->units[u].shard elements).
+// This rank's fp32 master shard of unit u (f->units[u].shard elements), device memory.
 float* fsdp_master_shard(const Fsdp* f, int u);
+// The same in the host mirror.
+float* fsdp_host_master_shard(const Fsdp* f, int u);
+// Host mirror <- device state (master, m, v), e.g. before a checkpoint or model file is written.
+void fsdp_download_state(Fsdp* f);
+// Device state <- host mirror (after initialisation, a model file or a checkpoint was read
+// into it), then the compute-dtype shard is refreshed from the master as the optimizer step
+// `step` would have left it (0 before the first step), and gathered copies are dropped.
+void fsdp_upload_state(Fsdp* f, int step);
 
 void fsdp_zero_grad(Fsdp* f, int micro_steps);
 void* fsdp_forward_pre(Fsdp* f, int u);

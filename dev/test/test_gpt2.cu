@@ -29,7 +29,7 @@ static void die(const char* fmt, ...) {
 
 static void build_model(GPT2* model, const GPT2Config* c, int B, int T) {
     FsdpConfig fcfg = {1, 1, 1};
-    gpt2_build(model, c, 1, &g_pg, &fcfg, B, T);
+    gpt2_build(model, c, 1, &g_pg, &fcfg, NULL, B, T);  // the cpu device
 }
 
 static double mean_loss(const GPT2* model, int B, int T) {
@@ -44,7 +44,7 @@ static double forward_backward(GPT2* model, const int* inputs, const int* target
     fsdp_zero_grad(&model->fsdp, 1);
     gpt2_forward(model, inputs, targets, B, T, 1.0f / (float)(B * T));
     double loss = mean_loss(model, B, T);
-    gpt2_backward(model, inputs, B, T);
+    gpt2_backward(model, B, T);
     fsdp_end_micro_step(&model->fsdp);
     return loss;
 }
@@ -76,6 +76,7 @@ static int run_dump(int argc, char** argv) {
     GPT2 model;
     build_model(&model, &c, B, T);
     if (load_model_file(&model.layout, &model.fsdp, model_path, version, err, sizeof(err))) die("%s", err);
+    fsdp_upload_state(&model.fsdp, 0);
 
     DataLoader dl;
     if (loader_open(&dl, tokens_path, (size_t)T, c.vocab_size, 0, 0, err, sizeof(err))) die("%s", err);
@@ -91,7 +92,7 @@ static int run_dump(int argc, char** argv) {
     float* norms = (float*)malloc((size_t)steps * sizeof(float));
 
     gpt2_forward(&model, x, y, B, T, 0.0f);
-    memcpy(logits, model.acts.logits, (size_t)B * T * Vp * sizeof(float));
+    memcpy(logits, model.acts.logits, (size_t)B * T * Vp * sizeof(float));  // the cpu device: host memory
     float loss = (float)mean_loss(&model, B, T);
     fsdp_release_all(&model.fsdp);
 
@@ -147,6 +148,7 @@ static int run_fdcheck(void) {
     GPT2 model;
     build_model(&model, &c, B, T);
     init_parameters(&model.layout, &model.fsdp, 42);
+    fsdp_upload_state(&model.fsdp, 0);
     // GPT-2's init (std 0.02) keeps every pre-activation near zero, where GELU and softmax
     // are nearly linear and a wrong derivative can hide. Scale everything up threefold (LayerNorm
     // weights become 3 too) so that the nonlinearities are exercised; more makes the loss so

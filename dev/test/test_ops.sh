@@ -118,7 +118,8 @@ killed_rank() {  # killed_rank NAME LAUNCH...
 }
 killed_rank "mpirun np=2" run_np 2 ./train_gpt
 job=$((job + 1))
-killed_rank "Slurm np=2 tcp" env SLURM_JOB_ID=$job timeout 120 "$SRUN" -n 2 --kill-on-bad-exit=1 ./train_gpt --rendezvous "file:$TEST_TMP/rdv"
+# Without --kill-on-bad-exit: the surviving rank must notice the death itself.
+killed_rank "Slurm np=2 tcp" env SLURM_JOB_ID=$job timeout 120 "$SRUN" -n 2 ./train_gpt --rendezvous "file:$TEST_TMP/rdv"
 grep -h "closed its connection" "$TEST_TMP/kill_Slurm np=2 tcp.log" > /dev/null &&
     ok "tcp: the surviving rank names the rank that closed its connection" ||
     not_ok "tcp: no 'closed its connection' message: $(tail -n 2 "$TEST_TMP/kill_Slurm np=2 tcp.log" | tr '\n' ' ')"

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# GPU end-to-end tests of train_gpt --device cuda (the kernels have their own tests in
+# build/test_*_cuda, run by test_cuda.sh). On a machine without a usable GPU (or a build
+# without nvcc) this reports one skip and exits 0. With a GPU, on a small GPT-2 (2 layers,
+# 128 channels, head size 64 so that flash attention applies) and Tiny Shakespeare:
+#   - 20 steps on cuda vs cpu from the same initial weights (same seed): losses within 2%
+#     (bf16 activations and parameters against the fp32 reference);
+#   - two identical cuda runs: bitwise equal losses;
+#   - cuda: save at step 10 + resume == 20 uninterrupted steps, bitwise;
+#   - a cuda checkpoint resumed on the cpu, and a cpu checkpoint resumed on cuda: losses
+#     within 2% of the uninterrupted runs (checkpoints are fp32 and device-independent);
+#   - np=2 ranks sharing the GPU with --comm mpi vs np=1: within 1e-2 (bf16 reductions); the
+#     same with HSDP (2 replicas); gradient accumulation with and without
+#     --no-grad-sync-until-last within 1e-2;
+#   - --attention cublas vs flash, --reduce-dtype fp32 vs bf16: within 2%;
+#   - sampling and validation run on cuda; the GPU memory budget and the measured peak are
+#     printed.
+# Every run is bounded by `timeout`; a failing run is reported and the others still run.
+set -u
+cd "$(dirname "$0")/../.."
+export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
+source dev/test/lib.sh
+out=${TEST_TMP:-$(mktemp -d)}
+mkdir -p "$out"
+PY=${PYTHON:-python3}
+[ -x "$PY" ] || PY=python3
+
+skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
+[ -x ./train_gpt ] || skip "train_gpt not built"
+command -v nvidia-smi >/dev/null 2>&1 || skip "no GPU (nvidia-smi not found)"
+nvidia-smi -L >/dev/null 2>&1 || skip "no GPU (nvidia-smi -L fails)"
+
+common=(--layers 2 --channels 128 --heads 2 --max-seq 64 -t 64 -x 20 -l 1e-3 -u 2 --seed 7
+        -v 10 --val-steps 1 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 4)
+# run NAME NP ARGS...: one job, output in $out/NAME.log, metrics in $out/NAME/metrics.jsonl
+# (unless ARGS give another -o). 0 when it exited 0.
+run() {
+    local name=$1 np=$2; shift 2
+    if ! timeout -k 5 180 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
+            ./train_gpt "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
+        not_ok "$name: run failed: $(grep -m2 -iE 'error|fault|abort' "$out/$name.log" | tr '\n' ' ' | cut -c1-300) $(tail -n 2 "$out/$name.log" | tr '\n' ' ' | cut -c1-200)"
+        return 1
+    fi
+}
+compare() { "$PY" dev/test/compare_losses.py "$@"; }
+
+# Probe: does this build/machine give a cuda device at all?
+probe=$(timeout 120 ./train_gpt --device cuda --layers 1 --channels 64 --heads 1 --max-seq 16 -t 16 -b 1 -x 1 -v 0 \
+        -i "$TRAIN_SHARD" 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q -- '--device cuda:' <<<"$probe"; then
+    skip "no GPU ($(grep -m1 -- '--device cuda:' <<<"$probe" | cut -c1-160))"
+fi
+if [ $rc -ne 0 ]; then
+    not_ok "1-step cuda probe run failed (status $rc): $(tail -n 3 <<<"$probe" | tr '\n' ' ' | cut -c1-400)"
+fi
+
+# The references: 20 steps on each device, same seed (so the same initial weights).
+run cpu_ref 1 --device cpu -b 4 -o "$out/cpu_ref" && cpu_ok=1 || cpu_ok=0
+run cuda_ref 1 --device cuda -b 4 -o "$out/cuda_ref" -s 10 -g 8 && cuda_ok=1 || cuda_ok=0
+if [ $cuda_ok = 1 ]; then
+    grep -q '^sample (step 10)' "$out/cuda_ref.log" && ok "sampling on cuda" || not_ok "sampling on cuda: no sample printed"
+    grep -q '^val loss' "$out/cuda_ref.log" && ok "validation on cuda" || not_ok "validation on cuda: no val loss printed"
+    mem=$(grep -m1 '^peak GPU memory' "$out/cuda_ref.log")
+    [ -n "$mem" ] && ok "GPU memory reported: $mem" || not_ok "no 'peak GPU memory' line"
+fi
+[ $cpu_ok = 1 ] && [ $cuda_ok = 1 ] && compare "cuda vs cpu, 20 steps from the same init (bf16 vs fp32)" \
+    "$out/cpu_ref/metrics.jsonl" "$out/cuda_ref/metrics.jsonl" --rtol 0.02
+
+# Determinism: the same cuda run again.
+run cuda_again 1 --device cuda -b 4 -o "$out/cuda_again" -s 10 -g 8 && [ $cuda_ok = 1 ] &&
+    compare "two identical cuda runs: bitwise equal losses" "$out/cuda_ref/metrics.jsonl" "$out/cuda_again/metrics.jsonl" --exact
+
+# Resume on cuda: save at 10, resume, compare steps 11..20 bitwise with the uninterrupted run.
+run cuda_save 1 --device cuda -b 4 -o "$out/cuda_split" --ckpt-every 10 --stop-at-step 10 &&
+run cuda_resume 1 --device cuda -b 4 -o "$out/cuda_split" --ckpt-every 10 --resume auto && [ $cuda_ok = 1 ] &&
+    compare "cuda: save at step 10 + resume == uninterrupted (bitwise)" "$out/cuda_ref/metrics.jsonl" \
+        "$out/cuda_split/metrics.jsonl" --exact --from-step 11
+
+# Across devices: the cuda checkpoint on the cpu, a cpu checkpoint on cuda.
+if [ -f "$out/cuda_split/ckpt/step_00000010/manifest.json" ]; then
+    run cuda_to_cpu 1 --device cpu -b 4 -o "$out/cuda_to_cpu" --resume "$out/cuda_split/ckpt/step_00000010" && [ $cuda_ok = 1 ] &&
+        compare "cuda checkpoint resumed on the cpu (within 2%)" "$out/cuda_ref/metrics.jsonl" \
+            "$out/cuda_to_cpu/metrics.jsonl" --rtol 0.02 --from-step 11
+fi
+run cpu_save 1 --device cpu -b 4 -o "$out/cpu_split" --ckpt-every 10 --stop-at-step 10 &&
+run cpu_to_cuda 1 --device cuda -b 4 -o "$out/cpu_to_cuda" --resume "$out/cpu_split/ckpt/step_00000010" && [ $cpu_ok = 1 ] &&
+    compare "cpu checkpoint resumed on cuda (within 2%)" "$out/cpu_ref/metrics.jsonl" \
+        "$out/cpu_to_cuda/metrics.jsonl" --rtol 0.02 --from-step 11
+
+# Two ranks on one GPU (NCCL refuses that: --comm mpi stages through host memory). The same
+# global batch: 2 x 2 sequences instead of 1 x 4.
+run cuda_np2 2 --device cuda --comm mpi -b 2 -d 256 -o "$out/cuda_np2" && [ $cuda_ok = 1 ] &&
+    compare "np=2 on one GPU with --comm mpi vs np=1 (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
+        "$out/cuda_np2/metrics.jsonl" --rtol 0.01
+run cuda_np1_mpi 1 --device cuda --comm mpi -b 4 -o "$out/cuda_np1_mpi" && [ $cuda_ok = 1 ] &&
+    compare "np=1 with --comm mpi vs nccl (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
+        "$out/cuda_np1_mpi/metrics.jsonl" --rtol 0.01
+
+# HSDP on one GPU: 2 replicas of a 1-rank shard group (the replica all-reduce, staged).
+run cuda_hsdp 2 --device cuda --comm mpi -b 2 -d 256 --shard-group-size 1 -o "$out/cuda_hsdp" && [ $cuda_ok = 1 ] &&
+    compare "np=2 HSDP (shard groups of 1) on one GPU vs np=1 (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
+        "$out/cuda_hsdp/metrics.jsonl" --rtol 0.01
+# Gradient accumulation (2 micro-steps): reduce-scatter every micro-step vs only on the last
+# (bf16 gradients accumulated unsharded).
+run cuda_accum 1 --device cuda -b 4 -d 512 -o "$out/cuda_accum" &&
+run cuda_accum_nosync 1 --device cuda -b 4 -d 512 --no-grad-sync-until-last -o "$out/cuda_accum_nosync" &&
+    compare "gradient accumulation: --no-grad-sync-until-last vs every micro-step (within 1e-2)" \
+        "$out/cuda_accum/metrics.jsonl" "$out/cuda_accum_nosync/metrics.jsonl" --rtol 0.01
+
+# The reference attention path and fp32 gradient reductions.
+run cuda_cublas 1 --device cuda -b 4 --attention cublas -o "$out/cuda_cublas" && [ $cuda_ok = 1 ] &&
+    compare "--attention cublas vs flash (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_cublas/metrics.jsonl" --rtol 0.02
+run cuda_fp32red 1 --device cuda -b 4 --reduce-dtype fp32 -o "$out/cuda_fp32red" && [ $cuda_ok = 1 ] &&
+    compare "--reduce-dtype fp32 vs bf16 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_fp32red/metrics.jsonl" --rtol 0.02
+
+# Keep the logs where a caller asked for them (scripts/device_check.sh).
+if [ -n "${GPU_TEST_LOGS:-}" ]; then mkdir -p "$GPU_TEST_LOGS" && cp "$out"/*.log "$GPU_TEST_LOGS"/ 2>/dev/null; fi
+exit 0
