@@ -613,7 +613,7 @@ static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, co
     memset(model, 0, sizeof(*model));
     model->config = *c;
     build_layout(&model->layout, c, layers_per_unit, pg->shard_size);
-    int max_ops = 2 * model->layout.n_units + 4;
+    int max_ops = fsdp_max_ops(fcfg, model->layout.n_units);
     if (dopt && dopt->cuda) {
 #ifdef __CUDACC__
         CUDA_CHECK(cudaStreamCreateWithFlags(&model->stream, cudaStreamNonBlocking));

@@ -6,6 +6,25 @@
 
 // Op slots as the backend sees them: gathers use the parameter slot's index, reductions
 // come after them.
+// Parameter slots: the root's, then enough for the block in use plus the prefetched ones,
+// or every block when they stay gathered between forward and backward. Gradient slots: the
+// root's, then a double-buffered pool (a block's gradient is reduced while the next block's
+// backward runs), or one per block when gradients stay unsharded until the last micro-step.
+static void slot_counts(const FsdpConfig* cfg, int n_units, int* param_slots, int* grad_slots) {
+    int n_blocks = n_units - 1;
+    int pool = cfg->reshard_after_forward ? cfg->prefetch + 1 : n_blocks;
+    if (pool > n_blocks) pool = n_blocks;
+    int grad_pool = cfg->sync_every_micro_step ? (n_blocks < 2 ? n_blocks : 2) : n_blocks;
+    *param_slots = 1 + pool;
+    *grad_slots = 1 + grad_pool;
+}
+
+int fsdp_max_ops(const FsdpConfig* cfg, int n_units) {
+    int param_slots, grad_slots;
+    slot_counts(cfg, n_units, &param_slots, &grad_slots);
+    return param_slots + grad_slots;
+}
+
 static int gather_op(const Fsdp* f, int slot) { (void)f; return slot; }
 static int reduce_op(const Fsdp* f, int gslot) { return f->n_param_slots + gslot; }
 
@@ -50,12 +69,7 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
         f->memory.shard_state += f->total_shard * be->param_bytes;
     }
 
-    // Parameter slots: the root's, then enough for the block in use plus the prefetched
-    // ones, or every block when they stay gathered between forward and backward.
-    int n_blocks = n_units - 1;
-    int pool = cfg->reshard_after_forward ? cfg->prefetch + 1 : n_blocks;
-    if (pool > n_blocks) pool = n_blocks;
-    f->n_param_slots = 1 + pool;
+    slot_counts(cfg, n_units, &f->n_param_slots, &f->n_grad_slots);
     f->param_slot = (void**)calloc((size_t)f->n_param_slots, sizeof(void*));
     f->param_slot_unit = (int*)malloc((size_t)f->n_param_slots * sizeof(int));
     f->param_slot_state = (int*)calloc((size_t)f->n_param_slots, sizeof(int));
@@ -68,11 +82,6 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     }
     for (int u = 0; u < n_units; u++) f->unit_param_slot[u] = -1;
 
-    // Gradient slots: the root's, then a double-buffered pool (a block's gradient is
-    // reduced while the next block's backward runs), or one per block when gradients stay
-    // unsharded until the last micro-step.
-    int grad_pool = cfg->sync_every_micro_step ? (n_blocks < 2 ? n_blocks : 2) : n_blocks;
-    f->n_grad_slots = 1 + grad_pool;
     f->grad_slot = (void**)calloc((size_t)f->n_grad_slots, sizeof(void*));
     f->rs_out = (float**)calloc((size_t)f->n_grad_slots, sizeof(float*));
     f->grad_slot_unit = (int*)malloc((size_t)f->n_grad_slots * sizeof(int));

@@ -141,6 +141,10 @@ typedef struct {
     FsdpTraffic traffic;         // cumulative since fsdp_init
 } Fsdp;
 
+// Collectives the engine may have in flight at once (op slots 0 .. fsdp_max_ops - 1): one per
+// parameter slot and one per gradient slot. A backend sizes its per-op state from it.
+int fsdp_max_ops(const FsdpConfig* cfg, int n_units);
+
 // Allocates everything up front. units must be finalized for pg->shard_size.
 int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
               const FlatUnit* units, int n_units, char* err, size_t errlen);

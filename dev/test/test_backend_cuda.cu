@@ -534,15 +534,7 @@ static void test_stress(Setup* s, int iters) {
 // 3 optimizer steps. Gathered parameters must be the bf16 rounding of the CPU's (one bf16 ulp:
 // stochastic rounding), gradient norms equal (the gradients' sums are exact), and the final
 // master weights equal up to AdamW's fp32 differences. max_ops is the engine's exact number of
-// op slots (parameter slots + gradient slots), which the staged path sizes its pinned buffers by.
-
-static int engine_max_ops(const FsdpConfig* cfg, int n_units) {
-    const int n_blocks = n_units - 1;
-    int pool = cfg->reshard_after_forward ? cfg->prefetch + 1 : n_blocks;
-    if (pool > n_blocks) pool = n_blocks;
-    const int grad_pool = cfg->sync_every_micro_step ? (n_blocks < 2 ? n_blocks : 2) : n_blocks;
-    return (1 + pool) + (1 + grad_pool);
-}
+// op slots (fsdp_max_ops), which the staged path sizes its pinned buffers by.
 
 static float engine_grad(int step, int micro, int u, int rank, size_t j) {
     return (float)((int)(hash3((uint64_t)(step * 16 + micro) * 64 + (uint64_t)u, (uint64_t)rank, j) % 17) - 8) / 64.0f;
@@ -566,7 +558,7 @@ static void test_engine(const ProcessGroup* pg, int use_nccl, int reduce_fp32, i
         if (units[u].padded > max_padded) max_padded = units[u].padded;
     }
     FsdpConfig fcfg = {1, 1, sync_every};
-    const int max_ops = engine_max_ops(&fcfg, n_units);
+    const int max_ops = fsdp_max_ops(&fcfg, n_units);
 
     FsdpBackend cpu_be, gpu_be;
     fsdp_backend_cpu_init(&cpu_be, pg, max_ops);
