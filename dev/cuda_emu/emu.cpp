@@ -289,6 +289,9 @@ static cudaError_t fail(cudaError_t e, const char* fmt, ...) {
     return e;
 }
 
+static size_t device_bytes = 0;  // in live cudaMalloc buffers (cudaMemGetInfo)
+static const size_t kDeviceMem = (size_t)80 << 30;
+
 cudaError_t cudaMalloc(void** p, size_t bytes) {
     if (kname) die("cudaMalloc inside a kernel");
     unsigned char* raw = (unsigned char*)aligned_alloc(256, alloc_total(bytes));
@@ -297,6 +300,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     unsigned char* user = raw + GUARD;
     memset(user, 0xff, bytes);
     allocs[(uintptr_t)user] = bytes;
+    device_bytes += (bytes + 255) & ~(size_t)255;
     *p = user;
     return cudaSuccess;
 }
@@ -306,8 +310,34 @@ cudaError_t cudaFree(void* p) {
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) return fail(cudaErrorInvalidValue, "cudaFree(%p): not a cudaMalloc pointer", p);
     check_guards(it->first, it->second, "cudaFree");
+    device_bytes -= (it->second + 255) & ~(size_t)255;
     allocs.erase(it);
     free((unsigned char*)p - GUARD);
+    return cudaSuccess;
+}
+
+// Pinned host memory: plain aligned host memory, registered so that cudaFreeHost can check
+// its argument. cudaMemGetInfo: free = the device's memory less the live cudaMalloc buffers.
+static std::map<uintptr_t, size_t> host_allocs;
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    if (kname) die("cudaMallocHost inside a kernel");
+    void* m = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+    if (!m) return fail(cudaErrorMemoryAllocation, "cudaMallocHost(%zu)", bytes);
+    host_allocs[(uintptr_t)m] = bytes;
+    *p = m;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+    if (p == NULL) return cudaSuccess;
+    auto it = host_allocs.find((uintptr_t)p);
+    if (it == host_allocs.end()) return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not a cudaMallocHost pointer", p);
+    host_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    *free_bytes = kDeviceMem - device_bytes;
+    *total_bytes = kDeviceMem;
     return cudaSuccess;
 }
 
@@ -322,7 +352,9 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
     if (n) memcpy(dst, src, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+static bool stream_ok(cudaStream_t s);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on %p: not a live stream", (void*)s);
     return cudaMemcpy(dst, src, n, kind);
 }
 cudaError_t cudaMemset(void* p, int value, size_t n) {
@@ -331,7 +363,10 @@ cudaError_t cudaMemset(void* p, int value, size_t n) {
     memset(p, value, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on %p: not a live stream", (void*)s);
+    return cudaMemset(p, value, n);
+}
 
 // ----------------------------------------------------------------------------
 // Device, streams, events, errors
@@ -345,7 +380,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
     if (dev != 0) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda_emu (CPU emulation of an sm_90 GPU)");
-    p->totalGlobalMem = (size_t)80 << 30;
+    p->totalGlobalMem = kDeviceMem;
     p->sharedMemPerBlock = 48 << 10;
     p->sharedMemPerBlockOptin = kOptinSmem;
     p->sharedMemPerMultiprocessor = 228 << 10;
@@ -388,23 +423,80 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
 }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
-struct CUstream_st { int unused; };
-struct CUevent_st { double t; bool recorded; };
-cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new CUstream_st(); return cudaSuccess; }
-cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new CUevent_st(); return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+// Streams and events are handles checked for liveness; the work is already done when it is
+// issued, so an event is complete as soon as it is recorded (cudaEventQuery: cudaSuccess) and
+// waiting on one is a no-op. Priorities: the range of sm_90 (0 least, -5 greatest).
+struct CUstream_st { unsigned flags; int priority; };
+struct CUevent_st { double t; bool recorded; unsigned flags; };
+static std::map<const void*, int> live_handles;  // stream/event -> 1 stream, 2 event
+static bool live(const void* h, int kind) {
+    auto it = live_handles.find(h);
+    return it != live_handles.end() && it->second == kind;
+}
+static bool stream_ok(cudaStream_t s) { return s == NULL || live(s, 1); }  // NULL: the legacy default stream
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
+    if (flags & ~(unsigned)cudaStreamNonBlocking) return fail(cudaErrorInvalidValue, "cudaStreamCreate flags 0x%x", flags);
+    *s = new CUstream_st{flags, priority < -5 ? -5 : priority > 0 ? 0 : priority};
+    live_handles[*s] = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return cudaStreamCreateWithPriority(s, flags, 0); }
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!live(s, 1)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p): not a live stream", (void*)s);
+    live_handles.erase(s);
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize(%p): not a live stream", (void*)s);
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    if (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming))
+        return fail(cudaErrorInvalidValue, "cudaEventCreateWithFlags flags 0x%x", flags);
+    *e = new CUevent_st{0.0, false, flags};
+    live_handles[*e] = 2;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p): not a live event", (void*)e);
+    live_handles.erase(e);
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p): not a live event", (void*)e);
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord on %p: not a live stream", (void*)s);
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
     e->recorded = true;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): not a live event", (void*)e);
+    return cudaSuccess;  // recorded work is done (and a never-recorded event counts as complete)
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p): not a live event", (void*)e);
+    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on %p: not a live stream", (void*)s);
+    if (flags != 0) return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent flags 0x%x", flags);
+    return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
-    if (!a->recorded || !b->recorded) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an unrecorded event");
+    if (!live(a, 2) || !live(b, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of a destroyed event");
+    if ((a->flags | b->flags) & cudaEventDisableTiming)
+        return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event created with cudaEventDisableTiming");
+    if (!a->recorded || !b->recorded) return fail(cudaErrorNotReady, "cudaEventElapsedTime of an unrecorded event");
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
@@ -421,6 +513,7 @@ const char* cudaGetErrorName(cudaError_t e) {
         case cudaErrorNoDevice: return "cudaErrorNoDevice";
         case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
         case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+        case cudaErrorNotReady: return "cudaErrorNotReady";
         case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     }
     return "cudaErrorUnknown";
@@ -432,6 +525,8 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorMemoryAllocation: return "out of memory";
         case cudaErrorInvalidConfiguration: return "invalid configuration argument";
         case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorNotReady: return "device not ready";
         default: return cudaGetErrorName(e);
     }
 }

@@ -5,7 +5,10 @@
 //   dev/test/test_attention_cuda.cu, unchanged, on the CPU: transform.py rewrites a copy of
 //   them and of kernels/*.cuh (kernel<<<...>>> launches, asm("PTX") statements, __shared__
 //   declarations), g++ compiles the copy against the shim headers in include/
-//   (cuda_runtime.h, cuda_bf16.h, cublasLt.h, cub), and this runtime executes the kernels.
+//   (cuda_runtime.h, cuda_bf16.h, cublasLt.h, cub, nccl.h), and this runtime executes the
+//   kernels. dev/test/test_gpu_emu.sh does the same to train_gpt.cu (with -D__CUDACC__) and
+//   fsdp/backend_cuda.cuh: the whole `train_gpt --device cuda --comm mpi` path, compared
+//   with the cpu device.
 //
 // What it emulates (written from the CUDA programming guide / runtime API / PTX ISA /
 // cuBLASLt documentation, not from the kernels, so that it is an independent check)
@@ -37,8 +40,13 @@
 //     the destination is undefined from the issue (poisoned then) until the wait that
 //     completes its group (the copy happens then): reading it before the right wait, or
 //     issuing it while other warps still read the old contents, meets poison.
-//   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory); all
-//     work is synchronous; events measure host time. cuBLASLt (cublaslt.cpp): column-major
+//   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory, 80 GiB);
+//     all work is synchronous; events measure host time (an event is complete once recorded;
+//     cudaEventElapsedTime refuses cudaEventDisableTiming events); stream and event handles
+//     are checked for liveness; cudaMallocHost/cudaFreeHost are checked host allocations;
+//     cudaMemGetInfo reports 80 GiB less the live cudaMalloc buffers. NCCL (include/nccl.h)
+//     compiles but every communicator or collective call fails (ncclInvalidUsage, with
+//     ncclGetLastError saying NCCL is not emulated): use MPI. cuBLASLt (cublaslt.cpp): column-major
 //     D = alpha op(A) op(B) + beta C per matrix of a strided batch, bias / GELU_AUX(_BIAS) /
 //     DGELU epilogues (tanh GELU), strict about attribute sizes, layouts, in-place C == D
 //     and the alignments promised to the heuristic. CUB DeviceRadixSort::SortPairs: a
@@ -103,7 +111,7 @@ typedef enum cudaError {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9, cudaErrorInvalidDevicePointer = 17,
     cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
-    cudaErrorLaunchOutOfResources = 701,
+    cudaErrorNotReady = 600, cudaErrorLaunchOutOfResources = 701,
 } cudaError_t;
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
@@ -123,6 +131,11 @@ typedef enum cudaFuncAttribute {
 } cudaFuncAttribute;
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
 struct cudaDeviceProp {
     char name[256];
     size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
@@ -139,15 +152,25 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
 cudaError_t cudaMalloc(void** p, size_t bytes);
 template <class T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }  // C++ API
 cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+template <class T> cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost((void**)p, bytes); }  // C++ API
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
 cudaError_t cudaMemset(void* p, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
