@@ -162,7 +162,7 @@ expect_error "--max-bad-steps 3: three non-finite steps in a row abort" \
 # 5. Metrics: every line is strict JSON (no NaN), MFU = tokens/s x (6N + 6LCT) / (peak x W),
 #    and the plot script makes a PNG from them.
 out="$TEST_TMP/mfu"
-run_np 2 ./train_gpt "${TINY[@]}" -x 6 -v 3 --val-steps 2 -o "$out" --peak-tflops 0.5 > "$out.log" 2>&1
+run_np 2 ./train_gpt "${TINY[@]}" -x 6 -v 3 --val-steps 2 -j "$VAL_SHARD" -o "$out" --peak-tflops 0.5 > "$out.log" 2>&1
 check=$("$PYTHON" -c '
 import json, re, sys
 log = open(sys.argv[2]).read()
