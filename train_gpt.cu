@@ -957,6 +957,7 @@ typedef struct {
     const char* device;
     const char* comm;            // cuda: "auto", "nccl" or "mpi"
     int reduce_fp32;             // cuda: --reduce-dtype fp32
+    const char* cuda_only_flag;  // the first of --comm/--reduce-dtype/--attention given (cuda only)
     const char* attention;       // cuda: "auto", "flash" or "cublas"
     int threads;
     int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
@@ -1237,8 +1238,10 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
                 snprintf(e->msg, sizeof(e->msg), "--comm: expected nccl or mpi, got '%s'", optarg); r = 1;
             }
             o->comm = optarg;
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--comm";
             break;
         case OPT_REDUCE_DTYPE:
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--reduce-dtype";
             if (!strcmp(optarg, "fp32")) o->reduce_fp32 = 1;
             else if (!strcmp(optarg, "bf16")) o->reduce_fp32 = 0;
             else { snprintf(e->msg, sizeof(e->msg), "--reduce-dtype: expected bf16 or fp32, got '%s'", optarg); r = 1; }
@@ -1248,6 +1251,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
                 snprintf(e->msg, sizeof(e->msg), "--attention: expected flash or cublas, got '%s'", optarg); r = 1;
             }
             o->attention = optarg;
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--attention";
             break;
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
@@ -1571,6 +1575,10 @@ int main(int argc, char** argv) {
         if (!device) { snprintf(pe.msg, sizeof(pe.msg), "--device cuda: %s; use --device cpu", why); rc = 1; }
     }
     int on_cuda = device && !strcmp(device, "cuda");
+    if (rc == 0 && !on_cuda && opt.cuda_only_flag) {
+        snprintf(pe.msg, sizeof(pe.msg), "%s applies to the cuda device only, and this run is on the cpu device (%s)",
+                 opt.cuda_only_flag, why); rc = 1;
+    }
     if (rc == 0 && on_cuda && config.channels % 8 != 0) {  // 128-bit row kernels
         snprintf(pe.msg, sizeof(pe.msg), "--device cuda needs --channels to be a multiple of 8, got %d", config.channels); rc = 1;
     }

@@ -102,3 +102,13 @@ expect_error "--rendezvous with a bad scheme" "--rendezvous: expected file:DIR o
 expect_error "--rendezvous without launcher variables" "no launcher variables say which rank" "${launch[@]}" --rendezvous "tcp://127.0.0.1:1"
 expect_error "--comm-timeout out of range" "--comm-timeout: 0 is out of range" "${launch[@]}" --comm-timeout 0
 expect_error "--max-bad-steps out of range" "--max-bad-steps: 0 is out of range" "${launch[@]}" --max-bad-steps 0
+expect_error "--comm-timeout not a number" "--comm-timeout: expected a number, got 'x'" "${launch[@]}" --comm-timeout x
+expect_error "--run-id with a slash" "--run-id: 'a/b' must be non-empty and without '/'" "${launch[@]}" --run-id a/b
+expect_error "--rendezvous file: without a directory" "--rendezvous file:: the directory is missing" "${launch[@]}" --rendezvous file:
+expect_error "--peak-tflops out of range" "--peak-tflops: 0 is out of range" "${launch[@]}" --peak-tflops 0
+expect_error "--comm unknown" "--comm: expected nccl or mpi, got 'gloo'" "${launch[@]}" --comm gloo
+expect_error "--reduce-dtype unknown" "--reduce-dtype: expected bf16 or fp32, got 'fp16'" "${launch[@]}" --reduce-dtype fp16
+expect_error "--attention unknown" "--attention: expected flash or cublas, got 'xformers'" "${launch[@]}" --attention xformers
+expect_error "--comm on the cpu device" "--comm applies to the cuda device only, and this run is on the cpu device" \
+    "${launch[@]}" --device cpu --comm nccl
+expect_error "--attention on the cpu device" "--attention applies to the cuda device only" "${launch[@]}" --device cpu --attention cublas
