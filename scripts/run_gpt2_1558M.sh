@@ -33,37 +33,16 @@ DATA_DIR=${DATA_DIR:-data/edu_fineweb100B}
 TRAIN=${TRAIN:-$DATA_DIR/edu_fineweb_train_*.bin}
 VAL=${VAL-$DATA_DIR/edu_fineweb_val_*.bin}
 
-# The shards come from llm.c's FineWeb preparation; say how to get them before anything else.
-if ! compgen -G "$TRAIN" >/dev/null || { [ -n "$VAL" ] && ! compgen -G "$VAL" >/dev/null; }; then
-    compgen -G "$TRAIN" >/dev/null && missing=$VAL || missing=$TRAIN
-    cat >&2 <<EOF
-run_gpt2_1558M.sh: no token shards match $missing
-  This run trains on FineWeb-EDU (sample-100BT) in llm.c's token-shard format. To make the
-  shards (about 200 GB; needs Python with datasets, tiktoken, numpy, tqdm and internet access):
-      git clone https://github.com/karpathy/llm.c && cd llm.c
-      python dev/data/fineweb.py -t edu -v 100B       # writes dev/data/edu_fineweb100B/edu_fineweb_{val,train}_*.bin
-  then link them here:  ln -s /path/to/llm.c/dev/data/edu_fineweb100B data/edu_fineweb100B
-  or set DATA_DIR=/path/to/edu_fineweb100B (or TRAIN=... VAL=... globs). Shards of your own text:
-      ./tokenize_text -o data/mytext/mytext --val-tokens 1000000 FILE...   (see ./tokenize_text --help)
-EOF
-    exit 1
-fi
-
-make -j"$(nproc)" train_gpt
-
-mpi_flags=()
-[ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
-read -ra extra_mpi <<<"${MPIRUN_ARGS:-}"
+source scripts/run_gpt2_common.sh
+need_shards "FineWeb-EDU (sample-100BT)" "about 200 GB" "-t edu -v 100B" edu_fineweb100B edu_fineweb
 
 # As llm.c: validation loss every 250 steps over 20 batches, a 384-token sample at the end
 # (-s larger than the run; train_gpt also samples at the last step).
 # --ckpt-every 500: llm.c saved every 2000 steps (~1.5 hours); a checkpoint is 18.7 GB of fp32
 # weights and Adam moments written in parallel by all ranks, so save about every 25 minutes.
-mpirun "${mpi_flags[@]}" "${extra_mpi[@]}" -np "$NP" ./train_gpt \
-    --device "$DEVICE" -m d48 -i "$TRAIN" -j "$VAL" -o "$OUT" \
+launch d48 \
     -b "$B" -t 1024 -d 1048576 -x "$STEPS" \
     -l 6e-4 -u 700 --lr-decay cosine -q 0.1 -c 0.1 --grad-clip 1.0 \
     -v 250 --val-steps 20 -s 300000 -g 384 \
     --ckpt-every 500 --resume auto \
     "$@"
-echo "run_gpt2_1558M.sh: done; plot it with: python3 scripts/plot.py $OUT/metrics.jsonl"

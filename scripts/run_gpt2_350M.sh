@@ -31,36 +31,15 @@ DATA_DIR=${DATA_DIR:-data/fineweb100B}
 TRAIN=${TRAIN:-$DATA_DIR/fineweb_train_*.bin}
 VAL=${VAL-$DATA_DIR/fineweb_val_*.bin}
 
-# The shards come from llm.c's FineWeb preparation; say how to get them before anything else.
-if ! compgen -G "$TRAIN" >/dev/null || { [ -n "$VAL" ] && ! compgen -G "$VAL" >/dev/null; }; then
-    compgen -G "$TRAIN" >/dev/null && missing=$VAL || missing=$TRAIN
-    cat >&2 <<EOF
-run_gpt2_350M.sh: no token shards match $missing
-  This run trains on FineWeb (sample-100BT) in llm.c's token-shard format. To make the shards
-  (about 200 GB; needs Python with datasets, tiktoken, numpy, tqdm and internet access):
-      git clone https://github.com/karpathy/llm.c && cd llm.c
-      python dev/data/fineweb.py --version 100B       # writes dev/data/fineweb100B/fineweb_{val,train}_*.bin
-  then link them here:  ln -s /path/to/llm.c/dev/data/fineweb100B data/fineweb100B
-  or set DATA_DIR=/path/to/fineweb100B (or TRAIN=... VAL=... globs). Shards of your own text:
-      ./tokenize_text -o data/mytext/mytext --val-tokens 1000000 FILE...   (see ./tokenize_text --help)
-EOF
-    exit 1
-fi
-
-make -j"$(nproc)" train_gpt
-
-mpi_flags=()
-[ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
-read -ra extra_mpi <<<"${MPIRUN_ARGS:-}"
+source scripts/run_gpt2_common.sh
+need_shards "FineWeb (sample-100BT)" "about 200 GB" "--version 100B" fineweb100B fineweb
 
 # As llm.c: validation loss every 250 steps over 20 batches, a 144-token sample at the end
 # (-s larger than the run; train_gpt also samples at the last step), a checkpoint every 2000
 # steps (4.2 GB of fp32 weights and Adam moments, about every half hour).
-mpirun "${mpi_flags[@]}" "${extra_mpi[@]}" -np "$NP" ./train_gpt \
-    --device "$DEVICE" -m d24 -i "$TRAIN" -j "$VAL" -o "$OUT" \
+launch d24 \
     -b "$B" -t 1024 -d 524288 -x "$STEPS" \
     -l 3e-4 -u 700 --lr-decay cosine -q 0.0 -c 0.1 --grad-clip 1.0 \
     -v 250 --val-steps 20 -s 100000 -g 144 \
     --ckpt-every 2000 --resume auto \
     "$@"
-echo "run_gpt2_350M.sh: done; plot it with: python3 scripts/plot.py $OUT/metrics.jsonl"
