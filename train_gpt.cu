@@ -831,23 +831,6 @@ static size_t peak_rss_bytes(void) {
     return (size_t)ru.ru_maxrss * 1024;
 }
 
-// mkdir -p: creates dir and its missing parents. 0, or -1 with errno set.
-static int mkdir_p(const char* dir) {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s", dir);
-    for (char* p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
-    struct stat st;
-    if (stat(path, &st) != 0) return -1;
-    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
-    return 0;
-}
-
 // Current resident memory in bytes (0 where /proc is unavailable).
 static size_t current_rss_bytes(void) {
     FILE* fp = fopen("/proc/self/statm", "r");
@@ -1741,7 +1724,7 @@ int main(int argc, char** argv) {
 
     FILE* metrics = NULL;
     if (pg.rank == 0 && opt.output_dir) {
-        if (mkdir_p(opt.output_dir) != 0) fatal(&pg, "-o %s: cannot create: %s", opt.output_dir, strerror(errno));
+        if (ckpt_mkdir_p(opt.output_dir) != 0) fatal(&pg, "-o %s: cannot create: %s", opt.output_dir, strerror(errno));
         char path[1100];
         snprintf(path, sizeof(path), "%s/metrics.jsonl", opt.output_dir);
         metrics = fopen(path, resumed ? "a" : "w");  // a resumed run continues the same log

@@ -34,7 +34,7 @@ static void set_err(char* err, size_t errlen, const char* fmt, ...) {
 // ---------------------------------------------------------------------------------------
 // Files and directories
 
-static int mkdir_all(const char* dir) {
+int ckpt_mkdir_p(const char* dir) {
     char path[1024];
     snprintf(path, sizeof(path), "%s", dir);
     for (char* p = path + 1; *p; p++) {
@@ -44,6 +44,9 @@ static int mkdir_all(const char* dir) {
         *p = '/';
     }
     if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
     return 0;
 }
 
@@ -461,7 +464,7 @@ int ckpt_save(CkptWriter* w, const char* root_dir, long step, const CkptTensor* 
     if (w->rank == 0) {
         char tmp_dir[1100];
         step_dir_name(tmp_dir, sizeof(tmp_dir), root_dir, step, 1);
-        if (mkdir_all(root_dir) != 0) { local_rc = 1; set_err(local_err, sizeof(local_err), "%s: cannot create: %s", root_dir, strerror(errno)); }
+        if (ckpt_mkdir_p(root_dir) != 0) { local_rc = 1; set_err(local_err, sizeof(local_err), "%s: cannot create: %s", root_dir, strerror(errno)); }
         else {
             remove_tree(tmp_dir);
             if (mkdir(tmp_dir, 0755) != 0) { local_rc = 1; set_err(local_err, sizeof(local_err), "%s: cannot create: %s", tmp_dir, strerror(errno)); }
@@ -542,7 +545,7 @@ int ckpt_write_offline(const char* root_dir, long step, int world, const CkptTen
                        const CkptOptions* opt, char* err, size_t errlen) {
     char tmp_dir[1100], path[1200];
     step_dir_name(tmp_dir, sizeof(tmp_dir), root_dir, step, 1);
-    if (mkdir_all(root_dir) != 0) { set_err(err, errlen, "%s: cannot create: %s", root_dir, strerror(errno)); cJSON_Delete(state); return 1; }
+    if (ckpt_mkdir_p(root_dir) != 0) { set_err(err, errlen, "%s: cannot create: %s", root_dir, strerror(errno)); cJSON_Delete(state); return 1; }
     remove_tree(tmp_dir);
     if (mkdir(tmp_dir, 0755) != 0) { set_err(err, errlen, "%s: cannot create: %s", tmp_dir, strerror(errno)); cJSON_Delete(state); return 1; }
     ChunkWriter cw;

@@ -77,6 +77,10 @@ typedef struct {
 
 typedef struct CkptWriter CkptWriter;
 
+// mkdir -p: creates dir and its missing parents. 0, or -1 with errno set (ENOTDIR when dir
+// exists but is not a directory). Also what train_gpt creates its -o directory with.
+int ckpt_mkdir_p(const char* dir);
+
 CkptWriter* ckpt_writer_create(const CkptOptions* opt, Comm* comm);
 // Saves checkpoint `step` under root_dir (created if missing). tensors: the full tensor
 // table (same on every rank). pieces: what this rank owns. state: a JSON object stored as

@@ -72,6 +72,10 @@ expect_error "cuda device absent"        "--device cuda: "                     "
 expect_error "bad lr decay"              "--lr-decay: expected cosine, linear or constant" "${T[@]}" --lr-decay step
 expect_error "stray argument"            "unexpected argument 'extra'"         "${T[@]}" extra
 expect_error "output dir not creatable"  "-o /proc/nope: cannot create"        "${T[@]}" -i "$TRAIN_SHARD" -o /proc/nope
+touch "$out/plain_file"
+expect_error "output dir is a file"      "-o $out/plain_file: cannot create: Not a directory" "${T[@]}" -i "$TRAIN_SHARD" -o "$out/plain_file"
+expect_error "checkpoint dir is a file"  "$out/plain_file: cannot create: Not a directory" \
+    "${T[@]}" -i "$TRAIN_SHARD" --ckpt-dir "$out/plain_file" --ckpt-every 1
 expect_error "world does not divide the batch" "not a multiple of batch-size x seq-len x world size \(2 x 16 x 3 = 96\)" \
     run_np 3 "${T[@]}" -i "$TRAIN_SHARD" -d 64
 expect_error "shard group does not divide" "--shard-group-size 2 does not divide the world size 3" \
