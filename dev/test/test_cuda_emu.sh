@@ -10,9 +10,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 if [ -n "${TEST_TMP:-}" ]; then TMP=$TEST_TMP; else TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT; fi
-B=build/emu
-E=dev/cuda_emu
-TAG='[cpu emulation]'
+source dev/cuda_emu/build.sh
 start=$(date +%s)
 
 for tool in g++ gcc python3 mpicxx; do
@@ -21,30 +19,12 @@ for tool in g++ gcc python3 mpicxx; do
         exit 0
     fi
 done
-BLAS_INC=/usr/include/x86_64-linux-gnu/openblas-openmp  # as the Makefile
-BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
 MPI_INC=$(mpicxx --showme:compile 2>/dev/null || true)
-CXX_EMU=(g++ -std=gnu++17 -O2 -Wall -Wextra -Werror -I$E/include)
 CXX_TEST=(g++ -std=gnu++17 -O2 -w -I$E/include $MPI_INC -DOMPI_SKIP_MPICXX)
 LIBS=(-L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas -fopenmp -lm)
 KERNELS=(kernels/*.cuh)
 SKIP=(--skip-call 'test_attention_large=too slow under CPU emulation (GPT-2 size, and timings)')
 
-# build OUT DEP... -- CMD...: runs CMD (which writes OUT) unless OUT was built by the same
-# command from the same DEP contents. The compiler's messages go to OUT.log.
-build() {
-    local out=$1 deps=() key
-    shift
-    while [ "$1" != "--" ]; do deps+=("$1"); shift; done
-    shift
-    key=$({ printf '%s\n' "$*"; cat "${deps[@]}"; } | sha1sum | cut -d' ' -f1)
-    [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ] && return 0
-    rm -f "$out" "$out.key"
-    "$@" >"$out.log" 2>&1 && echo "$key" >"$out.key"
-}
-build_failed() {  # NAME OUT
-    echo "not ok - $TAG build of $1 failed: $(grep -m3 -E 'error|Error' "$2.log" | tr '\n' ' ' | cut -c1-400)"
-}
 
 # ----------------------------------------------------------------------------
 # Sources: the transformed copies, and the mutant (sum_partials_kernel without its barrier)
@@ -84,20 +64,14 @@ fi
 # Build: runtime objects, then the three programs (the attention test runs as soon as it is
 # built, in parallel with the rest)
 
-HDRS=($E/emu.h $(find $E/include -type f | sort))
-build $B/emu.o $E/emu.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/emu.cpp -o $B/emu.o &
+build_runtime &
 p1=$!
-build $B/cublaslt.o $E/cublaslt.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/cublaslt.cpp -o $B/cublaslt.o &
-p2=$!
 build $B/cpu_kernels.o kernels/cpu_kernels.c kernels/cpu_kernels.h -- \
     gcc -std=gnu11 -O2 -fopenmp -I. -I$BLAS_INC -c kernels/cpu_kernels.c -o $B/cpu_kernels.o
 rc=$?
+[ $rc -eq 0 ] || build_failed cpu_kernels.o $B/cpu_kernels.o
 wait $p1 || rc=1
-wait $p2 || rc=1
-if [ $rc -ne 0 ]; then
-    for o in emu.o cublaslt.o cpu_kernels.o; do [ -f $B/$o ] || build_failed $o $B/$o; done
-    exit 1
-fi
+[ $rc -eq 0 ] || exit 1
 OBJS=($B/emu.o $B/cublaslt.o $B/cpu_kernels.o)
 
 # build_test NAME SRCDIR OUT

@@ -31,9 +31,7 @@ cd "$(dirname "$0")/../.."
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
 source dev/test/lib.sh
 if [ -n "${TEST_TMP:-}" ]; then TMP=$TEST_TMP; else TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT; fi
-B=build/emu
-E=dev/cuda_emu
-TAG='[cpu emulation]'
+source dev/cuda_emu/build.sh
 start=$(date +%s)
 PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
@@ -62,24 +60,6 @@ fi
 # Build (the runtime objects with the same commands as test_cuda_emu.sh, so either script
 # reuses the other's)
 
-BLAS_INC=/usr/include/x86_64-linux-gnu/openblas-openmp  # as the Makefile
-BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
-CXX_EMU=(g++ -std=gnu++17 -O2 -Wall -Wextra -Werror -I$E/include)
-# build OUT DEP... -- CMD...: runs CMD (which writes OUT) unless OUT was built by the same
-# command from the same DEP contents. The compiler's messages go to OUT.log.
-build() {
-    local out=$1 deps=() key
-    shift
-    while [ "$1" != "--" ]; do deps+=("$1"); shift; done
-    shift
-    key=$({ printf '%s\n' "$*"; cat "${deps[@]}"; } | sha1sum | cut -d' ' -f1)
-    [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ] && return 0
-    rm -f "$out" "$out.key"
-    "$@" >"$out.log" 2>&1 && echo "$key" >"$out.key"
-}
-build_failed() {  # NAME OUT
-    echo "not ok - $TAG build of $1 failed: $(grep -m3 -E 'error|Error' "$2.log" | tr '\n' ' ' | cut -c1-400)"
-}
 
 CUDA_SRCS=(train_gpt.cu kernels/*.cuh fsdp/*.cuh)
 mkdir -p $B
@@ -87,14 +67,7 @@ if ! python3 $E/transform.py $B/train_src "${CUDA_SRCS[@]}" 2>"$TMP/transform.er
     echo "not ok - $TAG transform.py failed on train_gpt.cu: $(tr '\n' ' ' <"$TMP/transform.err" | cut -c1-400)"
     exit 1
 fi
-HDRS=($E/emu.h $(find $E/include -type f | sort))
-build $B/emu.o $E/emu.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/emu.cpp -o $B/emu.o &
-p1=$!
-build $B/cublaslt.o $E/cublaslt.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/cublaslt.cpp -o $B/cublaslt.o
-rc=$?
-wait $p1 || rc=1
-if [ $rc -ne 0 ]; then
-    for o in emu.o cublaslt.o; do [ -f $B/$o ] || build_failed $o $B/$o; done
+if ! build_runtime; then
     exit 1
 fi
 # build_train SRCDIR OUT: train_gpt.cu (transformed in SRCDIR) for the emulator.
