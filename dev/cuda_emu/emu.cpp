@@ -363,6 +363,10 @@ cudaError_t cudaMemset(void* p, int value, size_t n) {
     memset(p, value, n);
     return cudaSuccess;
 }
+void emu::enqueue(cudaStream_t s, const char* what, std::function<void()> work) {
+    if (!stream_ok(s)) die("%s on %p: not a live stream", what, (void*)s);
+    work();  // streams are synchronous: the work is done when it is issued
+}
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on %p: not a live stream", (void*)s);
     return cudaMemset(p, value, n);
@@ -373,11 +377,21 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
 
 static const int kOptinSmem = 232448;  // sm_90: 227 KiB per block with the opt-in
 
-cudaError_t cudaGetDeviceCount(int* count) { *count = 1; return cudaSuccess; }
-cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice, "cudaSetDevice(%d)", dev); }
-cudaError_t cudaGetDevice(int* dev) { *dev = 0; return cudaSuccess; }
+int emu::device_count() {
+    const char* s = getenv("EMU_DEVICE_COUNT");
+    const int n = s ? atoi(s) : 1;
+    return n >= 1 && n <= 64 ? n : 1;
+}
+static int current_device = 0;
+cudaError_t cudaGetDeviceCount(int* count) { *count = emu::device_count(); return cudaSuccess; }
+cudaError_t cudaSetDevice(int dev) {
+    if (dev < 0 || dev >= emu::device_count()) return fail(cudaErrorInvalidDevice, "cudaSetDevice(%d)", dev);
+    current_device = dev;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* dev) { *dev = current_device; return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
-    if (dev != 0) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
+    if (dev < 0 || dev >= emu::device_count()) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "cuda_emu (CPU emulation of an sm_90 GPU)");
     p->totalGlobalMem = kDeviceMem;

@@ -40,7 +40,8 @@
 //     the destination is undefined from the issue (poisoned then) until the wait that
 //     completes its group (the copy happens then): reading it before the right wait, or
 //     issuing it while other warps still read the old contents, meets poison.
-//   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory, 80 GiB);
+//   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory, 80 GiB;
+//     EMU_DEVICE_COUNT=N reports N alike, all backed by the process's memory);
 //     all work is synchronous; events measure host time (an event is complete once recorded;
 //     cudaEventElapsedTime refuses cudaEventDisableTiming events); stream and event handles
 //     are checked for liveness; cudaMallocHost/cudaFreeHost are checked host allocations;
@@ -80,6 +81,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <functional>
 #include <initializer_list>
 
 // ----------------------------------------------------------------------------
@@ -196,6 +198,13 @@ void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem
             unsigned max_threads, F&& body) {
     launch_impl(name, fn, grid, block, smem, max_threads, [](void* c) { (*(F*)c)(); }, (void*)&body);
 }
+
+// Device work issued on stream s (a copy, a cuBLASLt matmul, a collective of the NCCL shim):
+// runs after everything enqueued on s before it; `what` names it in messages.
+void enqueue(cudaStream_t s, const char* what, std::function<void()> work);
+// Emulated devices: EMU_DEVICE_COUNT (default 1). Each process has its own memory, so with N
+// set, N local ranks each "own" a device (what NCCL requires); they share the host's memory.
+int device_count();
 
 void syncthreads();
 // A warp collective: deposits `bytes` of `in` for this lane, waits for all 32 lanes (same
