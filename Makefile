@@ -38,15 +38,18 @@ endif
 ifneq ($(NVCC),)
 GPU_ARCH  ?= 80 90
 GENCODE   := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
-MPI_CFLAGS := $(shell mpicc --showme:compile) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
-MPI_LIBS   := $(shell mpicc --showme:link)
-NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. \
-             -Xcompiler "$(OPT) -fopenmp $(WARN) $(MPI_CFLAGS)" \
+# The MPI compiler wrapper is nvcc's host compiler: it adds the include and link flags of
+# whichever MPI it belongs to (Open MPI, MPICH), as CC/CXX do for the host-only build.
+NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. -ccbin $(CXX) \
+             -Xcompiler "$(OPT) -fopenmp $(WARN) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX" \
              -I$(BLAS_INC)
+# Everything nvcc compiled depends on this stamp, named after GPU_ARCH: another choice of
+# targets makes a new stamp (deleting the old), so `make GPU_ARCH=90` rebuilds for sm_90.
+ARCH_STAMP := build/gpu_arch_$(subst $(eval) ,_,$(strip $(GPU_ARCH)))
 # GPU tests: dev/test/test_*_cuda.cu, built only when nvcc exists (run by test_cuda.sh,
 # which reports them as skipped on a machine without a GPU).
 TEST_BINS += $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*_cuda.cu))
-NVCC_LIBS := -lcublasLt -lcublas -lnccl $(MPI_LIBS) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
+NVCC_LIBS := -lcublasLt -lcublas -lnccl -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 endif
 
 .PHONY: all test clean tools print-host-cxxflags
@@ -58,10 +61,14 @@ build/%.o: %.c $(HEADERS)
 
 # test_gpt2.cu includes train_gpt.cu (like llm.c's test_gpt2) to drive the model schedule.
 ifneq ($(NVCC),)
-build/train_gpt.o: train_gpt.cu $(HEADERS)
+$(ARCH_STAMP):
+	@mkdir -p build
+	@rm -f build/gpu_arch_*
+	@touch $@
+build/train_gpt.o: train_gpt.cu $(HEADERS) $(ARCH_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS)
+build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS) $(ARCH_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -Wno-unused-function -c $< -o $@
 LINK      := $(NVCC) $(NVCCFLAGS)
@@ -84,7 +91,7 @@ build/test_gpt2: build/test_gpt2.o $(LIB_OBJS)
 	$(LINK) $^ -o $@ $(LINK_LIBS)
 
 ifneq ($(NVCC),)
-build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(HEADERS)
+build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(HEADERS) $(ARCH_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) $< $(LIB_OBJS) -o $@ $(NVCC_LIBS)
 endif

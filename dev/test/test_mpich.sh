@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# MPICH: train_gpt built against MPICH (host-only build, in a copy of the sources) and
-# launched with MPICH's mpiexec (hydra) trains exactly like the Open MPI build under mpirun.
+# MPICH: train_gpt built against MPICH (in a copy of the sources; with nvcc when it exists,
+# as a GPU node builds it: the MPI wrapper is nvcc's host compiler) and launched with MPICH's
+# mpiexec (hydra) trains exactly like the Open MPI build under mpirun.
 set -u
 source dev/test/lib.sh
 if ! command -v mpicc.mpich > /dev/null || ! command -v mpiexec.mpich > /dev/null; then
@@ -10,12 +11,15 @@ fi
 src="$TEST_TMP/src"
 mkdir -p "$src"
 cp -r Makefile train_gpt.cu kernels fsdp dataloader checkpoint model "$src"/
-if ! make -C "$src" -j2 NO_CUDA=1 CC=mpicc.mpich CXX=mpicxx.mpich train_gpt > "$TEST_TMP/build.log" 2>&1; then
-    not_ok "MPICH build: $(grep -m3 -E 'error' "$TEST_TMP/build.log" | tr '\n' ' ')"
+if command -v nvcc > /dev/null; then kind="CUDA build (nvcc -ccbin mpicxx.mpich)"; flavour=()
+else kind="host-only build"; flavour=(NO_CUDA=1); fi
+if ! make -C "$src" -j2 "${flavour[@]}" CC=mpicc.mpich CXX=mpicxx.mpich train_gpt > "$TEST_TMP/build.log" 2>&1; then
+    not_ok "MPICH $kind: $(grep -m3 -E 'error' "$TEST_TMP/build.log" | tr '\n' ' ')"
     exit 0
 fi
-if ldd "$src/train_gpt" | grep -q libmpich; then ok "host-only build against MPICH links libmpich"
-else not_ok "the MPICH build does not link libmpich: $(ldd "$src/train_gpt" | grep -i mpi | tr '\n' ' ')"; fi
+if ldd "$src/train_gpt" | grep -q libmpich && ! ldd "$src/train_gpt" | grep -q 'libmpi\.so'; then
+    ok "$kind against MPICH links libmpich (and not Open MPI)"
+else not_ok "the MPICH $kind does not link libmpich alone: $(ldd "$src/train_gpt" | grep -i mpi | tr '\n' ' ')"; fi
 args=(--device cpu --layers 2 --channels 64 --heads 2 --max-seq 64 -b 2 -t 64 -x 8 -v 0 --threads 1 -i "$TRAIN_SHARD")
 timeout 120 mpiexec.mpich -np 2 "$src/train_gpt" "${args[@]}" -o "$TEST_TMP/mpich" > "$TEST_TMP/mpich.log" 2>&1
 rc=$?
