@@ -2,10 +2,22 @@
 #   make            train_gpt (with nvcc when it exists, else the host compiler) and the tools
 #   make test       builds everything and runs dev/test/run_tests.sh ("N passed, M failed")
 #   make clean
-# Variables: NO_CUDA=1 forces a host-only build; GPU_ARCH="80 90" picks the CUDA targets.
+# Variables: NO_CUDA=1 forces a host-only build; GPU_ARCH="80 90" picks the CUDA targets;
+# NO_MPI=1 builds without MPI (the default when there is no mpicc): ranks then meet over the
+# TCP transport (scripts/launch_local.sh, srun without PMI, torchrun-style variables).
 
+ifeq ($(NO_MPI),)
+NO_MPI   := $(if $(shell command -v mpicc 2>/dev/null),,1)
+endif
+ifeq ($(NO_MPI),1)
+CC       := gcc
+CXX      := g++
+MPI_DEF  := -DFSDP_NO_MPI
+else
 CC       := mpicc
 CXX      := mpicxx
+MPI_DEF  :=
+endif
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 PYTHON   ?= $(CURDIR)/.venv/bin/python
 export PYTHON
@@ -19,12 +31,15 @@ BLAS_LIB := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
 WARN     := -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 # -fno-math-errno lets sqrtf vectorise (AdamW); results are unchanged.
 OPT      := -O3 -march=native -fno-math-errno
-CFLAGS   := $(OPT) -std=gnu11 $(WARN) -fopenmp -I. -I$(BLAS_INC)
-CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -fopenmp -I. -I$(BLAS_INC)
+CFLAGS   := $(OPT) -std=gnu11 $(WARN) $(MPI_DEF) -fopenmp -I. -I$(BLAS_INC)
+CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) $(MPI_DEF) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -fopenmp -I. -I$(BLAS_INC)
 LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm -fopenmp
 
 # The libraries: plain C, unit-testable without a GPU.
 LIB_SRCS := $(wildcard kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c)
+ifeq ($(NO_MPI),1)
+LIB_SRCS := $(filter-out fsdp/comm_mpi.c,$(LIB_SRCS))
+endif
 LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
 HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h)
 
@@ -41,43 +56,47 @@ GENCODE   := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 # The MPI compiler wrapper is nvcc's host compiler: it adds the include and link flags of
 # whichever MPI it belongs to (Open MPI, MPICH), as CC/CXX do for the host-only build.
 NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. -ccbin $(CXX) \
-             -Xcompiler "$(OPT) -fopenmp $(WARN) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX" \
+             -Xcompiler "$(OPT) -fopenmp $(WARN) $(MPI_DEF) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX" \
              -I$(BLAS_INC)
-# Everything nvcc compiled depends on this stamp, named after GPU_ARCH: another choice of
-# targets makes a new stamp (deleting the old), so `make GPU_ARCH=90` rebuilds for sm_90.
-ARCH_STAMP := build/gpu_arch_$(subst $(eval) ,_,$(strip $(GPU_ARCH)))
 # GPU tests: dev/test/test_*_cuda.cu, built only when nvcc exists (run by test_cuda.sh,
 # which reports them as skipped on a machine without a GPU).
 TEST_BINS += $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*_cuda.cu))
 NVCC_LIBS := -lcublasLt -lcublas -lnccl -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 endif
 
+# Every object depends on a stamp named after the build's flavour (CUDA targets, MPI or not):
+# another choice makes a new stamp (deleting the old), so `make GPU_ARCH=90` or `make NO_MPI=1`
+# after another build recompiles what it must instead of linking stale objects.
+BUILD_FLAVOUR := $(if $(NVCC),sm_$(subst $(eval) ,_,$(strip $(GPU_ARCH))),host)_$(if $(filter 1,$(NO_MPI)),nompi,mpi)
+FLAVOUR_STAMP := build/flavour_$(BUILD_FLAVOUR)
+
 .PHONY: all test clean tools print-host-cxxflags
 all: train_gpt $(TOOLS) $(TEST_BINS)
 
-build/%.o: %.c $(HEADERS)
+$(FLAVOUR_STAMP):
+	@mkdir -p build
+	@rm -f build/flavour_*
+	@touch $@
+
+build/%.o: %.c $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 # test_gpt2.cu includes train_gpt.cu (like llm.c's test_gpt2) to drive the model schedule.
 ifneq ($(NVCC),)
-$(ARCH_STAMP):
-	@mkdir -p build
-	@rm -f build/gpu_arch_*
-	@touch $@
-build/train_gpt.o: train_gpt.cu $(HEADERS) $(ARCH_STAMP)
+build/train_gpt.o: train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
-build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS) $(ARCH_STAMP)
+build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -Wno-unused-function -c $< -o $@
 LINK      := $(NVCC) $(NVCCFLAGS)
 LINK_LIBS := $(NVCC_LIBS)
 else
-build/train_gpt.o: train_gpt.cu $(HEADERS)
+build/train_gpt.o: train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) -x c++ -c $< -o $@
-build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS)
+build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) -Wno-unused-function -x c++ -c $< -o $@
 LINK      := $(CXX) $(CXXFLAGS)
@@ -91,7 +110,7 @@ build/test_gpt2: build/test_gpt2.o $(LIB_OBJS)
 	$(LINK) $^ -o $@ $(LINK_LIBS)
 
 ifneq ($(NVCC),)
-build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(HEADERS) $(ARCH_STAMP)
+build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) $< $(LIB_OBJS) -o $@ $(NVCC_LIBS)
 endif

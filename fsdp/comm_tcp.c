@@ -1511,7 +1511,9 @@ CommWorld* comm_tcp_init(int rank, int world, const char* rendezvous_spec, const
         rdv_fail(&v, "the run id must be 1 to 255 characters");
         return NULL;
     }
-    if (!rendezvous_spec || parse_rendezvous(&v, rendezvous_spec)) {
+    // A world of one meets nobody: no rendezvous needed (a build without MPI runs a single
+    // process this way).
+    if (world > 1 && (!rendezvous_spec || parse_rendezvous(&v, rendezvous_spec))) {
         if (!rendezvous_spec) rdv_fail(&v, "no rendezvous given");
         return NULL;
     }

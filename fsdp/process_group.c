@@ -1,6 +1,8 @@
 #include "fsdp/process_group.h"
 
+#ifndef FSDP_NO_MPI
 #include <mpi.h>
+#endif
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +105,19 @@ int process_group_init(ProcessGroup* pg, int* argc, char*** argv, const ProcessG
         pg->comm = comm_tcp_init(env_rank, env_world, rendezvous, run_id, opt->timeout_s, err, errlen);
         if (!pg->comm) return 1;
     } else {
+#ifdef FSDP_NO_MPI
+        // Built without MPI (make NO_MPI=1): a single process is a TCP world of one; ranks
+        // started by an MPI launcher cannot join one another.
+        if (mpi_launched) {
+            snprintf(err, errlen,
+                     "this train_gpt was built without MPI (NO_MPI=1) but %s started it: launch the ranks "
+                     "with scripts/launch_local.sh, srun without --mpi, or RANK/WORLD_SIZE/MASTER_ADDR/"
+                     "MASTER_PORT (torchrun style), or rebuild with MPI", pg->launcher);
+            return 1;
+        }
+        pg->comm = comm_tcp_init(0, 1, NULL, "single", opt->timeout_s, err, errlen);
+        if (!pg->comm) return 1;
+#else
         MPI_Init(argc, argv);
         pg->comm = comm_mpi_init(opt->timeout_s, err, errlen);
         if (!pg->comm) return 1;
@@ -117,6 +132,7 @@ int process_group_init(ProcessGroup* pg, int* argc, char*** argv, const ProcessG
             pg->comm = NULL;
             return 1;
         }
+#endif
     }
     pg->transport = comm_transport(pg->comm);
     pg->world_comm = comm_world(pg->comm);

@@ -12,6 +12,8 @@
 #   5. dev/bench/bench_gpu.sh d48 (1.5B, T=1024), if time is left
 # Ends with summary.txt (also printed): one line per part, PASS/FAIL/TIMEOUT/SKIP, and the
 # benchmark figures; every log is in logs.tar.gz beside it. Exit status 0 when every part that ran passed.
+# Before calling it on a machine without network, run `bash scripts/device_deps.sh fetch` here
+# and carry .deps (and data/tinyshakespeare) with the call.
 # Environment: OUT (output folder), GPU_ARCH [90], DEVICE_CHECK_BUDGET seconds [470],
 #   BENCH_D12_B [16], BENCH_D48_B [8] micro-batch sizes, FSDP_DATA (where tinyshakespeare/ is).
 set -u
@@ -79,7 +81,14 @@ PY
 fi
 export FSDP_DATA=${DATA:-$OUT_DIR/no_data}
 
-# 1. Build.
+# 1. Build. A GPU image may lack MPI (then the Makefile builds with NO_MPI=1 and the tests start
+# ranks with scripts/launch_local.sh) and our Debian libraries (then they come from the .deb
+# files in .deps/debs, carried along: scripts/device_deps.sh).
+if [ -f scripts/device_deps.sh ]; then
+    source scripts/device_deps.sh use >"$LOGS/deps.log" 2>&1 || true
+    note "libraries: $(tail -n 1 "$LOGS/deps.log" | cut -c1-200)"
+fi
+note "mpi: $(command -v mpicc >/dev/null && echo "mpicc found: MPI build" || echo "no mpicc: NO_MPI build, ranks via scripts/launch_local.sh")"
 if ! part build 260 make -j16 GPU_ARCH="$GPU_ARCH" all; then
     note "build failed: the remaining parts use whatever binaries exist"
     grep -m5 -E 'error' "$LOGS/build.log" | cut -c1-300 | tee -a "$SUMMARY"

@@ -21,7 +21,6 @@
 // "ok - ..." / "not ok - ..."; exit status 1 if any failed. Without a GPU:
 // "ok - cuda backend # skip no GPU", status 0.
 #include <math.h>
-#include <mpi.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -14,7 +14,9 @@
 // --minimal (the rendezvous and one all_reduce: for many ranks), --huge (> 2 GiB; by hand).
 #include <arpa/inet.h>
 #include <math.h>
+#ifndef FSDP_NO_MPI
 #include <mpi.h>
+#endif
 #include <signal.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -608,8 +610,12 @@ int main(int argc, char** argv) {
     CommWorld* cw = NULL;
     int is_mpi = !strcmp(transport, "mpi");
     if (is_mpi) {
+#ifdef FSDP_NO_MPI
+        snprintf(err, sizeof(err), "built without MPI (NO_MPI=1): only the tcp transport");
+#else
         MPI_Init(&argc, &argv);
         cw = comm_mpi_init(timeout, err, sizeof(err));
+#endif
     } else if (!strcmp(transport, "tcp")) {
         if (rank < 0 || world < 1 || !rendezvous || !run_id) usage();
         cw = comm_tcp_init(rank, world, rendezvous, run_id, timeout, err, sizeof(err));

@@ -30,14 +30,22 @@ skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
 command -v nvidia-smi >/dev/null 2>&1 || skip "no GPU (nvidia-smi not found)"
 nvidia-smi -L >/dev/null 2>&1 || skip "no GPU (nvidia-smi -L fails)"
 
+# The ranks: mpirun for an MPI build; scripts/launch_local.sh (torchrun-style variables, the TCP
+# transport) for a build without MPI (make NO_MPI=1, e.g. on a GPU image without MPI).
+if ldd ./train_gpt 2>/dev/null | grep -q 'libmpi'; then
+    launch=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np)
+else
+    launch=(scripts/launch_local.sh -n)
+fi
+echo "# ranks started by ${launch[0]}"
+
 common=(--layers 2 --channels 128 --heads 2 --max-seq 64 -t 64 -x 20 -l 1e-3 -u 2 --seed 7
         -v 10 --val-steps 1 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 4)
 # run NAME NP ARGS...: one job, output in $out/NAME.log, metrics in $out/NAME/metrics.jsonl
 # (unless ARGS give another -o). 0 when it exited 0.
 run() {
     local name=$1 np=$2; shift 2
-    if ! timeout -k 5 180 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
-            ./train_gpt "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
+    if ! timeout -k 5 180 "${launch[@]}" "$np" ./train_gpt "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
         not_ok "$name: run failed: $(grep -m2 -iE 'error|fault|abort' "$out/$name.log" | tr '\n' ' ' | cut -c1-300) $(tail -n 2 "$out/$name.log" | tr '\n' ' ' | cut -c1-200)"
         return 1
     fi

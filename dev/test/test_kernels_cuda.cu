@@ -11,7 +11,9 @@
 // Output: "ok - <check> (max err ...)" or "not ok - <check>: ..." per check; exit status 1
 // if any check failed. Without a usable GPU: "ok - cuda kernels # skip no GPU", status 0.
 #include <math.h>
+#ifndef FSDP_NO_MPI
 #include <mpi.h>  // not used: proves the headers build next to MPI's and the CPU kernels'
+#endif
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
