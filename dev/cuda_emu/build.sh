@@ -1,7 +1,7 @@
 # Sourced by dev/test/test_cuda_emu.sh and dev/test/test_gpu_emu.sh (from the repository
 # root): where the emulated builds go, the compiler lines, and a build step that is skipped
 # when its output was made by the same command from the same inputs.
-B=build/emu
+B=${EMU_BUILD:-build/emu}  # EMU_BUILD: another folder (runs that must not share build/emu)
 E=dev/cuda_emu
 TAG='[cpu emulation]'
 BLAS_INC=/usr/include/x86_64-linux-gnu/openblas-openmp  # as the Makefile
@@ -26,16 +26,20 @@ build_failed() {  # NAME OUT
     echo "not ok - $TAG build of $1 failed: $(grep -m3 -E 'error|Error' "$2.log" | tr '\n' ' ' | cut -c1-400)"
 }
 
-# The emulator's runtime ($B/emu.o) and fake cuBLASLt ($B/cublaslt.o), in parallel. Non-zero
-# (after saying which failed) when either did not build.
+# The emulator's runtime ($B/emu.o), fake cuBLASLt ($B/cublaslt.o) and NCCL ($B/nccl.o), in
+# parallel. Non-zero (after saying which failed) when any did not build.
+RUNTIME_OBJS=($B/emu.o $B/cublaslt.o $B/nccl.o)
 build_runtime() {
-    local rc=0 p1
+    local rc=0 p1 p2
     build $B/emu.o $E/emu.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/emu.cpp -o $B/emu.o &
     p1=$!
+    build $B/nccl.o $E/nccl.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/nccl.cpp -o $B/nccl.o &
+    p2=$!
     build $B/cublaslt.o $E/cublaslt.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/cublaslt.cpp -o $B/cublaslt.o || rc=1
     wait $p1 || rc=1
+    wait $p2 || rc=1
     if [ $rc -ne 0 ]; then
-        for o in emu.o cublaslt.o; do [ -f $B/$o ] || build_failed $o $B/$o; done
+        for o in emu.o cublaslt.o nccl.o; do [ -f $B/$o ] || build_failed $o $B/$o; done
     fi
     return $rc
 }

@@ -10,6 +10,9 @@
 // and scale). Extra checks: every operand lies inside one device buffer, and its pointer
 // has the alignment promised to the heuristic (the algorithm is only valid for that).
 // Arithmetic: products of the bf16 inputs summed in double, rounded once to D's type.
+// cublasLtMatmul checks its arguments and reads the host-side ones (alpha, beta, descriptor,
+// layouts) when called; the product is stream work (emu::enqueue_compute), done when the
+// stream gets to it.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <math.h>
@@ -190,10 +193,15 @@ static double dgelu(double x) {
     return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, const void* A,
+                       const cublasLtMatrixLayoutOpaque_t& LA, const void* B, const cublasLtMatrixLayoutOpaque_t& LB,
+                       float beta, const void* C, const cublasLtMatrixLayoutOpaque_t& LC, void* D,
+                       const cublasLtMatrixLayoutOpaque_t& LO, uint64_t k, bool bias, cudaDataType bias_type,
+                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type);
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A,
                               cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta_p,
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t lo,
-                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     uint64_t k;
     if (!h) return bad(CUBLAS_STATUS_NOT_INITIALIZED, "no handle");
     cublasStatus_t st = check_shapes(d, la, lb, lc, lo, &k);
@@ -237,6 +245,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (workspace_bytes && !emu::device_range_ok(workspace, workspace_bytes))
         return bad(CUBLAS_STATUS_INVALID_VALUE, "workspace is not %zu bytes of device memory", workspace_bytes);
 
+    // The call is checked now and reads its host-side arguments now (alpha, beta, the
+    // descriptor and layouts: the caller may change or destroy them once it returns); the
+    // product is computed when the stream gets to it.
+    const cublasLtMatmulDescOpaque_t desc = *d;
+    const cublasLtMatrixLayoutOpaque_t LA = *la, LB = *lb, LC = *lc, LO = *lo;
+    emu::enqueue_compute(stream, "cublasLtMatmul", [=]() {
+        matmul_run(desc, alpha, A, LA, B, LB, beta, C, LC, D, LO, k, bias, bias_type, gelu_aux, dgelu_aux, aux_type);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// D = alpha op(A) op(B) + beta C (+ epilogue), on the device thread.
+static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, const void* A,
+                       const cublasLtMatrixLayoutOpaque_t& LA, const void* B, const cublasLtMatrixLayoutOpaque_t& LB,
+                       float beta, const void* C, const cublasLtMatrixLayoutOpaque_t& LC, void* D,
+                       const cublasLtMatrixLayoutOpaque_t& LO, uint64_t k, bool bias, cudaDataType bias_type,
+                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type) {
+    const cublasLtMatmulDescOpaque_t* d = &desc;
+    const cublasLtMatrixLayoutOpaque_t *la = &LA, *lb = &LB, *lc = &LC, *lo = &LO;
+    const uint64_t m = lo->rows, n = lo->cols;
     // op(A) as m rows of k, op(B) as n rows of k (contiguous), then dot products.
     std::vector<float> opa(m * k), opb(n * k);
     for (int32_t bt = 0; bt < lo->batch; bt++) {
@@ -272,5 +300,4 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
             }
         }
     }
-    return CUBLAS_STATUS_SUCCESS;
 }

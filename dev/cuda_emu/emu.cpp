@@ -8,8 +8,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -95,9 +100,12 @@ static Warp warps[MAX_THREADS / 32];
 static Fiber sched;
 static Thread* cur = NULL;
 static int nthreads, ndone, sync_arrived;
-static BodyFn g_body;
-static void* g_ctx;
-static const char* kname = NULL;  // kernel running (NULL: host code)
+static const std::function<void()>* g_body;  // the launch: calls the kernel with its arguments
+// Kernels run on the device thread only (on the host's in EMU_STREAMS=sync mode), so the
+// block scheduler's state above is that thread's; what a thread is running is thread-local:
+static thread_local const char* kname = NULL;      // kernel running (NULL: none)
+static thread_local const char* op_what = NULL;    // stream operation running (NULL: host code)
+static thread_local const char* op_stream = NULL;  // ... and its stream, for messages
 static unsigned char* smem = NULL;
 static size_t smem_bytes = 0, smem_cap = 0;
 static uint64_t block_serial = 0;
@@ -114,19 +122,27 @@ void die(const char* fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     if (kname && cur)
-        fprintf(stderr, " [kernel %s, block (%u,%u,%u), thread (%u,%u,%u)]", kname, bid.x, bid.y, bid.z,
-                cur->idx.x, cur->idx.y, cur->idx.z);
+        fprintf(stderr, " [kernel %s, block (%u,%u,%u), thread (%u,%u,%u), on %s]", kname, bid.x, bid.y, bid.z,
+                cur->idx.x, cur->idx.y, cur->idx.z, op_stream ? op_stream : "?");
     else if (kname)
-        fprintf(stderr, " [kernel %s]", kname);
+        fprintf(stderr, " [kernel %s, on %s]", kname, op_stream ? op_stream : "?");
+    else if (op_what)
+        fprintf(stderr, " [%s, on %s]", op_what, op_stream ? op_stream : "?");
     fprintf(stderr, "\n");
     abort();
 }
 
+static const char* streams_mode();
+static unsigned long long seed();
+static long long stream_ops();
+static long long stream_choices();
 static void print_stats() {
     if (getpid() != main_pid || stats.launches == 0) return;
     fprintf(stderr, "# cuda_emu: %lld launches, %lld blocks, %lld threads, %lld warp collectives "
-            "(%lld mma.sync, %lld ldmatrix), %lld cp.async\n", stats.launches, stats.blocks, stats.threads,
-            stats.collectives, stats.mma, stats.ldmatrix, stats.cp_async);
+            "(%lld mma.sync, %lld ldmatrix), %lld cp.async; %lld stream operations (%lld picked among several "
+            "streams), streams %s, EMU_SEED=%llu\n",
+            stats.launches, stats.blocks, stats.threads, stats.collectives, stats.mma, stats.ldmatrix,
+            stats.cp_async, stream_ops(), stream_choices(), streams_mode(), seed());
 }
 static int stats_registered = atexit(print_stats);
 
@@ -138,7 +154,7 @@ static void yield_to_scheduler(int state) {
 }
 
 static void fiber_main() {
-    g_body(g_ctx);
+    (*g_body)();
     Warp& w = warps[cur->lin >> 5];
     if (sync_arrived)
         die("thread exited while %d threads of its block wait at __syncthreads (a barrier must be reached "
@@ -247,10 +263,16 @@ namespace emu {
 
 enum { GUARD = 256 };
 static const unsigned char GUARD_BYTE = 0xeb;
-static std::map<uintptr_t, size_t> allocs;  // user pointer -> bytes
+// The host allocates and frees while the device thread checks ranges and guards: the maps of
+// device and pinned host buffers are guarded by mem_mu. (Objects the device thread uses are
+// never destroyed: it may still run while exit() runs the static destructors.)
+static std::mutex& mem_mu = *new std::mutex;
+static std::map<uintptr_t, size_t>& allocs = *new std::map<uintptr_t, size_t>;       // user pointer -> bytes
+static std::map<uintptr_t, size_t>& host_allocs = *new std::map<uintptr_t, size_t>;  // cudaMallocHost
 
 bool device_range_ok(const void* p, size_t bytes) {
     if (bytes == 0) return true;
+    std::lock_guard<std::mutex> lk(mem_mu);
     auto it = allocs.upper_bound((uintptr_t)p);
     if (it == allocs.begin()) return false;
     --it;
@@ -271,7 +293,351 @@ static void check_guards(uintptr_t user, size_t bytes, const char* when) {
 }
 
 static void check_all_guards(const char* when) {
+    std::lock_guard<std::mutex> lk(mem_mu);
     for (auto& a : allocs) check_guards(a.first, a.second, when);
+}
+static bool pinned_range(const void* p, size_t bytes) {  // inside one cudaMallocHost buffer?
+    std::lock_guard<std::mutex> lk(mem_mu);
+    auto it = host_allocs.upper_bound((uintptr_t)p);
+    if (it == host_allocs.begin()) return false;
+    --it;
+    return (uintptr_t)p + bytes <= it->first + it->second;
+}
+
+}  // namespace emu
+
+// ----------------------------------------------------------------------------
+// Streams and events: a device thread runs the streams' work, asynchronously to the host
+//
+// Every stream (the legacy default stream NULL included) is a FIFO of operations: kernels,
+// copies, memsets, event records and waits, cuBLASLt/CUB calls, emu::enqueue work. An
+// operation runs after the previous one of its stream and after its dependencies: the event
+// a cudaStreamWaitEvent waits on (the stream position cudaEventRecord captured when it was
+// issued), and the legacy stream's implicit synchronisation (an operation on the legacy
+// stream waits for the work issued before it on every blocking stream; an operation on a
+// blocking stream waits for the legacy stream's work issued before it; non-blocking streams
+// are independent of it). The device thread picks among the streams whose next operation can
+// run at random (EMU_SEED), so unordered streams interleave differently from seed to seed.
+// It also lags behind the host: it sees the operations issued only once the host has queued
+// a random number of them (up to kMaxLag), blocks in a synchronising call, polls an event or
+// stream, or has left them alone for a few milliseconds (the device must progress without
+// the host: a peer process's collective may wait for it). So a host that reads a pinned
+// buffer before its copy is done reads the old contents, and a consumer stream that does not
+// wait for its producer reads poison. emu::enqueue work (which may block on peer processes)
+// runs on a thread of its own stream, other streams go on meanwhile. EMU_STREAMS=sync: every
+// operation runs when it is issued, on the host thread (the old, synchronous emulator).
+
+struct CUevent_st;
+namespace emu {
+struct Dep { CUstream_st* s; uint64_t seq; };  // done once s has completed its operation seq
+enum OpKind { OP_DEVICE, OP_BLOCKING, OP_MARK };  // device thread / the stream's thread / no work
+struct Op {
+    uint64_t idx = 0, seq = 0;    // issue number (all streams), number in its stream
+    OpKind kind = OP_DEVICE;
+    std::string what;
+    std::function<void()> fn;
+    std::vector<Dep> deps;
+    CUevent_st* ev = NULL;        // cudaEventRecord: stamps the event's time when it runs
+};
+}  // namespace emu
+
+struct CUstream_st {
+    unsigned flags = 0;
+    int priority = 0;
+    bool live = true;             // cudaStreamDestroy: the queued work still runs (as CUDA does)
+    std::string name;             // in messages
+    std::deque<emu::Op> q;        // issued, not yet started
+    uint64_t issued = 0, done = 0;  // operations issued / completed (in order: FIFO)
+    bool busy = false;            // its front operation is running
+    // The thread that runs this stream's emu::enqueue work (started at the first), the
+    // operation handed to it.
+    std::thread* worker = NULL;
+    emu::Op wop;
+    bool wop_set = false;
+    std::condition_variable wcv;
+};
+// An event is the position in a stream its last cudaEventRecord captured (s NULL: never
+// recorded); it is complete once that stream completed its operation seq.
+struct CUevent_st {
+    unsigned flags = 0;
+    bool live = true;
+    CUstream_st* s = NULL;
+    uint64_t seq = 0;
+    double t = 0.0;               // when the record ran (host clock, ms)
+};
+
+namespace emu {
+
+static bool init_async() {
+    const char* m = getenv("EMU_STREAMS");
+    if (!m || !*m || !strcmp(m, "async")) return true;
+    if (!strcmp(m, "sync")) return false;
+    fprintf(stderr, "EMU: EMU_STREAMS=%s: expected async or sync\n", m);
+    abort();
+}
+static unsigned long long init_seed() {
+    const char* e = getenv("EMU_SEED");
+    return e && *e ? strtoull(e, NULL, 0) : 1;
+}
+static const bool g_async = init_async();
+static const unsigned long long g_seed = init_seed();
+static const char* streams_mode() { return g_async ? "async" : "sync"; }
+static unsigned long long seed() { return g_seed; }
+
+// splitmix64: the host's draws (how far the device lags) and the device thread's (which
+// stream runs next, how long it waits for a silent host) come from separate generators.
+struct Rng {
+    uint64_t x;
+    uint64_t next() {
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    unsigned below(unsigned n) { return (unsigned)(next() % n); }
+};
+
+enum { kMaxLag = 48, kMaxPending = 1 << 16 };
+// All of the following is guarded by mu (and never destroyed, see mem_mu).
+static std::mutex& mu = *new std::mutex;
+static std::condition_variable& dev_cv = *new std::condition_variable;   // the device thread waits
+static std::condition_variable& host_cv = *new std::condition_variable;  // a synchronising call waits
+static std::vector<CUstream_st*>& streams = *new std::vector<CUstream_st*>;
+static CUstream_st* const legacy = [] {
+    CUstream_st* s = new CUstream_st;
+    s->name = "the legacy default stream";
+    streams.push_back(s);
+    return s;
+}();
+static std::map<const void*, int>& live_handles = *new std::map<const void*, int>;  // 1 stream, 2 event
+static Rng host_rng{g_seed * 0x2545f4914f6cdd1dull + 1}, dev_rng{g_seed ^ 0x5851f42d4c957f2dull};
+static uint64_t issued_total = 0;  // operations issued so far
+static uint64_t released = 0;      // ... of which the device thread may see
+static uint64_t lag = 1 + host_rng.below(kMaxLag);  // release when this many are unreleased
+static long long pending = 0, ops_total = 0, choices = 0;
+static int nstreams = 0;
+static bool shutting_down = false;
+static std::thread* device = NULL;
+static long long stream_ops() { return ops_total; }
+static long long stream_choices() { return choices; }
+
+static CUstream_st* S(cudaStream_t s) { return s ? s : legacy; }
+static bool live(const void* h, int kind) {
+    auto it = live_handles.find(h);
+    return it != live_handles.end() && it->second == kind;
+}
+static bool stream_ok(cudaStream_t s) { return s == NULL || live(s, 1); }  // (under mu)
+static bool blocking(const CUstream_st* s) { return !(s->flags & cudaStreamNonBlocking); }
+
+static double now_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// Runs an operation on this thread, named in the messages of any abort inside it.
+static void run_op(CUstream_st* s, Op& op) {
+    if (op.kind == OP_MARK) {
+        if (op.ev && op.ev->s == s && op.ev->seq == op.seq) op.ev->t = now_ms();  // not re-recorded since
+        return;
+    }
+    op_what = op.what.c_str();
+    op_stream = s->name.c_str();
+    op.fn();
+    op_what = op_stream = NULL;
+}
+
+static void complete(CUstream_st* s, uint64_t seq) {  // (under mu)
+    s->done = seq;
+    s->busy = false;
+    pending--;
+    host_cv.notify_all();
+}
+
+static void release() {  // the device thread may see everything issued (under mu)
+    if (released == issued_total) return;  // (a polling host draws nothing more)
+    released = issued_total;
+    lag = 1 + host_rng.below(kMaxLag);
+    dev_cv.notify_one();
+}
+
+static bool runnable(const CUstream_st* s, uint64_t visible) {
+    if (s->busy || s->q.empty()) return false;
+    const Op& op = s->q.front();
+    if (op.idx > visible) return false;
+    for (const Dep& d : op.deps)
+        if (d.s->done < d.seq) return false;
+    return true;
+}
+
+static void worker_main(CUstream_st* s) {
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+        s->wcv.wait(lk, [s] { return s->wop_set || shutting_down; });
+        if (!s->wop_set) return;
+        Op op = std::move(s->wop);
+        s->wop_set = false;
+        lk.unlock();
+        run_op(s, op);
+        lk.lock();
+        complete(s, op.seq);
+        dev_cv.notify_one();
+    }
+}
+
+// The device: one operation at a time (a kernel's blocks run one after another anyway), from
+// a random stream among those that can go on. It sees the operations up to `visible`, and
+// moves that to what the host released only when nothing it sees can run, so that its picks
+// depend on the seed and the program's own order of issues and synchronisations rather than
+// on thread timing (except where a silent host or another process's collective intervenes).
+static void device_main() {
+    std::unique_lock<std::mutex> lk(mu);
+    uint64_t visible = 0;
+    std::vector<CUstream_st*> ready;
+    while (!shutting_down) {
+        ready.clear();
+        for (CUstream_st* s : streams)
+            if (runnable(s, visible)) ready.push_back(s);
+        if (ready.empty()) {
+            if (visible < released) {
+                visible = released;
+            } else if (released < issued_total) {
+                // The host has gone quiet with work queued: look at it after a short while,
+                // whatever the host does. (A fixed while: dev_rng draws only the picks, so
+                // that they do not depend on how often this happens.)
+                if (dev_cv.wait_for(lk, std::chrono::milliseconds(2)) == std::cv_status::timeout) released = issued_total;
+            } else {
+                dev_cv.wait(lk);
+            }
+            continue;
+        }
+        choices += ready.size() > 1;
+        CUstream_st* s = ready[ready.size() == 1 ? 0 : dev_rng.below((unsigned)ready.size())];
+        Op op = std::move(s->q.front());
+        s->q.pop_front();
+        s->busy = true;
+        if (op.kind == OP_MARK) {
+            run_op(s, op);
+            complete(s, op.seq);
+        } else if (op.kind == OP_BLOCKING) {
+            s->wop = std::move(op);
+            s->wop_set = true;
+            if (!s->worker) {
+                s->worker = new std::thread(worker_main, s);
+                s->worker->detach();  // it may be blocked on a peer at exit: never joined
+            }
+            s->wcv.notify_one();
+        } else {
+            lk.unlock();
+            run_op(s, op);
+            lk.lock();
+            complete(s, op.seq);
+        }
+    }
+}
+
+// At exit the queued work is dropped (as CUDA does with a context torn down): the device
+// thread finishes the operation it runs and stops; stream threads may be blocked on peers,
+// the process ends them.
+static void shutdown_device() {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!device || shutting_down) return;
+    shutting_down = true;
+    dev_cv.notify_all();
+    for (CUstream_st* s : streams) s->wcv.notify_all();
+    host_cv.notify_all();
+    if (std::this_thread::get_id() == device->get_id()) return;
+    lk.unlock();
+    device->join();
+}
+
+// Queues an operation on s (lk holds mu); returns its number in s. `extra`: an event waited on.
+static uint64_t issue(std::unique_lock<std::mutex>& lk, CUstream_st* s, OpKind kind, const char* what,
+                      std::function<void()> fn, CUevent_st* ev = NULL, Dep extra = Dep{NULL, 0}) {
+    Op op;
+    op.kind = kind;
+    op.what = what;
+    op.fn = std::move(fn);
+    op.ev = ev;
+    op.idx = ++issued_total;
+    op.seq = ++s->issued;
+    if (ev) {
+        ev->s = s;
+        ev->seq = op.seq;
+    }
+    ops_total++;
+    if (!g_async || shutting_down) {
+        // Synchronous mode: it runs now, on this thread. (After the device thread stopped at
+        // exit, the work is dropped.)
+        if (!shutting_down) {
+            lk.unlock();
+            run_op(s, op);
+            lk.lock();
+        }
+        s->done = op.seq;
+        return op.seq;
+    }
+    if (!device) {
+        device = new std::thread(device_main);
+        atexit(shutdown_device);  // registered after print_stats: runs before it
+    }
+    if (s == legacy) {
+        for (CUstream_st* b : streams)
+            if (b != legacy && blocking(b) && b->done < b->issued) op.deps.push_back(Dep{b, b->issued});
+    } else if (blocking(s) && legacy->done < legacy->issued) {
+        op.deps.push_back(Dep{legacy, legacy->issued});
+    }
+    if (extra.s && extra.s != s && extra.s->done < extra.seq) op.deps.push_back(extra);
+    s->q.push_back(std::move(op));
+    pending++;
+    const uint64_t seq = s->issued;
+    if (issued_total - released >= lag) release();
+    if (pending > kMaxPending) {  // a full launch queue blocks the host, as on a GPU
+        release();
+        host_cv.wait(lk, [] { return pending <= kMaxPending / 2 || shutting_down; });
+    }
+    return seq;
+}
+
+// A synchronising call: the host waits (lk holds mu) until done(); the device sees all the
+// work issued so far meanwhile.
+template <class P>
+static void host_wait(std::unique_lock<std::mutex>& lk, const char* api, P done) {
+    if (done() || shutting_down) return;
+    if (op_what) die("%s inside stream work (%s): it would wait for itself", api, op_what);
+    release();
+    host_cv.wait(lk, [&] { return done() || shutting_down; });
+}
+// Every stream's work issued so far (cudaDeviceSynchronize; also cudaFree, cudaFreeHost).
+static void sync_all(std::unique_lock<std::mutex>& lk, const char* api) {
+    std::vector<Dep> snap;
+    for (CUstream_st* s : streams) snap.push_back(Dep{s, s->issued});
+    host_wait(lk, api, [&] {
+        for (const Dep& d : snap)
+            if (d.s->done < d.seq) return false;
+        return true;
+    });
+}
+static void sync_all(const char* api) {
+    std::unique_lock<std::mutex> lk(mu);
+    sync_all(lk, api);
+}
+
+void enqueue(cudaStream_t s, const char* what, std::function<void()> work) {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!stream_ok(s)) {
+        lk.unlock();
+        die("%s on %p: not a live stream", what, (void*)s);
+    }
+    issue(lk, S(s), OP_BLOCKING, what, std::move(work));
+}
+void enqueue_compute(cudaStream_t s, const char* what, std::function<void()> work) {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!stream_ok(s)) {
+        lk.unlock();
+        die("%s on %p: not a live stream", what, (void*)s);
+    }
+    issue(lk, S(s), OP_DEVICE, what, std::move(work));
 }
 
 }  // namespace emu
@@ -289,7 +655,12 @@ static cudaError_t fail(cudaError_t e, const char* fmt, ...) {
     return e;
 }
 
-static size_t device_bytes = 0;  // in live cudaMalloc buffers (cudaMemGetInfo)
+// ----------------------------------------------------------------------------
+// Memory: allocation is a host call (new memory is no stream's business); cudaFree and
+// cudaFreeHost wait for the device first (CUDA's cudaFree synchronises the device; the
+// emulator does the same for cudaFreeHost rather than free memory a queued copy uses).
+
+static size_t device_bytes = 0;  // in live cudaMalloc buffers (cudaMemGetInfo; under mem_mu)
 static const size_t kDeviceMem = (size_t)80 << 30;
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
@@ -299,6 +670,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     memset(raw, GUARD_BYTE, alloc_total(bytes));
     unsigned char* user = raw + GUARD;
     memset(user, 0xff, bytes);
+    std::lock_guard<std::mutex> lk(mem_mu);
     allocs[(uintptr_t)user] = bytes;
     device_bytes += (bytes + 255) & ~(size_t)255;
     *p = user;
@@ -307,8 +679,14 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 
 cudaError_t cudaFree(void* p) {
     if (p == NULL) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> lk(mem_mu);
+        if (allocs.find((uintptr_t)p) == allocs.end())
+            return fail(cudaErrorInvalidValue, "cudaFree(%p): not a cudaMalloc pointer", p);
+    }
+    sync_all("cudaFree");
+    std::lock_guard<std::mutex> lk(mem_mu);
     auto it = allocs.find((uintptr_t)p);
-    if (it == allocs.end()) return fail(cudaErrorInvalidValue, "cudaFree(%p): not a cudaMalloc pointer", p);
     check_guards(it->first, it->second, "cudaFree");
     device_bytes -= (it->second + 255) & ~(size_t)255;
     allocs.erase(it);
@@ -317,65 +695,120 @@ cudaError_t cudaFree(void* p) {
 }
 
 // Pinned host memory: plain aligned host memory, registered so that cudaFreeHost can check
-// its argument. cudaMemGetInfo: free = the device's memory less the live cudaMalloc buffers.
-static std::map<uintptr_t, size_t> host_allocs;
+// its argument and copies know it is pinned (asynchronous). cudaMemGetInfo: free = the
+// device's memory less the live cudaMalloc buffers.
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
     if (kname) die("cudaMallocHost inside a kernel");
     void* m = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
     if (!m) return fail(cudaErrorMemoryAllocation, "cudaMallocHost(%zu)", bytes);
+    std::lock_guard<std::mutex> lk(mem_mu);
     host_allocs[(uintptr_t)m] = bytes;
     *p = m;
     return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
     if (p == NULL) return cudaSuccess;
-    auto it = host_allocs.find((uintptr_t)p);
-    if (it == host_allocs.end()) return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not a cudaMallocHost pointer", p);
-    host_allocs.erase(it);
+    {
+        std::lock_guard<std::mutex> lk(mem_mu);
+        if (host_allocs.find((uintptr_t)p) == host_allocs.end())
+            return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not a cudaMallocHost pointer", p);
+    }
+    sync_all("cudaFreeHost");
+    std::lock_guard<std::mutex> lk(mem_mu);
+    host_allocs.erase((uintptr_t)p);
     free(p);
     return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    std::lock_guard<std::mutex> lk(mem_mu);
     *free_bytes = kDeviceMem - device_bytes;
     *total_bytes = kDeviceMem;
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-    const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-    const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return fail(cudaErrorInvalidValue, "cudaMemcpy kind %d", (int)kind);
+// Copies, per the runtime API's "API synchronization behavior":
+//   cudaMemcpy (on the legacy stream): host -> device from pageable memory: the legacy stream
+//   is synchronised, the host buffer staged, and the call returns before the copy is done;
+//   from pinned memory it returns once it is done; device -> host returns once done;
+//   device -> device does not wait; host -> host is synchronous.
+//   cudaMemcpyAsync: device -> pageable host returns once done; from pageable host memory
+//   the buffer is staged when the call returns (the host may reuse it); host -> host is
+//   synchronous; everything else (pinned host memory, device -> device) is fully
+//   asynchronous: the copy happens when the stream gets to it.
+static cudaError_t copy(const char* api, void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                        cudaStream_t st, bool sync_api) {
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return fail(cudaErrorInvalidValue, "%s kind %d", api, (int)kind);
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) {  // unified addressing: where the pointers are
+        dst_dev = device_range_ok(dst, 1);
+        src_dev = device_range_ok(src, 1);
+    }
     if (dst_dev && !device_range_ok(dst, n))
-        return fail(cudaErrorInvalidValue, "cudaMemcpy: destination %p + %zu bytes is not inside one device buffer", dst, n);
+        return fail(cudaErrorInvalidValue, "%s: destination %p + %zu bytes is not inside one device buffer", api, dst, n);
     if (src_dev && !device_range_ok(src, n))
-        return fail(cudaErrorInvalidValue, "cudaMemcpy: source %p + %zu bytes is not inside one device buffer", src, n);
-    if (n) memcpy(dst, src, n);
+        return fail(cudaErrorInvalidValue, "%s: source %p + %zu bytes is not inside one device buffer", api, src, n);
+    std::unique_lock<std::mutex> lk(mu);
+    if (!sync_api && !stream_ok(st))
+        return fail(cudaErrorInvalidResourceHandle, "%s on %p: not a live stream", api, (void*)st);
+    if (n == 0) return cudaSuccess;
+    CUstream_st* s = sync_api ? legacy : S(st);
+    bool wait = false, stage = false;
+    if (!dst_dev && !src_dev) {
+        wait = true;
+    } else if (!dst_dev) {
+        wait = sync_api || !pinned_range(dst, n);
+    } else if (!src_dev) {
+        if (pinned_range(src, n)) {
+            wait = sync_api;
+        } else {
+            stage = true;
+            if (sync_api) {
+                CUstream_st* l = legacy;
+                const uint64_t last = l->issued;
+                host_wait(lk, api, [l, last] { return l->done >= last; });
+            }
+        }
+    }
+    uint64_t seq;
+    if (stage) {
+        std::vector<unsigned char> buf((const unsigned char*)src, (const unsigned char*)src + n);
+        seq = issue(lk, s, OP_DEVICE, api, [dst, buf = std::move(buf)]() { memcpy(dst, buf.data(), buf.size()); });
+    } else {
+        seq = issue(lk, s, OP_DEVICE, api, [dst, src, n]() { memcpy(dst, src, n); });
+    }
+    if (wait) host_wait(lk, api, [s, seq] { return s->done >= seq; });
     return cudaSuccess;
 }
-static bool stream_ok(cudaStream_t s);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+    return copy("cudaMemcpy", dst, src, n, kind, NULL, true);
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
-    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync on %p: not a live stream", (void*)s);
-    return cudaMemcpy(dst, src, n, kind);
+    return copy("cudaMemcpyAsync", dst, src, n, kind, s, false);
 }
-cudaError_t cudaMemset(void* p, int value, size_t n) {
+// Both memsets of device memory are asynchronous to the host; cudaMemset is on the legacy stream.
+static cudaError_t set(const char* api, void* p, int value, size_t n, cudaStream_t st, bool sync_api) {
     if (!device_range_ok(p, n))
-        return fail(cudaErrorInvalidValue, "cudaMemset: %p + %zu bytes is not inside one device buffer", p, n);
-    memset(p, value, n);
+        return fail(cudaErrorInvalidValue, "%s: %p + %zu bytes is not inside one device buffer", api, p, n);
+    std::unique_lock<std::mutex> lk(mu);
+    if (!sync_api && !stream_ok(st))
+        return fail(cudaErrorInvalidResourceHandle, "%s on %p: not a live stream", api, (void*)st);
+    if (n) issue(lk, sync_api ? legacy : S(st), OP_DEVICE, api, [p, value, n]() { memset(p, value, n); });
     return cudaSuccess;
 }
-void emu::enqueue(cudaStream_t s, const char* what, std::function<void()> work) {
-    if (!stream_ok(s)) die("%s on %p: not a live stream", what, (void*)s);
-    work();  // streams are synchronous: the work is done when it is issued
-}
-cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
-    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync on %p: not a live stream", (void*)s);
-    return cudaMemset(p, value, n);
-}
+cudaError_t cudaMemset(void* p, int value, size_t n) { return set("cudaMemset", p, value, n, NULL, true); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) { return set("cudaMemsetAsync", p, value, n, s, false); }
 
 // ----------------------------------------------------------------------------
 // Device, streams, events, errors
 
 static const int kOptinSmem = 232448;  // sm_90: 227 KiB per block with the opt-in
+
+long long clock64() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 int emu::device_count() {
     const char* s = getenv("EMU_DEVICE_COUNT");
@@ -435,24 +868,24 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
     if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;
     die("cudaFuncSetAttribute: attribute %d not emulated", (int)attr);
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-
-// Streams and events are handles checked for liveness; the work is already done when it is
-// issued, so an event is complete as soon as it is recorded (cudaEventQuery: cudaSuccess) and
-// waiting on one is a no-op. Priorities: the range of sm_90 (0 least, -5 greatest).
-struct CUstream_st { unsigned flags; int priority; };
-struct CUevent_st { double t; bool recorded; unsigned flags; };
-static std::map<const void*, int> live_handles;  // stream/event -> 1 stream, 2 event
-static bool live(const void* h, int kind) {
-    auto it = live_handles.find(h);
-    return it != live_handles.end() && it->second == kind;
+cudaError_t cudaDeviceSynchronize(void) {
+    sync_all("cudaDeviceSynchronize");
+    return cudaSuccess;
 }
-static bool stream_ok(cudaStream_t s) { return s == NULL || live(s, 1); }  // NULL: the legacy default stream
 
+// Stream and event handles are checked for liveness (their objects are kept: queued work may
+// still refer to them). Priorities: the range of sm_90 (0 least, -5 greatest); the emulated
+// device ignores them.
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
     if (flags & ~(unsigned)cudaStreamNonBlocking) return fail(cudaErrorInvalidValue, "cudaStreamCreate flags 0x%x", flags);
-    *s = new CUstream_st{flags, priority < -5 ? -5 : priority > 0 ? 0 : priority};
-    live_handles[*s] = 1;
+    std::lock_guard<std::mutex> lk(mu);
+    CUstream_st* n = new CUstream_st;
+    n->flags = flags;
+    n->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
+    n->name = "stream " + std::to_string(++nstreams) + (blocking(n) ? " (blocking)" : " (non-blocking)");
+    streams.push_back(n);
+    live_handles[n] = 1;
+    *s = n;
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return cudaStreamCreateWithPriority(s, flags, 0); }
@@ -463,54 +896,94 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    std::lock_guard<std::mutex> lk(mu);
     if (!live(s, 1)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p): not a live stream", (void*)s);
     live_handles.erase(s);
-    delete s;
+    s->live = false;  // its queued work completes (CUDA releases the stream after that)
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize(%p): not a live stream", (void*)s);
+// The legacy stream's work waits for the blocking streams: synchronising it waits for theirs.
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!stream_ok(st)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize(%p): not a live stream", (void*)st);
+    std::vector<Dep> snap;
+    for (CUstream_st* s : streams)
+        if (s == S(st) || (st == NULL && blocking(s))) snap.push_back(Dep{s, s->issued});
+    host_wait(lk, "cudaStreamSynchronize", [&] {
+        for (const Dep& d : snap)
+            if (d.s->done < d.seq) return false;
+        return true;
+    });
     return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t st) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!stream_ok(st)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery(%p): not a live stream", (void*)st);
+    if (S(st)->done >= S(st)->issued) return cudaSuccess;
+    release();  // a host that polls is waiting: the device sees the work
+    return cudaErrorNotReady;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
     if (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming))
         return fail(cudaErrorInvalidValue, "cudaEventCreateWithFlags flags 0x%x", flags);
-    *e = new CUevent_st{0.0, false, flags};
+    std::lock_guard<std::mutex> lk(mu);
+    *e = new CUevent_st;
+    (*e)->flags = flags;
     live_handles[*e] = 2;
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lk(mu);
     if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p): not a live event", (void*)e);
     live_handles.erase(e);
-    delete e;
+    e->live = false;  // kept: a queued record still stamps it, waits already copied its position
     return cudaSuccess;
 }
+// Captures the work issued to s so far (a later record does not move what earlier
+// cudaStreamWaitEvent calls wait for: they copied the position).
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    std::unique_lock<std::mutex> lk(mu);
     if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord(%p): not a live event", (void*)e);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord on %p: not a live stream", (void*)s);
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-    e->recorded = true;
+    issue(lk, S(s), OP_MARK, "cudaEventRecord", nullptr, e);
     return cudaSuccess;
 }
+static bool event_done(const CUevent_st* e) { return !e->s || e->s->done >= e->seq; }  // never recorded: done
 cudaError_t cudaEventQuery(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lk(mu);
     if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery(%p): not a live event", (void*)e);
-    return cudaSuccess;  // recorded work is done (and a never-recorded event counts as complete)
+    if (event_done(e)) return cudaSuccess;
+    release();  // a host that polls is waiting: the device sees the work
+    return cudaErrorNotReady;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return cudaEventQuery(e); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize(%p): not a live event", (void*)e);
+    if (!e->s) return cudaSuccess;
+    CUstream_st* s = e->s;
+    const uint64_t seq = e->seq;
+    host_wait(lk, "cudaEventSynchronize", [s, seq] { return s->done >= seq; });
+    return cudaSuccess;
+}
+// Work issued to s after this call waits for the event's captured work (nothing, if it was
+// never recorded).
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    std::unique_lock<std::mutex> lk(mu);
     if (!live(e, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent(%p): not a live event", (void*)e);
     if (!stream_ok(s)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on %p: not a live stream", (void*)s);
     if (flags != 0) return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent flags 0x%x", flags);
+    issue(lk, S(s), OP_MARK, "cudaStreamWaitEvent", nullptr, NULL, Dep{e->s, e->seq});
     return cudaSuccess;
 }
+// Times are the host clock when the device thread reached the records.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    std::lock_guard<std::mutex> lk(mu);
     if (!live(a, 2) || !live(b, 2)) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of a destroyed event");
     if ((a->flags | b->flags) & cudaEventDisableTiming)
         return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event created with cudaEventDisableTiming");
-    if (!a->recorded || !b->recorded) return fail(cudaErrorNotReady, "cudaEventElapsedTime of an unrecorded event");
+    if (!a->s || !b->s) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an unrecorded event");
+    if (!event_done(a) || !event_done(b)) return cudaErrorNotReady;
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
@@ -619,8 +1092,34 @@ static void run_block() {
     stats.threads += n;
 }
 
-void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem_req, unsigned max_threads,
-                 BodyFn body, void* ctx) {
+// Runs a launch's grid (on the device thread), then checks every buffer's guard zones.
+static void run_kernel(const char* name, dim3 grid, dim3 block, size_t smem_req, const std::function<void()>& body) {
+    if (smem_cap < smem_req + SMEM_GUARD) {
+        free(smem);
+        smem_cap = smem_req + SMEM_GUARD;
+        smem = (unsigned char*)aligned_alloc(128, (smem_cap + 127) & ~(size_t)127);
+    }
+    smem_bytes = smem_req;
+    kname = name;
+    g_body = &body;
+    bdim = block;
+    gdim = grid;
+    nthreads = (int)((unsigned long long)block.x * block.y * block.z);
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                bid = make_uint3(x, y, z);
+                run_block();
+            }
+    check_all_guards(name);
+    kname = NULL;
+}
+
+// The launch is checked now (the runtime reports a bad configuration at the launch, through
+// cudaGetLastError); the grid runs when its stream gets to it, with the arguments captured
+// in body.
+void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem_req, cudaStream_t st,
+                 unsigned max_threads, std::function<void()> body) {
     if (kname) die("kernel %s launched from inside a kernel (dynamic parallelism is not emulated)", name);
     stats.launches++;
     const unsigned long long n = (unsigned long long)block.x * block.y * block.z;
@@ -639,28 +1138,13 @@ void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t
             err = fail(cudaErrorInvalidValue, "launch of %s with %zu bytes of dynamic shared memory, opted in for %zu",
                        name, smem_req, limit);
     }
+    std::unique_lock<std::mutex> lk(mu);
+    if (err == cudaSuccess && !stream_ok(st))
+        err = fail(cudaErrorInvalidResourceHandle, "launch of %s on %p: not a live stream", name, (void*)st);
     if (err != cudaSuccess) { last_error = err; return; }
-
-    if (smem_cap < smem_req + SMEM_GUARD) {
-        free(smem);
-        smem_cap = smem_req + SMEM_GUARD;
-        smem = (unsigned char*)aligned_alloc(128, (smem_cap + 127) & ~(size_t)127);
-    }
-    smem_bytes = smem_req;
-    kname = name;
-    g_body = body;
-    g_ctx = ctx;
-    bdim = block;
-    gdim = grid;
-    nthreads = (int)n;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                bid = make_uint3(x, y, z);
-                run_block();
-            }
-    check_all_guards(name);
-    kname = NULL;
+    issue(lk, S(st), OP_DEVICE, name, [name, grid, block, smem_req, body = std::move(body)]() {
+        run_kernel(name, grid, block, smem_req, body);
+    });
 }
 
 // ----------------------------------------------------------------------------

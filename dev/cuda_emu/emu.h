@@ -7,7 +7,7 @@
 //   declarations), g++ compiles the copy against the shim headers in include/
 //   (cuda_runtime.h, cuda_bf16.h, cublasLt.h, cub, nccl.h), and this runtime executes the
 //   kernels. dev/test/test_gpu_emu.sh does the same to train_gpt.cu (with -D__CUDACC__) and
-//   fsdp/backend_cuda.cuh: the whole `train_gpt --device cuda --comm mpi` path, compared
+//   fsdp/backend_cuda.cuh: the whole `train_gpt --device cuda --comm mpi|nccl` path, compared
 //   with the cpu device.
 //
 // What it emulates (written from the CUDA programming guide / runtime API / PTX ISA /
@@ -42,32 +42,69 @@
 //     issuing it while other warps still read the old contents, meets poison.
 //   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory, 80 GiB;
 //     EMU_DEVICE_COUNT=N reports N alike, all backed by the process's memory);
-//     all work is synchronous; events measure host time (an event is complete once recorded;
-//     cudaEventElapsedTime refuses cudaEventDisableTiming events); stream and event handles
-//     are checked for liveness; cudaMallocHost/cudaFreeHost are checked host allocations;
-//     cudaMemGetInfo reports 80 GiB less the live cudaMalloc buffers. NCCL (include/nccl.h)
-//     compiles but every communicator or collective call fails (ncclInvalidUsage, with
-//     ncclGetLastError saying NCCL is not emulated): use MPI. cuBLASLt (cublaslt.cpp): column-major
+//     device work is asynchronous (Streams below); events measure host time (when the device
+//     thread reached the record; cudaEventElapsedTime refuses cudaEventDisableTiming events
+//     and answers cudaErrorNotReady before both are complete); stream and event handles are
+//     checked for liveness; cudaMallocHost/cudaFreeHost are checked host allocations;
+//     cudaMemGetInfo reports 80 GiB less the live cudaMalloc buffers. NCCL (include/nccl.h,
+//     nccl.cpp): communicators between the processes of this machine through POSIX shared
+//     memory, collectives as stream work (emu::enqueue), reductions in rank order, non-blocking
+//     init, abort, a dead peer as ncclRemoteError (include/nccl.h says what else).
+//     cuBLASLt (cublaslt.cpp): column-major
 //     D = alpha op(A) op(B) + beta C per matrix of a strided batch, bias / GELU_AUX(_BIAS) /
 //     DGELU epilogues (tanh GELU), strict about attribute sizes, layouts, in-place C == D
 //     and the alignments promised to the heuristic. CUB DeviceRadixSort::SortPairs: a
 //     stable sort on the key bits [begin_bit, end_bit), temp storage scribbled over.
+//   - Streams (emu.cpp, "Streams and events"; the runtime API's "API synchronization
+//     behavior" and "Stream synchronization behavior"): a device thread runs the work of
+//     every stream while the host goes on. Each stream is a FIFO; streams are unordered
+//     except through events (cudaEventRecord captures the work issued to the stream so far,
+//     cudaStreamWaitEvent makes later work wait for it; a re-record does not move an earlier
+//     wait; a never-recorded event is complete) and the legacy default stream (NULL), which
+//     waits for and is waited for by every blocking stream (not cudaStreamNonBlocking ones).
+//     Kernels, cudaMemcpyAsync, cudaMemsetAsync/cudaMemset (asynchronous to the host),
+//     cuBLASLt matmuls and CUB sorts run when their stream gets there, with the values they
+//     had at the call (kernel arguments, alpha/beta, descriptors); their errors are reported
+//     at the call where the runtime would, their aborts ("EMU:") name the kernel or
+//     operation and its stream. Copies: from or to pinned memory (cudaMallocHost) and
+//     device-to-device they are asynchronous; cudaMemcpyAsync from pageable memory stages
+//     the source before returning, to pageable memory returns once done; cudaMemcpy to the
+//     host returns once done, from pinned memory too, from pageable memory after
+//     synchronising the legacy stream and staging. Host waits: cudaStreamSynchronize (of
+//     NULL: also the blocking streams), cudaEventSynchronize, cudaDeviceSynchronize, cudaFree
+//     and cudaFreeHost (they synchronise the device first); cudaEventQuery/cudaStreamQuery
+//     answer cudaErrorNotReady until the work is done. Whenever several streams can go on,
+//     the device thread picks one at random (EMU_SEED, default 1, printed in the
+//     "# cuda_emu:" line), and it lags behind the host (it starts on the work only after a
+//     random number of operations, a synchronising call or poll, or a few ms of host
+//     silence): a consumer stream that does not wait for its producer reads poison (NaN)
+//     or stale data for some seeds, and so does a host that reads a pinned buffer before
+//     synchronising. emu::enqueue work (the NCCL shim's) runs on a thread of its stream and
+//     may block; other streams go on. Work still queued at exit is dropped.
+//     EMU_STREAMS=sync: the old synchronous emulator (everything runs when issued).
 //
 // What it does not emulate (a pass here says nothing about these)
 //   - Timing and performance, occupancy, registers, bank conflicts, memory coalescing.
-//   - Asynchrony and data races: kernels, copies and streams are synchronous and threads
-//     interleave only at barriers, so a race (inside a warp, between warps, between
-//     streams) is caught only when one of the two orders above exposes it; there is no
-//     race detector, and warp scheduling beyond barriers (independent thread scheduling,
-//     lanes of a warp drifting apart between collectives) is not modelled.
+//   - Concurrency and data races: the device runs one operation at a time (a kernel's blocks
+//     one after another, its threads interleaving only at barriers), so two unordered
+//     streams never overlap inside a kernel: a race between streams or with the host shows
+//     only as one whole operation running before or after the other (for some seeds; run
+//     several: EMU_SEED), never as torn data, and a race inside a kernel (inside a warp,
+//     between warps) only when one of the two block orders above exposes it. There is no
+//     race detector; warp scheduling beyond barriers (independent thread scheduling, lanes
+//     of a warp drifting apart between collectives) is not modelled. A replay with the same
+//     EMU_SEED repeats the device's picks only as far as the host's timing does not matter
+//     (a host silent for milliseconds with work queued, emu::enqueue work of other
+//     processes); stream priorities are ignored.
 //   - Out-of-bounds READS of global memory (only writes past a buffer's guard zones, and
 //     cp.async/cuBLASLt/CUB operands, are checked); memory limits of a real GPU.
 //   - Real device math: expf, exp2f, sqrtf... are the host's libm (different ulps), no
 //     FMA contraction the way nvcc does it, mma accumulates exactly (double) then rounds.
 //   - cuBLASLt's algorithm choice, its accumulation order and its exact GELU (the test
 //     that tells tanh from erf GELU checks the fake here); the heuristic always "finds"
-//     an algorithm. Bitwise determinism checks pass trivially (everything is sequential).
-//   - Anything not listed above (other intrinsics, PTX, atomics, cooperative groups...):
+//     an algorithm. Bitwise determinism checks pass trivially (everything is sequential
+//     inside an operation).
+//   - Anything not listed above (other intrinsics, PTX, float atomics, cooperative groups...):
 //     it fails to compile or aborts with "EMU: unsupported".
 // So a pass under emulation is a logic check (indexing, fragment layouts, barriers,
 // masking, host-side planning), not a GPU result: the GPU tests must still run on a GPU.
@@ -83,6 +120,8 @@
 
 #include <functional>
 #include <initializer_list>
+#include <tuple>
+#include <utility>
 
 // ----------------------------------------------------------------------------
 // Vector types, qualifiers
@@ -170,6 +209,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
 cudaError_t cudaEventCreate(cudaEvent_t* e);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
 cudaError_t cudaEventQuery(cudaEvent_t e);
@@ -189,19 +229,30 @@ namespace emu {
 extern uint3 tid, bid;     // threadIdx, blockIdx of the running thread
 extern dim3 bdim, gdim;    // blockDim, gridDim of the running launch
 
-typedef void (*BodyFn)(void*);
-void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem,
-                 unsigned max_threads, BodyFn body, void* ctx);
-// What transform.py turns name<<<grid, block, smem, stream>>>(args) into.
+// What transform.py turns name<<<grid, block, smem, stream>>>(args) into: the launch is
+// checked now (errors as the runtime reports them at launch), the kernel runs when the stream
+// gets to it. body calls the kernel with the argument values captured at the launch.
+void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                 unsigned max_threads, std::function<void()> body);
 template <class F>
-void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t,
+void launch(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
             unsigned max_threads, F&& body) {
-    launch_impl(name, fn, grid, block, smem, max_threads, [](void* c) { (*(F*)c)(); }, (void*)&body);
+    launch_impl(name, fn, grid, block, smem, s, max_threads, std::function<void()>(std::forward<F>(body)));
 }
 
-// Device work issued on stream s (a copy, a cuBLASLt matmul, a collective of the NCCL shim):
-// runs after everything enqueued on s before it; `what` names it in messages.
+// The kernel arguments' values, evaluated at the launch (by value: as a call passes them to
+// the kernel's parameters, without odr-using a static const member).
+template <class... T> std::tuple<T...> launch_args(T... a) { return std::tuple<T...>(a...); }
+
+// Device work issued on stream s (a collective of the NCCL shim...): runs after everything
+// enqueued on s before it (and, on the legacy stream NULL, after the blocking streams' work),
+// in the order the streams and events impose, asynchronously to the host. `what` names it in
+// messages. It may block for as long as it needs (on peer processes): it runs on a thread of
+// its stream, never the host's, and other streams go on meanwhile. Checks of the API's
+// arguments belong before the call (the host's error); `work` runs later.
 void enqueue(cudaStream_t s, const char* what, std::function<void()> work);
+// The same for short, non-blocking compute (cuBLASLt, CUB): runs on the device thread.
+void enqueue_compute(cudaStream_t s, const char* what, std::function<void()> work);
 // Emulated devices: EMU_DEVICE_COUNT (default 1). Each process has its own memory, so with N
 // set, N local ranks each "own" a device (what NCCL requires); they share the host's memory.
 int device_count();
@@ -281,6 +332,14 @@ static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline int __ffs(int x) { return __builtin_ffs(x); }
+
+// Integer atomics (the GPU tests count failures with them; the kernels use none, they must
+// be deterministic): the blocks and threads of a launch run one at a time on the device
+// thread, so a plain read-modify-write is atomic here.
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned old = *p; *p = old + v; return old; }
+static inline int atomicAdd(int* p, int v) { const int old = *p; *p = old + v; return old; }
+// clock64: the host's monotonic clock in ns (an SM counts cycles at 1-2 GHz: the same order).
+long long clock64();
 
 // Cache-hint loads/stores: plain accesses.
 template <class T> static inline T __ldg(const T* p) { return *p; }

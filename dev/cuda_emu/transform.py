@@ -5,9 +5,12 @@ usage: transform.py OUTDIR FILE... [--skip-call NAME[=WHY]]...
 
 Each FILE (a path relative to the current directory) is written to OUTDIR/FILE with
   name<<<grid, block[, smem[, stream]]>>>(args)
-      -> emu::launch("name", (const void*)(name), dim3(grid), dim3(block), smem, stream,
-                     BOUNDS, [&]() { name(args); })     BOUNDS: the kernel's __launch_bounds__
-         (the address only when smem is not 0: it identifies cudaFuncSetAttribute's opt-in)
+      -> emu::launch("name", (const void*)(name), dim3(grid), dim3(block), smem, stream, BOUNDS,
+                     [emu_args = emu::launch_args(args)]() mutable {
+                         std::apply([](auto&... emu_a) { name(emu_a...); }, emu_args); })
+         BOUNDS: the kernel's __launch_bounds__; the address only when smem is not 0 (it
+         identifies cudaFuncSetAttribute's opt-in); the arguments' values are captured at the
+         launch (the kernel runs when its stream gets to it); NULL in them becomes nullptr
   asm [volatile] ("ptx" : "=r"(x), "+f"(y) : "r"(z))
       -> emu::ptx("ptx", {emu::asm_out(x), emu::asm_out(y), emu::asm_in(z)})
   extern __shared__ [__align__(n)] T name[];  -> T* const name = (T*)emu::dynamic_smem();
@@ -127,9 +130,18 @@ def rewrite_launches(s, bounds):
         # The kernel's address identifies its cudaFuncSetAttribute opt-in, needed only with
         # dynamic shared memory (without, the name may be a template to deduce from the args).
         addr = 'NULL' if cfg[2] == '0' else '(const void*)(%s)' % name
+        # The kernel runs later (when its stream gets to it) but with the arguments' values at
+        # the launch: they are evaluated into a tuple now (emu::launch_args takes the argument
+        # list as written, so commas inside templates or parentheses need no parsing here) and
+        # the kernel is called with its elements. NULL becomes nullptr: a tuple element of
+        # NULL's integer type would not convert to the pointer parameter.
+        args = t[a + 1:b]
+        for nm in reversed(list(re.finditer(r'\bNULL\b', m[a + 1:b]))):  # (not in comments or strings)
+            args = args[:nm.start()] + 'nullptr' + args[nm.end():]
         s.edits.append((k, b + 1, 'emu::launch("%s", %s, dim3(%s), dim3(%s), (size_t)(%s), '
-                        '(cudaStream_t)(%s), (unsigned)(%s), [&]() { %s(%s); })'
-                        % (name, addr, cfg[0], cfg[1], cfg[2], cfg[3], bound, name, t[a + 1:b])))
+                        '(cudaStream_t)(%s), (unsigned)(%s), [emu_args = emu::launch_args(%s)]() mutable { '
+                        'std::apply([](auto&... emu_a) { %s(emu_a...); }, emu_args); })'
+                        % (name, addr, cfg[0], cfg[1], cfg[2], cfg[3], bound, args, name)))
 
 
 def rewrite_asm(s):

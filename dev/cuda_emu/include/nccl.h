@@ -1,8 +1,22 @@
-// Shim: NCCL for the CPU emulator (see ../emu.h). NCCL is NOT emulated: this header only lets
-// code that can use NCCL compile (types, constants and functions as in NCCL 2.21's nccl.h).
-// Every call that would create a communicator or move data answers ncclInvalidUsage, and
-// ncclGetLastError says why, so train_gpt --comm nccl under the emulator stops with a clear
-// error; the emulated runs use --comm mpi (collectives staged through host memory over MPI).
+// Shim: NCCL for the CPU emulator (see ../emu.h), implemented in ../nccl.cpp. Types, constants
+// and functions as in NCCL 2.21's nccl.h (the subset fsdp.c uses, plus a few neighbours).
+//
+// What it emulates (written from the NCCL documentation): communicators between the processes
+// of one machine (the ranks mpirun starts), each rank owning one emulated device
+// (EMU_DEVICE_COUNT=N); AllGather / ReduceScatter / AllReduce / Broadcast / Reduce on device
+// buffers as stream work (emu::enqueue), moved through a POSIX shared-memory segment named by
+// the unique id; non-blocking communicators (config.blocking = 0: init, and every other
+// collective, answer ncclInProgress and ncclCommGetAsyncError reports ncclInProgress for a few
+// polls); ncclCommAbort (a collective blocked on its peers gives up), ncclCommFinalize /
+// ncclCommDestroy; a dead peer process or a peer's abort shows as ncclRemoteError. Reductions
+// run in a fixed order (rank 0, 1, ...), so results are deterministic and the same on every
+// rank. Misuse a real NCCL rejects answers ncclInvalidArgument / ncclInvalidUsage, with the
+// reason in ncclGetLastError; the shim is stricter than NCCL where NCCL's behaviour is
+// undefined (buffers outside one live cudaMalloc buffer, send/receive buffers that overlap
+// without being in place, collectives of one communicator that disagree between ranks).
+// Not emulated: ncclGroupStart/End aggregation (calls run as they are issued), custom
+// reduction operators, ncclSend/Recv, ncclCommSplit, user buffer registration, topology,
+// performance.
 #pragma once
 #include <stddef.h>
 
@@ -20,13 +34,14 @@ typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
 typedef enum {
     ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
     ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7,
+    ncclNumResults = 8,
 } ncclResult_t;
 typedef enum {
     ncclInt8 = 0, ncclChar = 0, ncclUint8 = 1, ncclInt32 = 2, ncclInt = 2, ncclUint32 = 3,
     ncclInt64 = 4, ncclUint64 = 5, ncclFloat16 = 6, ncclHalf = 6, ncclFloat32 = 7, ncclFloat = 7,
-    ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9,
+    ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9, ncclNumTypes = 10,
 } ncclDataType_t;
-typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4, ncclNumOps = 5 } ncclRedOp_t;
 typedef struct {
     size_t size;
     unsigned magic, version;
@@ -41,42 +56,29 @@ typedef struct {
      NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, \
      NULL, NCCL_CONFIG_UNDEF_INT, NULL}
 
-#define EMU_NCCL_WHY "NCCL is not emulated by dev/cuda_emu (run with --comm mpi)"
-static inline ncclResult_t emu_nccl_refuse(void) { return ncclInvalidUsage; }
-
-static inline const char* ncclGetErrorString(ncclResult_t r) {
-    switch (r) {
-        case ncclSuccess: return "no error";
-        case ncclUnhandledCudaError: return "unhandled cuda error";
-        case ncclSystemError: return "unhandled system error";
-        case ncclInternalError: return "internal error";
-        case ncclInvalidArgument: return "invalid argument";
-        case ncclInvalidUsage: return "invalid usage";
-        case ncclRemoteError: return "remote process exited or there was a network error";
-        case ncclInProgress: return "NCCL operation in progress";
-    }
-    return "unknown result code";
-}
-static inline const char* ncclGetLastError(ncclComm_t) { return EMU_NCCL_WHY; }
-static inline ncclResult_t ncclGetVersion(int* v) { *v = NCCL_VERSION_CODE; return ncclSuccess; }
-static inline ncclResult_t ncclGetUniqueId(ncclUniqueId*) { return emu_nccl_refuse(); }
-static inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int, ncclUniqueId, int) { *c = NULL; return emu_nccl_refuse(); }
-static inline ncclResult_t ncclCommInitRankConfig(ncclComm_t* c, int, ncclUniqueId, int, ncclConfig_t*) {
-    *c = NULL;
-    return emu_nccl_refuse();
-}
-// No communicator ever exists: these act on NULL (as after a failed init) and succeed.
-static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* s) { *s = ncclSuccess; return c ? ncclInvalidUsage : ncclSuccess; }
-static inline ncclResult_t ncclCommAbort(ncclComm_t c) { return c ? ncclInvalidUsage : ncclSuccess; }
-static inline ncclResult_t ncclCommDestroy(ncclComm_t c) { return c ? ncclInvalidUsage : ncclSuccess; }
-static inline ncclResult_t ncclCommFinalize(ncclComm_t c) { return c ? ncclInvalidUsage : ncclSuccess; }
-static inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
-static inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
-static inline ncclResult_t ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) { return emu_nccl_refuse(); }
-static inline ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
-    return emu_nccl_refuse();
-}
-static inline ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
-    return emu_nccl_refuse();
-}
-static inline ncclResult_t ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return emu_nccl_refuse(); }
+const char* ncclGetErrorString(ncclResult_t result);
+const char* ncclGetLastError(ncclComm_t comm);  // comm is unused (as in NCCL)
+ncclResult_t ncclGetVersion(int* version);
+ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId);
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t* config);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device);
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
