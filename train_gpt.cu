@@ -474,7 +474,8 @@ static void device_cuda_init(Device* d, cudaStream_t stream, AttentionImpl atten
     cd->tokens_cap = (size_t)B * T;
     for (int i = 0; i < 2; i++) {
         CUDA_CHECK(cudaMalloc(&cd->tokens[i], cd->tokens_cap * sizeof(int)));
-        CUDA_CHECK(cudaMemset(cd->tokens[i], 0, cd->tokens_cap * sizeof(int)));
+        // On the model's stream: a legacy-stream memset is not ordered with a non-blocking stream.
+        CUDA_CHECK(cudaMemsetAsync(cd->tokens[i], 0, cd->tokens_cap * sizeof(int), stream));
         cd->device_bytes += align_up_256(cd->tokens_cap * sizeof(int));
     }
     cd->host_row_cap = (size_t)c->padded_vocab_size;

@@ -96,6 +96,10 @@ template <class T>
 static void dev_set(T* p, const std::vector<T>& h) {
     CUDA_CHECK(cudaDeviceSynchronize());
     if (!h.empty()) CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the DMA lands (it only staged the
+    // bytes), and the backend's streams are non-blocking, i.e. not ordered after the legacy
+    // stream's copy: wait for it here.
+    CUDA_CHECK(cudaDeviceSynchronize());
 }
 template <class T>
 static std::vector<T> dev_get(const T* p, size_t n) {

@@ -7,7 +7,8 @@
 # GPU result. Every line says "[cpu emulation]"; dev/test/test_gpu.sh is the GPU version.
 # A scaled-down dev/test/test_gpu.sh: GPT-2 with 2 layers, 128 channels, 2 heads (head size
 # 64: flash attention applies), 2 sequences of 32 tokens per step, 4 steps, seed 7, Tiny
-# Shakespeare; every cuda run uses --comm mpi (the emulator has no NCCL):
+# Shakespeare; the cuda runs use --comm mpi (staged) unless named nccl_* (--comm nccl: the NCCL
+# path on its comm stream, through the emulator's NCCL, dev/cuda_emu/nccl.cpp):
 #   - cuda vs cpu from the same initial weights: losses within 2% (observed max 5e-5
 #     relative: the emulator's mma and cuBLASLt sum exactly, so this mostly measures bf16);
 #   - two identical cuda runs: bitwise equal losses and the same sample (nearly trivial under
@@ -18,14 +19,29 @@
 #     also with --reduce-dtype fp32 and as HSDP (2 replicas); 2 micro-steps with
 #     --no-grad-sync-until-last vs 1 within 1e-2;
 #   - --attention cublas vs flash within 2%; sampling and validation run on cuda;
-#   - --comm nccl is refused with a clear message (include/nccl.h only compiles);
-#   - self-check: a mutant whose staged all-gather copies back only the first rank's slice
-#     must fail the np=2 comparison.
+#   - the NCCL shim's own self-test (dev/cuda_emu/nccl_selftest.cpp: 3 forked ranks);
+#   - dev/test/test_backend_cuda.cu (every backend member against host computations, an
+#     event-ordering stress test) at 1 rank, 2 ranks staged, 2 ranks NCCL with HSDP;
+#   - --comm nccl: np=1 vs cpu within 2%; two identical runs bitwise equal; save + resume
+#     bitwise; np=2 (EMU_DEVICE_COUNT=2: one emulated GPU per rank) vs np=1 within 1e-2 and vs
+#     the staged --comm mpi np=2 bitwise (at W=2 both round the same fp32 sum once);
+#     --reduce-dtype fp32 and HSDP (two communicators) at np=2 vs np=1 within 1e-2; without
+#     EMU_DEVICE_COUNT, np=2 is refused (two ranks on one GPU); rank 1 stalled at step 2
+#     (FSDP_TEST_STALL, --comm-timeout 4, EMU_NCCL_TIMEOUT 6: the shim's watchdog when streams
+#     run on the host thread) ends the job with an error, no hang; no /dev/shm/emu_nccl.*
+#     segment is left behind;
+#   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
+#     np=2 losses: the staged all-gather copies back only the first rank's slice; the bf16
+#     ncclReduceScatter passes recvcount n / 2; and, caught only because the emulator's streams
+#     run asynchronously in a random interleaving (dev/cuda_emu/emu.h), compute does not wait
+#     for a collective's "done" event, or the comm stream does not wait for compute's "ready".
+# The emulator's streams are asynchronous (EMU_SEED picks the interleaving, default 1).
 # Any "EMU:" line (an emulator abort: barrier misuse, out-of-bounds write, bad cuBLASLt
 # call...), a non-zero exit or a cuda run without emulated kernels fails the run's checks.
 # Builds with g++ into build/emu/ (no Makefile rule; reused while the inputs are unchanged),
-# linked with the library objects `make` built in build/. About 50-70 s on 2 cores, 10-20 s
-# more when train_gpt.cu or the emulator changed (two builds: train_gpt and the mutant).
+# linked with the library objects `make` built in build/ (EMU_BUILD=DIR builds elsewhere).
+# About 2.5-3 min on 2 cores, 1-2 min more when train_gpt.cu or the emulator changed (five
+# builds: train_gpt and four mutants).
 set -u
 cd "$(dirname "$0")/../.."
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -73,41 +89,79 @@ fi
 # build_train SRCDIR OUT: train_gpt.cu (transformed in SRCDIR) for the emulator.
 build_train() {
     build "$2" "$1"/train_gpt.cu "$1"/kernels/*.cuh "$1"/fsdp/*.cuh "${HDRS[@]}" \
-            $(ls kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h) $B/emu.o $B/cublaslt.o "${LIB_OBJS[@]}" -- \
+            $(ls kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
-            -I"$1" -I. -I$BLAS_INC -fopenmp -x c++ "$1"/train_gpt.cu -x none $B/emu.o $B/cublaslt.o \
+            -I"$1" -I. -I$BLAS_INC -fopenmp -x c++ "$1"/train_gpt.cu -x none "${RUNTIME_OBJS[@]}" \
             "${LIB_OBJS[@]}" -o "$2" $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
             -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 }
 
-# The mutant for the self-check at the end: the staged (--comm mpi) all-gather copies only
-# the first rank's slice of the gathered unit back to the device.
-M=$B/train_mutant
-rm -rf $M/orig
-mkdir -p $M/orig/kernels $M/orig/fsdp
-cp train_gpt.cu $M/orig/ && cp kernels/*.cuh $M/orig/kernels/ && cp fsdp/*.cuh $M/orig/fsdp/
-mutant_ok=1
-python3 - fsdp/backend_cuda.cuh $M/orig/fsdp/backend_cuda.cuh <<'PYEOF' || mutant_ok=0
+# Mutants for the self-checks at the end: fsdp/backend_cuda.cuh with one fault each, built
+# like train_gpt. make_mutant NAME REGEX REPLACEMENT: the regex must match exactly once; sets
+# MUT_<NAME> to the binary, and mut_<NAME>_ok to 1 (built), 0 (no match: the script needs
+# updating), 2 (build failed) or 3 (transform failed); the build runs in the background.
+declare -A mut_ok mut_pid
+make_mutant() {
+    local name=$1 dir=$B/mutant_$1
+    rm -rf "$dir/orig" && mkdir -p "$dir/orig/kernels" "$dir/orig/fsdp"
+    cp train_gpt.cu "$dir/orig/" && cp kernels/*.cuh "$dir/orig/kernels/" && cp fsdp/*.cuh "$dir/orig/fsdp/"
+    mut_ok[$name]=1
+    python3 - fsdp/backend_cuda.cuh "$dir/orig/fsdp/backend_cuda.cuh" "$2" "$3" <<'PYEOF' || mut_ok[$name]=0
 import re, sys
-src = open(sys.argv[1]).read()
-new, k = re.subn(r'(\bs->bytes\s*=\s*)W\s*\*\s*(shard_bytes\s*;)', r'\1\2', src)
+new, k = re.subn(sys.argv[3], sys.argv[4], open(sys.argv[1]).read())
 if k != 1:
     sys.exit(1)
 open(sys.argv[2], 'w').write(new)
 PYEOF
-if [ $mutant_ok = 1 ]; then
-    (cd $M/orig && python3 ../../../../$E/transform.py ../src "${CUDA_SRCS[@]}") || mutant_ok=3
+    if [ ${mut_ok[$name]} = 1 ]; then
+        (cd "$dir/orig" && python3 ../../../../$E/transform.py ../src "${CUDA_SRCS[@]}") || mut_ok[$name]=3
+    fi
+    if [ ${mut_ok[$name]} = 1 ]; then
+        build_train "$dir/src" "$dir/train_gpt" &
+        mut_pid[$name]=$!
+    fi
+}
+# staged: the all-gather copies back only the first rank's slice of the gathered unit.
+make_mutant staged_gather '(\bs->bytes\s*=\s*)W\s*\*\s*(shard_bytes\s*;)' '\1\2'
+# nccl: the bf16 reduce-scatter passes recvcount n / 2 (a valid call, so the shim cannot
+# refuse it: each rank reduces the wrong elements and half its shard stays stale).
+make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*c->bf16_scratch\s*,\s*)n(\s*,\s*ncclBfloat16)' '\1n / 2\2'
+# nccl, stream ordering (CUDA_NOTES arrows 1/3'): compute does not wait for the collective.
+make_mutant nccl_no_done_wait 'CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, s->done, 0\)\);' ''
+# nccl, stream ordering (arrows 2/3/5): the comm stream does not wait for compute.
+make_mutant nccl_no_handoff 'CB_CUDA\(c, cudaStreamWaitEvent\(c->comm, ev, 0\)\);' ''
+# The NCCL shim's self-test (plain host code: no transform).
+SELF=$B/nccl_selftest
+build $SELF $E/nccl_selftest.cpp "${HDRS[@]}" "${RUNTIME_OBJS[@]}" -- \
+    "${CXX_EMU[@]}" $E/nccl_selftest.cpp "${RUNTIME_OBJS[@]}" -o $SELF -lpthread &
+sbuild=$!
+# dev/test/test_backend_cuda.cu (the GPU test of every backend member, with its event-ordering
+# stress test), transformed and built like train_gpt.
+BACKEND=$B/test_backend_cuda
+if python3 $E/transform.py $B/backend_src dev/test/test_backend_cuda.cu kernels/*.cuh fsdp/*.cuh 2>"$TMP/backend_transform.err"; then
+    build $BACKEND $B/backend_src/dev/test/test_backend_cuda.cu $B/backend_src/kernels/*.cuh $B/backend_src/fsdp/*.cuh \
+            "${HDRS[@]}" $(ls kernels/*.h fsdp/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
+        g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
+            -I$B/backend_src -I. -I$BLAS_INC -fopenmp -x c++ $B/backend_src/dev/test/test_backend_cuda.cu -x none \
+            "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -o $BACKEND $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR \
+            -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm &
+    bbuild=$!
+else
+    not_ok "$TAG transform.py failed on dev/test/test_backend_cuda.cu: $(tr '\n' ' ' <"$TMP/backend_transform.err" | cut -c1-300)"
+    bbuild=""
 fi
-[ $mutant_ok = 1 ] && { build_train $M/src $M/train_gpt || mutant_ok=2; } &
-mbuild=$!
 EXE=$B/train_gpt
 if ! build_train $B/train_src $EXE; then
     build_failed "train_gpt.cu for the emulator" $EXE
-    wait $mbuild
+    wait
     exit 1
 fi
-wait $mbuild
-[ $mutant_ok = 1 ] && [ ! -x $M/train_gpt ] && mutant_ok=2
+for name in "${!mut_pid[@]}"; do
+    wait ${mut_pid[$name]}
+    [ ! -x $B/mutant_$name/train_gpt ] && mut_ok[$name]=2
+done
+wait $sbuild || build_failed "dev/cuda_emu/nccl_selftest.cpp" $SELF
+[ -n "$bbuild" ] && { wait $bbuild || build_failed "dev/test/test_backend_cuda.cu" $BACKEND; }
 built=$(date +%s)
 
 # ----------------------------------------------------------------------------
@@ -124,22 +178,54 @@ run() {
         "$exe" "${common[@]}" "$@" >"$TMP/$name.log" 2>&1; echo $? >"$TMP/$name.rc") 2>/dev/null
 }
 cuda() { local name=$1 np=$2; shift 2; run "$name" "$np" "$EXE" --device cuda --comm mpi "$@"; }
+# nccl NAME NP ARGS...: --comm nccl, one emulated GPU per rank.
+nccl() {
+    local name=$1 np=$2; shift 2
+    EMU_DEVICE_COUNT=$np run "$name" "$np" "$EXE" --device cuda --comm nccl "$@"
+}
 cpu() { local name=$1 np=$2; shift 2; run "$name" "$np" ./train_gpt --device cpu "$@"; }
 
-# Two lanes at a time (2 cores): each run is one process except cuda_np2.
+# Two lanes at a time (2 cores): each run is one process except the np=2 ones. A third lane
+# of light jobs: the shim's self-test, the refused run, the stalled run (mostly waiting).
+touch "$TMP/shm_marker"
 ( cuda cuda_ref 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_ref"
   cuda cuda_save 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --stop-at-step 2
-  cuda cuda_resume 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --resume auto ) &
+  cuda cuda_resume 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --resume auto
+  nccl nccl_ref 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_ref"
+  nccl nccl_save 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --stop-at-step 2 ) &
 lane=$!
+( [ -x $SELF ] && timeout -k 5 120 $SELF >"$TMP/nccl_selftest.log" 2>&1; echo $? >"$TMP/nccl_selftest.rc"
+  # The backend test: 1 rank (nccl and staged paths), 2 ranks staged, 2 ranks nccl + HSDP.
+  if [ -x $BACKEND ]; then
+      for cfg in "w1 1" "w2_staged 2" "w2_nccl 2 2"; do
+          set -- $cfg
+          (cd "$TMP" && timeout -k 5 200 env OMP_NUM_THREADS=1 ${3:+EMU_DEVICE_COUNT=$3} \
+              mpirun --allow-run-as-root --oversubscribe --bind-to none -np $2 $OLDPWD/$BACKEND \
+              >"$TMP/backend_$1.log" 2>&1; echo $? >"$TMP/backend_$1.rc")
+      done
+  fi
+  run nccl_refused 2 "$EXE" --device cuda --comm nccl -b 1 -d 64 -x 1 -v 0 -o "$TMP/nccl_refused"
+  FSDP_TEST_STALL=1:2 EMU_NCCL_TIMEOUT=6 nccl nccl_stall 2 -b 1 -d 64 --comm-timeout 4 -o "$TMP/nccl_stall"
+) &
+lane3=$!
 cpu cpu_ref 1 -b 2 -o "$TMP/cpu_ref"
 cuda cuda_again 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_again"
 cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
+nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again"
 wait $lane
+nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
+wait $lane3
 cuda cuda_np2 2 -b 1 -d 64 -o "$TMP/cuda_np2"
 cuda cuda_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/cuda_np2_fp32"
 cuda cuda_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/cuda_hsdp"
-[ $mutant_ok = 1 ] && run mutant_np2 2 $M/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_np2"
+[ ${mut_ok[staged_gather]} = 1 ] && run mutant_staged_gather 2 $B/mutant_staged_gather/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
+nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2"
+nccl nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/nccl_np2_fp32"
+nccl nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/nccl_hsdp"
+for name in nccl_count nccl_no_done_wait nccl_no_handoff; do
+    [ ${mut_ok[$name]} = 1 ] && EMU_DEVICE_COUNT=2 run mutant_$name 2 $B/mutant_$name/train_gpt --device cuda --comm nccl -b 1 -d 64 -o "$TMP/mutant_$name"
+done
 ck="$TMP/cuda_split/ckpt/step_00000002"
 [ -f "$ck/manifest.json" ] && cpu cpu_from_cuda 1 -b 2 -o "$TMP/cpu_from_cuda" --resume "$ck"
 
@@ -159,7 +245,7 @@ good() {
             not_ok "$TAG run $name failed (status $rc): $emu"
             return 1
         fi
-        if [[ $name == cuda* ]] && ! grep -q '^# cuda_emu: [1-9]' "$TMP/$name.log"; then
+        if [[ $name == cuda* || $name == nccl* ]] && ! grep -q '^# cuda_emu: [1-9]' "$TMP/$name.log"; then
             not_ok "$TAG run $name: no kernel ran under the emulator (no '# cuda_emu: N launches' line)"
             return 1
         fi
@@ -206,23 +292,86 @@ good cuda_ref cuda_accum && compare "cuda 2 micro-steps with --no-grad-sync-unti
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_accum/metrics.jsonl" --rtol 0.01
 good cuda_ref cuda_cublas && compare "cuda --attention cublas vs flash (within 2%)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_cublas/metrics.jsonl" --rtol 0.02
-expect_error "$TAG --comm nccl is refused (no NCCL under the emulator)" 'NCCL is not emulated' \
-    timeout -k 5 120 "$EXE" "${common[@]}" --device cuda --comm nccl -b 2 -x 1 -v 0
 
-m="self-check: with the staged all-gather copying back one slice only, np=2 differs from np=1"
-case $mutant_ok in
-    0) not_ok "$TAG $m: found no 's->bytes = W * shard_bytes;' in fsdp/backend_cuda.cuh to mutate; update dev/test/test_gpu_emu.sh" ;;
-    2) build_failed "the mutant train_gpt" $M/train_gpt ;;
-    3) not_ok "$TAG $m: transform.py failed on the mutant" ;;
-    *) if [ "$(cat "$TMP/mutant_np2.rc" 2>/dev/null)" != 0 ]; then
-           not_ok "$TAG $m: the mutant run failed (status $(cat "$TMP/mutant_np2.rc" 2>/dev/null)): $(tail -n 2 "$TMP/mutant_np2.log" | tr '\n' ' ' | cut -c1-300)"
-       elif good cuda_ref >/dev/null; then
-           if r=$(compare x "$TMP/cuda_ref/metrics.jsonl" "$TMP/mutant_np2/metrics.jsonl" --rtol 0.01); then
-               not_ok "$TAG $m: the mutant matched np=1 (${r#"ok - $TAG x "})"
-           else
-               ok "$TAG $m (${r#"not ok - $TAG x: "})"
-           fi
-       fi ;;
-esac
+# The backend test's own checks, each prefixed with the configuration.
+for cfg in w1 w2_staged w2_nccl; do
+    [ -x $BACKEND ] || break
+    rc=$(cat "$TMP/backend_$cfg.rc" 2>/dev/null || echo missing)
+    grep -E '^(not )?ok - ' "$TMP/backend_$cfg.log" | sed -E "s/^(not )?ok - /&$TAG test_backend_cuda $cfg: /"
+    if [ "$rc" != 0 ] && ! grep -q '^not ok - ' "$TMP/backend_$cfg.log"; then
+        not_ok "$TAG test_backend_cuda $cfg: status $rc: $(grep -E '^EMU:|error' "$TMP/backend_$cfg.log" | head -2 | tr '\n' ' ' | cut -c1-300)"
+    fi
+done
+
+# --comm nccl
+if [ "$(cat "$TMP/nccl_selftest.rc" 2>/dev/null)" = 0 ]; then
+    grep '^ok' "$TMP/nccl_selftest.log" | sed "s/^ok - /ok - $TAG /"
+else
+    not_ok "$TAG the NCCL shim's self-test failed (status $(cat "$TMP/nccl_selftest.rc" 2>/dev/null)): $(grep -v '^ok' "$TMP/nccl_selftest.log" | head -3 | tr '\n' ' ' | cut -c1-500)"
+fi
+good cpu_ref nccl_ref && compare "--comm nccl vs cpu, 4 steps from the same init (within 2%)" \
+    "$TMP/cpu_ref/metrics.jsonl" "$TMP/nccl_ref/metrics.jsonl" --rtol 0.02
+if good nccl_ref nccl_again; then
+    if [ -z "$(sample nccl_ref)" ] || [ "$(sample nccl_ref)" != "$(sample nccl_again)" ]; then
+        not_ok "$TAG two identical --comm nccl runs: the samples differ (or are missing)"
+    else
+        compare "two identical --comm nccl runs: bitwise equal losses (and the same sample)" \
+            "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_again/metrics.jsonl" --exact
+    fi
+fi
+good nccl_ref nccl_save nccl_resume && compare "--comm nccl: save at step 2 + resume == uninterrupted (bitwise)" \
+    "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_split/metrics.jsonl" --exact --from-step 3
+good nccl_ref nccl_np2 && compare "--comm nccl np=2 (EMU_DEVICE_COUNT=2) vs np=1 (within 1e-2)" \
+    "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_np2/metrics.jsonl" --rtol 0.01
+# At W=2 both paths round the same fp32 sum of two bf16 values once, so under the emulator they
+# agree bitwise; any stream-ordering slip on the NCCL path breaks that (the self-checks below).
+good cuda_np2 nccl_np2 && compare "--comm nccl np=2 vs the staged --comm mpi np=2 (bitwise)" \
+    "$TMP/cuda_np2/metrics.jsonl" "$TMP/nccl_np2/metrics.jsonl" --exact
+good nccl_ref nccl_np2_fp32 && compare "--comm nccl np=2 with --reduce-dtype fp32 vs np=1 (within 1e-2)" \
+    "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_np2_fp32/metrics.jsonl" --rtol 0.01
+good nccl_ref nccl_hsdp && compare "--comm nccl np=2 HSDP (shard + replica communicators) vs np=1 (within 1e-2)" \
+    "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_hsdp/metrics.jsonl" --rtol 0.01
+m="--comm nccl at np=2 without EMU_DEVICE_COUNT (two ranks, one GPU) is refused"
+if [ "$(cat "$TMP/nccl_refused.rc" 2>/dev/null)" = 0 ]; then
+    not_ok "$TAG $m: it ran"
+elif grep -q 'which NCCL refuses; use --comm mpi' "$TMP/nccl_refused.log"; then
+    ok "$TAG $m: $(grep -m1 -o 'error: .*' "$TMP/nccl_refused.log" | cut -c1-160)"
+else
+    not_ok "$TAG $m: no 'which NCCL refuses' message: $(tail -n 2 "$TMP/nccl_refused.log" | tr '\n' ' ' | cut -c1-300)"
+fi
+m="--comm nccl np=2, rank 1 stalled at step 2 (--comm-timeout 4): the job ends with an error"
+rc=$(cat "$TMP/nccl_stall.rc" 2>/dev/null || echo missing)
+msg=$(grep -m1 -E 'error: .*(NCCL|comm-timeout)' "$TMP/nccl_stall.log" | cut -c1-300)
+if [ "$rc" = 0 ] || [ "$rc" = 124 ] || [ "$rc" = 137 ] || [ "$rc" = missing ] || [ -z "$msg" ]; then
+    not_ok "$TAG $m: status $rc: $(grep -v '^ ' "$TMP/nccl_stall.log" | tail -n 3 | tr '\n' ' ' | cut -c1-300)"
+else
+    ok "$TAG $m (status $rc): $msg"
+fi
+left=$(find /dev/shm -maxdepth 1 -name 'emu_nccl.*' -newer "$TMP/shm_marker" 2>/dev/null | head -3 | tr '\n' ' ')
+[ -z "$left" ] && ok "$TAG --comm nccl runs leave no shared-memory segment in /dev/shm" ||
+    not_ok "$TAG --comm nccl runs left shared-memory segments behind: $left"
+
+# self_check NAME REF WHAT COMPARE-ARGS...: the mutant's np=2 run must differ from run REF.
+self_check() {
+    local name=$1 ref=$2 m="self-check: $3"; shift 3
+    case ${mut_ok[$name]} in
+        0) not_ok "$TAG $m: the pattern of mutant $name no longer matches fsdp/backend_cuda.cuh; update dev/test/test_gpu_emu.sh" ;;
+        2) build_failed "the $name mutant train_gpt" $B/mutant_$name/train_gpt ;;
+        3) not_ok "$TAG $m: transform.py failed on the $name mutant" ;;
+        *) if [ "$(cat "$TMP/mutant_$name.rc" 2>/dev/null)" != 0 ]; then
+               not_ok "$TAG $m: the mutant run failed (status $(cat "$TMP/mutant_$name.rc" 2>/dev/null)): $(tail -n 2 "$TMP/mutant_$name.log" | tr '\n' ' ' | cut -c1-300)"
+           elif good $ref >/dev/null; then
+               if r=$(compare x "$TMP/$ref/metrics.jsonl" "$TMP/mutant_$name/metrics.jsonl" "$@"); then
+                   not_ok "$TAG $m: the mutant matched $ref (${r#"ok - $TAG x "})"
+               else
+                   ok "$TAG $m (${r#"not ok - $TAG x: "})"
+               fi
+           fi ;;
+    esac
+}
+self_check staged_gather cuda_ref "with the staged all-gather copying back one slice only, np=2 differs from np=1" --rtol 0.01
+self_check nccl_count nccl_ref "with the bf16 ncclReduceScatter passing recvcount n / 2, nccl np=2 differs from np=1" --rtol 0.01
+self_check nccl_no_done_wait cuda_np2 "with compute not waiting for the collective's event (async streams), nccl np=2 is no longer bitwise the staged run" --exact
+self_check nccl_no_handoff cuda_np2 "with the comm stream not waiting for compute (async streams), nccl np=2 is no longer bitwise the staged run" --exact
 echo "# cpu emulation: $(( $(date +%s) - start ))s ($(( built - start ))s building)"
 exit 0
