@@ -189,6 +189,62 @@ static __device__ __forceinline__ void attn_ldsm_bt(uint32_t* b, const bf16* X, 
     attn_ldsm_x4_trans(b, X + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
 }
 
+// The warp-level products every flash kernel is made of (16 rows per warp; accumulators in
+// the mma D layout, acc[j] holding columns 8j..8j+7). Each is fully unrolled into its caller.
+template <int N>
+static __device__ __forceinline__ void attn_zero(float (&acc)[N][4]) {
+#pragma unroll
+    for (int j = 0; j < N; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+}
+// acc[16 x 8NB] += A X^T over the head dimension (KC chunks of 16): A = rows ar0..ar0+15 of
+// the shared tile A_s, X = rows 0..8NB-1 of the shared tile X_s (both [.][LDS], k-contiguous).
+template <int KC, int NB, int LDS>
+static __device__ __forceinline__ void attn_mma_abt(float (&acc)[NB][4], const bf16* A_s, int ar0, const bf16* X_s,
+                                                    int lane) {
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        uint32_t a[4];
+        attn_ldsm_a<LDS>(a, A_s, ar0, kc * 16, lane);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+            uint32_t xb[4];
+            attn_ldsm_b<LDS>(xb, X_s, nb * 8, kc * 16, lane);
+            attn_mma(acc[nb], a, xb[0], xb[1]);
+            attn_mma(acc[nb + 1], a, xb[2], xb[3]);
+        }
+    }
+}
+// acc[16 x 8ND] += P X: P is 16 x 16PC in registers (fp32 accumulators of an earlier product,
+// rounded to bf16: two adjacent D tiles form one A fragment), X = rows 0..16PC-1 of the shared
+// tile X_s ([.][LDS], column-contiguous: loaded transposed).
+template <int PC, int ND, int LDS>
+static __device__ __forceinline__ void attn_mma_px(float (&acc)[ND][4], const float (&p)[2 * PC][4], const bf16* X_s,
+                                                   int lane) {
+#pragma unroll
+    for (int pc = 0; pc < PC; pc++) {
+        uint32_t pa[4];
+        pa[0] = attn_pack(p[2 * pc][0], p[2 * pc][1]);
+        pa[1] = attn_pack(p[2 * pc][2], p[2 * pc][3]);
+        pa[2] = attn_pack(p[2 * pc + 1][0], p[2 * pc + 1][1]);
+        pa[3] = attn_pack(p[2 * pc + 1][2], p[2 * pc + 1][3]);
+#pragma unroll
+        for (int nd = 0; nd < ND; nd += 2) {
+            uint32_t xb[4];
+            attn_ldsm_bt<LDS>(xb, X_s, pc * 16, nd * 8, lane);
+            attn_mma(acc[nd], pa, xb[0], xb[1]);
+            attn_mma(acc[nd + 1], pa, xb[2], xb[3]);
+        }
+    }
+}
+// One row of a 16 x 8ND accumulator, times scale, to global memory as bf16: this thread's
+// pairs of columns 8nd + 2c, 2c + 1; half 0 is the row g (d0, d1), half 1 the row g + 8 (d2, d3).
+template <int ND>
+static __device__ __forceinline__ void attn_store_row(bf16* p, const float (&acc)[ND][4], int half, float scale) {
+#pragma unroll
+    for (int nd = 0; nd < ND; nd++)
+        *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(acc[nd][2 * half] * scale, acc[nd][2 * half + 1] * scale);
+}
+
 // ----------------------------------------------------------------------------
 // Flash forward
 // grid (ceil(T/64), B*NH), 128 threads. Query tiles are visited last-first: they have the
@@ -233,8 +289,7 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
     for (int kc = 0; kc < KC; kc++) attn_ldsm_a<LDS>(qa[kc], Qs, wr, kc * 16, lane);
 
     float o[ND][4];
-#pragma unroll
-    for (int nd = 0; nd < ND; nd++) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.0f;
+    attn_zero(o);
     float m0 = -INFINITY, m1 = -INFINITY;  // running max (log2 units) of rows row0, row1
     float l0 = 0.0f, l1 = 0.0f;            // running sums: this thread's columns only
 
@@ -255,8 +310,7 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
 
         // S = Q K^T (16 x 64 per warp)
         float s[NB][4];
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        attn_zero(s);
 #pragma unroll
         for (int kc = 0; kc < KC; kc++) {
 #pragma unroll
@@ -317,22 +371,7 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
             o[nd][0] *= corr0; o[nd][1] *= corr0;
             o[nd][2] *= corr1; o[nd][3] *= corr1;
         }
-        // O += P V
-#pragma unroll
-        for (int pc = 0; pc < PC; pc++) {
-            uint32_t pa[4];
-            pa[0] = attn_pack(s[2 * pc][0], s[2 * pc][1]);
-            pa[1] = attn_pack(s[2 * pc][2], s[2 * pc][3]);
-            pa[2] = attn_pack(s[2 * pc + 1][0], s[2 * pc + 1][1]);
-            pa[3] = attn_pack(s[2 * pc + 1][2], s[2 * pc + 1][3]);
-#pragma unroll
-            for (int nd = 0; nd < ND; nd += 2) {
-                uint32_t vb[4];
-                attn_ldsm_bt<LDS>(vb, Vt, pc * 16, nd * 8, lane);
-                attn_mma(o[nd], pa, vb[0], vb[1]);
-                attn_mma(o[nd + 1], pa, vb[2], vb[3]);
-            }
-        }
+        attn_mma_px<PC, ND, LDS>(o, s, Vt, lane);  // O += P V
         __syncthreads();  // the next iteration's prefetch overwrites this buffer
     }
 
@@ -343,17 +382,11 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
     if (row0 < T) {
-        bf16* op = out + ((size_t)b * T + row0) * C + (size_t)h * HS + 2 * c;
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++)
-            *reinterpret_cast<uint32_t*>(op + nd * 8) = attn_pack(o[nd][0] * inv0, o[nd][1] * inv0);
+        attn_store_row(out + ((size_t)b * T + row0) * C + (size_t)h * HS + 2 * c, o, 0, inv0);
         if (c == 0) lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * ATTN_LN2;
     }
     if (row1 < T) {
-        bf16* op = out + ((size_t)b * T + row1) * C + (size_t)h * HS + 2 * c;
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++)
-            *reinterpret_cast<uint32_t*>(op + nd * 8) = attn_pack(o[nd][2] * inv1, o[nd][3] * inv1);
+        attn_store_row(out + ((size_t)b * T + row1) * C + (size_t)h * HS + 2 * c, o, 1, inv1);
         if (c == 0) lse[(size_t)bh * T + row1] = (m1 + log2f(l1)) * ATTN_LN2;
     }
 }
@@ -422,8 +455,7 @@ attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
     const float L1 = row1 < T ? lse[(size_t)bh * T + row1] * ATTN_LOG2E : 0.0f;
 
     float dq[ND][4];
-#pragma unroll
-    for (int nd = 0; nd < ND; nd++) dq[nd][0] = dq[nd][1] = dq[nd][2] = dq[nd][3] = 0.0f;
+    attn_zero(dq);
 
     for (int kt = 0; kt < ntiles; kt++) {
         const int buf = kt & 1;
@@ -441,35 +473,10 @@ attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
         const int j0 = kt * ATTN_BC;
 
         float s[NB][4], dp[NB][4];
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-            s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-            dp[nb][0] = dp[nb][1] = dp[nb][2] = dp[nb][3] = 0.0f;
-        }
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {  // S = Q K^T
-            uint32_t a[4];
-            attn_ldsm_a<LDS>(a, Qs, wr, kc * 16, lane);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb += 2) {
-                uint32_t kb[4];
-                attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
-                attn_mma(s[nb], a, kb[0], kb[1]);
-                attn_mma(s[nb + 1], a, kb[2], kb[3]);
-            }
-        }
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {  // dP = dO V^T
-            uint32_t a[4];
-            attn_ldsm_a<LDS>(a, dOs, wr, kc * 16, lane);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb += 2) {
-                uint32_t vb[4];
-                attn_ldsm_b<LDS>(vb, Vt, nb * 8, kc * 16, lane);
-                attn_mma(dp[nb], a, vb[0], vb[1]);
-                attn_mma(dp[nb + 1], a, vb[2], vb[3]);
-            }
-        }
+        attn_zero(s);
+        attn_zero(dp);
+        attn_mma_abt<KC, NB, LDS>(s, Qs, wr, Kt, lane);    // S = Q K^T
+        attn_mma_abt<KC, NB, LDS>(dp, dOs, wr, Vt, lane);  // dP = dO V^T
         // P = exp2(S scale log2e - lse log2e), masked; dS = P (dP - D) (scale applied at the end)
         const bool masked = (j0 + ATTN_BC - 1 > q0 + wr) || (j0 + ATTN_BC > T) || (q0 + wr + 15 >= T);
 #pragma unroll
@@ -485,37 +492,12 @@ attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
                 dp[nb][i] = p * (dp[nb][i] - (i < 2 ? D0 : D1));
             }
         }
-        // dQ += dS K
-#pragma unroll
-        for (int pc = 0; pc < PC; pc++) {
-            uint32_t a[4];
-            a[0] = attn_pack(dp[2 * pc][0], dp[2 * pc][1]);
-            a[1] = attn_pack(dp[2 * pc][2], dp[2 * pc][3]);
-            a[2] = attn_pack(dp[2 * pc + 1][0], dp[2 * pc + 1][1]);
-            a[3] = attn_pack(dp[2 * pc + 1][2], dp[2 * pc + 1][3]);
-#pragma unroll
-            for (int nd = 0; nd < ND; nd += 2) {
-                uint32_t kb[4];
-                attn_ldsm_bt<LDS>(kb, Kt, pc * 16, nd * 8, lane);
-                attn_mma(dq[nd], a, kb[0], kb[1]);
-                attn_mma(dq[nd + 1], a, kb[2], kb[3]);
-            }
-        }
+        attn_mma_px<PC, ND, LDS>(dq, dp, Kt, lane);  // dQ += dS K
         __syncthreads();
     }
 
-    if (row0 < T) {
-        bf16* p = dqkv + ((size_t)b * T + row0) * C3 + (size_t)h * HS + 2 * c;
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++)
-            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dq[nd][0] * scale, dq[nd][1] * scale);
-    }
-    if (row1 < T) {
-        bf16* p = dqkv + ((size_t)b * T + row1) * C3 + (size_t)h * HS + 2 * c;
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++)
-            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dq[nd][2] * scale, dq[nd][3] * scale);
-    }
+    if (row0 < T) attn_store_row(dqkv + ((size_t)b * T + row0) * C3 + (size_t)h * HS + 2 * c, dq, 0, scale);
+    if (row1 < T) attn_store_row(dqkv + ((size_t)b * T + row1) * C3 + (size_t)h * HS + 2 * c, dq, 1, scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -569,11 +551,8 @@ attn_flash_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Dbu
     attn_cp_async_commit();
 
     float dk[ND][4], dv[ND][4];
-#pragma unroll
-    for (int nd = 0; nd < ND; nd++) {
-        dk[nd][0] = dk[nd][1] = dk[nd][2] = dk[nd][3] = 0.0f;
-        dv[nd][0] = dv[nd][1] = dv[nd][2] = dv[nd][3] = 0.0f;
-    }
+    attn_zero(dk);
+    attn_zero(dv);
 
     for (int it = 0; it < nqt; it++) {
         const int buf = it & 1;
@@ -600,35 +579,10 @@ attn_flash_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Dbu
             const float* Lt = Ls + buf * BQ;
             const float* Dt = Ds + buf * BQ;
             float st[NB][4], dpt[NB][4];
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-                st[nb][0] = st[nb][1] = st[nb][2] = st[nb][3] = 0.0f;
-                dpt[nb][0] = dpt[nb][1] = dpt[nb][2] = dpt[nb][3] = 0.0f;
-            }
-#pragma unroll
-            for (int kc = 0; kc < KC; kc++) {  // S^T = K Q^T
-                uint32_t a[4];
-                attn_ldsm_a<LDS>(a, Ks, kw, kc * 16, lane);
-#pragma unroll
-                for (int nb = 0; nb < NB; nb += 2) {
-                    uint32_t qb[4];
-                    attn_ldsm_b<LDS>(qb, Qt, nb * 8, kc * 16, lane);
-                    attn_mma(st[nb], a, qb[0], qb[1]);
-                    attn_mma(st[nb + 1], a, qb[2], qb[3]);
-                }
-            }
-#pragma unroll
-            for (int kc = 0; kc < KC; kc++) {  // dP^T = V dO^T
-                uint32_t a[4];
-                attn_ldsm_a<LDS>(a, Vs, kw, kc * 16, lane);
-#pragma unroll
-                for (int nb = 0; nb < NB; nb += 2) {
-                    uint32_t ob[4];
-                    attn_ldsm_b<LDS>(ob, dOt, nb * 8, kc * 16, lane);
-                    attn_mma(dpt[nb], a, ob[0], ob[1]);
-                    attn_mma(dpt[nb + 1], a, ob[2], ob[3]);
-                }
-            }
+            attn_zero(st);
+            attn_zero(dpt);
+            attn_mma_abt<KC, NB, LDS>(st, Ks, kw, Qt, lane);    // S^T = K Q^T
+            attn_mma_abt<KC, NB, LDS>(dpt, Vs, kw, dOt, lane);  // dP^T = V dO^T
             // P^T[key][query] = exp2(S^T scale log2e - lse_q log2e), masked where query < key
             // or query >= T; dS^T = P^T (dP^T - D_q).
             const bool masked = (i0 < j0 + kw + 15) || (i0 + BQ > T);
@@ -648,55 +602,21 @@ attn_flash_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Dbu
                 }
             }
             // dV += P^T dO, then dK += dS^T Q (two passes: fewer registers live at once)
-#pragma unroll
-            for (int pc = 0; pc < PC; pc++) {
-                uint32_t pa[4];
-                pa[0] = attn_pack(st[2 * pc][0], st[2 * pc][1]);
-                pa[1] = attn_pack(st[2 * pc][2], st[2 * pc][3]);
-                pa[2] = attn_pack(st[2 * pc + 1][0], st[2 * pc + 1][1]);
-                pa[3] = attn_pack(st[2 * pc + 1][2], st[2 * pc + 1][3]);
-#pragma unroll
-                for (int nd = 0; nd < ND; nd += 2) {
-                    uint32_t ob[4];
-                    attn_ldsm_bt<LDS>(ob, dOt, pc * 16, nd * 8, lane);
-                    attn_mma(dv[nd], pa, ob[0], ob[1]);
-                    attn_mma(dv[nd + 1], pa, ob[2], ob[3]);
-                }
-            }
-#pragma unroll
-            for (int pc = 0; pc < PC; pc++) {
-                uint32_t da[4];
-                da[0] = attn_pack(dpt[2 * pc][0], dpt[2 * pc][1]);
-                da[1] = attn_pack(dpt[2 * pc][2], dpt[2 * pc][3]);
-                da[2] = attn_pack(dpt[2 * pc + 1][0], dpt[2 * pc + 1][1]);
-                da[3] = attn_pack(dpt[2 * pc + 1][2], dpt[2 * pc + 1][3]);
-#pragma unroll
-                for (int nd = 0; nd < ND; nd += 2) {
-                    uint32_t qb[4];
-                    attn_ldsm_bt<LDS>(qb, Qt, pc * 16, nd * 8, lane);
-                    attn_mma(dk[nd], da, qb[0], qb[1]);
-                    attn_mma(dk[nd + 1], da, qb[2], qb[3]);
-                }
-            }
+            attn_mma_px<PC, ND, LDS>(dv, st, dOt, lane);
+            attn_mma_px<PC, ND, LDS>(dk, dpt, Qt, lane);
         }
         __syncthreads();
     }
 
     if (key0 < T) {
         bf16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++) {
-            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dk[nd][0] * scale, dk[nd][1] * scale);
-            *reinterpret_cast<uint32_t*>(p + C + nd * 8) = attn_pack(dv[nd][0], dv[nd][1]);
-        }
+        attn_store_row(p, dk, 0, scale);
+        attn_store_row(p + C, dv, 0, 1.0f);
     }
     if (key1 < T) {
         bf16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++) {
-            *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(dk[nd][2] * scale, dk[nd][3] * scale);
-            *reinterpret_cast<uint32_t*>(p + C + nd * 8) = attn_pack(dv[nd][2], dv[nd][3]);
-        }
+        attn_store_row(p, dk, 1, scale);
+        attn_store_row(p + C, dv, 1, 1.0f);
     }
 }
 
