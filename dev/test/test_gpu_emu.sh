@@ -264,14 +264,18 @@ good cpu_ref cuda_ref && compare "train_gpt --device cuda vs cpu, 4 steps from t
 sample() {  # the text of the sample between its two "---" lines
     awk '/^sample \(step 4\):/ {s = 1; next} s == 1 && /^---$/ {s = 2; next} s == 2 && /^---$/ {exit} s == 2' "$TMP/$1.log"
 }
-if good cuda_ref cuda_again; then
-    if [ -z "$(sample cuda_ref)" ] || [ "$(sample cuda_ref)" != "$(sample cuda_again)" ]; then
-        not_ok "$TAG two identical cuda runs: the samples differ (or are missing)"
+# identical_runs A B WHAT: runs A and B (the same arguments) gave the same sample and bitwise
+# equal losses.
+identical_runs() {
+    good $1 $2 || return
+    if [ -z "$(sample $1)" ] || [ "$(sample $1)" != "$(sample $2)" ]; then
+        not_ok "$TAG two identical $3 runs: the samples differ (or are missing)"
     else
-        compare "two identical cuda runs: bitwise equal losses (and the same sample)" \
-            "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_again/metrics.jsonl" --exact
+        compare "two identical $3 runs: bitwise equal losses (and the same sample)" \
+            "$TMP/$1/metrics.jsonl" "$TMP/$2/metrics.jsonl" --exact
     fi
-fi
+}
+identical_runs cuda_ref cuda_again cuda
 good cuda_ref cuda_save cuda_resume && compare "cuda: save at step 2 + resume == uninterrupted (bitwise)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_split/metrics.jsonl" --exact --from-step 3
 if good cuda_save; then
@@ -311,14 +315,7 @@ else
 fi
 good cpu_ref nccl_ref && compare "--comm nccl vs cpu, 4 steps from the same init (within 2%)" \
     "$TMP/cpu_ref/metrics.jsonl" "$TMP/nccl_ref/metrics.jsonl" --rtol 0.02
-if good nccl_ref nccl_again; then
-    if [ -z "$(sample nccl_ref)" ] || [ "$(sample nccl_ref)" != "$(sample nccl_again)" ]; then
-        not_ok "$TAG two identical --comm nccl runs: the samples differ (or are missing)"
-    else
-        compare "two identical --comm nccl runs: bitwise equal losses (and the same sample)" \
-            "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_again/metrics.jsonl" --exact
-    fi
-fi
+identical_runs nccl_ref nccl_again "--comm nccl"
 good nccl_ref nccl_save nccl_resume && compare "--comm nccl: save at step 2 + resume == uninterrupted (bitwise)" \
     "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_split/metrics.jsonl" --exact --from-step 3
 good nccl_ref nccl_np2 && compare "--comm nccl np=2 (EMU_DEVICE_COUNT=2) vs np=1 (within 1e-2)" \
