@@ -271,6 +271,12 @@ struct Device {
     // n activation elements -> host fp32 (blocking).
     void (*act_to_host_f32)(Device* d, float* dst, const void* src, size_t n);
     void (*synchronize)(Device* d);
+    // --profile-step: a mark is a point in the device's work (cuda: an event recorded on the
+    // model's stream; cpu: the host clock, its kernels being synchronous); mark_ms is the
+    // time between two marks, valid once synchronize has returned.
+    void* (*mark)(Device* d);
+    double (*mark_ms)(Device* d, void* from, void* to);
+    void (*mark_free)(Device* d, void* m);
 };
 
 // ---- cpu: fp32, kernels/cpu_kernels.h --------------------------------------------------
@@ -334,6 +340,16 @@ static const int* dev_cpu_tokens(Device* d, int slot, const int* host, size_t n)
 static void dev_cpu_to_host_async(Device* d, void* dst, const void* src, size_t bytes) { if (dst != src) memcpy(dst, src, bytes); }
 static void dev_cpu_act_to_host_f32(Device* d, float* dst, const void* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void dev_cpu_synchronize(Device* d) {}
+static void* dev_cpu_mark(Device* d) {
+    struct timespec* t = (struct timespec*)malloc(sizeof(*t));
+    clock_gettime(CLOCK_MONOTONIC, t);
+    return t;
+}
+static double dev_cpu_mark_ms(Device* d, void* from, void* to) {
+    const struct timespec *a = (const struct timespec*)from, *b = (const struct timespec*)to;
+    return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) * 1e-6;
+}
+static void dev_cpu_mark_free(Device* d, void* m) { free(m); }
 
 static void device_cpu_init(Device* d) {
     memset(d, 0, sizeof(*d));
@@ -355,6 +371,9 @@ static void device_cpu_init(Device* d) {
     d->to_host_async = dev_cpu_to_host_async;
     d->act_to_host_f32 = dev_cpu_act_to_host_f32;
     d->synchronize = dev_cpu_synchronize;
+    d->mark = dev_cpu_mark;
+    d->mark_ms = dev_cpu_mark_ms;
+    d->mark_free = dev_cpu_mark_free;
 }
 
 // ---- cuda: bf16 storage, fp32 math; kernels/cuda_*.cuh on the compute stream --------------
@@ -447,6 +466,18 @@ static void dev_cuda_act_to_host_f32(Device* d, float* dst, const void* src, siz
     for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(cd->host_row[i]);
 }
 static void dev_cuda_synchronize(Device* d) { CUDA_CHECK(cudaStreamSynchronize(dev_cuda_of(d)->stream)); }
+static void* dev_cuda_mark(Device* d) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventRecord(e, dev_cuda_of(d)->stream));
+    return (void*)e;
+}
+static double dev_cuda_mark_ms(Device* d, void* from, void* to) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to));
+    return ms;
+}
+static void dev_cuda_mark_free(Device* d, void* m) { CUDA_CHECK(cudaEventDestroy((cudaEvent_t)m)); }
 
 // The largest scratch any kernel takes for a B x T micro-batch (smaller forwards, e.g. the
 // sampler's B = 1, need less). Everything runs in order on one stream: one buffer serves all.
@@ -499,6 +530,9 @@ static void device_cuda_init(Device* d, cudaStream_t stream, AttentionImpl atten
     d->to_host_async = dev_cuda_to_host_async;
     d->act_to_host_f32 = dev_cuda_act_to_host_f32;
     d->synchronize = dev_cuda_synchronize;
+    d->mark = dev_cuda_mark;
+    d->mark_ms = dev_cuda_mark_ms;
+    d->mark_free = dev_cuda_mark_free;
 }
 
 static void device_cuda_free(Device* d) {
@@ -603,10 +637,79 @@ typedef struct {
     void* acts_memory;
     int B, T;            // micro-batch the activations were sized for
     const int* tok_inputs;   // the last forward's token ids, where the device reads them
+    struct StepProfile* prof;  // --profile-step (NULL: off)
 #ifdef __CUDACC__
     cudaStream_t stream;
 #endif
 } GPT2;
+
+// ---- --profile-step: where one optimizer step's time goes --------------------------------
+// The schedule drops a mark before each phase of work; the time from one mark to the next is
+// charged to the first one's phase. On cuda the marks are events on the model's stream, so a
+// phase's time is the GPU's, waits included: "fsdp waits" is the compute stream waiting for
+// all-gathers and reduce-scatters (communication that compute did not hide), "host" the GPU
+// idle while the host reads the loss and reduces it over the ranks.
+typedef enum {
+    PH_HOST, PH_FSDP, PH_EMBED, PH_LAYERNORM, PH_MATMUL, PH_LM_HEAD, PH_ATTENTION, PH_LOSS, PH_OPTIMIZER, PH_COUNT
+} Phase;
+static const char* const phase_names[PH_COUNT] = {
+    "host (loss read, reductions)", "fsdp waits (gather / reduce)", "embedding", "layernorm (+ residual add)",
+    "matmul (transformer blocks)", "matmul (lm head)", "attention", "cross-entropy", "grad norm + AdamW",
+};
+typedef struct StepProfile {
+    int on;              // marking (only during the profiled step)
+    int n, cap;
+    void** marks;        // Device marks, in order
+    unsigned char* what; // phase * 2 + backward, per mark
+} StepProfile;
+
+static void prof(GPT2* model, Phase phase, int backward) {
+    StepProfile* p = model->prof;
+    if (!p || !p->on) return;
+    if (p->n == p->cap) {  // grows only during the one profiled step
+        p->cap = p->cap ? 2 * p->cap : 512;
+        p->marks = (void**)realloc(p->marks, (size_t)p->cap * sizeof(void*));
+        p->what = (unsigned char*)realloc(p->what, (size_t)p->cap);
+        if (!p->marks || !p->what) { fprintf(stderr, "error: out of memory (--profile-step)\n"); exit(1); }
+    }
+    p->marks[p->n] = model->dev.mark(&model->dev);
+    p->what[p->n] = (unsigned char)(phase * 2 + backward);
+    p->n++;
+}
+
+// Ends the profiled step: waits for the device, prints rank 0's breakdown, frees the marks.
+static void prof_report(GPT2* model, int step, double host_ms, int rank) {
+    StepProfile* p = model->prof;
+    Device* d = &model->dev;
+    p->on = 0;
+    d->synchronize(d);
+    double ms[2 * PH_COUNT] = {0}, total = 0.0;
+    int calls[2 * PH_COUNT] = {0};
+    for (int i = 0; i + 1 < p->n; i++) {
+        const double t = d->mark_ms(d, p->marks[i], p->marks[i + 1]);
+        ms[p->what[i]] += t;
+        calls[p->what[i]]++;
+        total += t;
+    }
+    if (rank == 0) {
+        printf("profile of step %d (rank 0, %s device; the stream's time between marks): %.2f ms, %.2f ms on the host clock\n",
+               step, d->name, total, host_ms);
+        for (int shown = 0; shown < 2 * PH_COUNT; shown++) {  // largest first
+            int k = -1;
+            for (int j = 0; j < 2 * PH_COUNT; j++)
+                if (calls[j] && (k < 0 || ms[j] > ms[k])) k = j;
+            if (k < 0) break;
+            const int backward = k % 2 && k / 2 != PH_HOST && k / 2 != PH_OPTIMIZER;
+            printf("  %-30s %-8s %10.3f ms %5.1f%%  %5d interval(s)\n", phase_names[k / 2],
+                   k / 2 == PH_HOST || k / 2 == PH_OPTIMIZER ? "" : backward ? "backward" : "forward", ms[k],
+                   total > 0 ? 100.0 * ms[k] / total : 0.0, calls[k]);
+            calls[k] = 0;
+        }
+        fflush(stdout);
+    }
+    for (int i = 0; i < p->n; i++) d->mark_free(d, p->marks[i]);
+    p->n = 0;
+}
 
 static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, const ProcessGroup* pg,
                        const FsdpConfig* fcfg, const DeviceOptions* dopt, int B, int T) {
@@ -681,11 +784,14 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     Device* d = &model->dev;
     size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = d->act_bytes, pe = model->backend.param_bytes;
     int N = (int)BT, NH = c->num_heads;
+    prof(model, PH_EMBED, 0);
     const int* tok = d->tokens(d, 0, inputs, BT);
     const int* tgt = d->tokens(d, 1, targets, BT);
     model->tok_inputs = tok;
 
+    prof(model, PH_FSDP, 0);
     RootTensors root = root_tensors(m, fsdp_forward_pre(f, 0), pe);
+    prof(model, PH_EMBED, 0);
     d->encoder_forward(d, a->encoded, tok, root.wte, root.wpe, B, T, (int)C);
     // The residual stream: block l's output is residual3[l] = residual2[l] + (MLP projection).
     // That add is fused into the LayerNorm that reads its result (the next block's ln_1, or
@@ -694,6 +800,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     void* res_b = NULL;
     void* res_out = NULL;  // where the pending sum goes
     for (int u = 1; u < m->n_units; u++) {
+        prof(model, PH_FSDP, 0);
         void* unit_params = fsdp_forward_pre(f, u);
         for (int j = 0; j < m->layers_per_unit; j++) {
             int l = (u - 1) * m->layers_per_unit + j;
@@ -712,25 +819,36 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
             void* fch = elem_at(a->fch, l * stride * 4 * C, e);
             void* fch_gelu = elem_at(a->fch_gelu, l * stride * 4 * C, e);
 
+            prof(model, PH_LAYERNORM, 0);
             if (res_b) d->residual_layernorm_forward(d, res_out, ln1, ln1_mean, ln1_rstd, res_a, res_b, p.t[LN1_W], p.t[LN1_B], N, (int)C);
             else d->layernorm_forward(d, ln1, ln1_mean, ln1_rstd, res_a, p.t[LN1_W], p.t[LN1_B], N, (int)C);
             void* residual = res_b ? res_out : res_a;
+            prof(model, PH_MATMUL, 0);
             d->matmul_forward(d, qkv, NULL, ln1, p.t[QKV_W], p.t[QKV_B], N, (int)C, 3 * (int)C);
+            prof(model, PH_ATTENTION, 0);
             d->attention_forward(d, atty, lse, qkv, B, T, (int)C, NH);
+            prof(model, PH_MATMUL, 0);
             d->matmul_forward(d, a->proj_out, NULL, atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, (int)C, (int)C);
+            prof(model, PH_LAYERNORM, 0);
             d->residual_layernorm_forward(d, residual2, ln2, ln2_mean, ln2_rstd, residual, a->proj_out, p.t[LN2_W], p.t[LN2_B], N, (int)C);
+            prof(model, PH_MATMUL, 0);
             d->matmul_forward(d, fch_gelu, fch, ln2, p.t[FC_W], p.t[FC_B], N, (int)C, 4 * (int)C);
             d->matmul_forward(d, a->proj_out, NULL, fch_gelu, p.t[FCPROJ_W], p.t[FCPROJ_B], N, 4 * (int)C, (int)C);
             res_a = residual2;
             res_b = a->proj_out;
             res_out = elem_at(a->residual3, l * stride * C, e);
         }
+        prof(model, PH_FSDP, 0);
         fsdp_forward_post(f, u);
     }
+    prof(model, PH_LAYERNORM, 0);
     if (res_b) d->residual_layernorm_forward(d, res_out, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, res_b, root.lnfw, root.lnfb, N, (int)C);
     else d->layernorm_forward(d, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, root.lnfw, root.lnfb, N, (int)C);
+    prof(model, PH_LM_HEAD, 0);
     d->matmul_forward(d, a->logits, NULL, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size);
+    prof(model, PH_LOSS, 0);
     d->crossentropy(d, a->logits, a->losses, tgt, N, c->vocab_size, c->padded_vocab_size, dloss);
+    prof(model, PH_FSDP, 0);
     fsdp_forward_post(f, 0);
 }
 
@@ -751,17 +869,21 @@ static void gpt2_backward(GPT2* model, int B, int T) {
     size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = d->act_bytes, pe = model->backend.param_bytes;
     int N = (int)BT, NH = c->num_heads;
 
+    prof(model, PH_FSDP, 1);
     RootTensors root = root_tensors(m, fsdp_backward_pre(f, 0), pe);
     RootTensors droot = root_tensors(m, fsdp_grad(f, 0), pe);
     fsdp_backward_prefetch(f, m->n_units - 1);  // the last block, while the head runs
 
     void* residual_last = c->num_layers > 0 ? elem_at(a->residual3, (size_t)(c->num_layers - 1) * stride * C, e) : a->encoded;
+    prof(model, PH_LM_HEAD, 1);
     d->matmul_backward(d, a->dbtc, droot.wte, NULL, a->logits, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size);
+    prof(model, PH_LAYERNORM, 1);
     d->zero(d, a->dresidual, BT * C * e);
     d->layernorm_backward(d, a->dresidual, droot.lnfw, droot.lnfb, a->dbtc, residual_last, root.lnfw,
                           a->lnf_mean, a->lnf_rstd, N, (int)C);
 
     for (int u = m->n_units - 1; u >= 1; u--) {
+        prof(model, PH_FSDP, 1);
         void* unit_params = fsdp_backward_pre(f, u);
         void* unit_grads = fsdp_grad(f, u);
         int first = (u - 1) * m->layers_per_unit;
@@ -785,18 +907,27 @@ static void gpt2_backward(GPT2* model, int B, int T) {
             void* fch_gelu = elem_at(a->fch_gelu, l * stride * 4 * C, e);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
+            prof(model, PH_MATMUL, 1);
             d->matmul_backward(d, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, fch_gelu, p.t[FCPROJ_W], fch, N, 4 * (int)C, (int)C);
             d->matmul_backward(d, a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, ln2, p.t[FC_W], NULL, N, (int)C, 4 * (int)C);
+            prof(model, PH_LAYERNORM, 1);
             d->layernorm_backward(d, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, residual2, p.t[LN2_W], ln2_mean, ln2_rstd, N, (int)C);
             // Attention branch: d(residual2) -> d(residual).
+            prof(model, PH_MATMUL, 1);
             d->matmul_backward(d, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C);
+            prof(model, PH_ATTENTION, 1);
             d->attention_backward(d, a->dqkv, a->dbtc, qkv, atty, lse, B, T, (int)C, NH);
+            prof(model, PH_MATMUL, 1);
             d->matmul_backward(d, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C);
+            prof(model, PH_LAYERNORM, 1);
             d->layernorm_backward(d, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], ln1_mean, ln1_rstd, N, (int)C);
         }
+        prof(model, PH_FSDP, 1);
         fsdp_backward_post(f, u);
     }
+    prof(model, PH_EMBED, 1);
     d->encoder_backward(d, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C);
+    prof(model, PH_FSDP, 1);
     fsdp_backward_post(f, 0);
 }
 
@@ -954,6 +1085,7 @@ typedef struct {
     float comm_timeout;
     int max_bad_steps;
     float peak_tflops;
+    int profile_step;            // 0: off
 } Options;
 
 static void print_usage(void) {
@@ -1021,6 +1153,9 @@ static void print_usage(void) {
 "                               the head size is 64 or 128, else cublas]\n"
 "      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
 "      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
+"      --profile-step N         after step N, print where its time went: matmuls, attention, layernorm,\n"
+"                               waits for FSDP communication, optimizer... (cuda: events on the model's\n"
+"                               stream, so waits count; rank 0's figures) [0: off]\n"
 "operations\n"
 "      --rendezvous file:DIR|tcp://HOST:PORT   how ranks meet without an MPI world (srun without\n"
 "                               PMI, torchrun-style RANK/WORLD_SIZE): a directory every node sees,\n"
@@ -1074,6 +1209,7 @@ enum {
     OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
+    OPT_PROFILE_STEP,
 };
 
 // Returns 0 to run, 1 on an error (message in e), 2 for --help.
@@ -1129,6 +1265,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"rendezvous", required_argument, 0, OPT_RENDEZVOUS}, {"run-id", required_argument, 0, OPT_RUN_ID},
         {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
         {"max-bad-steps", required_argument, 0, OPT_MAX_BAD_STEPS},
+        {"profile-step", required_argument, 0, OPT_PROFILE_STEP},
         {"peak-tflops", required_argument, 0, OPT_PEAK_TFLOPS},
         {"comm", required_argument, 0, OPT_COMM}, {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
         {"attention", required_argument, 0, OPT_ATTENTION},
@@ -1216,6 +1353,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             break;
         case OPT_COMM_TIMEOUT: r = parse_float("--comm-timeout", optarg, 1.0, 1e7, &o->comm_timeout, e); break;
         case OPT_MAX_BAD_STEPS: r = parse_int("--max-bad-steps", optarg, 1, INT32_MAX, &o->max_bad_steps, e); break;
+        case OPT_PROFILE_STEP: r = parse_int("--profile-step", optarg, 0, INT32_MAX, &o->profile_step, e); break;
         case OPT_PEAK_TFLOPS: r = parse_float("--peak-tflops", optarg, 1e-6, 1e7, &o->peak_tflops, e); break;
         case OPT_COMM:
             if (strcmp(optarg, "nccl") && strcmp(optarg, "mpi")) {
@@ -1804,6 +1942,8 @@ int main(int argc, char** argv) {
     double run_t0 = now_seconds();
     long ckpt_reported = -1;  // the last async commit announced
     int bad_in_a_row = 0;     // steps skipped for a non-finite loss or gradient norm
+    StepProfile step_profile; // --profile-step's marks
+    memset(&step_profile, 0, sizeof(step_profile));
     int exit_code = 0;
     // MFU: the model's flops per token (6N + 6LCT: forward and backward of every weight, plus
     // attention's scores and weighted sums) against the device's peak over every rank.
@@ -1837,6 +1977,11 @@ int main(int argc, char** argv) {
         if (test_stall && atoi(test_stall) == pg.rank && strchr(test_stall, ':') && test_hook_at(strchr(test_stall, ':') + 1, step + 1))
             for (;;) pause();
         double t0 = now_seconds(), data_seconds = 0.0;
+        if (opt.profile_step == step + 1) {
+            model.prof = &step_profile;
+            step_profile.on = 1;
+        }
+        prof(&model, PH_HOST, 0);
         FsdpTraffic before = model.fsdp.traffic;
         fsdp_zero_grad(&model.fsdp, grad_accum);
         double local_loss = 0.0;
@@ -1848,9 +1993,12 @@ int main(int argc, char** argv) {
             gpt2_forward(&model, inputs, targets, B, T, dloss);
             gpt2_losses_to_host(&model, step_losses + (size_t)k * B * T, B, T);
             gpt2_backward(&model, B, T);
+            prof(&model, PH_FSDP, 1);
             fsdp_end_micro_step(&model.fsdp);
+            prof(&model, PH_HOST, 0);
         }
         model.dev.synchronize(&model.dev);
+        prof(&model, PH_HOST, 0);
         for (long i = 0; i < (long)grad_accum * B * T; i++) local_loss += step_losses[i];
         loader_advance(&train_loader, (uint64_t)global_seqs);
         int completed = step + 1;
@@ -1866,6 +2014,7 @@ int main(int argc, char** argv) {
         double loss = reduced[0] / (double)total_tokens;
         int stop_now = reduced[1] > 0.0;
         float lr = learning_rate(step, max_steps, opt.lr, opt.warmup_steps, opt.final_lr_frac, opt.lr_decay);
+        prof(&model, PH_OPTIMIZER, 0);
         float norm = fsdp_grad_norm(&model.fsdp);
         // A non-finite loss or norm (identical on every rank) would poison the weights and
         // Adam's moments: skip the update, keep the schedule's step count.
@@ -1880,6 +2029,11 @@ int main(int argc, char** argv) {
         train_traffic.reduce_scattered += model.fsdp.traffic.reduce_scattered - before.reduce_scattered;
         train_traffic.replica_reduced += model.fsdp.traffic.replica_reduced - before.replica_reduced;
         double ms = (now_seconds() - t0) * 1000.0;
+        if (model.prof && step_profile.on) {
+            prof(&model, PH_HOST, 0);  // the end of the step's timeline
+            prof_report(&model, step + 1, ms, pg.rank);
+            model.prof = NULL;
+        }
         if (on_cuda) {
             double used = gpu_used_mib(gpu_baseline_used);
             if (used > device_used_mib) device_used_mib = used;
@@ -1947,6 +2101,8 @@ int main(int argc, char** argv) {
             break;
         }
     }
+    free(step_profile.marks);
+    free(step_profile.what);
     if (ckpt_writer) {
         if (ckpt_writer_finish(ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
         double run_secs = now_seconds() - run_t0;

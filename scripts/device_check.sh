@@ -115,11 +115,17 @@ grep -E '^(not )?ok - ' "$LOGS/test_gpu.log" | cut -c1-300 | sed 's/^/        /'
 # 4, 5. Benchmarks against PyTorch FSDP2 on the same GPU and batch (dev/bench/bench_gpu.sh:
 # train_gpt's tok/s, MFU and memory, the baseline's, the ratio and the targets).
 export BENCH_DATA=$BENCH_SHARD
+# bench_summary LOG: the benchmark's table and verdicts, and train_gpt's step profile.
+bench_summary() {
+    { sed -n '/^model  *B  *T  *implementation/,/^GPU mem:/p' "$1" | grep -v '^GPU mem:'
+      sed -n '/^  profile of step/,/^  train_gpt\|^+ /p' "$1" | grep -v '^  train_gpt\|^+ '
+    } | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
+}
 part bench_d12 200 bash dev/bench/bench_gpu.sh d12 "$LOGS/bench"
-grep -E '^\|' "$LOGS/bench_d12.log" | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
+bench_summary "$LOGS/bench_d12.log"
 if [ "$(left)" -gt 120 ]; then
     part bench_d48 $(( $(left) - 10 )) bash dev/bench/bench_gpu.sh d48 "$LOGS/bench"
-    grep -E '^\|' "$LOGS/bench_d48.log" | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
+    bench_summary "$LOGS/bench_d48.log"
 else
     note "SKIP    bench_d48 (only $(left) s left)"
 fi

@@ -21,6 +21,8 @@
 #   d48: B=8,  T=1024 (8192 tokens per step): weights, fp32 master, gradients and Adam state
 #        take ~25 GiB in either program and activations ~25-40 GiB at B=8, well inside an
 #        H200's ~139 GiB (B=16 should fit too; BENCH_B_D48=16 tries it).
+# train_gpt's last step is profiled (--profile-step): the table of where its time went
+# (matmuls, attention, layernorms, waits for FSDP communication, optimizer) is printed too.
 # Steps: BENCH_WARMUP (5) untimed + BENCH_STEPS (20) timed for PyTorch (compilation happens
 # in the warmup); train_gpt runs the same warmup + steps and its printed "average step ..
 # over N steps after the first" is used (it allocates everything before step 0 and compiles
@@ -169,7 +171,8 @@ for m in "${MODELS[@]}"; do
   else
     cmd=(timeout --kill-after=10 "$TO_C" ./train_gpt --device cuda -m "$m" -b "$B" -t "$T" -d $((B * T))
          -x $((WARMUP + STEPS)) -i "$DATA" -j "" --val-every 0 --sample-every 0 -l 6e-4
-         --lr-decay constant --peak-tflops "$PEAK" -o "$TMP/${m}_train_gpt" "${C_EXTRA[@]}")
+         --lr-decay constant --peak-tflops "$PEAK" -o "$TMP/${m}_train_gpt"
+         --profile-step $((WARMUP + STEPS)) "${C_EXTRA[@]}")
     say "+ $(quoted "${cmd[@]}")"
     t0=$SECONDS
     "${cmd[@]}" > "$clog" 2>&1
@@ -198,6 +201,8 @@ for m in "${MODELS[@]}"; do
       c_note="failed (exit $rc): $(last_line "$clog")"; status=1
     fi
     [[ -n "$c_note" ]] && say "  train_gpt: $c_note"
+    # Where the last step's time went (--profile-step): what limits the throughput.
+    sed -n '/^profile of step/,/^step /p' "$clog" | grep -v '^step ' | while IFS= read -r line; do say "  $line"; done
   fi
   ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' "$m" "$B" "$T" "train_gpt (cuda)" "$c_tps" "$c_ms" "$c_mfu" "$c_mem" "$c_tens")")
   [[ -n "$c_note" ]] && ROWS+=("      -> train_gpt: $c_note")

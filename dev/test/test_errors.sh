@@ -106,6 +106,7 @@ expect_error "--rendezvous with a bad scheme" "--rendezvous: expected file:DIR o
 expect_error "--rendezvous without launcher variables" "no launcher variables say which rank" "${launch[@]}" --rendezvous "tcp://127.0.0.1:1"
 expect_error "--comm-timeout out of range" "--comm-timeout: 0 is out of range" "${launch[@]}" --comm-timeout 0
 expect_error "--max-bad-steps out of range" "--max-bad-steps: 0 is out of range" "${launch[@]}" --max-bad-steps 0
+expect_error "--profile-step out of range" "--profile-step: -1 is out of range" "${launch[@]}" --profile-step -1
 expect_error "--comm-timeout not a number" "--comm-timeout: expected a number, got 'x'" "${launch[@]}" --comm-timeout x
 expect_error "--run-id with a slash" "--run-id: 'a/b' must be non-empty and without '/'" "${launch[@]}" --run-id a/b
 expect_error "--rendezvous file: without a directory" "--rendezvous file:: the directory is missing" "${launch[@]}" --rendezvous file:

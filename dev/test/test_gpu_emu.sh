@@ -220,7 +220,7 @@ cuda cuda_np2 2 -b 1 -d 64 -o "$TMP/cuda_np2"
 cuda cuda_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/cuda_np2_fp32"
 cuda cuda_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/cuda_hsdp"
 [ ${mut_ok[staged_gather]} = 1 ] && run mutant_staged_gather 2 $B/mutant_staged_gather/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
-nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2"
+nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2" --profile-step 3
 nccl nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/nccl_np2_fp32"
 nccl nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/nccl_hsdp"
 for name in nccl_count nccl_no_done_wait nccl_no_handoff; do
@@ -324,6 +324,17 @@ good nccl_ref nccl_np2 && compare "--comm nccl np=2 (EMU_DEVICE_COUNT=2) vs np=1
 # agree bitwise; any stream-ordering slip on the NCCL path breaks that (the self-checks below).
 good cuda_np2 nccl_np2 && compare "--comm nccl np=2 vs the staged --comm mpi np=2 (bitwise)" \
     "$TMP/cuda_np2/metrics.jsonl" "$TMP/nccl_np2/metrics.jsonl" --exact
+# --profile-step on cuda: the marks are events on the model's stream (the bitwise check above
+# shows they change nothing); the table has the phases of the NCCL schedule.
+if good nccl_np2; then
+    table=$(sed -n '/^profile of step 3 (rank 0, cuda device/,/^step /p' "$TMP/nccl_np2.log")
+    if grep -q 'fsdp waits (gather / reduce) *backward' <<<"$table" && grep -q 'attention  *forward' <<<"$table" \
+        && grep -q 'grad norm + AdamW' <<<"$table"; then
+        ok "$TAG --profile-step 3 with --comm nccl: a table of $(grep -c ' interval(s)$' <<<"$table") phases from events on the model's stream"
+    else
+        not_ok "$TAG --profile-step 3 with --comm nccl: no complete table: $(head -c 300 <<<"$table" | tr '\n' ' ')"
+    fi
+fi
 good nccl_ref nccl_np2_fp32 && compare "--comm nccl np=2 with --reduce-dtype fp32 vs np=1 (within 1e-2)" \
     "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_np2_fp32/metrics.jsonl" --rtol 0.01
 good nccl_ref nccl_hsdp && compare "--comm nccl np=2 HSDP (shard + replica communicators) vs np=1 (within 1e-2)" \

@@ -2,7 +2,7 @@
 # Operations: launching without an MPI world (Slurm without PMI, torchrun style) through the
 # TCP transport, the sbatch script's launch line, preemption (SIGUSR1 -> checkpoint, exit 75,
 # bitwise resume), fail-fast (kill -9, a stalled rank, --comm-timeout), non-finite steps, and
-# the metrics (valid JSON, MFU, plot).
+# the metrics (valid JSON, MFU, plot) and --profile-step.
 set -u
 source dev/test/lib.sh
 SRUN=dev/test/fake_slurm/srun
@@ -182,3 +182,26 @@ if "$PYTHON" scripts/plot.py "$out/metrics.jsonl" "$TEST_TMP/nan/metrics.jsonl" 
    [ "$(head -c 8 "$TEST_TMP/plot.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; then
     ok "plot.py: PNG of two runs (one with skipped, null-loss steps), $(stat -c %s "$TEST_TMP/plot.png") bytes"
 else not_ok "plot.py: $(tail -n 2 "$TEST_TMP/plot.log" | tr '\n' ' ')"; fi
+
+# 6. --profile-step: after step 3 (np=2, the same run as section 1's mpirun reference) one
+#    table of where the step's time went; the phases add up to the timeline, which on the cpu
+#    device (synchronous kernels, host clock) is the step's host time; training unchanged.
+out="$TEST_TMP/profile"
+run_np 2 ./train_gpt "${TINY[@]}" -x 8 -o "$out" --profile-step 3 > "$out.log" 2>&1
+check=$(awk '
+    /^profile of step/ { n++; total = $0; sub(/.*marks\): /, "", total); host = total; sub(/ ms.*/, "", total)
+                         sub(/.*ms, /, "", host); sub(/ ms on the host clock/, "", host); inside = 1; next }
+    inside && /^  [a-z]/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "ms") sum += $i; names = names "|" $0; next }
+    { inside = 0 }
+    END {
+        if (n != 1) { print "profile tables: " n; exit 1 }
+        if (names !~ /matmul \(transformer blocks\)/ || names !~ /attention/ || names !~ /layernorm/ ||
+            names !~ /fsdp waits/ || names !~ /grad norm \+ AdamW/ || names !~ /cross-entropy/) { print "missing phases:" names; exit 1 }
+        if (sum < 0.99 * total || sum > 1.01 * total) { print "phases " sum " ms vs total " total " ms"; exit 1 }
+        if (total < 0.95 * host || total > 1.05 * host) { print "timeline " total " ms vs host " host " ms"; exit 1 }
+        printf "phases %.1f ms = timeline %.1f ms = host %.1f ms\n", sum, total, host
+    }' "$out.log")
+if [ $? -eq 0 ] && grep -q "^profile of step 3 " "$out.log"; then ok "--profile-step 3: one table, $check"
+else not_ok "--profile-step 3: $check"; fi
+"$PYTHON" dev/test/compare_losses.py "--profile-step leaves the training unchanged (np=2, bitwise)" \
+    "$TEST_TMP/mpi/metrics.jsonl" "$out/metrics.jsonl" --exact
