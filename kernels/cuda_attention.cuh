@@ -189,6 +189,13 @@ static __device__ __forceinline__ void attn_ldsm_bt(uint32_t* b, const bf16* X, 
     attn_ldsm_x4_trans(b, X + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
 }
 
+// Two adjacent 16 x 8 output tiles from one A fragment and the B fragments of attn_ldsm_b/_bt
+// (b0, b1 of columns n0.., then of n0 + 8..).
+static __device__ __forceinline__ void attn_mma2(float* acc0, float* acc1, const uint32_t* a, const uint32_t* b) {
+    attn_mma(acc0, a, b[0], b[1]);
+    attn_mma(acc1, a, b[2], b[3]);
+}
+
 // The warp-level products every flash kernel is made of (16 rows per warp; accumulators in
 // the mma D layout, acc[j] holding columns 8j..8j+7). Each is fully unrolled into its caller.
 template <int N>
@@ -209,8 +216,7 @@ static __device__ __forceinline__ void attn_mma_abt(float (&acc)[NB][4], const b
         for (int nb = 0; nb < NB; nb += 2) {
             uint32_t xb[4];
             attn_ldsm_b<LDS>(xb, X_s, nb * 8, kc * 16, lane);
-            attn_mma(acc[nb], a, xb[0], xb[1]);
-            attn_mma(acc[nb + 1], a, xb[2], xb[3]);
+            attn_mma2(acc[nb], acc[nb + 1], a, xb);
         }
     }
 }
@@ -231,8 +237,7 @@ static __device__ __forceinline__ void attn_mma_px(float (&acc)[ND][4], const fl
         for (int nd = 0; nd < ND; nd += 2) {
             uint32_t xb[4];
             attn_ldsm_bt<LDS>(xb, X_s, pc * 16, nd * 8, lane);
-            attn_mma(acc[nd], pa, xb[0], xb[1]);
-            attn_mma(acc[nd + 1], pa, xb[2], xb[3]);
+            attn_mma2(acc[nd], acc[nd + 1], pa, xb);
         }
     }
 }
@@ -317,8 +322,7 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
             for (int nb = 0; nb < NB; nb += 2) {
                 uint32_t kb[4];
                 attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
-                attn_mma(s[nb], qa[kc], kb[0], kb[1]);
-                attn_mma(s[nb + 1], qa[kc], kb[2], kb[3]);
+                attn_mma2(s[nb], s[nb + 1], qa[kc], kb);
             }
         }
         // Scale into log2 units; causal mask (key > row) and tail mask (key >= T), only on
