@@ -245,24 +245,37 @@ static inline void cb_host_wait(CudaBackend* c, cudaStream_t s, const char* what
     }
 }
 
-static inline void* cb_device_alloc(CudaBackend* c, size_t bytes, const char* what) {
+// Device memory (at least 256 bytes) or zero-filled pinned host memory (at least 64), or the
+// job ends naming what it was for. The cb_* forms count it as the backend's own (its budget
+// line); the FsdpBackend's alloc / alloc_host (the engine's buffers, counted by the engine)
+// use the plain ones.
+static inline void* cb_malloc(CudaBackend* c, size_t* bytes, const char* what) {
     void* p = NULL;
-    const size_t b = bytes ? bytes : 256;
-    const cudaError_t e = cudaMalloc(&p, b);
+    *bytes = *bytes ? *bytes : 256;
+    const cudaError_t e = cudaMalloc(&p, *bytes);
     if (e != cudaSuccess)
-        fatal(c->pg, "out of GPU memory allocating %zu bytes for %s (%s)", b, what, cudaGetErrorString(e));
-    c->device_bytes += b;
+        fatal(c->pg, "out of GPU memory allocating %zu bytes (%.2f GiB) for %s: %s", *bytes,
+              (double)*bytes / (1 << 30), what, cudaGetErrorString(e));
     return p;
 }
-
-static inline void* cb_host_alloc(CudaBackend* c, size_t bytes, const char* what) {
+static inline void* cb_malloc_host(CudaBackend* c, size_t* bytes, const char* what) {
     void* p = NULL;
-    const size_t b = bytes ? bytes : 64;
-    const cudaError_t e = cudaMallocHost(&p, b);
+    *bytes = *bytes ? *bytes : 64;
+    const cudaError_t e = cudaMallocHost(&p, *bytes);
     if (e != cudaSuccess)
-        fatal(c->pg, "cannot allocate %zu bytes of pinned host memory for %s (%s)", b, what, cudaGetErrorString(e));
-    memset(p, 0, b);
-    c->host_bytes += b;
+        fatal(c->pg, "cannot allocate %zu bytes (%.2f GiB) of pinned host memory for %s: %s", *bytes,
+              (double)*bytes / (1 << 30), what, cudaGetErrorString(e));
+    memset(p, 0, *bytes);
+    return p;
+}
+static inline void* cb_device_alloc(CudaBackend* c, size_t bytes, const char* what) {
+    void* p = cb_malloc(c, &bytes, what);
+    c->device_bytes += bytes;
+    return p;
+}
+static inline void* cb_host_alloc(CudaBackend* c, size_t bytes, const char* what) {
+    void* p = cb_malloc_host(c, &bytes, what);
+    c->host_bytes += bytes;
     return p;
 }
 
@@ -302,15 +315,10 @@ static __host__ __device__ inline uint64_t cuda_backend_sr_seed(uint64_t seed, u
 
 static inline void* cuda_alloc(void* ctx, size_t bytes) {
     CudaBackend* c = (CudaBackend*)ctx;
-    void* p = NULL;
-    const size_t b = bytes ? bytes : 256;
-    const cudaError_t e = cudaMalloc(&p, b);
-    if (e != cudaSuccess)
-        fatal(c->pg, "out of GPU memory allocating %zu bytes (%.2f GiB): %s", b, (double)b / (1 << 30),
-              cudaGetErrorString(e));
+    void* p = cb_malloc(c, &bytes, "an engine buffer");
     // Zero on the compute stream and wait: the buffer is zero for any stream that uses it next
     // (allocation is init-time only).
-    CB_CUDA(c, cudaMemsetAsync(p, 0, b, c->compute));
+    CB_CUDA(c, cudaMemsetAsync(p, 0, bytes, c->compute));
     cb_host_wait(c, c->compute, "zeroing a new allocation");
     return p;
 }
@@ -327,15 +335,7 @@ static inline void cuda_zero(void* ctx, void* p, size_t bytes) {
 
 // Pinned host memory, zero-filled.
 static inline void* cuda_alloc_host(void* ctx, size_t bytes) {
-    CudaBackend* c = (CudaBackend*)ctx;
-    void* p = NULL;
-    const size_t b = bytes ? bytes : 64;
-    const cudaError_t e = cudaMallocHost(&p, b);
-    if (e != cudaSuccess)
-        fatal(c->pg, "cannot allocate %zu bytes (%.2f GiB) of pinned host memory: %s", b, (double)b / (1 << 30),
-              cudaGetErrorString(e));
-    memset(p, 0, b);
-    return p;
+    return cb_malloc_host((CudaBackend*)ctx, &bytes, "an engine buffer");
 }
 
 static inline void cuda_release_host(void* ctx, void* p) {
