@@ -250,6 +250,27 @@ static __device__ __forceinline__ void attn_store_row(bf16* p, const float (&acc
         *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(acc[nd][2 * half] * scale, acc[nd][2 * half + 1] * scale);
 }
 
+// The K/V loop of the forward and dQ kernels: before key tile kt of ntiles, starts loading
+// tile kt + 1 into the other half of the double-buffered tiles Ks, Vs ([2][BC][LDS]), then
+// waits until tile kt has landed (this thread's copies, then the whole block's). Returns the
+// half (0 or 1) that holds tile kt.
+template <int HS>
+static __device__ __forceinline__ int attn_next_kv_tile(bf16* Ks, bf16* Vs, const bf16* kg, const bf16* vg,
+                                                        size_t C3, int kt, int ntiles, int T) {
+    constexpr int LDS = AttnShape<HS>::LDS;
+    const int buf = kt & 1;
+    if (kt + 1 < ntiles) {
+        attn_load_tile<HS, ATTN_BC>(Ks + (buf ^ 1) * ATTN_BC * LDS, kg, C3, (kt + 1) * ATTN_BC, T);
+        attn_load_tile<HS, ATTN_BC>(Vs + (buf ^ 1) * ATTN_BC * LDS, vg, C3, (kt + 1) * ATTN_BC, T);
+        attn_cp_async_commit();
+        attn_cp_async_wait<1>();
+    } else {
+        attn_cp_async_wait<0>();
+    }
+    __syncthreads();
+    return buf;
+}
+
 // ----------------------------------------------------------------------------
 // Flash forward
 // grid (ceil(T/64), B*NH), 128 threads. Query tiles are visited last-first: they have the
@@ -299,16 +320,7 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
     float l0 = 0.0f, l1 = 0.0f;            // running sums: this thread's columns only
 
     for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = kt & 1;
-        if (kt + 1 < ntiles) {  // prefetch the next K/V tile into the other buffer
-            attn_load_tile<HS, ATTN_BC>(Ks + (buf ^ 1) * ATTN_BC * LDS, kg, C3, (kt + 1) * ATTN_BC, T);
-            attn_load_tile<HS, ATTN_BC>(Vs + (buf ^ 1) * ATTN_BC * LDS, vg, C3, (kt + 1) * ATTN_BC, T);
-            attn_cp_async_commit();
-            attn_cp_async_wait<1>();
-        } else {
-            attn_cp_async_wait<0>();
-        }
-        __syncthreads();
+        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
         const bf16* Kt = Ks + buf * ATTN_BC * LDS;
         const bf16* Vt = Vs + buf * ATTN_BC * LDS;
         const int j0 = kt * ATTN_BC;
@@ -462,16 +474,7 @@ attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
     attn_zero(dq);
 
     for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = kt & 1;
-        if (kt + 1 < ntiles) {
-            attn_load_tile<HS, ATTN_BC>(Ks + (buf ^ 1) * ATTN_BC * LDS, kg, C3, (kt + 1) * ATTN_BC, T);
-            attn_load_tile<HS, ATTN_BC>(Vs + (buf ^ 1) * ATTN_BC * LDS, vg, C3, (kt + 1) * ATTN_BC, T);
-            attn_cp_async_commit();
-            attn_cp_async_wait<1>();
-        } else {
-            attn_cp_async_wait<0>();
-        }
-        __syncthreads();
+        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
         const bf16* Kt = Ks + buf * ATTN_BC * LDS;
         const bf16* Vt = Vs + buf * ATTN_BC * LDS;
         const int j0 = kt * ATTN_BC;
