@@ -6,7 +6,7 @@
 # no MPI library and the bundled libraries, runs as a single process, refuses an MPI launcher
 # with a clear message, and its ranks started by scripts/launch_local.sh (torchrun-style
 # variables, TCP transport) train exactly like the MPI build under mpirun; a stalled rank ends
-# the whole launch.
+# the whole launch. Bad arguments of launch_local.sh and a `use` without .deb files are refused.
 set -u
 source dev/test/lib.sh
 src="$TEST_TMP/src"
@@ -84,4 +84,21 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "launch_local: a rank" "$TEST_TMP
     ok "scripts/launch_local.sh: a stalled rank ends the launch (status $rc after ${secs} s)"
 else
     not_ok "stalled rank under scripts/launch_local.sh: status $rc after ${secs} s: $(tail -n 3 "$TEST_TMP/stall.log" | tr '\n' ' ' | cut -c1-300)"
+fi
+
+# Bad input: launch_local.sh without a valid rank count or command; device_deps.sh `use` on a
+# system without the libraries and without carried .deb files.
+out=$(scripts/launch_local.sh -n 0 true 2>&1); rc=$?
+out2=$(scripts/launch_local.sh -n 2 ./no_such_program 2>&1); rc2=$?
+if [ $rc -eq 2 ] && grep -q "expected a positive rank count, got '0'" <<<"$out" && [ $rc2 -eq 127 ] && grep -q "no_such_program: not found" <<<"$out2"; then
+    ok "scripts/launch_local.sh refuses -n 0 (status 2) and a missing program (status 127), naming them"
+else
+    not_ok "scripts/launch_local.sh bad arguments: status $rc '$out', status $rc2 '$out2'"
+fi
+mkdir -p "$TEST_TMP/nodeps/scripts" && cp scripts/device_deps.sh "$TEST_TMP/nodeps/scripts/"
+out=$(cd "$TEST_TMP/nodeps" && CC_PROBE=false bash -c 'source scripts/device_deps.sh use' 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "holds no packages (run 'bash scripts/device_deps.sh fetch'" <<<"$out"; then
+    ok "scripts/device_deps.sh use without libraries or .deb files: status $rc, says to run fetch"
+else
+    not_ok "scripts/device_deps.sh use without .deb files: status $rc: $out"
 fi
