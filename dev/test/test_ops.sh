@@ -194,6 +194,7 @@ check=$(awk '
     inside && /^  [a-z]/ { for (i = 1; i <= NF; i++) if ($(i + 1) == "ms") sum += $i; names = names "|" $0; next }
     { inside = 0 }
     END {
+        total += 0; host += 0   # sub() leaves strings, and a string compares with a number as text
         if (n != 1) { print "profile tables: " n; exit 1 }
         if (names !~ /matmul \(transformer blocks\)/ || names !~ /attention/ || names !~ /layernorm/ ||
             names !~ /fsdp waits/ || names !~ /grad norm \+ AdamW/ || names !~ /cross-entropy/) { print "missing phases:" names; exit 1 }
