@@ -491,13 +491,15 @@ static size_t dev_cuda_scratch_bytes(const GPT2Config* c, int B, int T, Attentio
     return align_up_256(need);
 }
 
-static void device_cuda_init(Device* d, cudaStream_t stream, AttentionImpl attention, const GPT2Config* c, int B, int T) {
+static void device_cuda_init(Device* d, cudaStream_t stream, AttentionImpl attention, int gelu_fusion, const GPT2Config* c,
+                             int B, int T) {
     memset(d, 0, sizeof(*d));
     CudaDevice* cd = (CudaDevice*)calloc(1, sizeof(CudaDevice));
     cd->stream = stream;
     cd->attention = attention;
     cd->vocab = c->vocab_size;
     matmul_context_init(&cd->mm);
+    matmul_set_gelu_fusion(&cd->mm, gelu_fusion);
     cd->device_bytes += cd->mm.workspace_bytes;
     cd->scratch_bytes = dev_cuda_scratch_bytes(c, B, T, attention);
     CUDA_CHECK(cudaMalloc(&cd->scratch, cd->scratch_bytes));
@@ -624,6 +626,7 @@ typedef struct {
     int use_nccl;              // cuda: NCCL collectives; else MPI staged through host memory
     int reduce_fp32;           // cuda: reduce-scatter gradients in fp32 instead of bf16
     int attention;             // cuda: AttentionImpl
+    int gelu_fusion;           // cuda: 0 none, 1 forward, 2 forward + backward (cuda_matmul.cuh)
     uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
 } DeviceOptions;
 
@@ -730,7 +733,7 @@ static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, co
         bc.seed = dopt->seed;
         bc.compute = model->stream;
         fsdp_backend_cuda_init(&model->backend, pg, max_ops, &bc);
-        device_cuda_init(&model->dev, model->stream, (AttentionImpl)dopt->attention, c, B, T);
+        device_cuda_init(&model->dev, model->stream, (AttentionImpl)dopt->attention, dopt->gelu_fusion, c, B, T);
 #else
         fatal(pg, "--device cuda: this build has no CUDA support (built without nvcc)");
 #endif
@@ -1072,8 +1075,9 @@ typedef struct {
     const char* device;
     const char* comm;            // cuda: "auto", "nccl" or "mpi"
     int reduce_fp32;             // cuda: --reduce-dtype fp32
-    const char* cuda_only_flag;  // the first of --comm/--reduce-dtype/--attention given (cuda only)
+    const char* cuda_only_flag;  // the first cuda-only flag given (--comm, --attention, ...)
     const char* attention;       // cuda: "auto", "flash" or "cublas"
+    int gelu_fusion;             // cuda: --gelu-fusion
     int threads;
     int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
     int ckpt_every, ckpt_keep, ckpt_async, stop_at_step;
@@ -1151,6 +1155,9 @@ static void print_usage(void) {
 "      --reduce-dtype bf16|fp32 cuda: dtype of the gradient reduce-scatter [bf16]\n"
 "      --attention flash|cublas cuda: fused flash attention, or the cuBLAS reference path [flash where\n"
 "                               the head size is 64 or 128, else cublas]\n"
+"      --gelu-fusion 0|1|2      cuda: the GELU in cuBLASLt's matmul epilogue: 0 never (a kernel of its\n"
+"                               own), 1 forward, 2 forward and backward; where cuBLASLt has no such\n"
+"                               algorithm, the run says so and uses the kernel [2]\n"
 "      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
 "      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
 "      --profile-step N         after step N, print where its time went: matmuls, attention, layernorm,\n"
@@ -1209,7 +1216,7 @@ enum {
     OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
-    OPT_PROFILE_STEP,
+    OPT_PROFILE_STEP, OPT_GELU_FUSION,
 };
 
 // Returns 0 to run, 1 on an error (message in e), 2 for --help.
@@ -1229,6 +1236,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->device = "auto";
     o->comm = "auto";
     o->attention = "auto";
+    o->gelu_fusion = 2;
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
     o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
@@ -1269,6 +1277,7 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"peak-tflops", required_argument, 0, OPT_PEAK_TFLOPS},
         {"comm", required_argument, 0, OPT_COMM}, {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
         {"attention", required_argument, 0, OPT_ATTENTION},
+        {"gelu-fusion", required_argument, 0, OPT_GELU_FUSION},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -1374,6 +1383,10 @@ static int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             }
             o->attention = optarg;
             if (!o->cuda_only_flag) o->cuda_only_flag = "--attention";
+            break;
+        case OPT_GELU_FUSION:
+            r = parse_int("--gelu-fusion", optarg, 0, 2, &o->gelu_fusion, e);
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--gelu-fusion";
             break;
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
@@ -1749,6 +1762,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(opt.attention, "flash") && !attention_flash_supports(hs))
             fatal_agreed(&pg, "--attention flash supports head sizes 64 and 128, this model's is %d; use --attention cublas", hs);
         else dopt.attention = attention_impl_from_name(opt.attention);
+        dopt.gelu_fusion = opt.gelu_fusion;
         dopt.seed = opt.seed;
 #endif
     }
@@ -1881,9 +1895,10 @@ int main(int argc, char** argv) {
                pg.launcher, pg.transport, threads);
         if (on_cuda) {
 #ifdef __CUDACC__
-            printf("cuda: %s | collectives %s (%s), reduce %s | attention %s | peak %.0f TFLOP/s%s\n", gpu_desc,
-                   dopt.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why, dopt.reduce_fp32 ? "fp32" : "bf16",
-                   attention_impl_name((AttentionImpl)dopt.attention), peak_tflops,
+            printf("cuda: %s | collectives %s (%s), reduce %s | attention %s, gelu fusion %d | peak %.0f TFLOP/s%s\n",
+                   gpu_desc, dopt.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why,
+                   dopt.reduce_fp32 ? "fp32" : "bf16", attention_impl_name((AttentionImpl)dopt.attention), dopt.gelu_fusion,
+                   peak_tflops,
                    peak_tflops > 0 ? "" : " (unknown GPU: no MFU; --peak-tflops sets it)");
 #endif
         }

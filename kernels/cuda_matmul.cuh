@@ -34,6 +34,15 @@
 // cuBLASLt's GELU epilogues are expected to be the tanh approximation used by GPT-2 (the
 // CPU twin's gelu_forward / gelu_backward); dev/test/test_attention_cuda.cu checks this on
 // the GPU, including a test that tells the tanh form from the erf form.
+//
+// GELU fusion is a choice and has a fallback. matmul_set_gelu_fusion() picks it like llm.c's
+// -ge: 0 = the matmul and the GELU kernels of cuda_kernels.cuh run separately, 1 = fuse the
+// forward (GELU_AUX epilogue), 2 = fuse the forward and the backward (DGELU epilogue; the
+// default). When the heuristic has no algorithm for a fused epilogue, the context says so
+// once on stderr, turns that fusion off, and runs the separate form from then on: a run
+// never stops for want of an epilogue. Unfused, the pre-GELU values are rounded to bf16
+// before the GELU (fused, it is applied to the fp32 accumulator), so the two differ in the
+// last bits; each stays within the tests' bf16 tolerance of the CPU twin.
 #ifndef FSDP_KERNELS_CUDA_MATMUL_CUH
 #define FSDP_KERNELS_CUDA_MATMUL_CUH
 
@@ -46,6 +55,7 @@
 #include <string.h>
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/cuda_kernels.cuh"  // the GELU kernels of the unfused form
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)  // 32 MiB: plenty on Ampere/Hopper
 #define MATMUL_PLAN_CACHE 64                         // distinct GEMM shapes kept planned
@@ -109,6 +119,8 @@ typedef struct {
     MatmulPlan plans[MATMUL_PLAN_CACHE];
     int nplans;
     long long heuristic_queries;  // how many times the heuristic ran (for tests / logging)
+    int fuse_gelu_forward;   // GELU_AUX(_BIAS) epilogue in matmul_forward_cuda
+    int fuse_gelu_backward;  // DGELU epilogue in matmul_backward_dinp_cuda
 } MatmulContext;
 
 // ----------------------------------------------------------------------------
@@ -120,6 +132,14 @@ static inline void matmul_context_init(MatmulContext* ctx) {
     CUBLASLT_CHECK(cublasLtCreate(&ctx->handle));
     ctx->workspace_bytes = MATMUL_WORKSPACE_BYTES;
     CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
+    ctx->fuse_gelu_forward = ctx->fuse_gelu_backward = 1;
+}
+
+// 0: no GELU epilogue, 1: the forward's, 2: the forward's and the backward's (see the top).
+static inline void matmul_set_gelu_fusion(MatmulContext* ctx, int level) {
+    CUDA_REQUIRE(level >= 0 && level <= 2, "matmul: GELU fusion level %d (expected 0, 1 or 2)", level);
+    ctx->fuse_gelu_forward = level >= 1;
+    ctx->fuse_gelu_backward = level >= 2;
 }
 
 static inline void mm_plan_destroy(MatmulPlan* p) {
@@ -354,6 +374,14 @@ static inline void matmul_gemm_cuda(MatmulContext* ctx, const MatmulGemm* g, cud
     }
 }
 
+// A fused GELU epilogue the heuristic cannot run: say so once and stop asking (*fuse = 0).
+static inline void mm_fusion_refused(const MatmulGemm* g, int* fuse) {
+    char desc[512];
+    mm_describe(desc, sizeof(desc), g);
+    fprintf(stderr, "matmul: cuBLASLt has no algorithm for %s; the GELU runs as a kernel of its own from now on\n", desc);
+    *fuse = 0;
+}
+
 static inline MatmulGemm mm_gemm_init(void) {
     MatmulGemm g;
     memset(&g, 0, sizeof(g));
@@ -368,8 +396,8 @@ static inline MatmulGemm mm_gemm_init(void) {
 // GPT-2 linear layers (what train_gpt calls)
 
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] when bias != NULL). Overwrites out.
-// pre_gelu != NULL fuses the GELU: pre_gelu[N,OC] = inp @ W^T (+ bias), out = gelu(pre_gelu)
-// (OC % 8 == 0, pre_gelu 16-byte aligned).
+// pre_gelu != NULL adds the GELU: pre_gelu[N,OC] = inp @ W^T (+ bias), out = gelu(pre_gelu)
+// (OC % 8 == 0, pre_gelu 16-byte aligned), in the epilogue when ctx->fuse_gelu_forward.
 static inline void matmul_forward_cuda(MatmulContext* ctx, bf16* out, bf16* pre_gelu, const bf16* inp,
                                        const bf16* weight, const bf16* bias, int N, int C, int OC,
                                        cudaStream_t stream) {
@@ -379,18 +407,22 @@ static inline void matmul_forward_cuda(MatmulContext* ctx, bf16* out, bf16* pre_
     g.B = weight; g.ldb = C; g.transB = 1;
     g.D = out; g.ldd = OC;
     g.bias = bias;
-    if (pre_gelu) {
+    if (pre_gelu && ctx->fuse_gelu_forward) {
         g.epilogue = bias ? MATMUL_EPI_GELU_AUX_BIAS : MATMUL_EPI_GELU_AUX;
         g.aux = pre_gelu; g.ldaux = OC;
-    } else {
-        g.epilogue = bias ? MATMUL_EPI_BIAS : MATMUL_EPI_NONE;
+        if (matmul_gemm_try_cuda(ctx, &g, stream)) return;
+        mm_fusion_refused(&g, &ctx->fuse_gelu_forward);
+        g.aux = NULL; g.ldaux = 0;
     }
+    g.epilogue = bias ? MATMUL_EPI_BIAS : MATMUL_EPI_NONE;
+    if (pre_gelu) g.D = pre_gelu;
     matmul_gemm_cuda(ctx, &g, stream);
+    if (pre_gelu) gelu_forward_cuda(out, pre_gelu, (size_t)N * OC, stream);
 }
 
 // dinp[N,C] = dout[N,OC] @ weight[OC,C]: accumulate = 0 overwrites dinp, 1 adds to it.
 // pre_gelu != NULL (the [N,C] pre-GELU input saved by the forward that produced this
-// layer's input) applies the GELU backward in the epilogue:
+// layer's input) applies the GELU backward, in the epilogue when ctx->fuse_gelu_backward:
 //   dinp = gelu'(pre_gelu) * (dout @ weight)
 // i.e. dinp is then the gradient w.r.t. pre_gelu; this form must overwrite (accumulate 0).
 static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, bf16* dinp, const bf16* dout,
@@ -403,11 +435,15 @@ static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, bf16* dinp, con
     g.B = weight; g.ldb = C;
     g.D = dinp; g.ldd = C;
     g.beta = accumulate ? 1.0f : 0.0f;
-    if (pre_gelu) {
+    if (pre_gelu && ctx->fuse_gelu_backward) {
         g.epilogue = MATMUL_EPI_DGELU;
         g.aux = (bf16*)pre_gelu; g.ldaux = C;  // read only in this epilogue
+        if (matmul_gemm_try_cuda(ctx, &g, stream)) return;
+        mm_fusion_refused(&g, &ctx->fuse_gelu_backward);
+        g.epilogue = MATMUL_EPI_NONE; g.aux = NULL; g.ldaux = 0;
     }
     matmul_gemm_cuda(ctx, &g, stream);
+    if (pre_gelu) gelu_backward_inplace_cuda(dinp, pre_gelu, (size_t)N * C, stream);
 }
 
 // dweight[OC,C] = dout[N,OC]^T @ inp[N,C]: accumulate = 1 adds (gradient accumulation across

@@ -4,7 +4,8 @@
 //   D (m x n) = alpha op(A) (m x k) op(B) (k x n) + beta C, with m, n = D's rows, cols.
 //   Epilogues: BIAS adds bias[row] (a vector of m); GELU_AUX(_BIAS) writes the pre-GELU
 //   value (after the bias) to aux (m x n, ld = EPILOGUE_AUX_LD) and stores gelu() of it;
-//   DGELU multiplies by gelu'(aux). GELU is the tanh approximation.
+//   DGELU multiplies by gelu'(aux). GELU is the tanh approximation. EMU_CUBLASLT_NO_GELU=1
+//   makes the heuristic find no algorithm for the GELU epilogues.
 // Strict where cuBLASLt is: attribute sizes, ld >= rows, operand shapes, C == D in place
 // only with the same layout, supported types (A, B bf16; C, D bf16 or fp32; fp32 compute
 // and scale). Extra checks: every operand lies inside one device buffer, and its pointer
@@ -17,6 +18,8 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <vector>
 
@@ -166,6 +169,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     const cublasStatus_t st = check_shapes(d, a, b, c, o, &k);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     memset(res, 0, sizeof *res);
+    // EMU_CUBLASLT_NO_GELU=1 plays a library without GELU epilogue kernels: the heuristic
+    // finds nothing for them (real cuBLASLt: NOT_SUPPORTED, no result), as callers must handle.
+    const char* no_gelu = getenv("EMU_CUBLASLT_NO_GELU");
+    if (no_gelu && strcmp(no_gelu, "0") &&
+        (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         d->epilogue == CUBLASLT_EPILOGUE_DGELU)) {
+        *returned = 0;
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     res->algo.data[0] = kAlgoMagic;
     for (int i = 0; i < 4; i++) res->algo.data[1 + i] = p->align[i];
     res->state = CUBLAS_STATUS_SUCCESS;

@@ -4,6 +4,8 @@
 # check of the kernels (indexing, fragment layouts, barriers, masking, cuBLASLt planning),
 # not a GPU result. Their "ok - X" lines are reported as "ok - [cpu emulation] X".
 # Not run here: test_attention_large (GPT-2 size flash vs cublas and timings; hours on a CPU).
+# The matmul checks run a second time with EMU_CUBLASLT_NO_GELU=1 (a cuBLASLt whose heuristic
+# has nothing for the GELU epilogues): they must pass through the GELU kernels instead.
 # Then self-checks: with the __syncthreads of sum_partials_kernel deleted, the kernels test
 # must fail; dev/cuda_emu/selftest_streams.cu checks the emulator's asynchronous streams
 # (races between streams and with the host show for some EMU_SEED, never with the right
@@ -84,13 +86,18 @@ build_test() {
         "${CXX_TEST[@]}" -I"$2" -I. -x c++ "$2/dev/test/$1.cu" -x none "${OBJS[@]}" -o "$3" "${LIBS[@]}"
 }
 # run_test NAME: runs build/emu/NAME into $TMP/NAME.{out,err,rc}
+# (run_test NAME OUT ARGS...: into $TMP/OUT.{out,err,rc} instead, with these arguments)
 run_test() {  # (in a subshell: no "Aborted" notice from bash when it dies)
-    (timeout 600 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $B/$1 >"$TMP/$1.out" 2>"$TMP/$1.err"; exit $?) 2>/dev/null
-    echo $? >"$TMP/$1.rc"
+    local name=$1 out=${2:-$1}
+    shift; [ $# -gt 0 ] && shift
+    (timeout 600 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $B/$name "$@" >"$TMP/$out.out" 2>"$TMP/$out.err"; exit $?) 2>/dev/null
+    echo $? >"$TMP/$out.rc"
 }
 
 ( if build_test test_attention_cuda $B/src $B/test_attention_cuda; then
       run_test test_attention_cuda
+      # A cuBLASLt without GELU epilogue algorithms: the matmuls must fall back to the kernels.
+      EMU_CUBLASLT_NO_GELU=1 run_test test_attention_cuda no_gelu_epilogue matmul
   else
       echo build >"$TMP/test_attention_cuda.rc"
   fi ) &
@@ -146,6 +153,19 @@ report() {
 }
 report test_kernels_cuda
 report test_attention_cuda
+# The fallback run: every matmul check passes, with the GELU kernels, and each refused
+# epilogue (the forward's, the backward's) is said once.
+m="cuBLASLt with no GELU epilogue algorithm (EMU_CUBLASLT_NO_GELU=1): the matmuls fall back to the GELU kernels"
+nok=$(grep -c '^ok - ' "$TMP/no_gelu_epilogue.out" 2>/dev/null)
+nbad=$(grep -c '^not ok - ' "$TMP/no_gelu_epilogue.out" 2>/dev/null)
+nkernel=$(grep -c '^ok - matmul .*GELU.*kernel (unfused)' "$TMP/no_gelu_epilogue.out" 2>/dev/null)
+said=$(grep -c 'cuBLASLt has no algorithm for .*epilogue \(gelu_aux_bias\|dgelu\)' "$TMP/no_gelu_epilogue.err" 2>/dev/null)
+if [ "$(cat "$TMP/no_gelu_epilogue.rc" 2>/dev/null)" = 0 ] && [ "${nbad:-1}" = 0 ] && [ "${nkernel:-0}" -ge 6 ] &&
+   [ "${said:-0}" = 2 ] && ! grep -q '^ok - matmul .*GELU epilogue' "$TMP/no_gelu_epilogue.out"; then
+    echo "ok - $TAG $m ($nok checks, $nkernel of them GELU via the kernels; 2 refusals said)"
+else
+    echo "not ok - $TAG $m: status $(cat "$TMP/no_gelu_epilogue.rc" 2>/dev/null), $nbad failed, $nkernel GELU checks via kernels, $said refusals said: $(grep -v '^#' "$TMP/no_gelu_epilogue.err" 2>/dev/null | head -c 300)"
+fi
 report selftest_streams
 
 m="emulator self-check: sum_partials_kernel without its __syncthreads fails the kernels test"

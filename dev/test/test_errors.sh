@@ -117,3 +117,5 @@ expect_error "--attention unknown" "--attention: expected flash or cublas, got '
 expect_error "--comm on the cpu device" "--comm applies to the cuda device only, and this run is on the cpu device" \
     "${launch[@]}" --device cpu --comm nccl
 expect_error "--attention on the cpu device" "--attention applies to the cuda device only" "${launch[@]}" --device cpu --attention cublas
+expect_error "--gelu-fusion out of range" "--gelu-fusion: 3 is out of range" "${launch[@]}" --gelu-fusion 3
+expect_error "--gelu-fusion on the cpu device" "--gelu-fusion applies to the cuda device only" "${launch[@]}" --device cpu --gelu-fusion 0

@@ -12,7 +12,7 @@
 #   - np=2 ranks sharing the GPU with --comm mpi vs np=1: within 1e-2 (bf16 reductions); the
 #     same with HSDP (2 replicas); gradient accumulation with and without
 #     --no-grad-sync-until-last within 1e-2;
-#   - --attention cublas vs flash, --reduce-dtype fp32 vs bf16: within 2%;
+#   - --attention cublas vs flash, --reduce-dtype fp32 vs bf16, --gelu-fusion 0 vs 2: within 2%;
 #   - sampling and validation run on cuda; the GPU memory budget and the measured peak are
 #     printed.
 # Every run is bounded by `timeout`; a failing run is reported and the others still run.
@@ -120,6 +120,11 @@ run cuda_cublas 1 --device cuda -b 4 --attention cublas -o "$out/cuda_cublas" &&
     compare "--attention cublas vs flash (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_cublas/metrics.jsonl" --rtol 0.02
 run cuda_fp32red 1 --device cuda -b 4 --reduce-dtype fp32 -o "$out/cuda_fp32red" && [ $cuda_ok = 1 ] &&
     compare "--reduce-dtype fp32 vs bf16 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_fp32red/metrics.jsonl" --rtol 0.02
+# The GELU as kernels of its own instead of cuBLASLt epilogues (and whether the reference run
+# had to fall back: it says so on stderr).
+run cuda_gelu0 1 --device cuda -b 4 --gelu-fusion 0 -o "$out/cuda_gelu0" && [ $cuda_ok = 1 ] &&
+    compare "--gelu-fusion 0 vs 2 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_gelu0/metrics.jsonl" --rtol 0.02
+grep -h 'cuBLASLt has no algorithm' "$out"/*.log 2>/dev/null | sort -u | head -3 | sed 's/^/# /'
 
 # Keep the logs where a caller asked for them (scripts/device_check.sh).
 if [ -n "${GPU_TEST_LOGS:-}" ]; then mkdir -p "$GPU_TEST_LOGS" && cp "$out"/*.log "$GPU_TEST_LOGS"/ 2>/dev/null; fi

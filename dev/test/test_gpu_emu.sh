@@ -19,6 +19,9 @@
 #     also with --reduce-dtype fp32 and as HSDP (2 replicas); 2 micro-steps with
 #     --no-grad-sync-until-last vs 1 within 1e-2;
 #   - --attention cublas vs flash within 2%; sampling and validation run on cuda;
+#   - --gelu-fusion 0 (the GELU kernels) vs the cuBLASLt GELU epilogues within 1e-2; with
+#     EMU_CUBLASLT_NO_GELU=1 (no algorithm for those epilogues) the run says so for the forward
+#     and the backward and equals --gelu-fusion 0 bitwise;
 #   - the NCCL shim's own self-test (dev/cuda_emu/nccl_selftest.cpp: 3 forked ranks);
 #   - dev/test/test_backend_cuda.cu (every backend member against host computations, an
 #     event-ordering stress test) at 1 rank, 2 ranks staged, 2 ranks NCCL with HSDP;
@@ -212,6 +215,8 @@ cpu cpu_ref 1 -b 2 -o "$TMP/cpu_ref"
 cuda cuda_again 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_again"
 cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
+cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
+EMU_CUBLASLT_NO_GELU=1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
 nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again"
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
@@ -296,6 +301,19 @@ good cuda_ref cuda_accum && compare "cuda 2 micro-steps with --no-grad-sync-unti
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_accum/metrics.jsonl" --rtol 0.01
 good cuda_ref cuda_cublas && compare "cuda --attention cublas vs flash (within 2%)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_cublas/metrics.jsonl" --rtol 0.02
+good cuda_ref cuda_gelu0 && compare "cuda --gelu-fusion 0 (GELU kernels) vs 2 (cuBLASLt epilogues) (within 1e-2)" \
+    "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_gelu0/metrics.jsonl" --rtol 0.01
+# A cuBLASLt without GELU epilogues: the run says so (forward, backward) and trains exactly
+# as --gelu-fusion 0.
+if good cuda_gelu0 cuda_no_gelu_epilogue; then
+    said=$(grep -c 'cuBLASLt has no algorithm for .*epilogue \(gelu_aux_bias\|dgelu\)' "$TMP/cuda_no_gelu_epilogue.log")
+    if [ "$said" = 2 ]; then
+        compare "cuda where cuBLASLt has no GELU epilogue: said twice, trains as --gelu-fusion 0 (bitwise)" \
+            "$TMP/cuda_gelu0/metrics.jsonl" "$TMP/cuda_no_gelu_epilogue/metrics.jsonl" --exact
+    else
+        not_ok "$TAG cuda where cuBLASLt has no GELU epilogue: $said refusal lines (expected 2: forward, backward)"
+    fi
+fi
 
 # The backend test's own checks, each prefixed with the configuration.
 for cfg in w1 w2_staged w2_nccl; do
