@@ -3,6 +3,8 @@
 #   make test       builds everything and runs dev/test/run_tests.sh ("N passed, M failed")
 #   make clean
 # Variables: NO_CUDA=1 forces a host-only build; GPU_ARCH="80 90" picks the CUDA targets;
+# NCCL_HOME=DIR (with include/nccl.h, lib/libnccl.so.2) names the NCCL to use [the toolkit's or
+# the system's, else PyTorch's pip wheel: scripts/find_nccl.sh];
 # NO_MPI=1 builds without MPI (the default when there is no mpicc): ranks then meet over the
 # TCP transport (scripts/launch_local.sh, srun without PMI, torchrun-style variables).
 
@@ -61,7 +63,19 @@ NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. -ccbin $(CXX) \
 # GPU tests: dev/test/test_*_cuda.cu, built only when nvcc exists (run by test_cuda.sh,
 # which reports them as skipped on a machine without a GPU).
 TEST_BINS += $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*_cuda.cu))
-NVCC_LIBS := -lcublasLt -lcublas -lnccl -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
+# NCCL from the toolkit or the system, else from a directory such as PyTorch's pip wheel
+# (nvidia-nccl-cu13), which has lib/libnccl.so.2 but no libnccl.so: linked by that name, and
+# found at run time through the rpath.
+ifeq ($(origin NCCL_HOME),undefined)
+NCCL_HOME := $(shell scripts/find_nccl.sh $(NVCC))
+endif
+ifneq ($(NCCL_HOME),)
+NVCCFLAGS += -I$(NCCL_HOME)/include
+NCCL_LIB  := -L$(NCCL_HOME)/lib -Xlinker -rpath,$(NCCL_HOME)/lib -l:libnccl.so.2
+else
+NCCL_LIB  := -lnccl
+endif
+NVCC_LIBS := -lcublasLt -lcublas $(NCCL_LIB) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 endif
 
 # Every object depends on a stamp named after the build's flavour (CUDA targets, MPI or not):

@@ -89,10 +89,12 @@ if [ -f scripts/device_deps.sh ]; then
     note "libraries: $(tail -n 1 "$LOGS/deps.log" | cut -c1-200)"
 fi
 note "mpi: $(command -v mpicc >/dev/null && echo "mpicc found: MPI build" || echo "no mpicc: NO_MPI build, ranks via scripts/launch_local.sh")"
+note "nccl: $(scripts/find_nccl.sh "$(command -v nvcc)" | grep . || echo "the CUDA toolkit's or the system's") (scripts/find_nccl.sh)"
 if ! part build 260 make -j16 GPU_ARCH="$GPU_ARCH" all; then
     note "build failed: the remaining parts use whatever binaries exist"
     grep -m5 -E 'error' "$LOGS/build.log" | cut -c1-300 | tee -a "$SUMMARY"
 fi
+[ -x ./train_gpt ] && note "train_gpt loads: $(ldd ./train_gpt | grep -oE '(libnccl|libcublasLt|libmpi)[^ ]* => [^ ]*' | tr '\n' ' ')"
 
 # 2. Kernel tests (each prints ok / not ok lines).
 shopt -s nullglob

@@ -23,3 +23,28 @@ if command -v nvcc > /dev/null && [ -f build/train_gpt.o ]; then
         echo "not ok - GPU_ARCH change: up-to-date plan compiles $now time(s), GPU_ARCH=90 plan $other"
     fi
 fi
+
+# NCCL from PyTorch's pip wheel (nvidia/nccl/{include/nccl.h,lib/libnccl.so.2}, no libnccl.so)
+# when neither the CUDA toolkit nor the system has nccl.h: scripts/find_nccl.sh finds it through
+# python3, and the Makefile compiles with its include/ and links libnccl.so.2 by name with an
+# rpath. Planned with `make -n` and a stand-in nvcc path (whose toolkit has no nccl.h), an
+# empty stand-in for the system's include directories, and a fake wheel on PYTHONPATH.
+if command -v nvcc > /dev/null; then
+    tmp=${TEST_TMP:-$(mktemp -d)}
+    wheel="$tmp/site/nvidia/nccl"
+    mkdir -p "$wheel/include" "$wheel/lib" "$tmp/sys_none" "$tmp/sys_nccl" "$tmp/cuda/bin"
+    touch "$wheel/include/nccl.h" "$wheel/lib/libnccl.so.2" "$tmp/sys_nccl/nccl.h"
+    nccl_env=(env PYTHON= PYTHONPATH="$tmp/site")
+    found=$("${nccl_env[@]}" FIND_NCCL_SYSTEM_DIRS="$tmp/sys_none" scripts/find_nccl.sh "$tmp/cuda/bin/nvcc")
+    system=$("${nccl_env[@]}" FIND_NCCL_SYSTEM_DIRS="$tmp/sys_nccl" scripts/find_nccl.sh "$tmp/cuda/bin/nvcc")
+    link=$("${nccl_env[@]}" FIND_NCCL_SYSTEM_DIRS="$tmp/sys_none" make -n -B NVCC="$tmp/cuda/bin/nvcc" train_gpt 2>&1 |
+           grep -- '-o train_gpt')
+    default_link=$(make -n -B train_gpt 2>&1 | grep -- '-o train_gpt')
+    if [ "$found" = "$wheel" ] && [ -z "$system" ] && grep -q -- "-I$wheel/include" <<<"$link" &&
+       grep -q -- "-L$wheel/lib -Xlinker -rpath,$wheel/lib -l:libnccl.so.2" <<<"$link" &&
+       grep -q -- ' -lnccl ' <<<"$default_link" && ! grep -q 'libnccl.so.2' <<<"$default_link"; then
+        echo "ok - NCCL only in a pip wheel: found by scripts/find_nccl.sh, linked as libnccl.so.2 with an rpath (the toolkit's: -lnccl)"
+    else
+        echo "not ok - NCCL from a pip wheel: found '$found' (want $wheel), with a system nccl.h '$system' (want none); link line: $(cut -c1-300 <<<"$link")"
+    fi
+fi
