@@ -381,6 +381,7 @@ static void device_cpu_init(Device* d) {
 
 typedef struct {
     cudaStream_t stream;       // the compute stream (the FSDP backend orders its comm against it)
+    FsdpBackend* backend;      // host waits go through its deadline (fsdp_backend_cuda_host_wait)
     MatmulContext mm;          // cuBLASLt handle + its one workspace
     AttentionImpl attention;
     void* scratch;             // one buffer for every kernel's scratch (they run in stream order)
@@ -462,10 +463,13 @@ static void dev_cuda_act_to_host_f32(Device* d, float* dst, const void* src, siz
     CudaDevice* cd = dev_cuda_of(d);
     CUDA_REQUIRE(n <= cd->host_row_cap, "%zu elements exceed the %zu-element staging buffer", n, cd->host_row_cap);
     CUDA_CHECK(cudaMemcpyAsync(cd->host_row, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, cd->stream));
-    CUDA_CHECK(cudaStreamSynchronize(cd->stream));
+    fsdp_backend_cuda_host_wait(cd->backend, cd->stream, "a device-to-host copy of activations");
     for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float(cd->host_row[i]);
 }
-static void dev_cuda_synchronize(Device* d) { CUDA_CHECK(cudaStreamSynchronize(dev_cuda_of(d)->stream)); }
+static void dev_cuda_synchronize(Device* d) {
+    CudaDevice* cd = dev_cuda_of(d);
+    fsdp_backend_cuda_host_wait(cd->backend, cd->stream, "the model's stream");
+}
 static void* dev_cuda_mark(Device* d) {
     cudaEvent_t e;
     CUDA_CHECK(cudaEventCreate(&e));
@@ -491,11 +495,12 @@ static size_t dev_cuda_scratch_bytes(const GPT2Config* c, int B, int T, Attentio
     return align_up_256(need);
 }
 
-static void device_cuda_init(Device* d, cudaStream_t stream, AttentionImpl attention, int gelu_fusion, const GPT2Config* c,
-                             int B, int T) {
+static void device_cuda_init(Device* d, cudaStream_t stream, FsdpBackend* backend, AttentionImpl attention,
+                             int gelu_fusion, const GPT2Config* c, int B, int T) {
     memset(d, 0, sizeof(*d));
     CudaDevice* cd = (CudaDevice*)calloc(1, sizeof(CudaDevice));
     cd->stream = stream;
+    cd->backend = backend;
     cd->attention = attention;
     cd->vocab = c->vocab_size;
     matmul_context_init(&cd->mm);
@@ -539,7 +544,7 @@ static void device_cuda_init(Device* d, cudaStream_t stream, AttentionImpl atten
 
 static void device_cuda_free(Device* d) {
     CudaDevice* cd = dev_cuda_of(d);
-    CUDA_CHECK(cudaStreamSynchronize(cd->stream));
+    fsdp_backend_cuda_host_wait(cd->backend, cd->stream, "the model's stream at teardown");
     matmul_context_destroy(&cd->mm);
     CUDA_CHECK(cudaFree(cd->scratch));
     for (int i = 0; i < 2; i++) CUDA_CHECK(cudaFree(cd->tokens[i]));
@@ -733,7 +738,8 @@ static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, co
         bc.seed = dopt->seed;
         bc.compute = model->stream;
         fsdp_backend_cuda_init(&model->backend, pg, max_ops, &bc);
-        device_cuda_init(&model->dev, model->stream, (AttentionImpl)dopt->attention, dopt->gelu_fusion, c, B, T);
+        device_cuda_init(&model->dev, model->stream, &model->backend, (AttentionImpl)dopt->attention, dopt->gelu_fusion,
+                         c, B, T);
 #else
         fatal(pg, "--device cuda: this build has no CUDA support (built without nvcc)");
 #endif

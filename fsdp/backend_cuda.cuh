@@ -668,8 +668,13 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
 static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     CudaBackend* c = (CudaBackend*)be->ctx;
     if (!c) return;
-    for (int k = 0; k < c->max_ops; k++)
-        if (c->ops[k].kind != CUDA_OP_IDLE) cuda_wait(c, k);  // a staged ticket must be completed
+    // An op still in flight: a staged ticket is a collective every rank must finish, but its
+    // destination may be engine memory already freed, so nothing is copied back.
+    for (int k = 0; k < c->max_ops; k++) {
+        CudaOpSlot* s = &c->ops[k];
+        if (s->kind != CUDA_OP_IDLE && !c->cfg.use_nccl && s->n > 0) comm_wait(c->pg->shard_comm, s->ticket);
+        s->kind = CUDA_OP_IDLE;
+    }
     cb_host_wait(c, c->compute, "the compute stream at teardown");
     if (c->comm) cb_host_wait(c, c->comm, "the comm stream at teardown");
     cb_nccl_destroy(c, &c->nccl_replica, "replica");
@@ -692,6 +697,13 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     free(c->ops);
     free(c);
     memset(be, 0, sizeof(*be));
+}
+
+// The host waits until everything enqueued on stream s so far has run, with the backend's
+// deadline and NCCL error checks (for the model's own waits: the compute stream may be
+// waiting on a collective that a stalled peer never joins, and NCCL itself never times out).
+static inline void fsdp_backend_cuda_host_wait(FsdpBackend* be, cudaStream_t s, const char* what) {
+    cb_host_wait((CudaBackend*)be->ctx, s, what);
 }
 
 // Device bytes this backend allocated itself (scratch; not what alloc() handed out, not
