@@ -737,7 +737,13 @@ static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, co
             if (model->layout.units[u].padded > bc.max_unit_padded) bc.max_unit_padded = model->layout.units[u].padded;
         bc.seed = dopt->seed;
         bc.compute = model->stream;
+        // The staged path pins host buffers per op slot: the root's size only where it goes.
+        size_t* op_padded = (size_t*)malloc((size_t)max_ops * sizeof(size_t));
+        if (!op_padded) fatal(pg, "out of host memory");
+        fsdp_op_padded(fcfg, model->layout.units, model->layout.n_units, op_padded);
+        bc.op_padded = op_padded;
         fsdp_backend_cuda_init(&model->backend, pg, max_ops, &bc);
+        free(op_padded);
         device_cuda_init(&model->dev, model->stream, &model->backend, (AttentionImpl)dopt->attention, dopt->gelu_fusion,
                          c, B, T);
 #else

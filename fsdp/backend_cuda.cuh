@@ -81,6 +81,8 @@ typedef struct {
     int use_nccl;            // 1: NCCL on a dedicated comm stream; 0: staged through pinned host memory over comm.h
     int reduce_fp32;         // 1: reduce-scatter in fp32 (the bf16 full gradient is cast first); 0: in bf16
     size_t max_unit_padded;  // largest unit's padded element count: all scratch is sized from it, up front
+    const size_t* op_padded; // [max_ops] or NULL: the largest unit each op slot carries (fsdp_op_padded);
+                             // the staged path pins per slot from it (NULL: max_unit_padded each). Read at init.
     uint64_t seed;           // stochastic-rounding seed
     cudaStream_t compute;    // the model's stream (created by the caller)
 } CudaBackendConfig;
@@ -94,8 +96,9 @@ typedef struct {
     void* dst;               // device destination written at wait
     size_t bytes;            // bytes copied H2D at wait
     size_t n;                // reduce: shard elements (for the bf16 rounding)
-    void* host_full;         // pinned, max_unit_padded * 4 bytes
-    void* host_shard;        // pinned, max_shard * 4 bytes
+    size_t capacity;         // the largest unit (padded elements) this slot may carry
+    void* host_full;         // staged: pinned, capacity * 4 bytes
+    void* host_shard;        // staged: pinned, ceil(capacity / shard_size) * 4 bytes
     // NCCL path
     cudaEvent_t ready;       // compute -> comm
     cudaEvent_t done;        // comm -> compute
@@ -371,9 +374,8 @@ static inline void cuda_all_gather_start(void* ctx, int op, const void* shard, v
     CudaBackend* c = (CudaBackend*)ctx;
     CudaOpSlot* s = cb_op(c, op, 1);
     const size_t W = (size_t)c->shard_size;
-    if (n * W > c->cfg.max_unit_padded)
-        fatal(c->pg, "fsdp cuda: all-gather of %zu x %zu elements exceeds max_unit_padded %zu", W, n,
-              c->cfg.max_unit_padded);
+    if (n * W > s->capacity)
+        fatal(c->pg, "fsdp cuda: all-gather of %zu x %zu elements exceeds op slot %d's %zu", W, n, op, s->capacity);
     const size_t shard_bytes = n * sizeof(bf16);
     if (c->cfg.use_nccl) {
         const char* mine = (const char*)full + (size_t)c->shard_rank * shard_bytes;
@@ -403,9 +405,8 @@ static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full
     CudaBackend* c = (CudaBackend*)ctx;
     CudaOpSlot* s = cb_op(c, op, 1);
     const size_t W = (size_t)c->shard_size;
-    if (n * W > c->cfg.max_unit_padded)
-        fatal(c->pg, "fsdp cuda: reduce-scatter of %zu x %zu elements exceeds max_unit_padded %zu", W, n,
-              c->cfg.max_unit_padded);
+    if (n * W > s->capacity)
+        fatal(c->pg, "fsdp cuda: reduce-scatter of %zu x %zu elements exceeds op slot %d's %zu", W, n, op, s->capacity);
     const bf16* g = (const bf16*)full;
     if (c->cfg.use_nccl) {
         cb_handoff(c, s->ready);
@@ -575,13 +576,14 @@ static inline void cb_nccl_destroy(CudaBackend* c, ncclComm_t* comm, const char*
 }
 
 // max_ops: op slots the engine may have in flight at once (its parameter slots plus gradient
-// slots: pass exactly that number, the staged path pins max_ops x (max_unit_padded + max_shard)
-// x 4 bytes of host memory). The CUDA device must be current. Allocates everything up front:
+// slots: pass exactly that number). The CUDA device must be current. Allocates everything up
+// front:
 //   device:  NCCL: reduce_fp32 ? max_unit_padded fp32 : max_shard bf16 (one scratch, comm stream)
 //            staged: max_unit_padded fp32 (one scratch, compute stream)
 //            + 8 KiB + 256 B for sum_squares
-//   pinned:  staged: max_ops x (max_unit_padded + max_shard) x 4 B, and a chunk buffer for
-//            HSDP's replica all-reduce; 8 B for sum_squares' result
+//   pinned:  staged: for each op slot (P + ceil(P / shard_size)) x 4 B, P its op_padded entry
+//            (only the root's two slots carry the root, several times a block at GPT-2
+//            sizes), and a chunk buffer for HSDP's replica all-reduce; 8 B for sum_squares
 // (max_shard = ceil(max_unit_padded / shard_size)). Plus NCCL's own buffers (not counted).
 static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops,
                                           const CudaBackendConfig* cfg) {
@@ -589,6 +591,7 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     if (!c) fatal(pg, "out of host memory");
     c->pg = pg;
     c->cfg = *cfg;
+    c->cfg.op_padded = NULL;  // the caller's array: read below, not kept
     c->compute = cfg->compute;
     c->max_ops = max_ops;
     c->shard_size = pg->shard_size;
@@ -599,6 +602,12 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     CB_CUDA(c, cudaGetDevice(&c->device));
     c->ops = (CudaOpSlot*)calloc((size_t)max_ops, sizeof(CudaOpSlot));
     if (!c->ops) fatal(pg, "out of host memory");
+    for (int k = 0; k < max_ops; k++) {
+        c->ops[k].capacity = cfg->op_padded ? cfg->op_padded[k] : cfg->max_unit_padded;
+        if (c->ops[k].capacity > cfg->max_unit_padded)
+            fatal(pg, "fsdp cuda backend: op slot %d carries %zu elements, above max_unit_padded %zu", k,
+                  c->ops[k].capacity, cfg->max_unit_padded);
+    }
     CB_CUDA(c, cudaEventCreateWithFlags(&c->host_ev, cudaEventDisableTiming));
 
     if (cfg->use_nccl) {
@@ -626,8 +635,10 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
         c->f32_scratch = (float*)cb_device_alloc(c, cfg->max_unit_padded * sizeof(float),
                                                  "the staged reduce-scatter scratch");
         for (int k = 0; k < max_ops; k++) {
-            c->ops[k].host_full = cb_host_alloc(c, cfg->max_unit_padded * sizeof(float), "staging");
-            c->ops[k].host_shard = cb_host_alloc(c, c->max_shard * sizeof(float), "staging");
+            const size_t p = c->ops[k].capacity;
+            c->ops[k].host_full = cb_host_alloc(c, p * sizeof(float), "staging");
+            c->ops[k].host_shard = cb_host_alloc(c, (p + (size_t)c->shard_size - 1) / (size_t)c->shard_size * sizeof(float),
+                                                 "staging");
         }
         if (pg->replicate_size > 1) {
             size_t chunk = cfg->max_unit_padded > ((size_t)1 << 16) ? cfg->max_unit_padded : ((size_t)1 << 16);

@@ -25,6 +25,18 @@ int fsdp_max_ops(const FsdpConfig* cfg, int n_units) {
     return param_slots + grad_slots;
 }
 
+void fsdp_op_padded(const FsdpConfig* cfg, const FlatUnit* units, int n_units, size_t* out) {
+    int param_slots, grad_slots;
+    slot_counts(cfg, n_units, &param_slots, &grad_slots);
+    size_t block = 0;
+    for (int u = 1; u < n_units; u++)
+        if (units[u].padded > block) block = units[u].padded;
+    // Slot 0 of each kind is the root's (acquire / fsdp_grad); the ops follow gather_op and
+    // reduce_op below.
+    for (int s = 0; s < param_slots; s++) out[s] = s == 0 ? units[0].padded : block;
+    for (int g = 0; g < grad_slots; g++) out[param_slots + g] = g == 0 ? units[0].padded : block;
+}
+
 static int gather_op(const Fsdp* f, int slot) { (void)f; return slot; }
 static int reduce_op(const Fsdp* f, int gslot) { return f->n_param_slots + gslot; }
 

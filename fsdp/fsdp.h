@@ -145,6 +145,11 @@ typedef struct {
 // parameter slot and one per gradient slot. A backend sizes its per-op state from it.
 int fsdp_max_ops(const FsdpConfig* cfg, int n_units);
 
+// The largest unit each op slot carries, in padded elements, into out[fsdp_max_ops(...)]:
+// the root's for the root's parameter and gradient slots, the largest block's for the
+// others. A backend that stages per op sizes its buffers from it.
+void fsdp_op_padded(const FsdpConfig* cfg, const FlatUnit* units, int n_units, size_t* out);
+
 // Allocates everything up front. units must be finalized for pg->shard_size.
 int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
               const FlatUnit* units, int n_units, char* err, size_t errlen);

@@ -572,6 +572,12 @@ static void test_engine(const ProcessGroup* pg, int use_nccl, int reduce_fp32, i
     bc.max_unit_padded = max_padded;
     bc.seed = kSeed;
     bc.compute = compute;
+    // Staging sized per op slot from the engine's own mapping (the root's slots hold the
+    // root, larger than any block here): a wrong mapping ends the run with "exceeds op slot".
+    size_t op_padded[16];
+    if (max_ops > 16) { check(false, "engine op slots", "%d op slots, the test has room for 16", max_ops); return; }
+    fsdp_op_padded(&fcfg, units, n_units, op_padded);
+    bc.op_padded = op_padded;
     fsdp_backend_cuda_init(&gpu_be, pg, max_ops, &bc);
     Fsdp fc, fg;
     char err[256];

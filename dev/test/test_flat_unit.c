@@ -1,11 +1,13 @@
 // Shard arithmetic with awkward sizes: padding, ownership, and the tensor slices each rank
 // meets. For every (unit, world size) the slices of all ranks must tile every tensor exactly
-// once, in order, and each rank's shard must be the same aligned length.
+// once, in order, and each rank's shard must be the same aligned length. Then the size of
+// the largest unit each engine op slot carries (fsdp_op_padded), which backends stage by.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fsdp/flat_unit.h"
+#include "fsdp/fsdp.h"
 
 static int failures = 0;
 
@@ -91,6 +93,32 @@ int main(void) {
     memset(&empty, 0, sizeof(empty));
     flat_unit_finalize(&empty, 4, 64);
     check(empty.padded == 256 && empty.shard == 64, "empty unit pads to one slot per rank", "wrong padding");
+
+    // Op slots: the root's parameter and gradient slots carry the root, the others a block
+    // (the largest). A root of 1024 elements and blocks of 256 / 512 (W = 2, align 64).
+    FlatUnit units[5];
+    memset(units, 0, sizeof(units));
+    flat_unit_add(&units[0], "wte", 64, 16, 1);
+    for (int b = 1; b < 5; b++) flat_unit_add(&units[b], "w", b == 3 ? 32 : 16, 16, 1);
+    for (int b = 0; b < 5; b++) flat_unit_finalize(&units[b], 2, 64);
+    const size_t R = units[0].padded, B = units[3].padded;
+    const struct { FsdpConfig cfg; const char* what; int n; size_t want[10]; } op_cases[] = {
+        {{1, 1, 1}, "ZeRO-3, prefetch 1", 6, {R, B, B, R, B, B}},
+        {{2, 1, 0}, "prefetch 2, gradients reduced on the last micro-step", 9, {R, B, B, B, R, B, B, B, B}},
+        {{1, 0, 1}, "ZeRO-2 (blocks stay gathered)", 8, {R, B, B, B, B, R, B, B}},
+    };
+    for (size_t c = 0; c < sizeof(op_cases) / sizeof(op_cases[0]); c++) {
+        size_t got[16];
+        const int n = fsdp_max_ops(&op_cases[c].cfg, 5);
+        int same = n == op_cases[c].n;
+        if (same) {
+            fsdp_op_padded(&op_cases[c].cfg, units, 5, got);
+            for (int k = 0; k < n; k++) same &= got[k] == op_cases[c].want[k];
+        }
+        snprintf(name, sizeof(name), "op slots, %s: the root's two carry %zu elements, the rest %zu", op_cases[c].what, R, B);
+        snprintf(why, sizeof(why), "%d op slots (want %d), or another size", n, op_cases[c].n);
+        check(same && R == 1024 && B == 512, name, why);
+    }
 
     return failures ? 1 : 0;
 }
