@@ -1174,7 +1174,8 @@ static void print_usage(void) {
 "      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
 "      --profile-step N         after step N, print where its time went: matmuls, attention, layernorm,\n"
 "                               waits for FSDP communication, optimizer... (cuda: events on the model's\n"
-"                               stream, so waits count; rank 0's figures) [0: off]\n"
+"                               stream, so waits count; rank 0's figures; that step is left out of the\n"
+"                               average step time) [0: off]\n"
 "operations\n"
 "      --rendezvous file:DIR|tcp://HOST:PORT   how ranks meet without an MPI world (srun without\n"
 "                               PMI, torchrun-style RANK/WORLD_SIZE): a directory every node sees,\n"
@@ -1966,6 +1967,7 @@ int main(int argc, char** argv) {
     double train_ms_total = 0.0, data_ms_total = 0.0;
     FsdpTraffic train_traffic = {0, 0, 0};  // communication of the training steps only
     int timed_steps = 0, steps_run = 0;  // steps_run: this job's; the first is not timed
+    int profiled_steps = 0;              // --profile-step's (not timed either)
     double run_t0 = now_seconds();
     long ckpt_reported = -1;  // the last async commit announced
     int bad_in_a_row = 0;     // steps skipped for a non-finite loss or gradient norm
@@ -2056,16 +2058,19 @@ int main(int argc, char** argv) {
         train_traffic.reduce_scattered += model.fsdp.traffic.reduce_scattered - before.reduce_scattered;
         train_traffic.replica_reduced += model.fsdp.traffic.replica_reduced - before.replica_reduced;
         double ms = (now_seconds() - t0) * 1000.0;
-        if (model.prof && step_profile.on) {
+        int profiled = model.prof && step_profile.on;
+        if (profiled) {
             prof(&model, PH_HOST, 0);  // the end of the step's timeline
             prof_report(&model, step + 1, ms, pg.rank);
             model.prof = NULL;
+            profiled_steps++;
         }
         if (on_cuda) {
             double used = gpu_used_mib(gpu_baseline_used);
             if (used > device_used_mib) device_used_mib = used;
         }
-        if (steps_run++ > 0) { train_ms_total += ms; data_ms_total += data_seconds * 1000.0; timed_steps++; }
+        // The profiled step's marks cost time of their own: it stays out of the average.
+        if (steps_run++ > 0 && !profiled) { train_ms_total += ms; data_ms_total += data_seconds * 1000.0; timed_steps++; }
         double tok_s = (double)total_tokens / (ms / 1000.0);
         if (pg.rank == 0) {
             int end_step = opt.stop_at_step && opt.stop_at_step < max_steps ? opt.stop_at_step : max_steps;
@@ -2159,9 +2164,10 @@ int main(int argc, char** argv) {
     double peak_device = on_cuda ? max_over_ranks_mib(&pg, (size_t)(device_used_mib * 1048576.0)) : 0.0;
     if (pg.rank == 0) {
         if (timed_steps > 0)
-            printf("average step %.1f ms (%.0f tok/s) over %d steps after the first; data loading %.3f ms of it (%.2f%%, rank 0)\n",
+            printf("average step %.1f ms (%.0f tok/s) over %d steps after the first%s; data loading %.3f ms of it (%.2f%%, rank 0)\n",
                    train_ms_total / timed_steps, (double)total_tokens * timed_steps / (train_ms_total / 1000.0), timed_steps,
-                   data_ms_total / timed_steps, 100.0 * data_ms_total / train_ms_total);
+                   profiled_steps ? " (not the profiled one)" : "", data_ms_total / timed_steps,
+                   100.0 * data_ms_total / train_ms_total);
         printf("peak resident memory per rank: %.1f MiB (max over ranks)\n", peak);
         if (on_cuda) printf("peak GPU memory per rank: %.1f MiB measured (max over ranks; cudaMemGetInfo above the context%s), budget %.1f MiB\n",
                             peak_device, pg.local_world > 1 ? ", every process on the GPU" : "", device_budget / 1048576.0);

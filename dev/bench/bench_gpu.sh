@@ -21,12 +21,13 @@
 #   d48: B=8,  T=1024 (8192 tokens per step): weights, fp32 master, gradients and Adam state
 #        take ~25 GiB in either program and activations ~25-40 GiB at B=8, well inside an
 #        H200's ~139 GiB (B=16 should fit too; BENCH_B_D48=16 tries it).
-# train_gpt's last step is profiled (--profile-step): the table of where its time went
-# (matmuls, attention, layernorms, waits for FSDP communication, optimizer) is printed too.
+# train_gpt runs one step more, profiled (--profile-step): the table of where its time went
+# (matmuls, attention, layernorms, waits for FSDP communication, optimizer) is printed too,
+# and that step is left out of train_gpt's average (its event marks cost time of their own).
 # Steps: BENCH_WARMUP (5) untimed + BENCH_STEPS (20) timed for PyTorch (compilation happens
-# in the warmup); train_gpt runs the same warmup + steps and its printed "average step ..
-# over N steps after the first" is used (it allocates everything before step 0 and compiles
-# nothing, so only its first step is untimed). Every run is under `timeout`; on an H200 the
+# in the warmup); train_gpt runs the same warmup + steps (+ the profiled one) and its printed
+# "average step .. over N steps after the first" is used (it allocates everything before
+# step 0 and compiles nothing, so only its first step is untimed). Every run is under `timeout`; on an H200 the
 # whole script should take 3-5 minutes, most of it PyTorch's compilation.
 #
 # MFU = tokens/s x (6N + 6LCT) / peak, N the parameter count (train_gpt's, which equals the
@@ -170,9 +171,9 @@ for m in "${MODELS[@]}"; do
     c_note="not built (run make)"; echo "train_gpt: $c_note" > "$clog"
   else
     cmd=(timeout --kill-after=10 "$TO_C" ./train_gpt --device cuda -m "$m" -b "$B" -t "$T" -d $((B * T))
-         -x $((WARMUP + STEPS)) -i "$DATA" -j "" --val-every 0 --sample-every 0 -l 6e-4
+         -x $((WARMUP + STEPS + 1)) -i "$DATA" -j "" --val-every 0 --sample-every 0 -l 6e-4
          --lr-decay constant --peak-tflops "$PEAK" -o "$TMP/${m}_train_gpt"
-         --profile-step $((WARMUP + STEPS)) "${C_EXTRA[@]}")
+         --profile-step $((WARMUP + STEPS + 1)) "${C_EXTRA[@]}")
     say "+ $(quoted "${cmd[@]}")"
     t0=$SECONDS
     "${cmd[@]}" > "$clog" 2>&1
