@@ -622,6 +622,30 @@ static size_t carve_activations(Activations* a, const GPT2Config* c, size_t B, s
     return off;
 }
 
+// Layer l's slices of the per-layer activations: what its forward saves for its backward.
+typedef struct {
+    void *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+} LayerActs;
+
+static LayerActs layer_acts(const Activations* a, int l, size_t C, int NH, size_t e) {
+    const size_t at = (size_t)l * a->BT;  // layer l's first row
+    LayerActs x;
+    x.ln1 = elem_at(a->ln1, at * C, e);
+    x.ln1_mean = a->ln1_mean + at;
+    x.ln1_rstd = a->ln1_rstd + at;
+    x.qkv = elem_at(a->qkv, at * 3 * C, e);
+    x.atty = elem_at(a->atty, at * C, e);
+    x.lse = a->att_lse + at * NH;
+    x.residual2 = elem_at(a->residual2, at * C, e);
+    x.ln2 = elem_at(a->ln2, at * C, e);
+    x.ln2_mean = a->ln2_mean + at;
+    x.ln2_rstd = a->ln2_rstd + at;
+    x.fch = elem_at(a->fch, at * 4 * C, e);
+    x.fch_gelu = elem_at(a->fch_gelu, at * 4 * C, e);
+    return x;
+}
+
 // ----------------------------------------------------------------------------------------
 // The model: layout + engine + device + activations
 
@@ -821,35 +845,24 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
             int l = (u - 1) * m->layers_per_unit + j;
             if (l >= c->num_layers) break;
             BlockTensors p = block_tensors(m, u, j, unit_params, pe);
-            void* ln1 = elem_at(a->ln1, l * stride * C, e);
-            float* ln1_mean = a->ln1_mean + l * stride;
-            float* ln1_rstd = a->ln1_rstd + l * stride;
-            void* qkv = elem_at(a->qkv, l * stride * 3 * C, e);
-            void* atty = elem_at(a->atty, l * stride * C, e);
-            float* lse = a->att_lse + l * stride * NH;
-            void* residual2 = elem_at(a->residual2, l * stride * C, e);
-            void* ln2 = elem_at(a->ln2, l * stride * C, e);
-            float* ln2_mean = a->ln2_mean + l * stride;
-            float* ln2_rstd = a->ln2_rstd + l * stride;
-            void* fch = elem_at(a->fch, l * stride * 4 * C, e);
-            void* fch_gelu = elem_at(a->fch_gelu, l * stride * 4 * C, e);
+            LayerActs la = layer_acts(a, l, C, NH, e);
 
             prof(model, PH_LAYERNORM, 0);
-            if (res_b) d->residual_layernorm_forward(d, res_out, ln1, ln1_mean, ln1_rstd, res_a, res_b, p.t[LN1_W], p.t[LN1_B], N, (int)C);
-            else d->layernorm_forward(d, ln1, ln1_mean, ln1_rstd, res_a, p.t[LN1_W], p.t[LN1_B], N, (int)C);
+            if (res_b) d->residual_layernorm_forward(d, res_out, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, res_b, p.t[LN1_W], p.t[LN1_B], N, (int)C);
+            else d->layernorm_forward(d, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, p.t[LN1_W], p.t[LN1_B], N, (int)C);
             void* residual = res_b ? res_out : res_a;
             prof(model, PH_MATMUL, 0);
-            d->matmul_forward(d, qkv, NULL, ln1, p.t[QKV_W], p.t[QKV_B], N, (int)C, 3 * (int)C);
+            d->matmul_forward(d, la.qkv, NULL, la.ln1, p.t[QKV_W], p.t[QKV_B], N, (int)C, 3 * (int)C);
             prof(model, PH_ATTENTION, 0);
-            d->attention_forward(d, atty, lse, qkv, B, T, (int)C, NH);
+            d->attention_forward(d, la.atty, la.lse, la.qkv, B, T, (int)C, NH);
             prof(model, PH_MATMUL, 0);
-            d->matmul_forward(d, a->proj_out, NULL, atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, (int)C, (int)C);
+            d->matmul_forward(d, a->proj_out, NULL, la.atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, (int)C, (int)C);
             prof(model, PH_LAYERNORM, 0);
-            d->residual_layernorm_forward(d, residual2, ln2, ln2_mean, ln2_rstd, residual, a->proj_out, p.t[LN2_W], p.t[LN2_B], N, (int)C);
+            d->residual_layernorm_forward(d, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual, a->proj_out, p.t[LN2_W], p.t[LN2_B], N, (int)C);
             prof(model, PH_MATMUL, 0);
-            d->matmul_forward(d, fch_gelu, fch, ln2, p.t[FC_W], p.t[FC_B], N, (int)C, 4 * (int)C);
-            d->matmul_forward(d, a->proj_out, NULL, fch_gelu, p.t[FCPROJ_W], p.t[FCPROJ_B], N, 4 * (int)C, (int)C);
-            res_a = residual2;
+            d->matmul_forward(d, la.fch_gelu, la.fch, la.ln2, p.t[FC_W], p.t[FC_B], N, (int)C, 4 * (int)C);
+            d->matmul_forward(d, a->proj_out, NULL, la.fch_gelu, p.t[FCPROJ_W], p.t[FCPROJ_B], N, 4 * (int)C, (int)C);
+            res_a = la.residual2;
             res_b = a->proj_out;
             res_out = elem_at(a->residual3, l * stride * C, e);
         }
@@ -908,34 +921,23 @@ static void gpt2_backward(GPT2* model, int B, int T) {
             BlockTensors p = block_tensors(m, u, l - first, unit_params, pe);
             BlockTensors g = block_tensors(m, u, l - first, unit_grads, pe);
             void* residual = l == 0 ? a->encoded : elem_at(a->residual3, (size_t)(l - 1) * stride * C, e);
-            void* ln1 = elem_at(a->ln1, l * stride * C, e);
-            float* ln1_mean = a->ln1_mean + l * stride;
-            float* ln1_rstd = a->ln1_rstd + l * stride;
-            void* qkv = elem_at(a->qkv, l * stride * 3 * C, e);
-            void* atty = elem_at(a->atty, l * stride * C, e);
-            float* lse = a->att_lse + l * stride * NH;
-            void* residual2 = elem_at(a->residual2, l * stride * C, e);
-            void* ln2 = elem_at(a->ln2, l * stride * C, e);
-            float* ln2_mean = a->ln2_mean + l * stride;
-            float* ln2_rstd = a->ln2_rstd + l * stride;
-            void* fch = elem_at(a->fch, l * stride * 4 * C, e);
-            void* fch_gelu = elem_at(a->fch_gelu, l * stride * 4 * C, e);
+            LayerActs la = layer_acts(a, l, C, NH, e);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
             prof(model, PH_MATMUL, 1);
-            d->matmul_backward(d, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, fch_gelu, p.t[FCPROJ_W], fch, N, 4 * (int)C, (int)C);
-            d->matmul_backward(d, a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, ln2, p.t[FC_W], NULL, N, (int)C, 4 * (int)C);
+            d->matmul_backward(d, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, la.fch_gelu, p.t[FCPROJ_W], la.fch, N, 4 * (int)C, (int)C);
+            d->matmul_backward(d, a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, la.ln2, p.t[FC_W], NULL, N, (int)C, 4 * (int)C);
             prof(model, PH_LAYERNORM, 1);
-            d->layernorm_backward(d, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, residual2, p.t[LN2_W], ln2_mean, ln2_rstd, N, (int)C);
+            d->layernorm_backward(d, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, la.residual2, p.t[LN2_W], la.ln2_mean, la.ln2_rstd, N, (int)C);
             // Attention branch: d(residual2) -> d(residual).
             prof(model, PH_MATMUL, 1);
-            d->matmul_backward(d, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C);
+            d->matmul_backward(d, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, la.atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C);
             prof(model, PH_ATTENTION, 1);
-            d->attention_backward(d, a->dqkv, a->dbtc, qkv, atty, lse, B, T, (int)C, NH);
+            d->attention_backward(d, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH);
             prof(model, PH_MATMUL, 1);
-            d->matmul_backward(d, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C);
+            d->matmul_backward(d, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, la.ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C);
             prof(model, PH_LAYERNORM, 1);
-            d->layernorm_backward(d, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], ln1_mean, ln1_rstd, N, (int)C);
+            d->layernorm_backward(d, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], la.ln1_mean, la.ln1_rstd, N, (int)C);
         }
         prof(model, PH_FSDP, 1);
         fsdp_backward_post(f, u);
