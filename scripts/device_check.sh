@@ -15,7 +15,8 @@
 # Before calling it on a machine without network, run `bash scripts/device_deps.sh fetch` here
 # and carry .deps (and data/tinyshakespeare) with the call.
 # Environment: OUT (output folder), GPU_ARCH [90], DEVICE_CHECK_BUDGET seconds [470],
-#   BENCH_D12_B [16], BENCH_D48_B [8] micro-batch sizes, FSDP_DATA (where tinyshakespeare/ is).
+#   FSDP_DATA (where tinyshakespeare/ is); dev/bench/bench_gpu.sh's own variables pass through
+#   (BENCH_B_D12 [32], BENCH_B_D48 [8] micro-batches, BENCH_STEPS, BENCH_TIMEOUT_TORCH, ...).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
