@@ -194,6 +194,8 @@ for m in "${MODELS[@]}"; do
         mem=$(grep -Eo '\| mem [0-9.]+ MiB' "$clog" | grep -Eo '[0-9.]+' | sort -n | tail -n 1)
       fi
       c_mem=$(calc '%.1f GiB' 'a[1] / 1024' "${mem:-x}")
+      # Said now, not only in the final table: a caller that cuts the baseline short keeps it.
+      say "  train_gpt: $c_tps tok/s, $c_ms ms/step, MFU $c_mfu, GPU mem $c_mem"
     elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
       c_note="timed out after ${TO_C}s"; status=1
     elif grep -qE -- "--device cuda[:]|--device.*(cuda|cpu)" "$clog" && ! grep -qE '^step +[0-9]+/' "$clog"; then

@@ -80,9 +80,9 @@ c_tps=$(sed -E 's/^average step [0-9.]+ ms \(([0-9.]+) tok\/s\).*/\1/' <<<"$c_av
 c_row=$(row "$T/all" d12 "train_gpt \(cuda\)")
 t_row=$(row "$T/all" d12 "pytorch-fsdp2, compile default")
 want_ratio=$(awk -v a="$c_tps" 'BEGIN { printf "%.2fx", a / 500 }')
-if [ "$(cat "$T/all.rc")" = 0 ] && [ -n "$c_tps" ] && awk -v r="$c_row" -v t="$c_tps" -v m="$c_ms" \
+if [ "$(cat "$T/all.rc")" = 0 ] && [ -n "$c_tps" ] && grep -q "^  train_gpt: $c_tps tok/s, $c_ms ms/step, MFU " "$s" && awk -v r="$c_row" -v t="$c_tps" -v m="$c_ms" \
         'BEGIN { n = split(r, f, " +"); exit !(f[6] == t && f[7] == m && f[8] ~ /^[0-9.]+%$/) }'; then
-    ok "bench_gpu.sh all: exit 0; d12 train_gpt row = its log's average step ($c_tps tok/s, $c_ms ms)"
+    ok "bench_gpu.sh all: exit 0; d12 train_gpt row and its early line = its log's average step ($c_tps tok/s, $c_ms ms)"
 else
     not_ok "bench_gpu.sh all: status $(cat "$T/all.rc"), average '$c_avg', row '$c_row': $(tail -n 3 "$T/all.log" | tr '\n' ' ' | cut -c1-300)"
 fi
