@@ -680,7 +680,8 @@ typedef struct {
 // charged to the first one's phase. On cuda the marks are events on the model's stream, so a
 // phase's time is the GPU's, waits included: "fsdp waits" is the compute stream waiting for
 // all-gathers and reduce-scatters (communication that compute did not hide), "host" the GPU
-// idle while the host reads the loss and reduces it over the ranks.
+// idle while the host reads the loss and reduces it over the ranks. With NCCL the backend also
+// times each collective on its comm stream: how much communication there was, hidden or not.
 typedef enum {
     PH_HOST, PH_FSDP, PH_EMBED, PH_LAYERNORM, PH_MATMUL, PH_LM_HEAD, PH_ATTENTION, PH_LOSS, PH_OPTIMIZER, PH_COUNT
 } Phase;
@@ -709,12 +710,27 @@ static void prof(GPT2* model, Phase phase, int backward) {
     p->n++;
 }
 
+// Profiles the coming step: the model's marks, and on cuda with NCCL the comm stream's
+// collectives (their own time, beside the compute; what compute waited for is "fsdp waits").
+static void prof_begin(GPT2* model, StepProfile* p) {
+    model->prof = p;
+    p->on = 1;
+#ifdef __CUDACC__
+    if (model->dev.impl) fsdp_backend_cuda_profile_start(&model->backend);
+#endif
+}
+
 // Ends the profiled step: waits for the device, prints rank 0's breakdown, frees the marks.
 static void prof_report(GPT2* model, int step, double host_ms, int rank) {
     StepProfile* p = model->prof;
     Device* d = &model->dev;
     p->on = 0;
     d->synchronize(d);
+#ifdef __CUDACC__
+    double comm_ms[CB_PROF_KINDS] = {0};
+    int comm_n[CB_PROF_KINDS] = {0};
+    if (d->impl) fsdp_backend_cuda_profile_finish(&model->backend, comm_ms, comm_n);
+#endif
     double ms[2 * PH_COUNT] = {0}, total = 0.0;
     int calls[2 * PH_COUNT] = {0};
     for (int i = 0; i + 1 < p->n; i++) {
@@ -737,6 +753,12 @@ static void prof_report(GPT2* model, int step, double host_ms, int rank) {
                    total > 0 ? 100.0 * ms[k] / total : 0.0, calls[k]);
             calls[k] = 0;
         }
+#ifdef __CUDACC__
+        if (comm_n[CB_PROF_GATHER] + comm_n[CB_PROF_REDUCE] + comm_n[CB_PROF_REPLICA] > 0)
+            printf("  comm stream (NCCL, beside the compute above): all-gather %.3f ms (%d), reduce-scatter %.3f ms (%d), "
+                   "replica all-reduce %.3f ms (%d)\n", comm_ms[CB_PROF_GATHER], comm_n[CB_PROF_GATHER],
+                   comm_ms[CB_PROF_REDUCE], comm_n[CB_PROF_REDUCE], comm_ms[CB_PROF_REPLICA], comm_n[CB_PROF_REPLICA]);
+#endif
         fflush(stdout);
     }
     for (int i = 0; i < p->n; i++) d->mark_free(d, p->marks[i]);
@@ -1176,8 +1198,8 @@ static void print_usage(void) {
 "      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
 "      --profile-step N         after step N, print where its time went: matmuls, attention, layernorm,\n"
 "                               waits for FSDP communication, optimizer... (cuda: events on the model's\n"
-"                               stream, so waits count; rank 0's figures; that step is left out of the\n"
-"                               average step time) [0: off]\n"
+"                               stream, so waits count, and with NCCL the comm stream's own time; rank\n"
+"                               0's figures; that step is left out of the average step time) [0: off]\n"
 "operations\n"
 "      --rendezvous file:DIR|tcp://HOST:PORT   how ranks meet without an MPI world (srun without\n"
 "                               PMI, torchrun-style RANK/WORLD_SIZE): a directory every node sees,\n"
@@ -2008,10 +2030,7 @@ int main(int argc, char** argv) {
         if (test_stall && atoi(test_stall) == pg.rank && strchr(test_stall, ':') && test_hook_at(strchr(test_stall, ':') + 1, step + 1))
             for (;;) pause();
         double t0 = now_seconds(), data_seconds = 0.0;
-        if (opt.profile_step == step + 1) {
-            model.prof = &step_profile;
-            step_profile.on = 1;
-        }
+        if (opt.profile_step == step + 1) prof_begin(&model, &step_profile);
         prof(&model, PH_HOST, 0);
         FsdpTraffic before = model.fsdp.traffic;
         fsdp_zero_grad(&model.fsdp, grad_accum);

@@ -104,6 +104,16 @@ typedef struct {
     cudaEvent_t done;        // comm -> compute
 } CudaOpSlot;
 
+// --profile-step on the NCCL path: a pair of timing events around each collective's work on
+// the comm stream (its own time, beside the compute that hides it). Grows only during the
+// one profiled step, like the model's marks.
+enum { CB_PROF_GATHER = 0, CB_PROF_REDUCE, CB_PROF_REPLICA, CB_PROF_KINDS };
+typedef struct {
+    int on, n, cap;
+    cudaEvent_t *start, *end;  // [cap]
+    unsigned char* kind;       // CB_PROF_*
+} CbCommProfile;
+
 typedef struct {
     const ProcessGroup* pg;
     CudaBackendConfig cfg;
@@ -129,6 +139,7 @@ typedef struct {
     size_t chunk_elems;
     size_t device_bytes;             // what this backend cudaMalloc'd itself
     size_t host_bytes;               // what this backend cudaMallocHost'd itself
+    CbCommProfile prof;              // --profile-step (NCCL path)
 } CudaBackend;
 
 // ----------------------------------------------------------------------------
@@ -364,6 +375,28 @@ static inline void cuda_copy_to_device(void* ctx, void* dst, const void* src_hos
 // ----------------------------------------------------------------------------
 // Collectives
 
+// Brackets one collective's comm-stream work when profiling (NCCL path): the index to pass
+// to cb_prof_end, or -1.
+static inline int cb_prof_begin(CudaBackend* c, int kind) {
+    CbCommProfile* p = &c->prof;
+    if (!p->on || !c->comm) return -1;
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 256;
+        p->start = (cudaEvent_t*)realloc(p->start, (size_t)p->cap * sizeof(cudaEvent_t));
+        p->end = (cudaEvent_t*)realloc(p->end, (size_t)p->cap * sizeof(cudaEvent_t));
+        p->kind = (unsigned char*)realloc(p->kind, (size_t)p->cap);
+        if (!p->start || !p->end || !p->kind) fatal(c->pg, "out of host memory (--profile-step)");
+    }
+    CB_CUDA(c, cudaEventCreate(&p->start[p->n]));
+    CB_CUDA(c, cudaEventCreate(&p->end[p->n]));
+    CB_CUDA(c, cudaEventRecord(p->start[p->n], c->comm));
+    p->kind[p->n] = (unsigned char)kind;
+    return p->n++;
+}
+static inline void cb_prof_end(CudaBackend* c, int i) {
+    if (i >= 0) CB_CUDA(c, cudaEventRecord(c->prof.end[i], c->comm));
+}
+
 // compute -> comm: the comm stream's next work starts after everything enqueued on compute.
 static inline void cb_handoff(CudaBackend* c, cudaEvent_t ev) {
     CB_CUDA(c, cudaEventRecord(ev, c->compute));
@@ -383,10 +416,12 @@ static inline void cuda_all_gather_start(void* ctx, int op, const void* shard, v
         if (sp != mine && sp < (const char*)full + W * shard_bytes && sp + shard_bytes > (const char*)full)
             fatal(c->pg, "fsdp cuda: all-gather source overlaps its destination but is not this rank's slice");
         cb_handoff(c, s->ready);
+        const int pi = cb_prof_begin(c, CB_PROF_GATHER);
         if (n > 0)
             cb_nccl_call(c, c->nccl_shard,
                          ncclAllGather(shard, full, n, ncclBfloat16, c->nccl_shard, c->comm),
                          "ncclAllGather (shard group)");
+        cb_prof_end(c, pi);
         CB_CUDA(c, cudaEventRecord(s->done, c->comm));
     } else {
         if (n > 0) {
@@ -410,6 +445,7 @@ static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full
     const bf16* g = (const bf16*)full;
     if (c->cfg.use_nccl) {
         cb_handoff(c, s->ready);
+        const int pi = cb_prof_begin(c, CB_PROF_REDUCE);
         if (n > 0) {
             if (c->cfg.reduce_fp32) {
                 cast_bf16_to_f32_cuda(c->f32_scratch, g, W * n, c->comm);
@@ -425,6 +461,7 @@ static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full
                 cast_bf16_to_f32_cuda(shard_out, c->bf16_scratch, n, c->comm);
             }
         }
+        cb_prof_end(c, pi);
         CB_CUDA(c, cudaEventRecord(s->done, c->comm));
     } else {
         if (n > 0) {
@@ -468,9 +505,11 @@ static inline void cuda_all_reduce_replicas(void* ctx, float* buf, size_t n) {
     if (c->pg->replicate_size <= 1 || n == 0) return;
     if (c->cfg.use_nccl) {
         cb_handoff(c, c->rep_ready);
+        const int pi = cb_prof_begin(c, CB_PROF_REPLICA);
         cb_nccl_call(c, c->nccl_replica,
                      ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->nccl_replica, c->comm),
                      "ncclAllReduce (replica group)");
+        cb_prof_end(c, pi);
         CB_CUDA(c, cudaEventRecord(c->rep_done, c->comm));
         CB_CUDA(c, cudaStreamWaitEvent(c->compute, c->rep_done, 0));
     } else {
@@ -705,6 +744,13 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     if (c->h_sumsq) CB_CUDA(c, cudaFreeHost(c->h_sumsq));
     if (c->h_chunk) CB_CUDA(c, cudaFreeHost(c->h_chunk));
     CB_CUDA(c, cudaEventDestroy(c->host_ev));
+    for (int i = 0; i < c->prof.n; i++) {
+        CB_CUDA(c, cudaEventDestroy(c->prof.start[i]));
+        CB_CUDA(c, cudaEventDestroy(c->prof.end[i]));
+    }
+    free(c->prof.start);
+    free(c->prof.end);
+    free(c->prof.kind);
     free(c->ops);
     free(c);
     memset(be, 0, sizeof(*be));
@@ -715,6 +761,33 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
 // waiting on a collective that a stalled peer never joins, and NCCL itself never times out).
 static inline void fsdp_backend_cuda_host_wait(FsdpBackend* be, cudaStream_t s, const char* what) {
     cb_host_wait((CudaBackend*)be->ctx, s, what);
+}
+
+// --profile-step: time every collective's comm-stream work from now until
+// fsdp_backend_cuda_profile_finish (NCCL path; the staged path's collectives are host-side).
+static inline void fsdp_backend_cuda_profile_start(FsdpBackend* be) {
+    CudaBackend* c = (CudaBackend*)be->ctx;
+    c->prof.on = c->comm != NULL;
+}
+
+// Waits for the comm stream, then per CB_PROF_* kind: the comm stream's milliseconds and how
+// many collectives (all zero on the staged path).
+static inline void fsdp_backend_cuda_profile_finish(FsdpBackend* be, double ms[CB_PROF_KINDS], int count[CB_PROF_KINDS]) {
+    CudaBackend* c = (CudaBackend*)be->ctx;
+    CbCommProfile* p = &c->prof;
+    for (int k = 0; k < CB_PROF_KINDS; k++) { ms[k] = 0.0; count[k] = 0; }
+    p->on = 0;
+    if (p->n == 0) return;
+    cb_host_wait(c, c->comm, "the comm stream (--profile-step)");
+    for (int i = 0; i < p->n; i++) {
+        float t = 0.0f;
+        CB_CUDA(c, cudaEventElapsedTime(&t, p->start[i], p->end[i]));
+        ms[p->kind[i]] += t;
+        count[p->kind[i]]++;
+        CB_CUDA(c, cudaEventDestroy(p->start[i]));
+        CB_CUDA(c, cudaEventDestroy(p->end[i]));
+    }
+    p->n = 0;
 }
 
 // Device bytes this backend allocated itself (scratch; not what alloc() handed out, not

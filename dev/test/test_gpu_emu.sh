@@ -347,9 +347,13 @@ good cuda_np2 nccl_np2 && compare "--comm nccl np=2 vs the staged --comm mpi np=
 # shows they change nothing); the table has the phases of the NCCL schedule.
 if good nccl_np2; then
     table=$(sed -n '/^profile of step 3 (rank 0, cuda device/,/^step /p' "$TMP/nccl_np2.log")
+    # and the comm stream's own time: 3 units, so 3 reduce-scatters (one micro-step) and at
+    # least 3 all-gathers (the blocks again for the backward when resharded).
+    comm=$(grep -m1 '^  comm stream (NCCL' <<<"$table")
     if grep -q 'fsdp waits (gather / reduce) *backward' <<<"$table" && grep -q 'attention  *forward' <<<"$table" \
-        && grep -q 'grad norm + AdamW' <<<"$table"; then
-        ok "$TAG --profile-step 3 with --comm nccl: a table of $(grep -c ' interval(s)$' <<<"$table") phases from events on the model's stream"
+        && grep -q 'grad norm + AdamW' <<<"$table" &&
+        grep -qE 'all-gather [0-9.]+ ms \(([3-9]|[1-9][0-9])\), reduce-scatter [0-9.]+ ms \(3\), replica all-reduce 0\.000 ms \(0\)' <<<"$comm"; then
+        ok "$TAG --profile-step 3 with --comm nccl: a table of $(grep -c ' interval(s)$' <<<"$table") phases from events on the model's stream;${comm#  comm stream (NCCL, beside the compute above):}"
     else
         not_ok "$TAG --profile-step 3 with --comm nccl: no complete table: $(head -c 300 <<<"$table" | tr '\n' ' ')"
     fi
