@@ -13,8 +13,8 @@
 #     same with HSDP (2 replicas); gradient accumulation with and without
 #     --no-grad-sync-until-last within 1e-2;
 #   - --attention cublas vs flash, --reduce-dtype fp32 vs bf16, --gelu-fusion 0 vs 2: within 2%;
-#   - sampling and validation run on cuda; the GPU memory budget and the measured peak are
-#     printed.
+#   - sampling and validation run on cuda; the measured peak GPU memory agrees with the
+#     printed budget (at least it, at most max(512 MiB, 10%) above it).
 # Every run is bounded by `timeout`; a failing run is reported and the others still run.
 set -u
 cd "$(dirname "$0")/../.."
@@ -68,8 +68,18 @@ run cuda_ref 1 --device cuda -b 4 -o "$out/cuda_ref" -s 10 -g 8 && cuda_ok=1 || 
 if [ $cuda_ok = 1 ]; then
     grep -q '^sample (step 10)' "$out/cuda_ref.log" && ok "sampling on cuda" || not_ok "sampling on cuda: no sample printed"
     grep -q '^val loss' "$out/cuda_ref.log" && ok "validation on cuda" || not_ok "validation on cuda: no val loss printed"
+    # The measured peak must agree with the printed budget: at least the budget (all of it is
+    # allocated before step 0) and at most 512 MiB (or 10%) above it, what CUDA's lazily
+    # loaded kernels, cuBLASLt and NCCL keep for themselves.
     mem=$(grep -m1 '^peak GPU memory' "$out/cuda_ref.log")
-    [ -n "$mem" ] && ok "GPU memory reported: $mem" || not_ok "no 'peak GPU memory' line"
+    if [ -z "$mem" ]; then not_ok "no 'peak GPU memory' line"
+    else
+        check=$(awk '{ for (i = 1; i <= NF; i++) { if ($i == "rank:") m = $(i + 1); if ($i == "budget") b = $(i + 1) }
+                       slack = b * 0.1 > 512 ? b * 0.1 : 512
+                       printf "%s %.1f", (m >= 0.999 * b && m <= b + slack) ? "agree" : "differ", m - b }' <<<"$mem")
+        [ "${check%% *}" = agree ] && ok "GPU memory: measured peak agrees with the budget (${check#* } MiB above it): $mem" ||
+            not_ok "GPU memory: measured peak and budget differ by ${check#* } MiB (allowed: 0 to max(512 MiB, 10%)): $mem"
+    fi
 fi
 [ $cpu_ok = 1 ] && [ $cuda_ok = 1 ] && compare "cuda vs cpu, 20 steps from the same init (bf16 vs fp32)" \
     "$out/cpu_ref/metrics.jsonl" "$out/cuda_ref/metrics.jsonl" --rtol 0.02

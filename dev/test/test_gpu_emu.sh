@@ -263,7 +263,17 @@ if good cuda_ref; then
     grep -q '^sample (step 4)' "$TMP/cuda_ref.log" && ok "$TAG sampling on cuda" || not_ok "$TAG sampling on cuda: no sample printed"
     grep -q '^val loss' "$TMP/cuda_ref.log" && ok "$TAG validation on cuda" || not_ok "$TAG validation on cuda: no val loss printed"
     grep -m1 '^# cuda_emu' "$TMP/cuda_ref.log"
-    grep -m1 '^peak GPU memory' "$TMP/cuda_ref.log" | sed 's/^/# /'
+    # The emulator's cudaMemGetInfo counts exactly what the process allocated: the printed
+    # budget must be all of it (an allocation the budget misses, or counts twice, shows).
+    for run in cuda_ref nccl_np2; do
+        mem=$(grep -m1 '^peak GPU memory' "$TMP/$run.log")
+        if awk '{ for (i = 1; i <= NF; i++) { if ($i == "rank:") m = $(i + 1); if ($i == "budget") b = $(i + 1) }
+                  exit !(b > 0 && m - b < 0.05 && b - m < 0.05) }' <<<"$mem"; then
+            ok "$TAG $run: the measured peak GPU memory equals the printed budget ($mem)"
+        else
+            not_ok "$TAG $run: measured peak GPU memory and budget differ: '$mem'"
+        fi
+    done
 fi
 good cpu_ref cuda_ref && compare "train_gpt --device cuda vs cpu, 4 steps from the same init (within 2%)" \
     "$TMP/cpu_ref/metrics.jsonl" "$TMP/cuda_ref/metrics.jsonl" --rtol 0.02
