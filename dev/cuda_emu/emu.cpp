@@ -623,21 +623,19 @@ static void sync_all(const char* api) {
     sync_all(lk, api);
 }
 
-void enqueue(cudaStream_t s, const char* what, std::function<void()> work) {
+static void enqueue_as(cudaStream_t s, OpKind kind, const char* what, std::function<void()> work) {
     std::unique_lock<std::mutex> lk(mu);
     if (!stream_ok(s)) {
         lk.unlock();
         die("%s on %p: not a live stream", what, (void*)s);
     }
-    issue(lk, S(s), OP_BLOCKING, what, std::move(work));
+    issue(lk, S(s), kind, what, std::move(work));
+}
+void enqueue(cudaStream_t s, const char* what, std::function<void()> work) {
+    enqueue_as(s, OP_BLOCKING, what, std::move(work));
 }
 void enqueue_compute(cudaStream_t s, const char* what, std::function<void()> work) {
-    std::unique_lock<std::mutex> lk(mu);
-    if (!stream_ok(s)) {
-        lk.unlock();
-        die("%s on %p: not a live stream", what, (void*)s);
-    }
-    issue(lk, S(s), OP_DEVICE, what, std::move(work));
+    enqueue_as(s, OP_DEVICE, what, std::move(work));
 }
 
 }  // namespace emu
