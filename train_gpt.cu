@@ -690,7 +690,6 @@ static const char* const phase_names[PH_COUNT] = {
     "matmul (transformer blocks)", "matmul (lm head)", "attention", "cross-entropy", "grad norm + AdamW",
 };
 typedef struct StepProfile {
-    int on;              // marking (only during the profiled step)
     int n, cap;
     void** marks;        // Device marks, in order
     unsigned char* what; // phase * 2 + backward, per mark
@@ -698,7 +697,7 @@ typedef struct StepProfile {
 
 static void prof(GPT2* model, Phase phase, int backward) {
     StepProfile* p = model->prof;
-    if (!p || !p->on) return;
+    if (!p) return;
     if (p->n == p->cap) {  // grows only during the one profiled step
         p->cap = p->cap ? 2 * p->cap : 512;
         p->marks = (void**)realloc(p->marks, (size_t)p->cap * sizeof(void*));
@@ -714,17 +713,17 @@ static void prof(GPT2* model, Phase phase, int backward) {
 // collectives (their own time, beside the compute; what compute waited for is "fsdp waits").
 static void prof_begin(GPT2* model, StepProfile* p) {
     model->prof = p;
-    p->on = 1;
 #ifdef __CUDACC__
     if (model->dev.impl) fsdp_backend_cuda_profile_start(&model->backend);
 #endif
 }
 
-// Ends the profiled step: waits for the device, prints rank 0's breakdown, frees the marks.
+// Ends the profiled step: waits for the device, prints rank 0's breakdown, frees the marks,
+// and stops marking.
 static void prof_report(GPT2* model, int step, double host_ms, int rank) {
     StepProfile* p = model->prof;
     Device* d = &model->dev;
-    p->on = 0;
+    model->prof = NULL;
     d->synchronize(d);
 #ifdef __CUDACC__
     double comm_ms[CB_PROF_KINDS] = {0};
@@ -2079,11 +2078,10 @@ int main(int argc, char** argv) {
         train_traffic.reduce_scattered += model.fsdp.traffic.reduce_scattered - before.reduce_scattered;
         train_traffic.replica_reduced += model.fsdp.traffic.replica_reduced - before.replica_reduced;
         double ms = (now_seconds() - t0) * 1000.0;
-        int profiled = model.prof && step_profile.on;
+        int profiled = model.prof != NULL;
         if (profiled) {
             prof(&model, PH_HOST, 0);  // the end of the step's timeline
             prof_report(&model, step + 1, ms, pg.rank);
-            model.prof = NULL;
             profiled_steps++;
         }
         if (on_cuda) {
