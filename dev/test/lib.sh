@@ -8,6 +8,13 @@ run_np() {
     mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$@"
 }
 
+# peak_gpu_mem LOG: "MEASURED BUDGET" (MiB) from train_gpt's "peak GPU memory per rank: M MiB
+# measured (...), budget B MiB" line, or nothing when LOG has none.
+peak_gpu_mem() {
+    grep -m1 '^peak GPU memory' "$1" |
+        awk '{ for (i = 1; i <= NF; i++) { if ($i == "rank:") m = $(i + 1); if ($i == "budget") b = $(i + 1) }; print m, b }'
+}
+
 ok() { echo "ok - $*"; }
 not_ok() { echo "not ok - $*"; }
 

@@ -74,9 +74,9 @@ if [ $cuda_ok = 1 ]; then
     mem=$(grep -m1 '^peak GPU memory' "$out/cuda_ref.log")
     if [ -z "$mem" ]; then not_ok "no 'peak GPU memory' line"
     else
-        check=$(awk '{ for (i = 1; i <= NF; i++) { if ($i == "rank:") m = $(i + 1); if ($i == "budget") b = $(i + 1) }
-                       slack = b * 0.1 > 512 ? b * 0.1 : 512
-                       printf "%s %.1f", (m >= 0.999 * b && m <= b + slack) ? "agree" : "differ", m - b }' <<<"$mem")
+        read -r m b <<<"$(peak_gpu_mem "$out/cuda_ref.log")"
+        check=$(awk -v m="${m:-}" -v b="${b:-}" 'BEGIN { slack = b * 0.1 > 512 ? b * 0.1 : 512
+                       printf "%s %.1f", (b > 0 && m >= 0.999 * b && m <= b + slack) ? "agree" : "differ", m - b }')
         [ "${check%% *}" = agree ] && ok "GPU memory: measured peak agrees with the budget (${check#* } MiB above it): $mem" ||
             not_ok "GPU memory: measured peak and budget differ by ${check#* } MiB (allowed: 0 to max(512 MiB, 10%)): $mem"
     fi

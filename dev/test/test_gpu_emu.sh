@@ -267,8 +267,8 @@ if good cuda_ref; then
     # budget must be all of it (an allocation the budget misses, or counts twice, shows).
     for run in cuda_ref nccl_np2; do
         mem=$(grep -m1 '^peak GPU memory' "$TMP/$run.log")
-        if awk '{ for (i = 1; i <= NF; i++) { if ($i == "rank:") m = $(i + 1); if ($i == "budget") b = $(i + 1) }
-                  exit !(b > 0 && m - b < 0.05 && b - m < 0.05) }' <<<"$mem"; then
+        read -r m b <<<"$(peak_gpu_mem "$TMP/$run.log")"
+        if awk -v m="${m:-}" -v b="${b:-}" 'BEGIN { exit !(b > 0 && m - b < 0.05 && b - m < 0.05) }'; then
             ok "$TAG $run: the measured peak GPU memory equals the printed budget ($mem)"
         else
             not_ok "$TAG $run: measured peak GPU memory and budget differ: '$mem'"
