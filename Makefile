@@ -38,12 +38,12 @@ CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) $(MPI_DEF) -DOMPI_SKIP_MPICXX -DMPICH_SK
 LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm -fopenmp
 
 # The libraries: plain C, unit-testable without a GPU.
-LIB_SRCS := $(wildcard kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c)
+LIB_SRCS := $(wildcard comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c)
 ifeq ($(NO_MPI),1)
-LIB_SRCS := $(filter-out fsdp/comm_mpi.c,$(LIB_SRCS))
+LIB_SRCS := $(filter-out comm/comm_mpi.c,$(LIB_SRCS))
 endif
 LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
-HEADERS  := $(wildcard kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h)
+HEADERS  := $(wildcard comm/*.h kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h)
 
 TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c)) $(if $(wildcard checkpoint/tool/ckpt.c),ckpt)
 TEST_BINS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c)) build/test_gpt2

@@ -25,7 +25,7 @@
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
 
-#include "fsdp/comm.h"
+#include "comm/comm.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>

@@ -1,5 +1,5 @@
 // The CPU device's FsdpBackend: host memory, fp32 compute dtype, non-blocking collectives
-// (fsdp/comm.h: MPI_Iallgather / MPI_Ireduce_scatter_block, or the TCP transport's ring) on
+// (comm/comm.h: MPI_Iallgather / MPI_Ireduce_scatter_block, or the TCP transport's ring) on
 // the shard group, and the CPU kernels for the elementwise work.
 #ifndef FSDP_BACKEND_CPU_H
 #define FSDP_BACKEND_CPU_H

@@ -6,7 +6,7 @@
 //       HSDP), all collectives on one dedicated, high-priority comm stream, every hand-off
 //       between the compute stream and the comm stream an event. Nothing synchronises the
 //       host inside a step except sum_squares (the host needs the value) and the staged path.
-//   staged (cfg.use_nccl = 0, `--comm mpi`)  through pinned host buffers over fsdp/comm.h (MPI
+//   staged (cfg.use_nccl = 0, `--comm mpi`)  through pinned host buffers over comm/comm.h (MPI
 //       or TCP), so that several ranks may share one GPU (NCCL refuses that). Same numbers as
 //       NCCL up to the order of the reduction.
 //
@@ -71,9 +71,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "fsdp/comm.h"
+#include "comm/comm.h"
 #include "fsdp/fsdp.h"
-#include "fsdp/process_group.h"
+#include "comm/process_group.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.cuh"
 

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "fsdp/flat_unit.h"
-#include "fsdp/process_group.h"
+#include "comm/process_group.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts N ranks of a command on this machine without MPI, the way torchrun does: every rank
 # gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and one free
-# MASTER_PORT, so train_gpt's ranks meet over its TCP transport (fsdp/comm_tcp.c). For a
+# MASTER_PORT, so train_gpt's ranks meet over its TCP transport (comm/comm_tcp.c). For a
 # build without MPI (make NO_MPI=1, the default where there is no mpicc) or a machine with no
 # mpirun; with MPI, `mpirun -np N` does the same job.
 #

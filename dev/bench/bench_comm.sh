@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two transports of fsdp/comm.h on this machine: a 64 MiB all-gather and reduce-scatter
+# The two transports of comm/comm.h on this machine: a 64 MiB all-gather and reduce-scatter
 # (best of 5 after a warm-up) at W=2 over TCP (loopback, file rendezvous) and over MPI
 # (Open MPI, shared memory). GB/s = the full 64 MiB buffer / time.
 #   bash dev/bench/bench_comm.sh          (needs `make build/test_comm`)

@@ -37,7 +37,7 @@
 #include "fsdp/backend_cuda.cuh"
 #include "fsdp/flat_unit.h"
 #include "fsdp/fsdp.h"
-#include "fsdp/process_group.h"
+#include "comm/process_group.h"
 
 static ProcessGroup g_pg;
 static int n_failed = 0, n_passed = 0;

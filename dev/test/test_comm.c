@@ -1,4 +1,4 @@
-// A battery of checks of fsdp/comm.h over one transport, run by every rank of a world:
+// A battery of checks of comm/comm.h over one transport, run by every rank of a world:
 //
 //   build/test_comm --transport tcp --rank R --world W --rendezvous file:DIR --run-id ID [--timeout S]
 //   mpirun -np W build/test_comm --transport mpi
@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fsdp/comm.h"
+#include "comm/comm.h"
 
 typedef struct {
     CommWorld* cw;

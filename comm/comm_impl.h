@@ -3,7 +3,7 @@
 #ifndef FSDP_COMM_IMPL_H
 #define FSDP_COMM_IMPL_H
 
-#include "fsdp/comm.h"
+#include "comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "fsdp/process_group.h"
+#include "comm/process_group.h"
 
 #ifndef FSDP_NO_MPI
 #include <mpi.h>

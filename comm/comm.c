@@ -1,5 +1,5 @@
 // The transport-independent half of comm.h: each call goes to the world's transport.
-#include "fsdp/comm_impl.h"
+#include "comm/comm_impl.h"
 
 #include <stdlib.h>
 

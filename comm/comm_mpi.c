@@ -3,7 +3,7 @@
 // would wait forever for a rank that is alive but stuck (a dead rank is noticed by the
 // launcher, which ends the job). The watchdog never calls MPI: it prints and exits, and the
 // launcher (mpirun, srun --kill-on-bad-exit) tears the job down.
-#include "fsdp/comm_impl.h"
+#include "comm/comm_impl.h"
 
 #include <limits.h>
 #include <mpi.h>

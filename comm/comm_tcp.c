@@ -41,7 +41,7 @@
 // While no operation is queued the thread still watches every socket for hang-ups, so a rank
 // busy computing notices a dead peer too.
 #define _GNU_SOURCE
-#include "fsdp/comm_impl.h"
+#include "comm/comm_impl.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 // Process group: who am I, how many of us, and the groups the FSDP engine communicates in.
 //
-// How the ranks find each other (fsdp/comm.h):
+// How the ranks find each other (comm/comm.h):
 //   - an MPI world when an MPI launcher started us (mpirun/mpiexec of Open MPI or MPICH, srun
 //     with PMI/PMIx); the launcher's variables must agree with what MPI sees;
 //   - the TCP transport when --rendezvous is given, or when a launcher that is not MPI says
@@ -13,7 +13,7 @@
 #define FSDP_PROCESS_GROUP_H
 
 #include <stdio.h>
-#include "fsdp/comm.h"
+#include "comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
