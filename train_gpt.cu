@@ -41,7 +41,7 @@ cpu device works on a machine without a GPU.
 #include "fsdp/backend_cpu.h"
 #include "fsdp/flat_unit.h"
 #include "fsdp/fsdp.h"
-#include "fsdp/process_group.h"
+#include "comm/process_group.h"
 #include "checkpoint/checkpoint.h"
 #include "kernels/cpu_kernels.h"
 #include "model/gpt2.h"
