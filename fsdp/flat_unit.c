@@ -31,3 +31,31 @@ int flat_tensor_slice(const FlatTensor* t, size_t begin, size_t end, size_t* lo,
     *hi = b - t->offset;
     return 1;
 }
+
+int flat_tensor_count(const FlatUnit* units, int n_units) {
+    int n = 0;
+    for (int u = 0; u < n_units; u++) n += units[u].n_tensors;
+    return n;
+}
+
+int flat_owned_pieces(const FlatUnit* units, int n_units, int shard_rank, FlatPiece* out) {
+    int n = 0;
+    size_t arena = 0;  // where unit u's shard starts in the rank's arena
+    for (int u = 0; u < n_units; u++) {
+        const FlatUnit* unit = &units[u];
+        size_t begin = (size_t)shard_rank * unit->shard, end = begin + unit->shard;
+        for (int i = 0; i < unit->n_tensors; i++) {
+            const FlatTensor* t = &unit->tensors[i];
+            size_t lo, hi;
+            if (!flat_tensor_slice(t, begin, end, &lo, &hi)) continue;
+            FlatPiece* p = &out[n++];
+            p->unit = u;
+            p->tensor = i;
+            p->lo = lo;
+            p->hi = hi;
+            p->at = arena + t->offset + lo - begin;
+        }
+        arena += unit->shard;
+    }
+    return n;
+}

@@ -42,6 +42,22 @@ void flat_unit_finalize(FlatUnit* u, int shard_count, size_t align);
 // range [*lo, *hi) of the tensor. Returns 0 when they do not meet.
 int flat_tensor_slice(const FlatTensor* t, size_t begin, size_t end, size_t* lo, size_t* hi);
 
+// One piece a rank owns: elements [lo, hi) of tensor `tensor` of unit `unit`, held at element
+// `at` of the rank's shard arena (its shards of every unit, back to back in unit order).
+// Everything that walks a rank's slices (initialisation, model files, checkpoints, AdamW,
+// import) walks this table.
+typedef struct {
+    int unit, tensor;
+    size_t lo, hi;
+    size_t at;
+} FlatPiece;
+
+// The pieces shard `shard_rank` owns of units[0 .. n_units), in unit then tensor order, into
+// out (room for one per tensor of every unit). Returns how many.
+int flat_owned_pieces(const FlatUnit* units, int n_units, int shard_rank, FlatPiece* out);
+// Tensors over all units: the room flat_owned_pieces needs.
+int flat_tensor_count(const FlatUnit* units, int n_units);
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,6 +57,9 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
         f->total_shard += units[u].shard;
         if (u > 0 && units[u].padded > f->block_padded) f->block_padded = units[u].padded;
     }
+    f->pieces = (FlatPiece*)calloc((size_t)flat_tensor_count(units, n_units) + 1, sizeof(FlatPiece));
+    if (!f->pieces) { snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
+    f->n_pieces = flat_owned_pieces(units, n_units, pg->shard_rank, f->pieces);
 
     size_t fp32_bytes = f->total_shard * sizeof(float);
     f->master = (float*)be->alloc(be->ctx, fp32_bytes);
@@ -132,7 +135,7 @@ void fsdp_free(Fsdp* f) {
     be->release(be->ctx, f->grad_shard);
     free(f->param_slot); free(f->param_slot_unit); free(f->param_slot_state); free(f->unit_param_slot);
     free(f->grad_slot); free(f->rs_out); free(f->grad_slot_unit); free(f->grad_slot_busy);
-    free(f->unit_grad_slot); free(f->shard_offset);
+    free(f->unit_grad_slot); free(f->shard_offset); free(f->pieces);
     memset(f, 0, sizeof(*f));
 }
 
@@ -205,6 +208,10 @@ static int request_unit(Fsdp* f, int u) {
     return 1;
 }
 
+static void notify(const Fsdp* f, FsdpEvent e) {
+    if (f->on_event) f->on_event(f->on_event_ctx, e);
+}
+
 static void* acquire_unit(Fsdp* f, int u) {
     if (f->params_dirty) {
         // The optimizer updated the shards: every gathered copy is stale. Nothing can be in
@@ -237,6 +244,7 @@ static void release_unit(Fsdp* f, int u) {
 }
 
 void* fsdp_forward_pre(Fsdp* f, int u) {
+    notify(f, FSDP_EVENT_FORWARD);
     void* p = acquire_unit(f, u);
     // Prefetch the next units in forward order while u computes.
     for (int k = 1; k <= f->cfg.prefetch && u + k < f->n_units; k++)
@@ -245,10 +253,12 @@ void* fsdp_forward_pre(Fsdp* f, int u) {
 }
 
 void fsdp_forward_post(Fsdp* f, int u) {
+    notify(f, FSDP_EVENT_FORWARD);
     if (f->cfg.reshard_after_forward) release_unit(f, u);
 }
 
 void* fsdp_backward_pre(Fsdp* f, int u) {
+    notify(f, FSDP_EVENT_BACKWARD);
     void* p = acquire_unit(f, u);
     for (int k = 1; k <= f->cfg.prefetch && u - k >= 1; k++)
         if (!request_unit(f, u - k)) break;
@@ -312,6 +322,7 @@ void* fsdp_grad(Fsdp* f, int u) {
 }
 
 void fsdp_backward_post(Fsdp* f, int u) {
+    notify(f, FSDP_EVENT_BACKWARD);
     release_unit(f, u);
     int g = f->unit_grad_slot[u];
     if (g < 0) fatal(f->pg, "fsdp: unit %d finished its backward without a gradient", u);
@@ -325,6 +336,7 @@ void fsdp_backward_post(Fsdp* f, int u) {
 }
 
 void fsdp_end_micro_step(Fsdp* f) {
+    notify(f, FSDP_EVENT_BACKWARD);
     for (int g = 0; g < f->n_grad_slots; g++) finish_reduce(f, g);
     if (f->cfg.sync_every_micro_step) {
         for (int u = 0; u < f->n_units; u++) f->unit_grad_slot[u] = -1;
@@ -340,6 +352,7 @@ void fsdp_end_micro_step(Fsdp* f) {
 }
 
 float fsdp_grad_norm(Fsdp* f) {
+    notify(f, FSDP_EVENT_OPTIMIZER);
     double local = f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
     return (float)sqrt(f->be.all_reduce_sum(f->be.ctx, local));
 }
@@ -347,20 +360,12 @@ float fsdp_grad_norm(Fsdp* f) {
 void fsdp_optimizer_step(Fsdp* f, float norm, float lr, float beta1, float beta2, float eps,
                          float weight_decay, float grad_clip, int t) {
     float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
-    for (int u = 0; u < f->n_units; u++) {
-        const FlatUnit* unit = &f->units[u];
-        size_t begin, end;
-        fsdp_owned_range(f, u, &begin, &end);
-        size_t base = f->shard_offset[u];
-        for (int i = 0; i < unit->n_tensors; i++) {
-            const FlatTensor* tensor = &unit->tensors[i];
-            size_t lo, hi;
-            if (!flat_tensor_slice(tensor, begin, end, &lo, &hi)) continue;
-            size_t at = base + tensor->offset + lo - begin;
-            f->be.adamw(f->be.ctx, f->master + at, f->adam_m + at, f->adam_v + at,
-                        f->grad_shard + at, hi - lo, lr, beta1, beta2, eps,
-                        tensor->decay ? weight_decay : 0.0f, t, scale);
-        }
+    for (int i = 0; i < f->n_pieces; i++) {
+        const FlatPiece* p = &f->pieces[i];
+        const FlatTensor* tensor = &f->units[p->unit].tensors[p->tensor];
+        f->be.adamw(f->be.ctx, f->master + p->at, f->adam_m + p->at, f->adam_v + p->at,
+                    f->grad_shard + p->at, p->hi - p->lo, lr, beta1, beta2, eps,
+                    tensor->decay ? weight_decay : 0.0f, t, scale);
     }
     refresh_param_shards(f, t);
     f->params_dirty = 1;

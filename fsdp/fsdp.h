@@ -95,6 +95,10 @@ typedef struct {
 
 enum { SLOT_EMPTY = 0, SLOT_GATHERING, SLOT_READY };
 
+// What a profiler hears from the engine (Fsdp.on_event): a forward or backward pre/post call
+// (time until the next kernel is communication compute waited for), or the optimizer's start.
+typedef enum { FSDP_EVENT_FORWARD, FSDP_EVENT_BACKWARD, FSDP_EVENT_OPTIMIZER } FsdpEvent;
+
 typedef struct {
     const ProcessGroup* pg;
     FsdpBackend be;
@@ -103,6 +107,8 @@ typedef struct {
     const FlatUnit* units;       // caller's array, finalized for pg->shard_size
     size_t* shard_offset;        // [n_units] where unit u's shard starts in the arenas
     size_t total_shard;          // elements per rank over all units
+    FlatPiece* pieces;           // this rank's pieces of every tensor (flat_owned_pieces)
+    int n_pieces;
 
     // Sharded state, fp32, one allocation each, [total_shard], in device memory
     float* master;
@@ -139,6 +145,9 @@ typedef struct {
     int params_dirty;            // the optimizer changed the shards: gathered copies are stale
     FsdpMemory memory;
     FsdpTraffic traffic;         // cumulative since fsdp_init
+    // Called at the start of every schedule call when set (--profile-step); NULL otherwise.
+    void (*on_event)(void* ctx, FsdpEvent event);
+    void* on_event_ctx;
 } Fsdp;
 
 // Collectives the engine may have in flight at once (op slots 0 .. fsdp_max_ops - 1): one per
@@ -157,6 +166,7 @@ void fsdp_free(Fsdp* f);
 
 // This rank's slice of unit u in the flat buffer: [begin, end).
 void fsdp_owned_range(const Fsdp* f, int u, size_t* begin, size_t* end);
+// (What the rank owns of each tensor, and where in the arenas: f->pieces.)
 // This rank's fp32 master shard of unit u (f->units[u].shard elements), device memory.
 float* fsdp_master_shard(const Fsdp* f, int u);
 // The same in the host mirror.
