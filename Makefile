@@ -38,12 +38,12 @@ CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) $(MPI_DEF) -DOMPI_SKIP_MPICXX -DMPICH_SK
 LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm -fopenmp
 
 # The libraries: plain C, unit-testable without a GPU.
-LIB_SRCS := $(wildcard comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c)
+LIB_SRCS := $(wildcard comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c)
 ifeq ($(NO_MPI),1)
 LIB_SRCS := $(filter-out comm/comm_mpi.c,$(LIB_SRCS))
 endif
 LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
-HEADERS  := $(wildcard comm/*.h kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h)
+HEADERS  := $(wildcard comm/*.h kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h train/*.h train/*.cuh)
 
 TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c)) $(if $(wildcard checkpoint/tool/ckpt.c),ckpt)
 TEST_BINS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c)) build/test_gpt2
@@ -60,7 +60,7 @@ GENCODE   := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 NVCCFLAGS := -O3 -std=c++17 $(GENCODE) --Werror all-warnings -I. -ccbin $(CXX) \
              -Xcompiler "$(OPT) -fopenmp $(WARN) $(MPI_DEF) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX" \
              -I$(BLAS_INC)
-# GPU tests: dev/test/test_*_cuda.cu, built only when nvcc exists (run by test_cuda.sh,
+# GPU tests: dev/test/test_*_cuda.cu, built only when nvcc exists (run by test_kernels_gpu.sh,
 # which reports them as skipped on a machine without a GPU).
 TEST_BINS += $(patsubst dev/test/%.cu,build/%,$(wildcard dev/test/test_*_cuda.cu))
 # NCCL from the toolkit or the system, else from a directory such as PyTorch's pip wheel

@@ -1,13 +1,25 @@
+// model/: GPT-2's files, for train_gpt and the ckpt tool alike: shapes, presets, config
+// checks, tensor names and the flat-unit layout (this file, gpt2.h); initialisation, llm.c
+// model files and the checkpoint tables and state (gpt2_state.c).
 #include "model/gpt2.h"
 
 #include <ctype.h>
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int pad_vocab(int v) { return (v + VOCAB_PAD_MULTIPLE - 1) / VOCAB_PAD_MULTIPLE * VOCAB_PAD_MULTIPLE; }
+
+const char* gpt2_config_check(const GPT2Config* c) {
+    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1)
+        return "a dimension is < 1";
+    if (c->channels % c->num_heads != 0) return "channels is not a multiple of num_heads";
+    if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size < vocab_size";
+    if (c->num_layers > 100000 || c->channels > (1 << 20) || c->max_seq_len > (1 << 24) ||
+        c->padded_vocab_size > (1 << 26)) return "a dimension is implausibly large";
+    return NULL;
+}
 
 int preset_config(const char* name, GPT2Config* c) {
     if (name[0] != 'd' || !isdigit((unsigned char)name[1])) return 1;
@@ -54,23 +66,54 @@ void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]) {
     sizes[K_LNFB] = C;
 }
 
+int kind_layers(const GPT2Config* c, int kind) {
+    return (kind >= K_LN1W && kind <= K_FCPROJB) ? c->num_layers : 1;
+}
+
+void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols) {
+    size_t C = (size_t)c->channels;
+    switch (kind) {
+    case K_WTE: *rows = (size_t)c->padded_vocab_size; *cols = C; break;
+    case K_WPE: *rows = (size_t)c->max_seq_len; *cols = C; break;
+    case K_LNFW: case K_LNFB: *rows = 1; *cols = C; break;
+    default: block_tensor_shape(c, kind - K_LN1W, rows, cols);
+    }
+}
+
+void gpt2_tensor_name(int kind, int layer, char* out, size_t outlen) {
+    switch (kind) {
+    case K_WTE: snprintf(out, outlen, "wte"); break;
+    case K_WPE: snprintf(out, outlen, "wpe"); break;
+    case K_LNFW: snprintf(out, outlen, "ln_f.weight"); break;
+    case K_LNFB: snprintf(out, outlen, "ln_f.bias"); break;
+    default: snprintf(out, outlen, "h.%d.%s", layer, BLOCK_TENSOR_NAMES[kind - K_LN1W]);
+    }
+}
+
+size_t gpt2_num_parameters(const GPT2Config* c) {
+    size_t sizes[NUM_KINDS], n = 0;
+    kind_sizes(c, sizes);
+    for (int k = 0; k < NUM_KINDS; k++) n += sizes[k] * (size_t)kind_layers(c, k);
+    return n;
+}
+
 void build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count) {
     m->config = *c;
     m->layers_per_unit = layers_per_unit;
     m->n_units = 1 + (c->num_layers + layers_per_unit - 1) / layers_per_unit;
     m->units = (FlatUnit*)calloc((size_t)m->n_units, sizeof(FlatUnit));
-    size_t C = (size_t)c->channels;
-    FlatUnit* root = &m->units[0];
-    flat_unit_add(root, "wte", (size_t)c->padded_vocab_size, C, 1);
-    flat_unit_add(root, "wpe", (size_t)c->max_seq_len, C, 1);
-    flat_unit_add(root, "ln_f.weight", 1, C, 0);
-    flat_unit_add(root, "ln_f.bias", 1, C, 0);
+    static const int root_kinds[ROOT_TENSORS] = {K_WTE, K_WPE, K_LNFW, K_LNFB};
+    char name[FLAT_UNIT_NAME_LEN];
+    size_t rows, cols;
+    for (int i = 0; i < ROOT_TENSORS; i++) {
+        gpt2_tensor_name(root_kinds[i], 0, name, sizeof(name));
+        kind_shape(c, root_kinds[i], &rows, &cols);
+        flat_unit_add(&m->units[0], name, rows, cols, i < ROOT_LNF_W);  // wte and wpe decay
+    }
     for (int l = 0; l < c->num_layers; l++) {
         FlatUnit* u = &m->units[1 + l / layers_per_unit];
         for (int j = 0; j < BLOCK_TENSORS; j++) {
-            char name[FLAT_UNIT_NAME_LEN];
-            snprintf(name, sizeof(name), "h.%d.%s", l, BLOCK_TENSOR_NAMES[j]);
-            size_t rows, cols;
+            gpt2_tensor_name(K_LN1W + j, l, name, sizeof(name));
             block_tensor_shape(c, j, &rows, &cols);
             flat_unit_add(u, name, rows, cols, rows > 1);  // decay on matrices only
         }
@@ -112,18 +155,15 @@ int read_model_header(const char* path, GPT2Config* c, int* version, char* err, 
     if (h[1] != 3 && h[1] != 5) { snprintf(err, errlen, "%s: unsupported version %d (expected 3 for fp32 or 5 for bf16)", path, h[1]); return 1; }
     c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4];
     c->num_heads = h[5]; c->channels = h[6]; c->padded_vocab_size = h[7];
-    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 ||
-        c->channels < 1 || c->channels % c->num_heads != 0 || c->padded_vocab_size < c->vocab_size) {
-        snprintf(err, errlen, "%s: inconsistent config (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path,
+    const char* bad = gpt2_config_check(c);
+    if (bad) {
+        snprintf(err, errlen, "%s: inconsistent config (%s: maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, bad,
                  c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
         return 1;
     }
     *version = h[1];
-    ModelLayout tmp;
-    build_layout(&tmp, c, 1, 1);
     size_t elem = h[1] == 3 ? 4 : 2;
-    long expected = (long)(256 * sizeof(int32_t) + tmp.num_parameters * elem);
-    free(tmp.units);
+    long expected = (long)(MODEL_HEADER_BYTES + gpt2_num_parameters(c) * elem);
     if (size != expected) {
         snprintf(err, errlen, "%s: %ld bytes, but its header's model needs %ld (truncated or not this model)",
                  path, size, expected);
@@ -132,28 +172,10 @@ int read_model_header(const char* path, GPT2Config* c, int* version, char* err, 
     return 0;
 }
 
-float bf16_to_float(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
-
-cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
-                             long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle) {
-    cJSON* s = cJSON_CreateObject();
-    cJSON* cfg = cJSON_AddObjectToObject(s, "config");
-    cJSON_AddNumberToObject(cfg, "max_seq_len", c->max_seq_len);
-    cJSON_AddNumberToObject(cfg, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(cfg, "padded_vocab_size", c->padded_vocab_size);
-    cJSON_AddNumberToObject(cfg, "num_layers", c->num_layers);
-    cJSON_AddNumberToObject(cfg, "num_heads", c->num_heads);
-    cJSON_AddNumberToObject(cfg, "channels", c->channels);
-    cJSON_AddNumberToObject(s, "step", (double)step);
-    cJSON_AddNumberToObject(s, "tokens", (double)tokens);
-    cJSON_AddNumberToObject(s, "world", world);
-    cJSON_AddNumberToObject(s, "seq_len", seq_len);
-    cJSON_AddNumberToObject(s, "total_batch_tokens", (double)total_batch_tokens);
-    cJSON* l = cJSON_AddObjectToObject(s, "loader");
-    cJSON_AddNumberToObject(l, "windows_consumed", (double)windows_consumed);
-    char seed_text[32];
-    snprintf(seed_text, sizeof(seed_text), "%llu", (unsigned long long)seed);
-    cJSON_AddStringToObject(l, "seed", seed_text);
-    cJSON_AddNumberToObject(l, "shuffle", shuffle);
-    return s;
+void gpt2_model_header(const GPT2Config* c, int version, int32_t h[256]) {
+    memset(h, 0, 256 * sizeof(int32_t));
+    h[0] = MODEL_FILE_MAGIC; h[1] = version; h[2] = c->max_seq_len; h[3] = c->vocab_size;
+    h[4] = c->num_layers; h[5] = c->num_heads; h[6] = c->channels; h[7] = c->padded_vocab_size;
 }
+
+float bf16_to_float(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }

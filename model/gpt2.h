@@ -1,5 +1,7 @@
-// GPT-2's shape and parameter layout, shared by train_gpt and the ckpt tool: presets,
-// tensor names (GPT-2/Hugging Face naming), the flat FSDP units, and the llm.c model file.
+// model/: the one home of GPT-2's files, shared by train_gpt and the ckpt tool. This header:
+// its shape and parameter layout (presets, config checks, tensor names in GPT-2/Hugging Face
+// naming and shapes, the flat FSDP units, llm.c's file order and header). gpt2_state.h: what
+// reads and writes a rank's parameters (initialisation, llm.c model files, checkpoints).
 //
 // Unit 0 (the root) holds wte [Vp, C] (tied with the LM head), wpe [maxT, C] and ln_f.
 // Units 1.. hold layers_per_unit transformer blocks each, 12 tensors per block in the
@@ -48,12 +50,22 @@ typedef struct {
 } ModelLayout;
 
 int pad_vocab(int v);
+// NULL when the config is one a model can be built from, else what is wrong with it.
+const char* gpt2_config_check(const GPT2Config* c);
 // llm.c's naming: dN has N layers, 64*N channels and N heads, except GPT-2's released
 // d24/d36/d48 (350M/774M/1558M) widths. Non-zero for an unknown name.
 int preset_config(const char* name, GPT2Config* c);
 void block_tensor_shape(const GPT2Config* c, int j, size_t* rows, size_t* cols);
 // Elements of one instance (one layer) of each llm.c kind.
 void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]);
+// Instances of llm.c kind `kind`: the number of layers for block tensors, else 1.
+int kind_layers(const GPT2Config* c, int kind);
+// Our shape ([out, in] for weights, [1, n] for vectors) and checkpoint name ("wte",
+// "h.3.attn.c_attn.weight", ...) of llm.c kind `kind` in layer `layer`.
+void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols);
+void gpt2_tensor_name(int kind, int layer, char* out, size_t outlen);
+// Every parameter, padded vocabulary rows included (what an llm.c file stores).
+size_t gpt2_num_parameters(const GPT2Config* c);
 void build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count);
 // Where tensor i of unit u sits in llm.c's file order: its kind and layer.
 void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer);
@@ -63,16 +75,10 @@ size_t llmc_offset(const GPT2Config* c, int kind, int layer);
 // llm.c model files: int32 header[256] {20240326, version 3 (fp32) | 5 (bf16), maxT, V, L,
 // NH, C, Vp}, then every tensor in llm.c's order. Checks the header and that the file size
 // matches it; one-line message naming the file otherwise.
+#define MODEL_HEADER_BYTES (256 * sizeof(int32_t))
 int read_model_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen);
+void gpt2_model_header(const GPT2Config* c, int version, int32_t header[256]);
 float bf16_to_float(uint16_t b);
-
-// The "state" object a checkpoint's manifest carries for a GPT-2 run: model config, step,
-// tokens, world size, sequence length, tokens per step and the loader position
-// (windows consumed, seed as a decimal string since JSON numbers are doubles, shuffle).
-// Written by train_gpt and by ckpt import; read back by train_gpt --resume.
-struct cJSON;
-struct cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
-                                    long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle);
 
 #ifdef __cplusplus
 }

@@ -37,9 +37,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "model/gpt2.h"
+#include "model/gpt2_state.h"
 
 #define ERRLEN 1024
-#define HEADER_BYTES (256 * sizeof(int32_t))
 #define SAFETENSORS_MAX_HEADER (100u << 20)
 
 static const char* USAGE =
@@ -212,51 +212,9 @@ static void atomic_commit(AtomicFile* f) {
 // ---------------------------------------------------------------------------------------
 // Model tensors: our names and shapes, in llm.c's file order
 
-// The checkpoint name of llm.c kind `kind` in layer `layer`.
-static void tensor_name(int kind, int layer, char* out, size_t outlen) {
-    switch (kind) {
-    case K_WTE: snprintf(out, outlen, "wte"); break;
-    case K_WPE: snprintf(out, outlen, "wpe"); break;
-    case K_LNFW: snprintf(out, outlen, "ln_f.weight"); break;
-    case K_LNFB: snprintf(out, outlen, "ln_f.bias"); break;
-    default: snprintf(out, outlen, "h.%d.%s", layer, BLOCK_TENSOR_NAMES[kind - K_LN1W]);
-    }
-}
-
-static int kind_layers(const GPT2Config* c, int kind) {
-    return (kind >= K_LN1W && kind <= K_FCPROJB) ? c->num_layers : 1;
-}
-
-// Our shape ([out, in] for weights, [1, n] for vectors) of llm.c kind `kind`.
-static void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols) {
-    size_t C = (size_t)c->channels;
-    switch (kind) {
-    case K_WTE: *rows = (size_t)c->padded_vocab_size; *cols = C; break;
-    case K_WPE: *rows = (size_t)c->max_seq_len; *cols = C; break;
-    case K_LNFW: case K_LNFB: *rows = 1; *cols = C; break;
-    default: block_tensor_shape(c, kind - K_LN1W, rows, cols);
-    }
-}
-
+// The four Linear weights a Hugging Face GPT-2 stores as Conv1D ([in, out]).
 static int is_conv1d(int kind) {
     return kind == K_QKVW || kind == K_ATTPROJW || kind == K_FCW || kind == K_FCPROJW;
-}
-
-static size_t total_params(const GPT2Config* c) {
-    size_t sizes[NUM_KINDS], n = 0;
-    kind_sizes(c, sizes);
-    for (int k = 0; k < NUM_KINDS; k++) n += sizes[k] * (size_t)kind_layers(c, k);
-    return n;
-}
-
-static const char* check_config(const GPT2Config* c) {
-    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1)
-        return "a dimension is < 1";
-    if (c->channels % c->num_heads != 0) return "channels is not a multiple of num_heads";
-    if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size < vocab_size";
-    if (c->num_layers > 100000 || c->channels > (1 << 20) || c->max_seq_len > (1 << 24) ||
-        c->padded_vocab_size > (1 << 26)) return "a dimension is implausibly large";
-    return NULL;
 }
 
 static void print_config(const GPT2Config* c) {
@@ -294,66 +252,10 @@ static void open_ckpt(const char* path, Ckpt* c) {
     if (ckpt_open(c, dir, err, sizeof(err)) != 0) fail("%s", err);
 }
 
-static int json_int(const cJSON* obj, const char* key, long* out) {
-    const cJSON* it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsNumber(it)) return 1;
-    *out = (long)it->valuedouble;
-    return 0;
-}
-
-// The model config stored in the manifest's state. Returns 0, or 1 with a message.
-static int state_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t errlen) {
-    const cJSON* conf = c->state ? cJSON_GetObjectItemCaseSensitive(c->state, "config") : NULL;
-    if (!cJSON_IsObject(conf)) {
-        snprintf(err, errlen, "%s/manifest.json: no model config (state.config)", c->dir);
-        return 1;
-    }
-    static const char* keys[6] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
-    int* dst[6] = {&cfg->max_seq_len, &cfg->vocab_size, &cfg->padded_vocab_size, &cfg->num_layers,
-                   &cfg->num_heads, &cfg->channels};
-    for (int i = 0; i < 6; i++) {
-        long v;
-        if (json_int(conf, keys[i], &v) || v < 0 || v > INT_MAX) {
-            snprintf(err, errlen, "%s/manifest.json: state.config.%s missing or not a valid integer", c->dir, keys[i]);
-            return 1;
-        }
-        *dst[i] = (int)v;
-    }
-    const char* bad = check_config(cfg);
-    if (bad) {
-        snprintf(err, errlen, "%s/manifest.json: inconsistent model config (%s)", c->dir, bad);
-        return 1;
-    }
-    return 0;
-}
-
-// Every GPT-2 tensor of the config must be in the manifest with its shape.
-static int check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen) {
-    for (int k = 0; k < NUM_KINDS; k++) {
-        for (int l = 0; l < kind_layers(cfg, k); l++) {
-            char name[CKPT_NAME_LEN];
-            tensor_name(k, l, name, sizeof(name));
-            size_t rows, cols;
-            kind_shape(cfg, k, &rows, &cols);
-            const CkptTensor* t = ckpt_tensor(c, name);
-            if (!t) {
-                snprintf(err, errlen, "%s/manifest.json: tensor %s is missing", c->dir, name);
-                return 1;
-            }
-            if (t->rows * t->cols != rows * cols) {
-                snprintf(err, errlen, "%s/manifest.json: tensor %s is [%" PRIu64 ", %" PRIu64 "], the config needs [%zu, %zu]",
-                         c->dir, name, t->rows, t->cols, rows, cols);
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
 static void open_model_ckpt(const char* path, Ckpt* c, GPT2Config* cfg) {
     char err[ERRLEN];
     open_ckpt(path, c);
-    if (state_config(c, cfg, err, sizeof(err)) || check_tensors(c, cfg, err, sizeof(err))) {
+    if (gpt2_checkpoint_config(c, cfg, err, sizeof(err)) || gpt2_checkpoint_check_tensors(c, cfg, err, sizeof(err))) {
         ckpt_close(c);
         fail("%s", err);
     }
@@ -389,7 +291,7 @@ static int cmd_info(int argc, char** argv) {
     printf("%-16s %d\n", "world at save", c.world);
     GPT2Config cfg;
     char err[ERRLEN];
-    if (state_config(&c, &cfg, err, sizeof(err)) == 0) {
+    if (gpt2_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0) {
         printf("%-16s ", "model");
         print_config(&cfg);
         printf("\n");
@@ -399,7 +301,7 @@ static int cmd_info(int argc, char** argv) {
     uint64_t n_params = 0;
     for (int i = 0; i < c.n_tensors; i++) n_params += c.tensors[i].rows * c.tensors[i].cols;
     const CkptTensor* wte = ckpt_tensor(&c, "wte");
-    if (wte && state_config(&c, &cfg, err, sizeof(err)) == 0 && cfg.padded_vocab_size > cfg.vocab_size)
+    if (wte && gpt2_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0 && cfg.padded_vocab_size > cfg.vocab_size)
         printf("%-16s %" PRIu64 " (%.2fM; %" PRIu64 " without the %d padded vocabulary rows)\n", "parameters", n_params,
                n_params / 1e6, n_params - (uint64_t)(cfg.padded_vocab_size - cfg.vocab_size) * wte->cols,
                cfg.padded_vocab_size - cfg.vocab_size);
@@ -468,50 +370,31 @@ static int cmd_verify(int argc, char** argv) {
 // ---------------------------------------------------------------------------------------
 // export
 
-static uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);                                             // round to nearest even
-    return (uint16_t)(u >> 16);
-}
-
 static void export_llmc(Ckpt* c, const GPT2Config* cfg, const char* out, int bf16) {
-    size_t sizes[NUM_KINDS], max_n = 0;
+    size_t sizes[NUM_KINDS], max_n = 0, total = 0;
     kind_sizes(cfg, sizes);
     for (int k = 0; k < NUM_KINDS; k++) if (sizes[k] > max_n) max_n = sizes[k];
     float* buf = (float*)xmalloc(max_n * sizeof(float));
-    uint16_t* half = bf16 ? (uint16_t*)xmalloc(max_n * sizeof(uint16_t)) : NULL;
-    AtomicFile f;
-    atomic_open(&f, out);
-    int32_t h[256] = {0};
-    h[0] = MODEL_FILE_MAGIC; h[1] = bf16 ? 5 : 3; h[2] = cfg->max_seq_len; h[3] = cfg->vocab_size;
-    h[4] = cfg->num_layers; h[5] = cfg->num_heads; h[6] = cfg->channels; h[7] = cfg->padded_vocab_size;
-    atomic_write(&f, h, sizeof(h));
-    size_t at = 0;  // elements written
+    char err[ERRLEN];
+    Gpt2FileWriter f;
+    if (gpt2_file_create(&f, out, cfg, bf16 ? 5 : 3, err, sizeof(err))) fail("%s", err);
     for (int k = 0; k < NUM_KINDS; k++) {
         for (int l = 0; l < kind_layers(cfg, k); l++) {
             char name[CKPT_NAME_LEN];
-            tensor_name(k, l, name, sizeof(name));
-            if (at != llmc_offset(cfg, k, l)) { atomic_abort(&f); fail("internal error: %s at %zu, llm.c order says %zu", name, at, llmc_offset(cfg, k, l)); }
-            size_t n = sizes[k];
-            char err[ERRLEN];
-            if (ckpt_read(c, name, CKPT_PARAM, 0, n, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
-            if (bf16) {
-                for (size_t i = 0; i < n; i++) half[i] = float_to_bf16(buf[i]);
-                atomic_write(&f, half, n * sizeof(uint16_t));
-            } else {
-                atomic_write(&f, buf, n * sizeof(float));
+            gpt2_tensor_name(k, l, name, sizeof(name));
+            if (ckpt_read(c, name, CKPT_PARAM, 0, sizes[k], buf, err, sizeof(err)) != 0 ||
+                gpt2_file_put(&f, k, l, 0, buf, sizes[k], err, sizeof(err)) != 0) {
+                gpt2_file_abort(&f);
+                fail("%s", err);
             }
-            at += n;
+            total += sizes[k];
         }
     }
-    atomic_commit(&f);
+    if (gpt2_file_commit(&f, err, sizeof(err))) fail("%s", err);
     free(buf);
-    free(half);
     printf("wrote %s: llm.c model file version %d (%s), ", out, bf16 ? 5 : 3, bf16 ? "bf16" : "fp32");
     print_config(cfg);
-    printf(", %zu parameters, step %ld\n", at, c->step);
+    printf(", %zu parameters, step %ld\n", total, c->step);
 }
 
 typedef struct {
@@ -538,7 +421,7 @@ static StEntry* safetensors_entries(const GPT2Config* cfg, int* n_out) {
         if (k == K_WTE || k == K_WPE) {
             snprintf(s->name, sizeof(s->name), "%s.weight", k == K_WTE ? "wte" : "wpe");
         } else {
-            tensor_name(k, l, s->name, sizeof(s->name));
+            gpt2_tensor_name(k, l, s->name, sizeof(s->name));
         }
         size_t rows, cols;
         kind_shape(cfg, k, &rows, &cols);
@@ -603,7 +486,7 @@ static void export_safetensors(Ckpt* c, const GPT2Config* cfg, const char* out) 
     float* tr = (float*)xmalloc(max_n * sizeof(float));
     for (int i = 0; i < n; i++) {
         char name[CKPT_NAME_LEN], err[ERRLEN];
-        tensor_name(e[i].kind, e[i].layer, name, sizeof(name));
+        gpt2_tensor_name(e[i].kind, e[i].layer, name, sizeof(name));
         if (ckpt_read(c, name, CKPT_PARAM, 0, e[i].numel, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
         const float* src = buf;
         if (is_conv1d(e[i].kind)) {
@@ -680,25 +563,12 @@ static void load_llmc(const char* path, Weights* w, int heads) {
     if (heads && heads != w->cfg.num_heads)
         fail("%s: --heads %d disagrees with the model file's %d heads (--heads is for safetensors input)", path, heads,
              w->cfg.num_heads);
-    const char* bad = check_config(&w->cfg);
-    if (bad) fail("%s: inconsistent config (%s)", path, bad);
-    w->n = total_params(&w->cfg);
+    // (read_model_header checked the config and that the file holds all of its parameters)
+    w->n = gpt2_num_parameters(&w->cfg);
     w->params = (float*)xmalloc(w->n * sizeof(float));
     int fd = open(path, O_RDONLY);
     if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
-    if (version == 3) {
-        if (read_at(fd, w->params, w->n * sizeof(float), HEADER_BYTES) != 0) fail("%s: read failed: %s", path, strerror(errno));
-    } else {
-        size_t block = 1 << 20;
-        uint16_t* tmp = (uint16_t*)xmalloc(block * sizeof(uint16_t));
-        for (size_t i = 0; i < w->n; i += block) {
-            size_t m = w->n - i < block ? w->n - i : block;
-            if (read_at(fd, tmp, m * sizeof(uint16_t), (off_t)(HEADER_BYTES + i * sizeof(uint16_t))) != 0)
-                fail("%s: read failed: %s", path, strerror(errno));
-            for (size_t j = 0; j < m; j++) w->params[i + j] = bf16_to_float(tmp[j]);
-        }
-        free(tmp);
-    }
+    if (gpt2_read_params(fd, path, version, 0, w->n, w->params, err, sizeof(err))) fail("%s", err);
     close(fd);
     printf("read %s: llm.c model file version %d (%s), ", path, version, version == 3 ? "fp32" : "bf16");
     print_config(&w->cfg);
@@ -843,7 +713,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     else { c->num_heads = c->channels / 64 > 0 ? c->channels / 64 : 1; heads_from = "channels / 64"; }
     if (c->channels % c->num_heads != 0)
         fail("%s: channels %d is not a multiple of %d heads (from %s); give --heads N", path, c->channels, c->num_heads, heads_from);
-    const char* bad = check_config(c);
+    const char* bad = gpt2_config_check(c);
     if (bad) fail("%s: inconsistent model (%s)", path, bad);
 
     // Every key must be one we use or know to skip.
@@ -855,7 +725,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     int expected = 0;
     for (int k = 0; k < NUM_KINDS; k++) expected += kind_layers(c, k);
 
-    w->n = total_params(c);
+    w->n = gpt2_num_parameters(c);
     w->params = (float*)xcalloc(w->n, sizeof(float));  // padded wte rows stay zero
     size_t C = (size_t)c->channels;
     float* tmp = (float*)xmalloc(4 * C * C * sizeof(float));  // the largest Conv1D weight, for transposing
@@ -863,7 +733,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
         for (int l = 0; l < kind_layers(c, k); l++) {
             char name[96];
             if (k == K_WTE || k == K_WPE) snprintf(name, sizeof(name), "%s.weight", k == K_WTE ? "wte" : "wpe");
-            else tensor_name(k, l, name, sizeof(name));
+            else gpt2_tensor_name(k, l, name, sizeof(name));
             it = st_find(header, name);
             if (!it) fail("%s: tensor %s is missing (model with %d layers)", path, name, c->num_layers);
             StTensor t;
@@ -971,49 +841,39 @@ static int cmd_import(int argc, char** argv) {
     // Tensor table, in our unit order.
     ModelLayout m;
     build_layout(&m, cfg, 1, world);
-    int n_tensors = 0;
-    for (int u = 0; u < m.n_units; u++) n_tensors += m.units[u].n_tensors;
-    CkptTensor* tensors = (CkptTensor*)xcalloc((size_t)n_tensors, sizeof(CkptTensor));
+    Gpt2CkptTables table;  // the tensors only: the pieces are every rank's, below
+    gpt2_checkpoint_tables(&m, NULL, 0, NULL, 0, &table);
+    int n_tensors = table.n_tensors;
     size_t max_numel = 0;
-    int ti = 0;
-    for (int u = 0; u < m.n_units; u++) {
-        for (int i = 0; i < m.units[u].n_tensors; i++, ti++) {
-            const FlatTensor* t = &m.units[u].tensors[i];
-            snprintf(tensors[ti].name, sizeof(tensors[ti].name), "%s", t->name);
-            tensors[ti].rows = t->rows;
-            tensors[ti].cols = t->cols;
-            if (t->numel > max_numel) max_numel = t->numel;
-        }
-    }
+    for (int u = 0; u < m.n_units; u++)
+        for (int i = 0; i < m.units[u].n_tensors; i++)
+            if (m.units[u].tensors[i].numel > max_numel) max_numel = m.units[u].tensors[i].numel;
     float* zeros = (float*)xcalloc(max_numel, sizeof(float));
 
     // Rank r owns [r*shard, (r+1)*shard) of every unit; what meets each tensor is a piece,
     // saved as parameter, m (zero) and v (zero).
     CkptPiece** pieces = (CkptPiece**)xcalloc((size_t)world, sizeof(CkptPiece*));
     int* n_pieces = (int*)xcalloc((size_t)world, sizeof(int));
+    FlatPiece* owned = (FlatPiece*)xcalloc((size_t)n_tensors, sizeof(FlatPiece));
     for (int r = 0; r < world; r++) {
         pieces[r] = (CkptPiece*)xcalloc((size_t)n_tensors * CKPT_KINDS, sizeof(CkptPiece));
-        for (int u = 0; u < m.n_units; u++) {
-            const FlatUnit* unit = &m.units[u];
-            size_t begin = (size_t)r * unit->shard, end = begin + unit->shard;
-            for (int i = 0; i < unit->n_tensors; i++) {
-                const FlatTensor* t = &unit->tensors[i];
-                size_t lo, hi;
-                if (!flat_tensor_slice(t, begin, end, &lo, &hi)) continue;
-                int kind, layer;
-                tensor_kind(&m, u, i, &kind, &layer);
-                const float* data = w.params + llmc_offset(cfg, kind, layer);
-                for (int k = 0; k < CKPT_KINDS; k++) {
-                    CkptPiece* p = &pieces[r][n_pieces[r]++];
-                    p->tensor = t->name;
-                    p->kind = k;
-                    p->lo = lo;
-                    p->hi = hi;
-                    p->data = k == CKPT_PARAM ? data + lo : zeros;
-                }
+        int n_owned = flat_owned_pieces(m.units, m.n_units, r, owned);
+        for (int i = 0; i < n_owned; i++) {
+            const FlatPiece* fp = &owned[i];
+            int kind, layer;
+            tensor_kind(&m, fp->unit, fp->tensor, &kind, &layer);
+            const float* data = w.params + llmc_offset(cfg, kind, layer);
+            for (int k = 0; k < CKPT_KINDS; k++) {
+                CkptPiece* p = &pieces[r][n_pieces[r]++];
+                p->tensor = m.units[fp->unit].tensors[fp->tensor].name;
+                p->kind = k;
+                p->lo = fp->lo;
+                p->hi = fp->hi;
+                p->data = k == CKPT_PARAM ? data + fp->lo : zeros;
             }
         }
     }
+    free(owned);
 
     // The state train_gpt --resume reads: a fresh run at `step` with these weights, no data
     // consumed; the loader seed and shuffle default to train_gpt's (--seed 1337, --shuffle 0).
@@ -1023,7 +883,7 @@ static int cmd_import(int argc, char** argv) {
     cJSON_AddStringToObject(state, "imported_from", src);
 
     char err[ERRLEN];
-    int rc = ckpt_write_offline(root, step, world, tensors, n_tensors, (const CkptPiece* const*)pieces, n_pieces, state,
+    int rc = ckpt_write_offline(root, step, world, table.tensors, n_tensors, (const CkptPiece* const*)pieces, n_pieces, state,
                                 &opt, err, sizeof(err));
     if (rc != 0) fail("%s", err);
     printf("wrote %s: %d ranks, step %ld, %zu parameters, %s\n", step_dir, world, step, w.n,
@@ -1032,7 +892,7 @@ static int cmd_import(int argc, char** argv) {
     free(pieces);
     free(n_pieces);
     free(zeros);
-    free(tensors);
+    gpt2_checkpoint_tables_free(&table);
     free(m.units);
     free(w.params);
     return 0;

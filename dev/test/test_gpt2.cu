@@ -75,8 +75,7 @@ static int run_dump(int argc, char** argv) {
     if (T > c.max_seq_len) die("-t %d exceeds the model's %d positions", T, c.max_seq_len);
     GPT2 model;
     build_model(&model, &c, B, T);
-    if (load_model_file(&model.layout, &model.fsdp, model_path, version, err, sizeof(err))) die("%s", err);
-    fsdp_upload_state(&model.fsdp, 0);
+    if (gpt2_load_weights(&model, model_path, version, err, sizeof(err))) die("%s", err);
 
     DataLoader dl;
     if (loader_open(&dl, tokens_path, (size_t)T, c.vocab_size, 0, 0, err, sizeof(err))) die("%s", err);
@@ -147,8 +146,7 @@ static int run_fdcheck(void) {
     const double rel_tol = 5e-3, abs_tol = 1e-5;
     GPT2 model;
     build_model(&model, &c, B, T);
-    init_parameters(&model.layout, &model.fsdp, 42);
-    fsdp_upload_state(&model.fsdp, 0);
+    gpt2_init_weights(&model, 42);
     // GPT-2's init (std 0.02) keeps every pre-activation near zero, where GELU and softmax
     // are nearly linear and a wrong derivative can hide. Scale everything up threefold (LayerNorm
     // weights become 3 too) so that the nonlinearities are exercised; more makes the loss so

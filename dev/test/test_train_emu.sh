@@ -4,8 +4,8 @@
 # dev/cuda_emu (see dev/cuda_emu/emu.h) and run as `--device cuda --comm mpi` against the real
 # cpu ./train_gpt: a logic check of the GPU schedule (kernel arguments, buffer offsets,
 # bf16 <-> fp32 staging, the staged MPI collectives, checkpoint I/O from device memory), NOT a
-# GPU result. Every line says "[cpu emulation]"; dev/test/test_gpu.sh is the GPU version.
-# A scaled-down dev/test/test_gpu.sh: GPT-2 with 2 layers, 128 channels, 2 heads (head size
+# GPU result. Every line says "[cpu emulation]"; dev/test/test_train_gpu.sh is the GPU version.
+# A scaled-down dev/test/test_train_gpu.sh: GPT-2 with 2 layers, 128 channels, 2 heads (head size
 # 64: flash attention applies), 2 sequences of 32 tokens per step, 4 steps, seed 7, Tiny
 # Shakespeare; the cuda runs use --comm mpi (staged) unless named nccl_* (--comm nccl: the NCCL
 # path on its comm stream, through the emulator's NCCL, dev/cuda_emu/nccl.cpp):
@@ -64,7 +64,7 @@ for tool in g++ python3 mpicxx mpirun; do
 done
 # The library objects, as the Makefile's LIB_OBJS (plain C, the same for both devices).
 LIB_OBJS=()
-for src in comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
+for src in comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
 for f in ./train_gpt "${LIB_OBJS[@]}"; do
     if [ ! -f "$f" ]; then
         echo "not ok - $TAG train_gpt --device cuda: $f is missing (run make)"
@@ -77,11 +77,11 @@ if [ ! -f "$TRAIN_SHARD" ] || [ ! -f "$VAL_SHARD" ]; then
 fi
 
 # ----------------------------------------------------------------------------
-# Build (the runtime objects with the same commands as test_cuda_emu.sh, so either script
+# Build (the runtime objects with the same commands as test_kernels_emu.sh, so either script
 # reuses the other's)
 
 
-CUDA_SRCS=(train_gpt.cu kernels/*.cuh fsdp/*.cuh)
+CUDA_SRCS=(train_gpt.cu kernels/*.cuh fsdp/*.cuh train/*.cuh)
 mkdir -p $B
 if ! python3 $E/transform.py $B/train_src "${CUDA_SRCS[@]}" 2>"$TMP/transform.err"; then
     echo "not ok - $TAG transform.py failed on train_gpt.cu: $(tr '\n' ' ' <"$TMP/transform.err" | cut -c1-400)"
@@ -92,8 +92,8 @@ if ! build_runtime; then
 fi
 # build_train SRCDIR OUT: train_gpt.cu (transformed in SRCDIR) for the emulator.
 build_train() {
-    build "$2" "$1"/train_gpt.cu "$1"/kernels/*.cuh "$1"/fsdp/*.cuh "${HDRS[@]}" \
-            $(ls comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
+    build "$2" "$1"/train_gpt.cu "$1"/kernels/*.cuh "$1"/fsdp/*.cuh "$1"/train/*.cuh "${HDRS[@]}" \
+            $(ls comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
             -I"$1" -I. -I$BLAS_INC -fopenmp -x c++ "$1"/train_gpt.cu -x none "${RUNTIME_OBJS[@]}" \
             "${LIB_OBJS[@]}" -o "$2" $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
@@ -107,8 +107,9 @@ build_train() {
 declare -A mut_ok mut_pid
 make_mutant() {
     local name=$1 dir=$B/mutant_$1
-    rm -rf "$dir/orig" && mkdir -p "$dir/orig/kernels" "$dir/orig/fsdp"
-    cp train_gpt.cu "$dir/orig/" && cp kernels/*.cuh "$dir/orig/kernels/" && cp fsdp/*.cuh "$dir/orig/fsdp/"
+    rm -rf "$dir/orig" && mkdir -p "$dir/orig/kernels" "$dir/orig/fsdp" "$dir/orig/train"
+    cp train_gpt.cu "$dir/orig/" && cp kernels/*.cuh "$dir/orig/kernels/" && cp fsdp/*.cuh "$dir/orig/fsdp/" &&
+        cp train/*.cuh "$dir/orig/train/"
     mut_ok[$name]=1
     python3 - fsdp/backend_cuda.cuh "$dir/orig/fsdp/backend_cuda.cuh" "$2" "$3" <<'PYEOF' || mut_ok[$name]=0
 import re, sys
@@ -396,7 +397,7 @@ left=$(find /dev/shm -maxdepth 1 -name 'emu_nccl.*' -newer "$TMP/shm_marker" 2>/
 self_check() {
     local name=$1 ref=$2 m="self-check: $3"; shift 3
     case ${mut_ok[$name]} in
-        0) not_ok "$TAG $m: the pattern of mutant $name no longer matches fsdp/backend_cuda.cuh; update dev/test/test_gpu_emu.sh" ;;
+        0) not_ok "$TAG $m: the pattern of mutant $name no longer matches fsdp/backend_cuda.cuh; update dev/test/test_train_emu.sh" ;;
         2) build_failed "the $name mutant train_gpt" $B/mutant_$name/train_gpt ;;
         3) not_ok "$TAG $m: transform.py failed on the $name mutant" ;;
         *) if [ "$(cat "$TMP/mutant_$name.rc" 2>/dev/null)" != 0 ]; then

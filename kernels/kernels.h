@@ -1,0 +1,143 @@
+// The kernel table: the operations the model schedule (train_gpt.cu) runs, one table per
+// device. kernels_cpu.c wraps the fp32 reference kernels of cpu_kernels.h; kernels_cuda.cuh
+// the BF16 CUDA kernels. Pointers are void* in the device's compute dtype (act_bytes per
+// element); LayerNorm statistics, attention log-sum-exps and losses are fp32 on every device.
+//
+// Semantics, the same on both devices (where a kernel differs, its wrapper makes up for it):
+//   forward ops overwrite their outputs;
+//   matmul_forward with pre_gelu != NULL: pre_gelu = inp W^T + b, out = gelu(pre_gelu);
+//   matmul_backward: dinp is OVERWRITTEN (dout W; times gelu'(pre_gelu) when pre_gelu is
+//     given), dweight and dbias ACCUMULATE (the engine zeroes gradient buffers);
+//   attention_backward: dqkv is OVERWRITTEN;
+//   layernorm_backward, encoder_backward: everything ACCUMULATES (dinp too: the residual
+//     stream's gradient is summed over the branches);
+//   crossentropy: losses[N] fp32; with dloss != 0 the logits become dlogits in place.
+//
+// The schedule calls the kernel_* functions at the end of this header rather than the table:
+// each tells the profiler (when one listens, --profile-step) what kind of work starts, so the
+// schedule itself carries no profiling.
+#ifndef FSDP_KERNELS_KERNELS_H
+#define FSDP_KERNELS_KERNELS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// What a kernel is, for the profile's table.
+typedef enum { KERNEL_EMBED, KERNEL_LAYERNORM, KERNEL_MATMUL, KERNEL_LM_HEAD, KERNEL_ATTENTION, KERNEL_LOSS,
+               KERNEL_KINDS } KernelKind;
+
+typedef struct Kernels Kernels;
+struct Kernels {
+    size_t act_bytes;          // bytes per activation element (4: fp32, 2: bf16)
+    int gelu_needs_scratch;    // matmul_backward with pre_gelu needs gelu_scratch [N, 4C]
+    void* gelu_scratch;        // set by the model (cpu: the gradient w.r.t. the GELU output)
+    int lm_head_rows;          // the padded vocabulary: a matmul of that width is the LM head
+    void* impl;                // the device's own state (cuda: stream, cuBLASLt, scratch)
+    // --profile-step: called before each kernel while set.
+    void (*on_kernel)(void* ctx, KernelKind kind, int backward);
+    void* on_kernel_ctx;
+
+    void (*encoder_forward)(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C);
+    void (*encoder_backward)(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C);
+    void (*layernorm_forward)(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
+                              const void* weight, const void* bias, int N, int C);
+    // residual = a + b, then out = layernorm(residual)
+    void (*residual_layernorm_forward)(Kernels* k, void* residual, void* out, float* mean, float* rstd,
+                                       const void* a, const void* b, const void* weight, const void* bias, int N, int C);
+    void (*layernorm_backward)(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                               const void* weight, const float* mean, const float* rstd, int N, int C);
+    void (*matmul_forward)(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
+                           int N, int C, int OC);
+    void (*matmul_backward)(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                            const void* weight, const void* pre_gelu, int N, int C, int OC);
+    void (*attention_forward)(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
+    void (*attention_backward)(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
+                               const float* lse, int B, int T, int C, int NH);
+    void (*crossentropy)(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss);
+    void (*zero)(Kernels* k, void* p, size_t bytes);
+    // Token ids where the kernels can read them (slot 0: inputs, 1: targets); may return host.
+    const int* (*tokens)(Kernels* k, int slot, const int* host, size_t n);
+    // Device -> host: fp32 bytes, queued behind the work so far (done after synchronize).
+    void (*to_host_async)(Kernels* k, void* dst_host, const void* src, size_t bytes);
+    // n activation elements -> host fp32 (blocking).
+    void (*act_to_host_f32)(Kernels* k, float* dst, const void* src, size_t n);
+    void (*synchronize)(Kernels* k);
+    // --profile-step: a mark is a point in the device's work (cuda: an event recorded on the
+    // model's stream; cpu: the host clock, its kernels being synchronous); mark_ms is the
+    // time between two marks, valid once synchronize has returned.
+    void* (*mark)(Kernels* k);
+    double (*mark_ms)(Kernels* k, void* from, void* to);
+    void (*mark_free)(Kernels* k, void* m);
+};
+
+// The cpu device's table (fp32, kernels/cpu_kernels.h).
+void kernels_cpu_init(Kernels* k, int padded_vocab);
+
+// ---- what the schedule calls
+
+static inline void kernel_starts(Kernels* k, KernelKind kind, int backward) {
+    if (k->on_kernel) k->on_kernel(k->on_kernel_ctx, kind, backward);
+}
+static inline const int* kernel_tokens(Kernels* k, int slot, const int* host, size_t n) {
+    kernel_starts(k, KERNEL_EMBED, 0);
+    return k->tokens(k, slot, host, n);
+}
+static inline void kernel_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+    kernel_starts(k, KERNEL_EMBED, 0);
+    k->encoder_forward(k, out, inp, wte, wpe, B, T, C);
+}
+static inline void kernel_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+    kernel_starts(k, KERNEL_EMBED, 1);
+    k->encoder_backward(k, dwte, dwpe, dout, inp, B, T, C);
+}
+static inline void kernel_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
+                                            const void* weight, const void* bias, int N, int C) {
+    kernel_starts(k, KERNEL_LAYERNORM, 0);
+    k->layernorm_forward(k, out, mean, rstd, inp, weight, bias, N, C);
+}
+static inline void kernel_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd,
+                                                     const void* a, const void* b, const void* weight, const void* bias,
+                                                     int N, int C) {
+    kernel_starts(k, KERNEL_LAYERNORM, 0);
+    k->residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C);
+}
+static inline void kernel_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout,
+                                             const void* inp, const void* weight, const float* mean, const float* rstd,
+                                             int N, int C) {
+    kernel_starts(k, KERNEL_LAYERNORM, 1);
+    k->layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+static inline void kernel_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight,
+                                         const void* bias, int N, int C, int OC) {
+    kernel_starts(k, OC == k->lm_head_rows ? KERNEL_LM_HEAD : KERNEL_MATMUL, 0);
+    k->matmul_forward(k, out, pre_gelu, inp, weight, bias, N, C, OC);
+}
+static inline void kernel_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout,
+                                          const void* inp, const void* weight, const void* pre_gelu, int N, int C, int OC) {
+    kernel_starts(k, OC == k->lm_head_rows ? KERNEL_LM_HEAD : KERNEL_MATMUL, 1);
+    k->matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC);
+}
+static inline void kernel_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    kernel_starts(k, KERNEL_ATTENTION, 0);
+    k->attention_forward(k, out, lse, qkv, B, T, C, NH);
+}
+static inline void kernel_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                             const float* lse, int B, int T, int C, int NH) {
+    kernel_starts(k, KERNEL_ATTENTION, 1);
+    k->attention_backward(k, dqkv, dout, qkv, out, lse, B, T, C, NH);
+}
+static inline void kernel_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp,
+                                       float dloss) {
+    kernel_starts(k, KERNEL_LOSS, 0);
+    k->crossentropy(k, logits, losses, targets, N, V, Vp, dloss);
+}
+// (zero, copies and synchronize are not kernels of the model: their time goes to the phase
+// before them.)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

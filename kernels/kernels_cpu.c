@@ -1,0 +1,105 @@
+// The cpu device's kernel table (kernels.h) over the fp32 reference kernels of cpu_kernels.h.
+// The table zeroes where a CPU kernel accumulates, in the order the cpu device always
+// ran them: its results are bitwise those of the reference.
+#include "kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu_kernels.h"
+
+static void cpu_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+    encoder_forward((float*)out, inp, (const float*)wte, (const float*)wpe, B, T, C);
+}
+static void cpu_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+    encoder_backward((float*)dwte, (float*)dwpe, (const float*)dout, inp, B, T, C);
+}
+static void cpu_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
+                                  const void* weight, const void* bias, int N, int C) {
+    layernorm_forward((float*)out, mean, rstd, (const float*)inp, (const float*)weight, (const float*)bias, N, C);
+}
+static void cpu_op_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd, const void* a,
+                                           const void* b, const void* weight, const void* bias, int N, int C) {
+    residual_forward((float*)residual, (const float*)a, (const float*)b, (size_t)N * C);
+    layernorm_forward((float*)out, mean, rstd, (const float*)residual, (const float*)weight, (const float*)bias, N, C);
+}
+static void cpu_op_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                   const void* weight, const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward((float*)dinp, (float*)dweight, (float*)dbias, (const float*)dout, (const float*)inp,
+                       (const float*)weight, mean, rstd, N, C);
+}
+static void cpu_op_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
+                               int N, int C, int OC) {
+    if (pre_gelu) {
+        matmul_forward((float*)pre_gelu, (const float*)inp, (const float*)weight, (const float*)bias, N, C, OC);
+        gelu_forward((float*)out, (const float*)pre_gelu, (size_t)N * OC);
+    } else {
+        matmul_forward((float*)out, (const float*)inp, (const float*)weight, (const float*)bias, N, C, OC);
+    }
+}
+static void cpu_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                const void* weight, const void* pre_gelu, int N, int C, int OC) {
+    size_t n = (size_t)N * C;
+    // matmul_backward accumulates into dinp: start from zero. Through a GELU, the product is
+    // the gradient w.r.t. the GELU's output (gelu_scratch), and gelu_backward (which
+    // accumulates too) takes it to the input.
+    float* dact = pre_gelu ? (float*)k->gelu_scratch : (float*)dinp;
+    memset(dact, 0, n * sizeof(float));
+    matmul_backward(dact, (float*)dweight, (float*)dbias, (const float*)dout, (const float*)inp, (const float*)weight, N, C, OC);
+    if (pre_gelu) {
+        memset(dinp, 0, n * sizeof(float));
+        gelu_backward((float*)dinp, (const float*)pre_gelu, dact, n);
+    }
+}
+static void cpu_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    attention_forward((float*)out, lse, (const float*)qkv, B, T, C, NH);
+}
+static void cpu_op_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                   const float* lse, int B, int T, int C, int NH) {
+    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float));  // the CPU kernel accumulates
+    attention_backward((float*)dqkv, (const float*)dout, (const float*)qkv, (const float*)out, lse, B, T, C, NH);
+}
+static void cpu_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    crossentropy_softmax_fused((float*)logits, losses, targets, N, V, Vp, dloss);
+}
+static void cpu_op_zero(Kernels* k, void* p, size_t bytes) { memset(p, 0, bytes); }
+static const int* cpu_op_tokens(Kernels* k, int slot, const int* host, size_t n) { return host; }
+static void cpu_op_to_host_async(Kernels* k, void* dst, const void* src, size_t bytes) { if (dst != src) memcpy(dst, src, bytes); }
+static void cpu_op_act_to_host_f32(Kernels* k, float* dst, const void* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static void cpu_op_synchronize(Kernels* k) {}
+static void* cpu_op_mark(Kernels* k) {
+    struct timespec* t = (struct timespec*)malloc(sizeof(*t));
+    clock_gettime(CLOCK_MONOTONIC, t);
+    return t;
+}
+static double cpu_op_mark_ms(Kernels* k, void* from, void* to) {
+    const struct timespec *a = (const struct timespec*)from, *b = (const struct timespec*)to;
+    return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) * 1e-6;
+}
+static void cpu_op_mark_free(Kernels* k, void* m) { free(m); }
+
+void kernels_cpu_init(Kernels* k, int padded_vocab) {
+    memset(k, 0, sizeof(*k));
+    k->lm_head_rows = padded_vocab;
+    k->act_bytes = sizeof(float);
+    k->gelu_needs_scratch = 1;
+    k->encoder_forward = cpu_op_encoder_forward;
+    k->encoder_backward = cpu_op_encoder_backward;
+    k->layernorm_forward = cpu_op_layernorm_forward;
+    k->residual_layernorm_forward = cpu_op_residual_layernorm_forward;
+    k->layernorm_backward = cpu_op_layernorm_backward;
+    k->matmul_forward = cpu_op_matmul_forward;
+    k->matmul_backward = cpu_op_matmul_backward;
+    k->attention_forward = cpu_op_attention_forward;
+    k->attention_backward = cpu_op_attention_backward;
+    k->crossentropy = cpu_op_crossentropy;
+    k->zero = cpu_op_zero;
+    k->tokens = cpu_op_tokens;
+    k->to_host_async = cpu_op_to_host_async;
+    k->act_to_host_f32 = cpu_op_act_to_host_f32;
+    k->synchronize = cpu_op_synchronize;
+    k->mark = cpu_op_mark;
+    k->mark_ms = cpu_op_mark_ms;
+    k->mark_free = cpu_op_mark_free;
+}

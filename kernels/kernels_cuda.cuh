@@ -1,0 +1,209 @@
+// The cuda device's kernel table (kernels.h): bf16 storage, fp32 math, every kernel of
+// cuda_*.cuh on the model's compute stream. Header-only (static), included by the translation
+// unit that builds the device (train/device.cuh) and compiled by nvcc or for the emulator.
+#ifndef FSDP_KERNELS_KERNELS_CUDA_CUH
+#define FSDP_KERNELS_KERNELS_CUDA_CUH
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_attention.cuh"
+#include "kernels/cuda_common.cuh"
+#include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_matmul.cuh"
+#include "kernels/kernels.h"
+
+// What the table's buffers are sized for.
+typedef struct {
+    int B, T;              // the largest micro-batch
+    int channels, heads;
+    int vocab, padded_vocab;
+} CudaKernelsShape;
+
+typedef struct {
+    cudaStream_t stream;       // the compute stream (the FSDP backend orders its comm against it)
+    // Host waits go through the caller (the FSDP backend: its deadline ends a stalled job).
+    void (*host_wait)(void* ctx, cudaStream_t s, const char* what);
+    void* host_wait_ctx;
+    MatmulContext mm;          // cuBLASLt handle + its one workspace
+    AttentionImpl attention;
+    void* scratch;             // one buffer for every kernel's scratch (they run in stream order)
+    size_t scratch_bytes;
+    int* tokens[2];            // inputs, targets [B*T] on the device
+    size_t tokens_cap;
+    uint16_t* host_row;        // pinned staging for act_to_host_f32
+    size_t host_row_cap;
+    int vocab;                 // real vocabulary (the embedding backward sorts ids in [0, vocab))
+    size_t device_bytes;       // everything this device state cudaMalloc'ed (budget)
+} CudaKernels;
+
+static CudaKernels* cuda_of(Kernels* k) { return (CudaKernels*)k->impl; }
+#define BF(p) ((bf16*)(p))
+#define CBF(p) ((const bf16*)(p))
+
+static void cuda_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+    encoder_forward_cuda(BF(out), inp, CBF(wte), CBF(wpe), B, T, C, cuda_of(k)->stream);
+}
+static void cuda_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+    CudaKernels* cd = cuda_of(k);
+    encoder_backward_cuda(BF(dwte), BF(dwpe), cd->scratch, cd->scratch_bytes, CBF(dout), inp, B, T, C, cd->vocab, cd->stream);
+}
+static void cuda_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
+                                   const void* weight, const void* bias, int N, int C) {
+    layernorm_forward_cuda(BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C, cuda_of(k)->stream);
+}
+static void cuda_op_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd, const void* a,
+                                            const void* b, const void* weight, const void* bias, int N, int C) {
+    fused_residual_layernorm_forward_cuda(BF(residual), BF(out), mean, rstd, CBF(a), CBF(b), CBF(weight), CBF(bias), N, C,
+                                          cuda_of(k)->stream);
+}
+static void cuda_op_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                    const void* weight, const float* mean, const float* rstd, int N, int C) {
+    CudaKernels* cd = cuda_of(k);
+    layernorm_backward_cuda(BF(dinp), BF(dweight), BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), CBF(inp),
+                            CBF(weight), mean, rstd, N, C, cd->stream);
+}
+static void cuda_op_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
+                                int N, int C, int OC) {
+    CudaKernels* cd = cuda_of(k);
+    matmul_forward_cuda(&cd->mm, BF(out), BF(pre_gelu), CBF(inp), CBF(weight), CBF(bias), N, C, OC, cd->stream);
+}
+static void cuda_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                                 const void* weight, const void* pre_gelu, int N, int C, int OC) {
+    CudaKernels* cd = cuda_of(k);
+    // dinp overwritten (with the GELU backward in the epilogue when pre_gelu is given); the
+    // weight gradient accumulates in the bf16 gradient slot (beta = 1); the bias gradient is
+    // a deterministic reduction of its own.
+    matmul_backward_dinp_cuda(&cd->mm, BF(dinp), CBF(dout), CBF(weight), CBF(pre_gelu), N, C, OC, 0, cd->stream);
+    matmul_backward_dweight_cuda(&cd->mm, dweight, CUDA_R_16BF, CBF(dout), CBF(inp), N, C, OC, 1, cd->stream);
+    if (dbias) bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, cd->stream);
+}
+static void cuda_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    CudaKernels* cd = cuda_of(k);
+    attention_forward_cuda(cd->attention, &cd->mm, BF(out), lse, CBF(qkv), cd->scratch, cd->scratch_bytes, B, T, C, NH, cd->stream);
+}
+static void cuda_op_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
+                                    const float* lse, int B, int T, int C, int NH) {
+    CudaKernels* cd = cuda_of(k);
+    attention_backward_cuda(cd->attention, &cd->mm, BF(dqkv), CBF(dout), CBF(qkv), CBF(out), lse, cd->scratch,
+                            cd->scratch_bytes, B, T, C, NH, cd->stream);
+}
+static void cuda_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
+    crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, cuda_of(k)->stream);
+}
+static void cuda_op_zero(Kernels* k, void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_of(k)->stream)); }
+static const int* cuda_op_tokens(Kernels* k, int slot, const int* host, size_t n) {
+    CudaKernels* cd = cuda_of(k);
+    CUDA_REQUIRE(n <= cd->tokens_cap, "%zu tokens exceed the %zu the device buffers were sized for", n, cd->tokens_cap);
+    // From pageable memory the copy is staged before the call returns: host may be reused.
+    CUDA_CHECK(cudaMemcpyAsync(cd->tokens[slot], host, n * sizeof(int), cudaMemcpyHostToDevice, cd->stream));
+    return cd->tokens[slot];
+}
+static void cuda_op_to_host_async(Kernels* k, void* dst, const void* src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(k)->stream));
+}
+static void cuda_op_act_to_host_f32(Kernels* k, float* dst, const void* src, size_t n) {
+    CudaKernels* cd = cuda_of(k);
+    CUDA_REQUIRE(n <= cd->host_row_cap, "%zu elements exceed the %zu-element staging buffer", n, cd->host_row_cap);
+    CUDA_CHECK(cudaMemcpyAsync(cd->host_row, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, cd->stream));
+    cd->host_wait(cd->host_wait_ctx, cd->stream, "a device-to-host copy of activations");
+    for (size_t i = 0; i < n; i++) {  // bf16 is the top half of an fp32
+        uint32_t u = (uint32_t)cd->host_row[i] << 16;
+        memcpy(&dst[i], &u, sizeof(u));
+    }
+}
+static void cuda_op_synchronize(Kernels* k) {
+    CudaKernels* cd = cuda_of(k);
+    cd->host_wait(cd->host_wait_ctx, cd->stream, "the model's stream");
+}
+static void* cuda_op_mark(Kernels* k) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventRecord(e, cuda_of(k)->stream));
+    return (void*)e;
+}
+static double cuda_op_mark_ms(Kernels* k, void* from, void* to) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to));
+    return ms;
+}
+static void cuda_op_mark_free(Kernels* k, void* m) { CUDA_CHECK(cudaEventDestroy((cudaEvent_t)m)); }
+
+// The largest scratch any kernel takes for a B x T micro-batch (smaller forwards, e.g. the
+// sampler's B = 1, need less). Everything runs in order on one stream: one buffer serves all.
+static size_t cuda_kernels_scratch_bytes(const CudaKernelsShape* s, AttentionImpl attention) {
+    int B = s->B, T = s->T, N = B * T, C = s->channels, NH = s->heads;
+    size_t need = encoder_backward_scratch_bytes(B, T, s->vocab);
+    size_t sizes[] = {layernorm_backward_scratch_bytes(N, C), bias_backward_scratch_bytes(N, 4 * C),
+                      bias_backward_scratch_bytes(N, 3 * C), attention_forward_scratch_bytes(attention, B, T, C, NH),
+                      attention_backward_scratch_bytes(attention, B, T, C, NH)};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) if (sizes[i] > need) need = sizes[i];
+    return align_up_256(need);
+}
+
+// The cuda table on `stream`; host waits go through host_wait(host_wait_ctx, ...).
+static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)(void*, cudaStream_t, const char*),
+                              void* host_wait_ctx, AttentionImpl attention, int gelu_fusion, const CudaKernelsShape* s) {
+    memset(k, 0, sizeof(*k));
+    CudaKernels* cd = (CudaKernels*)calloc(1, sizeof(CudaKernels));
+    cd->stream = stream;
+    cd->host_wait = host_wait;
+    cd->host_wait_ctx = host_wait_ctx;
+    cd->attention = attention;
+    cd->vocab = s->vocab;
+    matmul_context_init(&cd->mm);
+    matmul_set_gelu_fusion(&cd->mm, gelu_fusion);
+    cd->device_bytes += cd->mm.workspace_bytes;
+    cd->scratch_bytes = cuda_kernels_scratch_bytes(s, attention);
+    CUDA_CHECK(cudaMalloc(&cd->scratch, cd->scratch_bytes));
+    cd->device_bytes += cd->scratch_bytes;
+    cd->tokens_cap = (size_t)s->B * s->T;
+    for (int i = 0; i < 2; i++) {
+        CUDA_CHECK(cudaMalloc(&cd->tokens[i], cd->tokens_cap * sizeof(int)));
+        // On the model's stream: a legacy-stream memset is not ordered with a non-blocking stream.
+        CUDA_CHECK(cudaMemsetAsync(cd->tokens[i], 0, cd->tokens_cap * sizeof(int), stream));
+        cd->device_bytes += align_up_256(cd->tokens_cap * sizeof(int));
+    }
+    cd->host_row_cap = (size_t)s->padded_vocab;
+    CUDA_CHECK(cudaMallocHost((void**)&cd->host_row, cd->host_row_cap * sizeof(uint16_t)));
+    k->impl = cd;
+    k->lm_head_rows = s->padded_vocab;
+    k->act_bytes = sizeof(bf16);
+    k->gelu_needs_scratch = 0;  // cuBLASLt's DGELU epilogue
+    k->encoder_forward = cuda_op_encoder_forward;
+    k->encoder_backward = cuda_op_encoder_backward;
+    k->layernorm_forward = cuda_op_layernorm_forward;
+    k->residual_layernorm_forward = cuda_op_residual_layernorm_forward;
+    k->layernorm_backward = cuda_op_layernorm_backward;
+    k->matmul_forward = cuda_op_matmul_forward;
+    k->matmul_backward = cuda_op_matmul_backward;
+    k->attention_forward = cuda_op_attention_forward;
+    k->attention_backward = cuda_op_attention_backward;
+    k->crossentropy = cuda_op_crossentropy;
+    k->zero = cuda_op_zero;
+    k->tokens = cuda_op_tokens;
+    k->to_host_async = cuda_op_to_host_async;
+    k->act_to_host_f32 = cuda_op_act_to_host_f32;
+    k->synchronize = cuda_op_synchronize;
+    k->mark = cuda_op_mark;
+    k->mark_ms = cuda_op_mark_ms;
+    k->mark_free = cuda_op_mark_free;
+}
+
+static void kernels_cuda_free(Kernels* k) {
+    CudaKernels* cd = cuda_of(k);
+    cd->host_wait(cd->host_wait_ctx, cd->stream, "the model's stream at teardown");
+    matmul_context_destroy(&cd->mm);
+    CUDA_CHECK(cudaFree(cd->scratch));
+    for (int i = 0; i < 2; i++) CUDA_CHECK(cudaFree(cd->tokens[i]));
+    CUDA_CHECK(cudaFreeHost(cd->host_row));
+    free(cd);
+    k->impl = NULL;
+}
+
+// Device memory the table allocated (cuBLASLt workspace, kernel scratch, token buffers), and
+// the cuBLASLt workspace's part of it.
+static size_t kernels_cuda_device_bytes(const Kernels* k) { return ((const CudaKernels*)k->impl)->device_bytes; }
+static size_t kernels_cuda_workspace_bytes(const Kernels* k) { return ((const CudaKernels*)k->impl)->mm.workspace_bytes; }
+#endif

@@ -1,0 +1,379 @@
+#include "model/gpt2_state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+
+// ----------------------------------------------------------------------------------------
+// Initialisation
+
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint64_t h1 = splitmix64(seed ^ splitmix64(stream * 0x100000001b3ULL + 2 * index));
+    uint64_t h2 = splitmix64(h1 ^ 0xda942042e4dd58b5ULL);
+    double u1 = ((double)(h1 >> 11) + 1.0) / 9007199254740993.0;  // (0, 1]
+    double u2 = (double)(h2 >> 11) / 9007199254740992.0;          // [0, 1)
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void gpt2_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed) {
+    const GPT2Config* c = &m->config;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    for (int i = 0; i < n_pieces; i++) {
+        const FlatPiece* p = &pieces[i];
+        const FlatTensor* t = &m->units[p->unit].tensors[p->tensor];
+        int kind, layer;
+        tensor_kind(m, p->unit, p->tensor, &kind, &layer);
+        uint64_t stream = (uint64_t)kind * 4096 + (uint64_t)layer;
+        float* dst = arena + p->at;
+        const size_t lo = p->lo, hi = p->hi;
+        // Each element is a pure function of its index: threads do not change the result.
+        #pragma omp parallel for schedule(static)
+        for (size_t e = lo; e < hi; e++) {
+            float v;
+            if (kind == K_LN1W || kind == K_LN2W || kind == K_LNFW) v = 1.0f;
+            else if (t->rows == 1) v = 0.0f;  // biases
+            else if (kind == K_WTE && e / t->cols >= (size_t)c->vocab_size) v = 0.0f;  // padded rows
+            else v = normal_at(seed, stream, e) * ((kind == K_ATTPROJW || kind == K_FCPROJW) ? proj_std : 0.02f);
+            dst[e - lo] = v;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// llm.c model files
+
+static int read_at(int fd, const char* path, void* buf, size_t bytes, off_t at, char* err, size_t errlen) {
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t r = pread(fd, (char*)buf + done, bytes - done, at + (off_t)done);
+        if (r <= 0) {
+            snprintf(err, errlen, "%s: read failed: %s", path, r == 0 ? "unexpected end of file" : strerror(errno));
+            return 1;
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int gpt2_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst, char* err, size_t errlen) {
+    if (version == 3) return read_at(fd, path, dst, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
+    // bf16: through a bounded staging buffer
+    const size_t block = (size_t)1 << 20;
+    uint16_t* staging = (uint16_t*)malloc((n < block ? n : block) * sizeof(uint16_t) + 1);
+    if (!staging) { snprintf(err, errlen, "%s: out of host memory", path); return 1; }
+    for (size_t i = 0; i < n; i += block) {
+        size_t k = n - i < block ? n - i : block;
+        if (read_at(fd, path, staging, k * sizeof(uint16_t), (off_t)(MODEL_HEADER_BYTES + (first + i) * sizeof(uint16_t)), err, errlen)) {
+            free(staging);
+            return 1;
+        }
+        for (size_t j = 0; j < k; j++) dst[i + j] = bf16_to_float(staging[j]);
+    }
+    free(staging);
+    return 0;
+}
+
+int gpt2_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
+                         const char* path, int version, char* err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    for (int i = 0; i < n_pieces; i++) {
+        const FlatPiece* p = &pieces[i];
+        int kind, layer;
+        tensor_kind(m, p->unit, p->tensor, &kind, &layer);
+        char what[1200];
+        snprintf(what, sizeof(what), "%s (%s)", path, m->units[p->unit].tensors[p->tensor].name);
+        if (gpt2_read_params(fd, what, version, llmc_offset(&m->config, kind, layer) + p->lo, p->hi - p->lo,
+                             arena + p->at, err, errlen)) {
+            close(fd);
+            return 1;
+        }
+    }
+    close(fd);
+    return 0;
+}
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                             // round to nearest even
+    return (uint16_t)(u >> 16);
+}
+
+static int write_at(Gpt2FileWriter* w, const void* buf, size_t bytes, off_t at, char* err, size_t errlen) {
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t r = pwrite(w->fd, (const char*)buf + done, bytes - done, at + (off_t)done);
+        if (r <= 0) { snprintf(err, errlen, "%s: write failed: %s", w->tmp, strerror(errno)); return 1; }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int gpt2_file_create(Gpt2FileWriter* w, const char* path, const GPT2Config* c, int version, char* err, size_t errlen) {
+    memset(w, 0, sizeof(*w));
+    w->config = *c;
+    w->version = version;
+    snprintf(w->path, sizeof(w->path), "%s", path);
+    snprintf(w->tmp, sizeof(w->tmp), "%s.tmp", path);
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (w->fd < 0) { snprintf(err, errlen, "%s: cannot create: %s", w->tmp, strerror(errno)); return 1; }
+    int32_t h[256];
+    gpt2_model_header(c, version, h);
+    if (write_at(w, h, sizeof(h), 0, err, errlen)) { gpt2_file_abort(w); return 1; }
+    return 0;
+}
+
+int gpt2_file_put(Gpt2FileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen) {
+    size_t first = llmc_offset(&w->config, kind, layer) + lo;
+    if (w->version == 3) return write_at(w, src, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
+    const size_t block = (size_t)1 << 20;
+    uint16_t* half = (uint16_t*)malloc((n < block ? n : block) * sizeof(uint16_t) + 1);
+    if (!half) { snprintf(err, errlen, "%s: out of host memory", w->tmp); return 1; }
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i += block) {
+        size_t k = n - i < block ? n - i : block;
+        for (size_t j = 0; j < k; j++) half[j] = float_to_bf16(src[i + j]);
+        rc = write_at(w, half, k * sizeof(uint16_t), (off_t)(MODEL_HEADER_BYTES + (first + i) * sizeof(uint16_t)), err, errlen);
+    }
+    free(half);
+    return rc;
+}
+
+int gpt2_file_commit(Gpt2FileWriter* w, char* err, size_t errlen) {
+    int failed = 0;
+    if (fsync(w->fd) != 0) { snprintf(err, errlen, "%s: fsync failed: %s", w->tmp, strerror(errno)); failed = 1; }
+    if (close(w->fd) != 0 && !failed) { snprintf(err, errlen, "%s: close failed: %s", w->tmp, strerror(errno)); failed = 1; }
+    w->fd = -1;
+    if (!failed && rename(w->tmp, w->path) != 0) { snprintf(err, errlen, "%s: rename failed: %s", w->path, strerror(errno)); failed = 1; }
+    if (failed) unlink(w->tmp);
+    return failed;
+}
+
+void gpt2_file_abort(Gpt2FileWriter* w) {
+    if (w->fd >= 0) close(w->fd);
+    w->fd = -1;
+    unlink(w->tmp);
+}
+
+int gpt2_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
+                          char* err, size_t errlen) {
+    int writer = pg->rank == 0, failed = 0;
+    Gpt2FileWriter w;
+    if (writer) failed = gpt2_file_create(&w, path, &m->config, 3, err, errlen);
+    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
+    if (failed) return 1;
+    size_t max_padded = 0;
+    for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > max_padded) max_padded = m->units[u].padded;
+    float* full = writer ? (float*)malloc(max_padded * sizeof(float)) : NULL;
+    size_t shard_at = 0;  // unit u's shard in the arena
+    for (int u = 0; u < m->n_units && !failed; u++) {
+        const FlatUnit* unit = &m->units[u];
+        // Only the first replica group's ranks take part; the others hold the same shards.
+        if (pg->replicate_rank == 0)
+            comm_gather(pg->shard_comm, arena + shard_at, unit->shard * sizeof(float), full, 0);
+        shard_at += unit->shard;
+        for (int i = 0; writer && i < unit->n_tensors && !failed; i++) {
+            int kind, layer;
+            tensor_kind(m, u, i, &kind, &layer);
+            failed = gpt2_file_put(&w, kind, layer, 0, full + unit->tensors[i].offset, unit->tensors[i].numel, err, errlen);
+        }
+    }
+    if (writer) {
+        if (failed) gpt2_file_abort(&w);
+        else failed = gpt2_file_commit(&w, err, errlen);
+        free(full);
+    }
+    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
+    return failed;
+}
+
+// ----------------------------------------------------------------------------------------
+// Checkpoints
+
+void gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
+                            int writes, Gpt2CkptTables* ct) {
+    int total = flat_tensor_count(m->units, m->n_units);
+    memset(ct, 0, sizeof(*ct));
+    ct->tensors = (CkptTensor*)calloc((size_t)total, sizeof(CkptTensor));
+    ct->pieces = (CkptPiece*)calloc((size_t)n_pieces * CKPT_KINDS + 1, sizeof(CkptPiece));
+    for (int u = 0; u < m->n_units; u++)
+        for (int i = 0; i < m->units[u].n_tensors; i++) {
+            const FlatTensor* t = &m->units[u].tensors[i];
+            CkptTensor* ck = &ct->tensors[ct->n_tensors++];
+            snprintf(ck->name, sizeof(ck->name), "%s", t->name);
+            ck->rows = t->rows;
+            ck->cols = t->cols;
+        }
+    for (int i = 0; writes && i < n_pieces; i++) {
+        const FlatPiece* fp = &pieces[i];
+        for (int k = 0; k < CKPT_KINDS; k++) {
+            CkptPiece* p = &ct->pieces[ct->n_pieces++];
+            p->tensor = m->units[fp->unit].tensors[fp->tensor].name;
+            p->kind = k;
+            p->lo = fp->lo;
+            p->hi = fp->hi;
+            p->data = arenas[k] + fp->at;
+            ct->local_bytes += (fp->hi - fp->lo) * sizeof(float);
+        }
+    }
+}
+
+void gpt2_checkpoint_tables_free(Gpt2CkptTables* ct) {
+    free(ct->tensors);
+    free(ct->pieces);
+    memset(ct, 0, sizeof(*ct));
+}
+
+// The manifest's state.config keys, in GPT2Config's order: the one list the writer and the
+// reader share.
+#define CONFIG_KEYS 6
+static const char* const config_keys[CONFIG_KEYS] = {"max_seq_len", "vocab_size", "padded_vocab_size",
+                                                     "num_layers", "num_heads", "channels"};
+static void config_fields(GPT2Config* c, int* f[CONFIG_KEYS]) {
+    f[0] = &c->max_seq_len; f[1] = &c->vocab_size; f[2] = &c->padded_vocab_size;
+    f[3] = &c->num_layers; f[4] = &c->num_heads; f[5] = &c->channels;
+}
+
+cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
+                             long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle) {
+    cJSON* s = cJSON_CreateObject();
+    cJSON* cfg = cJSON_AddObjectToObject(s, "config");
+    GPT2Config copy = *c;
+    int* f[CONFIG_KEYS];
+    config_fields(&copy, f);
+    for (int i = 0; i < CONFIG_KEYS; i++) cJSON_AddNumberToObject(cfg, config_keys[i], *f[i]);
+    cJSON_AddNumberToObject(s, "step", (double)step);
+    cJSON_AddNumberToObject(s, "tokens", (double)tokens);
+    cJSON_AddNumberToObject(s, "world", world);
+    cJSON_AddNumberToObject(s, "seq_len", seq_len);
+    cJSON_AddNumberToObject(s, "total_batch_tokens", (double)total_batch_tokens);
+    cJSON* l = cJSON_AddObjectToObject(s, "loader");
+    cJSON_AddNumberToObject(l, "windows_consumed", (double)windows_consumed);
+    char seed_text[32];
+    snprintf(seed_text, sizeof(seed_text), "%llu", (unsigned long long)seed);
+    cJSON_AddStringToObject(l, "seed", seed_text);
+    cJSON_AddNumberToObject(l, "shuffle", shuffle);
+    return s;
+}
+
+// A JSON number as a long, when it is one. 0 when absent or not a number.
+static int json_long(const cJSON* obj, const char* key, long* out) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v)) return 0;
+    *out = (long)v->valuedouble;
+    return 1;
+}
+
+int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t errlen) {
+    const cJSON* conf = c->state ? cJSON_GetObjectItemCaseSensitive(c->state, "config") : NULL;
+    if (!cJSON_IsObject(conf)) {
+        snprintf(err, errlen, "%s/manifest.json: no model config (state.config)", c->dir);
+        return 1;
+    }
+    memset(cfg, 0, sizeof(*cfg));
+    int* f[CONFIG_KEYS];
+    config_fields(cfg, f);
+    for (int i = 0; i < CONFIG_KEYS; i++) {
+        long v;
+        if (!json_long(conf, config_keys[i], &v) || v < 0 || v > INT32_MAX) {
+            snprintf(err, errlen, "%s/manifest.json: state.config.%s missing or not a valid integer", c->dir, config_keys[i]);
+            return 1;
+        }
+        *f[i] = (int)v;
+    }
+    const char* bad = gpt2_config_check(cfg);
+    if (bad) {
+        snprintf(err, errlen, "%s/manifest.json: inconsistent model config (%s)", c->dir, bad);
+        return 1;
+    }
+    return 0;
+}
+
+int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen) {
+    for (int k = 0; k < NUM_KINDS; k++)
+        for (int l = 0; l < kind_layers(cfg, k); l++) {
+            char name[CKPT_NAME_LEN];
+            gpt2_tensor_name(k, l, name, sizeof(name));
+            size_t rows, cols;
+            kind_shape(cfg, k, &rows, &cols);
+            const CkptTensor* t = ckpt_tensor(c, name);
+            if (!t) {
+                snprintf(err, errlen, "%s/manifest.json: tensor %s is missing", c->dir, name);
+                return 1;
+            }
+            if (t->rows != rows || t->cols != cols) {
+                snprintf(err, errlen, "%s/manifest.json: tensor %s is [%llu, %llu], the config needs [%zu, %zu]", c->dir,
+                         name, (unsigned long long)t->rows, (unsigned long long)t->cols, rows, cols);
+                return 1;
+            }
+        }
+    return 0;
+}
+
+int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
+                         float* const arenas[CKPT_KINDS], int T, Gpt2RunState* rs, uint64_t* bytes_read,
+                         char* err, size_t errlen) {
+    Ckpt c;
+    if (ckpt_open(&c, dir, err, errlen)) return 1;
+    GPT2Config saved;
+    if (gpt2_checkpoint_config(&c, &saved, err, errlen) || gpt2_checkpoint_check_tensors(&c, &saved, err, errlen)) {
+        ckpt_close(&c);
+        return 1;
+    }
+    GPT2Config mine = m->config;
+    int *a[CONFIG_KEYS], *b[CONFIG_KEYS];
+    config_fields(&saved, a);
+    config_fields(&mine, b);
+    for (int i = 0; i < CONFIG_KEYS; i++)
+        if (*a[i] != *b[i]) {
+            snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d "
+                     "(saved: %d layers, %d heads, %d channels, %d positions)",
+                     dir, config_keys[i], *a[i], *b[i], saved.num_layers, saved.num_heads, saved.channels, saved.max_seq_len);
+            ckpt_close(&c);
+            return 1;
+        }
+    const cJSON* loader = cJSON_GetObjectItemCaseSensitive(c.state, "loader");
+    const cJSON* seed = cJSON_GetObjectItemCaseSensitive(loader, "seed");
+    long windows = 0, shuffle = 0;
+    if (!json_long(c.state, "step", &rs->step) || !json_long(c.state, "seq_len", &rs->seq_len) ||
+        !cJSON_IsObject(loader) || !json_long(loader, "windows_consumed", &windows) ||
+        !json_long(loader, "shuffle", &shuffle) || !cJSON_IsString(seed)) {
+        snprintf(err, errlen, "%s/manifest.json: state lacks the step or data position", dir);
+        ckpt_close(&c);
+        return 1;
+    }
+    if (rs->seq_len != T && windows != 0) {  // an imported checkpoint has consumed no data yet
+        snprintf(err, errlen, "%s/manifest.json: saved with --seq-len %ld, this run has %d (the data position counts windows of T)",
+                 dir, rs->seq_len, T);
+        ckpt_close(&c);
+        return 1;
+    }
+    *bytes_read = 0;
+    for (int i = 0; i < n_pieces; i++) {
+        const FlatPiece* p = &pieces[i];
+        const char* name = m->units[p->unit].tensors[p->tensor].name;
+        for (int k = 0; k < CKPT_KINDS; k++) {
+            if (ckpt_read(&c, name, k, p->lo, p->hi, arenas[k] + p->at, err, errlen)) { ckpt_close(&c); return 1; }
+            *bytes_read += (p->hi - p->lo) * sizeof(float);
+        }
+    }
+    rs->windows_consumed = (uint64_t)windows;
+    rs->seed = strtoull(seed->valuestring, NULL, 10);
+    rs->shuffle = (int)shuffle;
+    ckpt_close(&c);
+    return 0;
+}

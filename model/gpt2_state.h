@@ -1,0 +1,98 @@
+// GPT-2's parameters on disk and at start: what reads and writes a rank's pieces of them.
+// Used by train_gpt (each rank, its pieces) and by the ckpt tool (every rank's, offline).
+//
+// A rank's parameters, Adam m and v are each one fp32 "arena": its shards of every unit back
+// to back (fsdp/fsdp.h's host mirror); FlatPiece (fsdp/flat_unit.h) says which elements of
+// which tensor sit where in it. Nothing here knows the engine or a device.
+#ifndef FSDP_MODEL_GPT2_STATE_H
+#define FSDP_MODEL_GPT2_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "checkpoint/checkpoint.h"
+#include "comm/process_group.h"
+#include "fsdp/flat_unit.h"
+#include "model/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The hash behind initialisation and the sampler's coins (splitmix64's finaliser).
+uint64_t splitmix64(uint64_t x);
+
+// ---- initialisation
+// GPT-2's: normal(0, 0.02), residual projections scaled by 1/sqrt(2L), biases zero,
+// LayerNorm weights one, padded vocabulary rows zero. Each element is a pure function of
+// (seed, tensor, element index): a rank fills just its pieces and the model does not depend
+// on the world size.
+void gpt2_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed);
+
+// ---- llm.c model files (header and order: model/gpt2.h)
+// n parameters starting at element `first` of the file's parameter section, as fp32 (the
+// file's dtype is its version: 3 fp32, 5 bf16). One-line message naming the file on error.
+int gpt2_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst,
+                     char* err, size_t errlen);
+// This rank's pieces of an llm.c model file into its arena (every rank reads only its ranges).
+int gpt2_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
+                         const char* path, int version, char* err, size_t errlen);
+
+// Writing one: the file appears whole or not at all (PATH.tmp, written, synced, renamed).
+typedef struct {
+    GPT2Config config;
+    int version;       // 3 fp32, 5 bf16 (rounded to nearest even)
+    int fd;
+    char path[1024], tmp[1040];
+} Gpt2FileWriter;
+int gpt2_file_create(Gpt2FileWriter* w, const char* path, const GPT2Config* c, int version, char* err, size_t errlen);
+// Elements [lo, lo + n) of (kind, layer), fp32 in memory.
+int gpt2_file_put(Gpt2FileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen);
+int gpt2_file_commit(Gpt2FileWriter* w, char* err, size_t errlen);
+void gpt2_file_abort(Gpt2FileWriter* w);
+// train_gpt --save-model: rank 0 collects each unit's shards from the first replica group's
+// shard group (from their arenas) and writes an fp32 model file. Collective over pg's world.
+int gpt2_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
+                          char* err, size_t errlen);
+
+// ---- checkpoints (checkpoint/checkpoint.h knows no model: these are its GPT-2 tables)
+// Every tensor of the model (the same on every rank) and this rank's pieces of each, three
+// kinds apiece (parameters, m, v) pointing into the arenas. writes = 0 (an HSDP replica other
+// than the first, which holds the same shards) lists the tensors and no pieces.
+typedef struct {
+    CkptTensor* tensors;
+    int n_tensors;
+    CkptPiece* pieces;
+    int n_pieces;
+    uint64_t local_bytes;
+} Gpt2CkptTables;
+void gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
+                            int writes, Gpt2CkptTables* ct);
+void gpt2_checkpoint_tables_free(Gpt2CkptTables* ct);
+
+// The manifest's "state" for a GPT-2 run: model config, step, tokens, world size, sequence
+// length, tokens per step and the loader position (windows consumed, the seed as a decimal
+// string since JSON numbers are doubles, shuffle). Written by train_gpt and ckpt import.
+typedef struct {
+    long step;
+    long seq_len;                // 0: no data position yet (an import)
+    uint64_t windows_consumed;
+    uint64_t seed;
+    int shuffle;
+} Gpt2RunState;
+struct cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
+                                    long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle);
+// The model config in an open checkpoint's state, checked (gpt2_config_check).
+int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t errlen);
+// Every tensor of cfg is in the checkpoint's manifest, with its shape.
+int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen);
+// train_gpt --resume: checks that the checkpoint in dir is this model (and, once data was
+// consumed, this sequence length), reads this rank's pieces into the arenas, and returns
+// where the run stood.
+int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
+                         float* const arenas[CKPT_KINDS], int T, Gpt2RunState* rs, uint64_t* bytes_read,
+                         char* err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

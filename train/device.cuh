@@ -1,0 +1,195 @@
+// train/: what the training program is made of besides its story (train_gpt.cu): the device
+// constructor (this file, device.h), the command line (options.h), what a run reports
+// (metrics.h), the step profiler (profile.h), the LR schedule and the sampler.
+//
+// The one constructor of a device: the kernel table and its FSDP backend together, for the
+// cpu (fp32 reference kernels, MPI/TCP collectives on host memory) or, in a CUDA build, a
+// GPU (BF16 kernels, NCCL or host-staged collectives). The only place the training program
+// asks whether this build has CUDA. Included by train_gpt.cu (compiled by nvcc when it
+// exists, by the host C++ compiler otherwise).
+#ifndef FSDP_TRAIN_DEVICE_CUH
+#define FSDP_TRAIN_DEVICE_CUH
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/backend_cpu.h"
+#include "train/device.h"
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include "fsdp/backend_cuda.cuh"
+#include "kernels/kernels_cuda.cuh"
+#endif
+
+// GPUs this process can use, 0 on a host-only build; why says what is missing when 0.
+static int usable_gpus(char* why, size_t whylen) {
+#ifdef __CUDACC__
+    int gpus = 0;
+    cudaError_t st = cudaGetDeviceCount(&gpus);
+    if (st != cudaSuccess) {
+        snprintf(why, whylen, "no usable GPU (%s)", cudaGetErrorString(st));
+        cudaGetLastError();  // clear the sticky error
+        return 0;
+    }
+    if (gpus == 0) snprintf(why, whylen, "no usable GPU");
+    return gpus;
+#else
+    snprintf(why, whylen, "this build has no CUDA support (built without nvcc)");
+    return 0;
+#endif
+}
+
+// Device choice: "cpu" or "cuda", or NULL when cuda was requested and cannot be had (the
+// reason in why). The cpu device is the reference.
+static const char* choose_device(const char* requested, char* why, size_t whylen) {
+    if (!strcmp(requested, "cpu")) { snprintf(why, whylen, "requested"); return "cpu"; }
+    char none[200];
+    int gpus = usable_gpus(none, sizeof(none));
+    if (!strcmp(requested, "cuda")) {
+        if (gpus > 0) { snprintf(why, whylen, "requested"); return "cuda"; }
+        snprintf(why, whylen, "%s", none);
+        return NULL;
+    }
+    if (gpus > 0) { snprintf(why, whylen, "auto: %d GPU(s) visible", gpus); return "cuda"; }
+    snprintf(why, whylen, "auto: %s", none);
+    return "cpu";
+}
+
+static void cpu_close(Device* d) { fsdp_backend_cpu_free(&d->backend); }
+
+#ifdef __CUDACC__
+typedef struct {
+    cudaStream_t stream;       // the model's compute stream (the backend orders its comm against it)
+    size_t baseline_used;      // device memory in use before this process allocated any
+} CudaDeviceState;
+
+// The kernel table's host waits go through the backend's deadline.
+static void cuda_host_wait(void* backend, cudaStream_t s, const char* what) {
+    fsdp_backend_cuda_host_wait((FsdpBackend*)backend, s, what);
+}
+
+static double cuda_memory_in_use_mib(const Device* d) {
+    const CudaDeviceState* st = (const CudaDeviceState*)d->impl;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0.0;
+    size_t used = total_b - free_b;
+    return used > st->baseline_used ? (double)(used - st->baseline_used) / (1024.0 * 1024.0) : 0.0;
+}
+
+static void cuda_profile_start(Device* d) { fsdp_backend_cuda_profile_start(&d->backend); }
+
+static void cuda_profile_finish(Device* d, char* line, size_t n) {
+    double ms[CB_PROF_KINDS] = {0};
+    int count[CB_PROF_KINDS] = {0};
+    fsdp_backend_cuda_profile_finish(&d->backend, ms, count);
+    line[0] = '\0';
+    if (count[CB_PROF_GATHER] + count[CB_PROF_REDUCE] + count[CB_PROF_REPLICA] > 0)
+        snprintf(line, n, "comm stream (NCCL, beside the compute above): all-gather %.3f ms (%d), reduce-scatter %.3f ms (%d), "
+                 "replica all-reduce %.3f ms (%d)", ms[CB_PROF_GATHER], count[CB_PROF_GATHER], ms[CB_PROF_REDUCE],
+                 count[CB_PROF_REDUCE], ms[CB_PROF_REPLICA], count[CB_PROF_REPLICA]);
+}
+
+static void cuda_close(Device* d) {
+    CudaDeviceState* st = (CudaDeviceState*)d->impl;
+    kernels_cuda_free(&d->kernels);
+    fsdp_backend_cuda_free(&d->backend);
+    CUDA_CHECK(cudaStreamDestroy(st->stream));
+    free(st);
+}
+
+// The GPU is the local rank's modulo the GPUs visible (several ranks share one with --comm mpi).
+static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, const FsdpConfig* fcfg,
+                      const ModelLayout* m, int B, int T) {
+    const GPT2Config* c = &m->config;
+    CudaDeviceState* st = (CudaDeviceState*)calloc(1, sizeof(CudaDeviceState));
+    if (!st) fatal(pg, "out of host memory");
+    int gpus = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&gpus));
+    int gpu = pg->local_rank % gpus;
+    CUDA_CHECK(cudaSetDevice(gpu));
+    CUDA_CHECK(cudaFree(0));  // create the context now: the baseline below includes it
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, gpu));
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    st->baseline_used = total_b - free_b;
+
+    CudaBackendConfig bc;
+    memset(&bc, 0, sizeof(bc));
+    char comm_why[128];
+    if (!strcmp(o->comm, "auto")) {
+        bc.use_nccl = pg->local_world <= gpus;
+        snprintf(comm_why, sizeof(comm_why), "%s", bc.use_nccl ? "one GPU per local rank" : "ranks share a GPU, which NCCL refuses");
+    } else {
+        bc.use_nccl = !strcmp(o->comm, "nccl");
+        snprintf(comm_why, sizeof(comm_why), "requested");
+        if (bc.use_nccl && pg->local_world > gpus)
+            fatal_agreed(pg, "--comm nccl: %d local ranks share %d GPU(s), which NCCL refuses; use --comm mpi", pg->local_world, gpus);
+    }
+    AttentionImpl attention;
+    int hs = c->channels / c->num_heads;
+    if (!strcmp(o->attention, "auto")) attention = attention_flash_supports(hs) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
+    else if (!strcmp(o->attention, "flash") && !attention_flash_supports(hs))
+        fatal_agreed(pg, "--attention flash supports head sizes 64 and 128, this model's is %d; use --attention cublas", hs);
+    else attention = (AttentionImpl)attention_impl_from_name(o->attention);
+
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    bc.reduce_fp32 = o->reduce_fp32;
+    for (int u = 0; u < m->n_units; u++)
+        if (m->units[u].padded > bc.max_unit_padded) bc.max_unit_padded = m->units[u].padded;
+    bc.seed = o->seed;
+    bc.compute = st->stream;
+    // The staged path pins host buffers per op slot: the root's size only where it goes.
+    int max_ops = fsdp_max_ops(fcfg, m->n_units);
+    size_t* op_padded = (size_t*)malloc((size_t)max_ops * sizeof(size_t));
+    if (!op_padded) fatal(pg, "out of host memory");
+    fsdp_op_padded(fcfg, m->units, m->n_units, op_padded);
+    bc.op_padded = op_padded;
+    fsdp_backend_cuda_init(&d->backend, pg, max_ops, &bc);
+    free(op_padded);
+    CudaKernelsShape shape = {B, T, c->channels, c->num_heads, c->vocab_size, c->padded_vocab_size};
+    kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, attention, o->gelu_fusion, &shape);
+
+    d->name = "cuda";
+    d->impl = st;
+    snprintf(d->gpu_name, sizeof(d->gpu_name), "%s", prop.name);
+    snprintf(d->description, sizeof(d->description),
+             "GPU %d of %d: %s, %.1f GiB, sm_%d%d | collectives %s (%s), reduce %s | attention %s, gelu fusion %d", gpu, gpus,
+             prop.name, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
+             bc.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why, o->reduce_fp32 ? "fp32" : "bf16",
+             attention_impl_name(attention), o->gelu_fusion);
+    size_t workspace = kernels_cuda_workspace_bytes(&d->kernels);
+    d->device_lines[0] = (MemoryLine){"collective buffers (backend)", fsdp_backend_cuda_device_bytes(&d->backend)};
+    d->device_lines[1] = (MemoryLine){"cuBLASLt workspace", workspace};
+    d->device_lines[2] = (MemoryLine){"kernel + attention scratch, tokens", kernels_cuda_device_bytes(&d->kernels) - workspace};
+    d->n_device_lines = 3;
+    d->host_lines[0] = (MemoryLine){"host: pinned staging (backend)", fsdp_backend_cuda_host_bytes(&d->backend)};
+    d->n_host_lines = 1;
+    d->memory_in_use_mib = cuda_memory_in_use_mib;
+    d->profile_start = cuda_profile_start;
+    d->profile_finish = cuda_profile_finish;
+    d->close = cuda_close;
+}
+#endif  // __CUDACC__
+
+// The device `o` asks for (NULL: the cpu), sized for micro-batches of B x T of model m and
+// the engine's op slots under fcfg. Errors end the job (fatal) with one line.
+static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, const FsdpConfig* fcfg,
+                        const ModelLayout* m, int B, int T) {
+    memset(d, 0, sizeof(*d));
+    if (o && o->cuda) {
+#ifdef __CUDACC__
+        cuda_open(d, o, pg, fcfg, m, B, T);
+        return;
+#else
+        fatal(pg, "--device cuda: this build has no CUDA support (built without nvcc)");
+#endif
+    }
+    d->name = "cpu";
+    fsdp_backend_cpu_init(&d->backend, pg, fsdp_max_ops(fcfg, m->n_units));
+    kernels_cpu_init(&d->kernels, m->config.padded_vocab_size);
+    d->close = cpu_close;
+}
+
+#endif

@@ -1,0 +1,63 @@
+// A device, as the training loop sees it: the kernel table the model schedule runs
+// (kernels/kernels.h) and the FSDP backend the engine runs (fsdp/fsdp.h), built together by
+// one constructor (device_open in train/device.cuh), with what the run prints about it.
+#ifndef FSDP_TRAIN_DEVICE_H
+#define FSDP_TRAIN_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "comm/process_group.h"
+#include "fsdp/fsdp.h"
+#include "kernels/kernels.h"
+#include "model/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// How to build the device (from the command line).
+typedef struct {
+    int cuda;                  // 0: the cpu device
+    const char* comm;          // cuda: "auto", "nccl" or "mpi"
+    int reduce_fp32;           // cuda: reduce-scatter gradients in fp32 instead of bf16
+    const char* attention;     // cuda: "auto", "flash" or "cublas"
+    int gelu_fusion;           // cuda: 0 none, 1 forward, 2 forward + backward (cuda_matmul.cuh)
+    uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
+} DeviceOptions;
+
+// A line of the memory budget: what, and how many bytes.
+typedef struct { const char* what; size_t bytes; } MemoryLine;
+
+typedef struct Device Device;
+struct Device {
+    const char* name;          // "cpu" or "cuda"
+    Kernels kernels;
+    FsdpBackend backend;
+    char gpu_name[256];        // the GPU's (the peak-FLOPs table knows GPUs by name); "" on the cpu
+    char description[512];     // the startup line about the device; "" on the cpu
+    // Memory the device allocated itself beyond the engine's state and the activations, and
+    // the pinned host memory it holds (fixed once built).
+    MemoryLine device_lines[4], host_lines[2];
+    int n_device_lines, n_host_lines;
+    void* impl;                // the device's own state (cuda: streams, the baseline)
+    // Device memory in use now, MiB above what was in use before this process allocated
+    // any (cuda: cudaMemGetInfo, every process on the GPU); NULL where not measured (cpu).
+    double (*memory_in_use_mib)(const Device* d);
+    // --profile-step: the collectives' own time on their stream from start to finish (cuda
+    // with NCCL). finish writes a line for the table, or "" when there is nothing to say.
+    void (*profile_start)(Device* d);
+    void (*profile_finish)(Device* d, char* line, size_t n);
+    void (*close)(Device* d);
+};
+
+// Device bytes beyond the engine and the activations (the sum of device_lines).
+static inline size_t device_extra_bytes(const Device* d) {
+    size_t n = 0;
+    for (int i = 0; i < d->n_device_lines; i++) n += d->device_lines[i].bytes;
+    return n;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,65 @@
+// What a run reports: the step line on the console, metrics.jsonl, MFU against the device's
+// peak, memory (resident, GPU, the budget table), and the end-of-run summary. Rank 0 prints;
+// the figures that differ by rank are reduced (max) over every rank first.
+#ifndef FSDP_TRAIN_METRICS_H
+#define FSDP_TRAIN_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "comm/process_group.h"
+#include "fsdp/fsdp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+double now_seconds(void);
+size_t peak_rss_bytes(void);      // this process, bytes
+size_t current_rss_bytes(void);   // 0 where /proc is unavailable
+double max_over_ranks_mib(const ProcessGroup* pg, size_t bytes);
+// Peak dense BF16 TFLOP/s of a GPU by its name; 0 when unknown (and for the cpu device).
+double device_peak_tflops(const char* device_name);
+void print_memory_line(const char* what, size_t bytes);
+
+// One optimizer step, as it is reported.
+typedef struct {
+    int step;            // completed steps
+    double loss;
+    float norm, lr;
+    double ms, data_ms;  // the step on the host clock; of it, reading data
+    double mem_mib;      // cpu: peak resident; cuda: GPU memory in use (max over the run)
+    int skipped;         // non-finite loss or norm: no update
+    int profiled;        // --profile-step's step (left out of the averages)
+} StepRecord;
+
+typedef struct {
+    int rank;
+    FILE* jsonl;                 // rank 0 with -o: metrics.jsonl (else NULL)
+    int max_steps, end_step;     // the schedule's steps; where this job stops
+    long tokens_per_step;
+    double flops_per_token;      // 6N + 6LCT
+    double peak_flops;           // over every rank; 0: no MFU
+    // this job's steps: the first and the profiled one are not timed
+    int steps_run, timed_steps, profiled_steps;
+    double train_ms_total, data_ms_total;
+    FsdpTraffic traffic;         // communication of the training steps only
+} Metrics;
+
+// Opens OUTPUT/metrics.jsonl on rank 0 when output_dir is set (appending when resumed). 0, or
+// 1 with a message.
+int metrics_open(Metrics* mt, int rank, const char* output_dir, int resumed, char* err, size_t errlen);
+// Counts the step into the averages (traffic: what the step exchanged), prints its line and
+// writes its JSON object.
+void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic);
+void metrics_val(Metrics* mt, int step, double val_loss);
+// The end of the run: average step time, peak memory (every rank), communication per step
+// against FSDP's formula. gpu_peak_mib < 0: no GPU figure.
+void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, size_t device_budget,
+                     size_t num_parameters, int grad_accum);
+void metrics_close(Metrics* mt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,341 @@
+#include "train/options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void print_usage(void) {
+    printf(
+"usage: train_gpt [options]     (launch several ranks with mpirun -np N or srun)\n"
+"\n"
+"data\n"
+"  -i, --train-data GLOB        training token shards (llm.c format) [data/tinyshakespeare/tiny_shakespeare_train.bin]\n"
+"  -j, --val-data GLOB          validation shards; \"\" disables validation [data/tinyshakespeare/tiny_shakespeare_val.bin]\n"
+"      --shuffle 0|1            permute shards and sequence windows every epoch (seeded) [0]\n"
+"  -o, --output DIR             write DIR/metrics.jsonl (one JSON object per step)\n"
+"model\n"
+"  -m, --model dN               GPT-2 preset: N layers (d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1558M) [d12]\n"
+"      --layers N --channels N --heads N   any other shape (override the preset)\n"
+"      --max-seq N              learned positions [1024]\n"
+"  -e, --init-from FILE         start from an llm.c model file (version 3 fp32 or 5 bf16)\n"
+"      --save-model FILE        write an llm.c model file (fp32) at the end\n"
+"      --seed N                 initialisation, sampling and shuffling seed [1337]\n"
+"training\n"
+"  -b, --batch-size N           micro-batch per rank, in sequences [4]\n"
+"  -t, --seq-len N              sequence length [1024]\n"
+"  -d, --total-batch-tokens N   tokens per optimizer step, all ranks; gradient accumulation\n"
+"                               makes up the difference [batch x seq-len x world]\n"
+"  -x, --max-steps N            optimizer steps; -1 = one epoch of the training data [-1]\n"
+"  -l, --lr F                   peak learning rate [3e-4]\n"
+"  -u, --warmup-steps N         linear warmup [0]\n"
+"      --lr-decay cosine|linear|constant   decay after warmup [cosine]\n"
+"  -q, --final-lr-frac F        the decay ends at F x lr [0.1]\n"
+"  -c, --weight-decay F         AdamW weight decay, matrices only [0.1]\n"
+"      --beta1 F --beta2 F --eps F   AdamW [0.9, 0.95, 1e-8]\n"
+"      --grad-clip F            clip the global gradient norm; 0 disables [1.0]\n"
+"evaluation\n"
+"  -v, --val-every N            validation loss every N steps and at the end; 0 disables [20]\n"
+"      --val-steps N            validation batches (of the training batch size) [20]\n"
+"  -s, --sample-every N         print a generated sample every N steps; 0 disables [0]\n"
+"  -g, --sample-tokens N        tokens per sample [64]\n"
+"      --top-k N --temperature F   sampling [40, 1.0]\n"
+"      --tokenizer-dir DIR      encoder.json and vocab.bpe for printing samples\n"
+"                               [data/gpt2, else $FSDP_DATA/gpt2, else ../shared/data/gpt2]\n"
+"sharding\n"
+"      --fsdp-unit-layers K     transformer blocks per FSDP unit [1]\n"
+"      --prefetch N             units all-gathered ahead of the one computing [1]\n"
+"      --reshard-after-forward 0|1   1: free gathered blocks after forward (ZeRO-3); 0: keep them until\n"
+"                               their backward (ZeRO-2 style, more memory, fewer gathers) [1]\n"
+"      --no-grad-sync-until-last   keep unsharded gradients over the micro-steps and reduce-scatter\n"
+"                               only on the last (less communication, more memory)\n"
+"      --shard-group-size S     HSDP: shard within groups of S ranks, replicate across groups [world]\n"
+"checkpoints\n"
+"      --ckpt-every N           save a sharded checkpoint every N steps and at the end; 0 = never [0]\n"
+"      --ckpt-dir DIR           where [OUTPUT/ckpt with -o OUTPUT]\n"
+"      --ckpt-keep K            complete checkpoints to keep [3]\n"
+"      --ckpt-compress none|zstd[:LEVEL]   compress every chunk [none; zstd level 3]\n"
+"      --ckpt-async 0|1         copy the shards to host buffers and write them in a thread [0]\n"
+"      --resume auto|PATH       auto: the newest complete checkpoint in the checkpoint directory, or a\n"
+"                               fresh start when there is none; PATH: that step directory. Any rank count.\n"
+"      --stop-at-step N         stop after step N (the schedule still spans --max-steps), saving a\n"
+"                               checkpoint first when --ckpt-every is set: splits a run into jobs\n"
+"system\n"
+"      --device auto|cpu|cuda   [auto: cuda when usable, else cpu]\n"
+"      --comm nccl|mpi          cuda collectives: NCCL, or MPI staged through host memory (several ranks\n"
+"                               may share a GPU, which NCCL refuses) [nccl when every local rank has\n"
+"                               its own GPU, else mpi]\n"
+"      --reduce-dtype bf16|fp32 cuda: dtype of the gradient reduce-scatter [bf16]\n"
+"      --attention flash|cublas cuda: fused flash attention, or the cuBLAS reference path [flash where\n"
+"                               the head size is 64 or 128, else cublas]\n"
+"      --gelu-fusion 0|1|2      cuda: the GELU in cuBLASLt's matmul epilogue: 0 never (a kernel of its\n"
+"                               own), 1 forward, 2 forward and backward; where cuBLASLt has no such\n"
+"                               algorithm, the run says so and uses the kernel [2]\n"
+"      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
+"      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
+"      --profile-step N         after step N, print where its time went: matmuls, attention, layernorm,\n"
+"                               waits for FSDP communication, optimizer... (cuda: events on the model's\n"
+"                               stream, so waits count, and with NCCL the comm stream's own time; rank\n"
+"                               0's figures; that step is left out of the average step time) [0: off]\n"
+"operations\n"
+"      --rendezvous file:DIR|tcp://HOST:PORT   how ranks meet without an MPI world (srun without\n"
+"                               PMI, torchrun-style RANK/WORLD_SIZE): a directory every node sees,\n"
+"                               or rank 0's address [MPI when launched by mpirun or srun --mpi=pmix;\n"
+"                               tcp://MASTER_ADDR:MASTER_PORT when those are set]\n"
+"      --run-id ID              names this launch in the rendezvous directory\n"
+"                               [Slurm job.step.restart, or TORCHELASTIC_RUN_ID]\n"
+"      --comm-timeout SECONDS   a collective that has not completed (mpi) or made progress (tcp) for\n"
+"                               that long ends the job: a stalled or dead rank [600]\n"
+"      --max-bad-steps N        a step with a non-finite loss or gradient norm is skipped (no update);\n"
+"                               N such steps in a row end the run [10]\n"
+"signals\n"
+"      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
+"      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue.\n"
+"  -h, --help                   this text\n");
+}
+
+static int parse_long(const char* flag, const char* s, long lo, long hi, long* out, ParseError* e) {
+    char* end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end != '\0') { snprintf(e->msg, sizeof(e->msg), "%s: expected an integer, got '%s'", flag, s); return 1; }
+    if (v < lo || v > hi) { snprintf(e->msg, sizeof(e->msg), "%s: %ld is out of range [%ld, %ld]", flag, v, lo, hi); return 1; }
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char* flag, const char* s, long lo, long hi, int* out, ParseError* e) {
+    long v;
+    if (parse_long(flag, s, lo, hi, &v, e)) return 1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char* flag, const char* s, double lo, double hi, float* out, ParseError* e) {
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !isfinite(v)) { snprintf(e->msg, sizeof(e->msg), "%s: expected a number, got '%s'", flag, s); return 1; }
+    if (v < lo || v > hi) { snprintf(e->msg, sizeof(e->msg), "%s: %g is out of range [%g, %g]", flag, v, lo, hi); return 1; }
+    *out = (float)v;
+    return 0;
+}
+
+enum {
+    OPT_LAYERS = 1000, OPT_CHANNELS, OPT_HEADS, OPT_MAX_SEQ, OPT_SAVE_MODEL, OPT_SEED, OPT_LR_DECAY,
+    OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_GRAD_CLIP, OPT_VAL_STEPS, OPT_TOP_K, OPT_TEMPERATURE,
+    OPT_TOKENIZER_DIR, OPT_SHUFFLE, OPT_DEVICE, OPT_THREADS, OPT_UNIT_LAYERS, OPT_PREFETCH,
+    OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
+    OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
+    OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
+    OPT_PROFILE_STEP, OPT_GELU_FUSION,
+};
+
+int parse_options(int argc, char** argv, Options* o, ParseError* e) {
+    memset(o, 0, sizeof(*o));
+    o->train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
+    o->val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
+    o->model = NULL;
+    o->batch_size = 4; o->seq_len = 1024; o->total_batch_tokens = -1; o->max_steps = -1;
+    o->lr = 3e-4f; o->final_lr_frac = 0.1f; o->weight_decay = 0.1f;
+    o->beta1 = 0.9f; o->beta2 = 0.95f; o->eps = 1e-8f; o->grad_clip = 1.0f;
+    o->lr_decay = DECAY_COSINE;
+    o->val_every = 20; o->val_steps = 20;
+    o->sample_tokens = 64; o->top_k = 40; o->temperature = 1.0f;
+    o->tokenizer_dir = NULL;
+    o->seed = 1337;
+    o->device = "auto";
+    o->comm = "auto";
+    o->attention = "auto";
+    o->gelu_fusion = 2;
+    o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
+    o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
+    o->comm_timeout = 600.0f; o->max_bad_steps = 10;
+
+    static const struct option longopts[] = {
+        {"train-data", required_argument, 0, 'i'}, {"val-data", required_argument, 0, 'j'},
+        {"output", required_argument, 0, 'o'}, {"model", required_argument, 0, 'm'},
+        {"layers", required_argument, 0, OPT_LAYERS}, {"channels", required_argument, 0, OPT_CHANNELS},
+        {"heads", required_argument, 0, OPT_HEADS}, {"max-seq", required_argument, 0, OPT_MAX_SEQ},
+        {"init-from", required_argument, 0, 'e'}, {"save-model", required_argument, 0, OPT_SAVE_MODEL},
+        {"seed", required_argument, 0, OPT_SEED},
+        {"batch-size", required_argument, 0, 'b'}, {"seq-len", required_argument, 0, 't'},
+        {"total-batch-tokens", required_argument, 0, 'd'}, {"max-steps", required_argument, 0, 'x'},
+        {"lr", required_argument, 0, 'l'}, {"warmup-steps", required_argument, 0, 'u'},
+        {"lr-decay", required_argument, 0, OPT_LR_DECAY}, {"final-lr-frac", required_argument, 0, 'q'},
+        {"weight-decay", required_argument, 0, 'c'}, {"beta1", required_argument, 0, OPT_BETA1},
+        {"beta2", required_argument, 0, OPT_BETA2}, {"eps", required_argument, 0, OPT_EPS},
+        {"grad-clip", required_argument, 0, OPT_GRAD_CLIP},
+        {"val-every", required_argument, 0, 'v'}, {"val-steps", required_argument, 0, OPT_VAL_STEPS},
+        {"sample-every", required_argument, 0, 's'}, {"sample-tokens", required_argument, 0, 'g'},
+        {"top-k", required_argument, 0, OPT_TOP_K}, {"temperature", required_argument, 0, OPT_TEMPERATURE},
+        {"tokenizer-dir", required_argument, 0, OPT_TOKENIZER_DIR},
+        {"shuffle", required_argument, 0, OPT_SHUFFLE}, {"device", required_argument, 0, OPT_DEVICE},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"fsdp-unit-layers", required_argument, 0, OPT_UNIT_LAYERS},
+        {"prefetch", required_argument, 0, OPT_PREFETCH},
+        {"reshard-after-forward", required_argument, 0, OPT_RESHARD},
+        {"no-grad-sync-until-last", no_argument, 0, OPT_NO_SYNC},
+        {"shard-group-size", required_argument, 0, OPT_SHARD_GROUP},
+        {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY}, {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
+        {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP}, {"ckpt-compress", required_argument, 0, OPT_CKPT_COMPRESS},
+        {"ckpt-async", required_argument, 0, OPT_CKPT_ASYNC}, {"resume", required_argument, 0, OPT_RESUME},
+        {"stop-at-step", required_argument, 0, OPT_STOP_AT},
+        {"rendezvous", required_argument, 0, OPT_RENDEZVOUS}, {"run-id", required_argument, 0, OPT_RUN_ID},
+        {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},
+        {"max-bad-steps", required_argument, 0, OPT_MAX_BAD_STEPS},
+        {"profile-step", required_argument, 0, OPT_PROFILE_STEP},
+        {"peak-tflops", required_argument, 0, OPT_PEAK_TFLOPS},
+        {"comm", required_argument, 0, OPT_COMM}, {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
+        {"attention", required_argument, 0, OPT_ATTENTION},
+        {"gelu-fusion", required_argument, 0, OPT_GELU_FUSION},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    opterr = 0;
+    optind = 1;
+    int ch, r = 0;
+    long seed = 0;
+    while ((ch = getopt_long(argc, argv, ":i:j:o:m:e:b:t:d:x:l:u:q:c:v:s:g:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'i': o->train_data = optarg; break;
+        case 'j': o->val_data = optarg; break;
+        case 'o': o->output_dir = optarg; break;
+        case 'm': o->model = optarg; break;
+        case OPT_LAYERS: r = parse_int("--layers", optarg, 1, 1000, &o->layers, e); break;
+        case OPT_CHANNELS: r = parse_int("--channels", optarg, 1, 1 << 16, &o->channels, e); break;
+        case OPT_HEADS: r = parse_int("--heads", optarg, 1, 1024, &o->heads, e); break;
+        case OPT_MAX_SEQ: r = parse_int("--max-seq", optarg, 1, 1 << 20, &o->max_seq, e); break;
+        case 'e': o->init_from = optarg; break;
+        case OPT_SAVE_MODEL: o->save_model = optarg; break;
+        case OPT_SEED: r = parse_long("--seed", optarg, 0, LONG_MAX, &seed, e); o->seed = (uint64_t)seed; break;
+        case 'b': r = parse_int("--batch-size", optarg, 1, 1 << 20, &o->batch_size, e); break;
+        case 't': r = parse_int("--seq-len", optarg, 1, 1 << 20, &o->seq_len, e); break;
+        case 'd': r = parse_long("--total-batch-tokens", optarg, 1, LONG_MAX, &o->total_batch_tokens, e); break;
+        case 'x': r = parse_int("--max-steps", optarg, -1, INT32_MAX, &o->max_steps, e); break;
+        case 'l': r = parse_float("--lr", optarg, 0.0, 10.0, &o->lr, e); break;
+        case 'u': r = parse_int("--warmup-steps", optarg, 0, INT32_MAX, &o->warmup_steps, e); break;
+        case OPT_LR_DECAY:
+            if (!strcmp(optarg, "cosine")) o->lr_decay = DECAY_COSINE;
+            else if (!strcmp(optarg, "linear")) o->lr_decay = DECAY_LINEAR;
+            else if (!strcmp(optarg, "constant")) o->lr_decay = DECAY_CONSTANT;
+            else { snprintf(e->msg, sizeof(e->msg), "--lr-decay: expected cosine, linear or constant, got '%s'", optarg); r = 1; }
+            break;
+        case 'q': r = parse_float("--final-lr-frac", optarg, 0.0, 1.0, &o->final_lr_frac, e); break;
+        case 'c': r = parse_float("--weight-decay", optarg, 0.0, 10.0, &o->weight_decay, e); break;
+        case OPT_BETA1: r = parse_float("--beta1", optarg, 0.0, 0.999999, &o->beta1, e); break;
+        case OPT_BETA2: r = parse_float("--beta2", optarg, 0.0, 0.999999, &o->beta2, e); break;
+        case OPT_EPS: r = parse_float("--eps", optarg, 1e-30, 1.0, &o->eps, e); break;
+        case OPT_GRAD_CLIP: r = parse_float("--grad-clip", optarg, 0.0, 1e9, &o->grad_clip, e); break;
+        case 'v': r = parse_int("--val-every", optarg, 0, INT32_MAX, &o->val_every, e); break;
+        case OPT_VAL_STEPS: r = parse_int("--val-steps", optarg, 1, 1 << 20, &o->val_steps, e); break;
+        case 's': r = parse_int("--sample-every", optarg, 0, INT32_MAX, &o->sample_every, e); break;
+        case 'g': r = parse_int("--sample-tokens", optarg, 1, 1 << 20, &o->sample_tokens, e); break;
+        case OPT_TOP_K: r = parse_int("--top-k", optarg, 1, 1 << 20, &o->top_k, e); break;
+        case OPT_TEMPERATURE: r = parse_float("--temperature", optarg, 1e-3, 100.0, &o->temperature, e); break;
+        case OPT_TOKENIZER_DIR: o->tokenizer_dir = optarg; break;
+        case OPT_SHUFFLE: r = parse_int("--shuffle", optarg, 0, 1, &o->shuffle, e); break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                snprintf(e->msg, sizeof(e->msg), "--device: expected auto, cpu or cuda, got '%s'", optarg); r = 1;
+            }
+            o->device = optarg;
+            break;
+        case OPT_THREADS: r = parse_int("--threads", optarg, 1, 4096, &o->threads, e); break;
+        case OPT_UNIT_LAYERS: r = parse_int("--fsdp-unit-layers", optarg, 1, 1000, &o->unit_layers, e); break;
+        case OPT_PREFETCH: r = parse_int("--prefetch", optarg, 0, 1000, &o->prefetch, e); break;
+        case OPT_RESHARD: r = parse_int("--reshard-after-forward", optarg, 0, 1, &o->reshard_after_forward, e); break;
+        case OPT_NO_SYNC: o->no_grad_sync_until_last = 1; break;
+        case OPT_SHARD_GROUP: r = parse_int("--shard-group-size", optarg, 1, 1 << 20, &o->shard_group_size, e); break;
+        case OPT_CKPT_EVERY: r = parse_int("--ckpt-every", optarg, 0, INT32_MAX, &o->ckpt_every, e); break;
+        case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
+        case OPT_CKPT_KEEP: r = parse_int("--ckpt-keep", optarg, 1, 1 << 20, &o->ckpt.keep, e); break;
+        case OPT_CKPT_COMPRESS:
+            if (!strcmp(optarg, "none")) o->ckpt.codec = CKPT_CODEC_RAW;
+            else if (!strcmp(optarg, "zstd")) o->ckpt.codec = CKPT_CODEC_ZSTD;
+            else if (!strncmp(optarg, "zstd:", 5)) {
+                o->ckpt.codec = CKPT_CODEC_ZSTD;
+                r = parse_int("--ckpt-compress zstd:LEVEL", optarg + 5, 1, 19, &o->ckpt.zstd_level, e);
+            } else { snprintf(e->msg, sizeof(e->msg), "--ckpt-compress: expected none, zstd or zstd:LEVEL, got '%s'", optarg); r = 1; }
+            break;
+        case OPT_CKPT_ASYNC: r = parse_int("--ckpt-async", optarg, 0, 1, &o->ckpt.async, e); break;
+        case OPT_RESUME: o->resume = optarg; break;
+        case OPT_STOP_AT: r = parse_int("--stop-at-step", optarg, 1, INT32_MAX, &o->stop_at_step, e); break;
+        case OPT_RENDEZVOUS:
+            if (strncmp(optarg, "file:", 5) && strncmp(optarg, "tcp://", 6)) {
+                snprintf(e->msg, sizeof(e->msg), "--rendezvous: expected file:DIR or tcp://HOST:PORT, got '%s'", optarg); r = 1;
+            } else if (!optarg[optarg[0] == 'f' ? 5 : 6]) {
+                snprintf(e->msg, sizeof(e->msg), "--rendezvous %s: the %s is missing", optarg, optarg[0] == 'f' ? "directory" : "address"); r = 1;
+            }
+            o->rendezvous = optarg;
+            break;
+        case OPT_RUN_ID:
+            if (!*optarg || strchr(optarg, '/')) { snprintf(e->msg, sizeof(e->msg), "--run-id: '%s' must be non-empty and without '/'", optarg); r = 1; }
+            o->run_id = optarg;
+            break;
+        case OPT_COMM_TIMEOUT: r = parse_float("--comm-timeout", optarg, 1.0, 1e7, &o->comm_timeout, e); break;
+        case OPT_MAX_BAD_STEPS: r = parse_int("--max-bad-steps", optarg, 1, INT32_MAX, &o->max_bad_steps, e); break;
+        case OPT_PROFILE_STEP: r = parse_int("--profile-step", optarg, 0, INT32_MAX, &o->profile_step, e); break;
+        case OPT_PEAK_TFLOPS: r = parse_float("--peak-tflops", optarg, 1e-6, 1e7, &o->peak_tflops, e); break;
+        case OPT_COMM:
+            if (strcmp(optarg, "nccl") && strcmp(optarg, "mpi")) {
+                snprintf(e->msg, sizeof(e->msg), "--comm: expected nccl or mpi, got '%s'", optarg); r = 1;
+            }
+            o->comm = optarg;
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--comm";
+            break;
+        case OPT_REDUCE_DTYPE:
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--reduce-dtype";
+            if (!strcmp(optarg, "fp32")) o->reduce_fp32 = 1;
+            else if (!strcmp(optarg, "bf16")) o->reduce_fp32 = 0;
+            else { snprintf(e->msg, sizeof(e->msg), "--reduce-dtype: expected bf16 or fp32, got '%s'", optarg); r = 1; }
+            break;
+        case OPT_ATTENTION:
+            if (strcmp(optarg, "flash") && strcmp(optarg, "cublas")) {
+                snprintf(e->msg, sizeof(e->msg), "--attention: expected flash or cublas, got '%s'", optarg); r = 1;
+            }
+            o->attention = optarg;
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--attention";
+            break;
+        case OPT_GELU_FUSION:
+            r = parse_int("--gelu-fusion", optarg, 0, 2, &o->gelu_fusion, e);
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--gelu-fusion";
+            break;
+        case 'h': return 2;
+        case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
+        default: snprintf(e->msg, sizeof(e->msg), "unknown option '%s'", argv[optind - 1]); return 1;
+        }
+        if (r) return 1;
+    }
+    if (optind < argc) { snprintf(e->msg, sizeof(e->msg), "unexpected argument '%s'", argv[optind]); return 1; }
+    return 0;
+}
+
+int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e) {
+    memset(c, 0, sizeof(*c));
+    if (o->init_from) {
+        if (o->model || o->layers || o->channels || o->heads || o->max_seq) {
+            snprintf(e->msg, sizeof(e->msg), "--init-from %s defines the model shape: drop -m/--layers/--channels/--heads/--max-seq", o->init_from);
+            return 1;
+        }
+        return read_model_header(o->init_from, c, file_version, e->msg, sizeof(e->msg));
+    }
+    const char* preset = o->model ? o->model : "d12";
+    if (preset_config(preset, c)) {
+        snprintf(e->msg, sizeof(e->msg), "--model: unknown preset '%s' (expected d1 ... d48, e.g. d12)", preset);
+        return 1;
+    }
+    if (o->layers) c->num_layers = o->layers;
+    if (o->channels) c->channels = o->channels;
+    if (o->heads) c->num_heads = o->heads;
+    c->max_seq_len = o->max_seq ? o->max_seq : 1024;
+    c->vocab_size = GPT2_VOCAB;
+    c->padded_vocab_size = pad_vocab(GPT2_VOCAB);
+    if (c->channels % c->num_heads != 0) {
+        snprintf(e->msg, sizeof(e->msg), "--channels %d is not a multiple of --heads %d", c->channels, c->num_heads);
+        return 1;
+    }
+    return 0;
+}

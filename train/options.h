@@ -1,0 +1,68 @@
+// train_gpt's command line: every flag, its default and range, --help, and the model shape
+// it asks for. Parsing is the same on every rank and needs no other rank: errors are found
+// before the ranks meet.
+#ifndef FSDP_TRAIN_OPTIONS_H
+#define FSDP_TRAIN_OPTIONS_H
+
+#include <stdint.h>
+#include "checkpoint/checkpoint.h"
+#include "model/gpt2.h"
+#include "train/schedulers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char* train_data;
+    const char* val_data;
+    const char* output_dir;
+    const char* model;
+    int layers, channels, heads, max_seq;
+    const char* init_from;
+    const char* save_model;
+    int batch_size, seq_len;
+    long total_batch_tokens;
+    int max_steps;
+    float lr, final_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+    int warmup_steps;
+    LrDecay lr_decay;
+    int val_every, val_steps;
+    int sample_every, sample_tokens, top_k;
+    float temperature;
+    const char* tokenizer_dir;
+    uint64_t seed;
+    int shuffle;
+    const char* device;
+    const char* comm;            // cuda: "auto", "nccl" or "mpi"
+    int reduce_fp32;             // cuda: --reduce-dtype fp32
+    const char* cuda_only_flag;  // the first cuda-only flag given (--comm, --attention, ...)
+    const char* attention;       // cuda: "auto", "flash" or "cublas"
+    int gelu_fusion;             // cuda: --gelu-fusion
+    int threads;
+    int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
+    int ckpt_every, ckpt_keep, ckpt_async, stop_at_step;
+    const char* ckpt_dir;
+    const char* resume;
+    CkptOptions ckpt;
+    const char* rendezvous;
+    const char* run_id;
+    float comm_timeout;
+    int max_bad_steps;
+    float peak_tflops;
+    int profile_step;            // 0: off
+} Options;
+
+typedef struct { char msg[512]; } ParseError;
+
+void print_usage(void);
+// Returns 0 to run, 1 on an error (message in e), 2 for --help.
+int parse_options(int argc, char** argv, Options* o, ParseError* e);
+// Resolves the model shape from the flags or the --init-from file (whose version, 3 or 5, it
+// returns). 0 or an error in e.
+int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,41 @@
+// --profile-step: where one optimizer step's time goes.
+//
+// While a step is profiled, the device's kernel table (kernels.h: before each kernel), the
+// engine (fsdp.h: at each schedule call) and the training loop (host work) drop a mark; the
+// time from one mark to the next is charged to the first one's phase. On cuda the marks are
+// events on the model's stream, so a phase's time is the GPU's, waits included: "fsdp waits"
+// is the compute stream waiting for all-gathers and reduce-scatters (communication that
+// compute did not hide), "host" the GPU idle while the host reads the loss and reduces it
+// over the ranks. With NCCL the device also times each collective on its comm stream.
+#ifndef FSDP_TRAIN_PROFILE_H
+#define FSDP_TRAIN_PROFILE_H
+
+#include "fsdp/fsdp.h"
+#include "train/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    Device* dev;         // NULL: not profiling
+    Fsdp* fsdp;
+    int n, cap;
+    void** marks;        // the device's marks, in order
+    unsigned char* what; // phase * 2 + backward, per mark
+} StepProfile;
+
+// Starts profiling: hooks the device's kernels and the engine's calls.
+void profile_begin(StepProfile* p, Device* d, Fsdp* f);
+// The training loop's own work starts (reading the loss, reductions). No-op when off.
+void profile_host(StepProfile* p);
+// Ends the profiled step: unhooks, waits for the device, prints rank 0's breakdown (host_ms:
+// the step on the host clock), frees the marks.
+void profile_report(StepProfile* p, int step, double host_ms, int rank);
+static inline int profile_active(const StepProfile* p) { return p->dev != NULL; }
+void profile_free(StepProfile* p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
