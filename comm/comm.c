@@ -1,3 +1,7 @@
+// comm/: how ranks find each other and exchange data (comm.h: collectives over MPI or the
+// TCP transport; process_group.h: the world, its shard and replica groups). fsdp/ and
+// checkpoint/ both stand on it.
+//
 // The transport-independent half of comm.h: each call goes to the world's transport.
 #include "comm/comm_impl.h"
 

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# data/: turning text into token shards (tokenize_text.c) and preparing the datasets.
+#
 # Tiny Shakespeare as GPT-2 token shards, the same split as llm.c's
 # dev/data/tinyshakespeare.py: the text is cut at every blank line ("\n\n"), each section is
 # preceded by <|endoftext|> (50256) and, except the last, keeps its "\n\n"; the first 32768

@@ -1,3 +1,5 @@
+// dataloader/: the training data: llm.c token shards and the loader that serves each rank its
+// rows of the global batch (loader.h), and the GPT-2 byte-level BPE tokenizer (tokenizer.h).
 #include "dataloader/loader.h"
 
 #include <errno.h>

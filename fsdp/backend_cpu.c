@@ -1,3 +1,6 @@
+// fsdp/: the FSDP / ZeRO-3 engine (fsdp.h: sharded state, gathered-parameter slots, the
+// gather / prefetch / reduce-scatter schedule, sharded AdamW), the flat units it shards
+// (flat_unit.h), and its backends: this file the cpu one, backend_cuda.cuh the GPU one.
 #include "fsdp/backend_cpu.h"
 
 #include <stdlib.h>

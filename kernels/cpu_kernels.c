@@ -1,3 +1,7 @@
+// kernels/: the compute kernels of both devices and the tables the model schedule calls
+// (kernels.h): this file's fp32 reference kernels and their table (kernels_cpu.c), the BF16
+// CUDA kernels (cuda_*.cuh) and theirs (kernels_cuda.cuh).
+//
 // CPU fp32 reference kernels. The contract (shapes, accumulation, determinism) is in
 // cpu_kernels.h; this file explains how each kernel meets it.
 //

@@ -8,7 +8,7 @@
 #   1. make -j16 GPU_ARCH=90 all                     (GPU_ARCH overrides: "80 90", ...)
 #   2. build/test_*_cuda                             every kernel against its CPU twin
 #   3. dev/bench/bench_gpu.sh d12 (124M, T=1024)   train_gpt vs PyTorch FSDP2: tok/s, MFU, memory
-#   4. dev/test/test_gpu.sh                          train_gpt --device cuda end to end
+#   4. dev/test/test_train_gpu.sh                    train_gpt --device cuda end to end
 #   5. dev/bench/bench_gpu.sh d48 (1.5B, T=1024), if time is left
 # (The d12 benchmark comes before the end-to-end tests so that a slow machine still measures
 # the d12 target; the tests' many short runs would otherwise eat its time.)
@@ -136,10 +136,10 @@ bench_summary "$LOGS/bench_d12.log"
 export GPU_TEST_LOGS=$LOGS/gpu_e2e
 export TEST_TMP=$OUT_DIR/tmp_gpu_e2e
 rm -rf "$TEST_TMP"; mkdir -p "$TEST_TMP"
-part test_gpu 200 bash dev/test/test_gpu.sh
-if grep -q '^not ok - ' "$LOGS/test_gpu.log"; then FAILED=1; fi
-note "        $(grep -c '^ok - ' "$LOGS/test_gpu.log") ok, $(grep -c '^not ok - ' "$LOGS/test_gpu.log") not ok"
-grep -E '^(not )?ok - ' "$LOGS/test_gpu.log" | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
+part test_train_gpu 200 bash dev/test/test_train_gpu.sh
+if grep -q '^not ok - ' "$LOGS/test_train_gpu.log"; then FAILED=1; fi
+note "        $(grep -c '^ok - ' "$LOGS/test_train_gpu.log") ok, $(grep -c '^not ok - ' "$LOGS/test_train_gpu.log") not ok"
+grep -E '^(not )?ok - ' "$LOGS/test_train_gpu.log" | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
 
 if [ "$(left)" -gt 120 ]; then
     part bench_d48 $(( $(left) - 10 )) bash dev/bench/bench_gpu.sh d48 "$LOGS/bench"

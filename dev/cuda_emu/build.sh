@@ -1,4 +1,4 @@
-# Sourced by dev/test/test_cuda_emu.sh and dev/test/test_gpu_emu.sh (from the repository
+# Sourced by dev/test/test_kernels_emu.sh and dev/test/test_train_emu.sh (from the repository
 # root): where the emulated builds go, the compiler lines, and a build step that is skipped
 # when its output was made by the same command from the same inputs.
 B=${EMU_BUILD:-build/emu}  # EMU_BUILD: another folder (runs that must not share build/emu)

@@ -1,12 +1,12 @@
 // cuda_emu: a CPU emulator for fsdp.c's CUDA test programs (a logic check, not a GPU).
 //
 // What it is
-//   dev/test/test_cuda_emu.sh runs dev/test/test_kernels_cuda.cu and
+//   dev/test/test_kernels_emu.sh runs dev/test/test_kernels_cuda.cu and
 //   dev/test/test_attention_cuda.cu, unchanged, on the CPU: transform.py rewrites a copy of
 //   them and of kernels/*.cuh (kernel<<<...>>> launches, asm("PTX") statements, __shared__
 //   declarations), g++ compiles the copy against the shim headers in include/
 //   (cuda_runtime.h, cuda_bf16.h, cublasLt.h, cub, nccl.h), and this runtime executes the
-//   kernels. dev/test/test_gpu_emu.sh does the same to train_gpt.cu (with -D__CUDACC__) and
+//   kernels. dev/test/test_train_emu.sh does the same to train_gpt.cu (with -D__CUDACC__) and
 //   fsdp/backend_cuda.cuh: the whole `train_gpt --device cuda --comm mpi|nccl` path, compared
 //   with the cpu device.
 //

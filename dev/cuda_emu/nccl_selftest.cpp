@@ -1,4 +1,4 @@
-// Self-test of the emulator's NCCL shim (nccl.cpp), run by dev/test/test_gpu_emu.sh: forks
+// Self-test of the emulator's NCCL shim (nccl.cpp), run by dev/test/test_train_emu.sh: forks
 // NRANKS processes (one emulated device each) that check what NCCL's documentation promises:
 // the collectives' results (in place and not, messages of many chunks, bf16 / fp32 / int32,
 // sum / avg / max), argument checks, the non-blocking protocol, a peer's abort and a dead peer

@@ -1,5 +1,5 @@
 // Self-test of the emulator's asynchronous streams (dev/cuda_emu/emu.h, "Runtime"), written
-// as a small CUDA program: dev/test/test_cuda_emu.sh transforms and builds it like the
+// as a small CUDA program: dev/test/test_kernels_emu.sh transforms and builds it like the
 // kernel tests and runs it under the emulator only (it reads the emulator's seed from
 // EMU_SEED and calls emu::enqueue/emu::die).
 //

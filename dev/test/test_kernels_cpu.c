@@ -10,7 +10,7 @@
 // kernels' internal tile widths.
 //
 // Output: one line per check, "ok - <name>" or "not ok - <name>: <why>"; exit status 1 if
-// anything failed. Run with OMP_NUM_THREADS=2 (dev/test/test_kernels.sh); with fewer
+// anything failed. Run with OMP_NUM_THREADS=2 (dev/test/test_kernels_cpu.sh); with fewer
 // threads configured the program raises it to 2 so that the determinism checks mean
 // something. TEST_VERBOSE=1 also prints how close each comparison came to its tolerance.
 #include <math.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU end-to-end tests of train_gpt --device cuda (the kernels have their own tests in
-# build/test_*_cuda, run by test_cuda.sh). On a machine without a usable GPU (or a build
+# build/test_*_cuda, run by test_kernels_gpu.sh). On a machine without a usable GPU (or a build
 # without nvcc) this reports one skip and exits 0. With a GPU, on a small GPT-2 (2 layers,
 # 128 channels, head size 64 so that flash attention applies) and Tiny Shakespeare:
 #   - 20 steps on cuda vs cpu from the same initial weights (same seed): losses within 2%

@@ -170,7 +170,7 @@ report selftest_streams
 
 m="emulator self-check: sum_partials_kernel without its __syncthreads fails the kernels test"
 case $mutant_ok in
-    0) echo "not ok - $TAG $m: found no __syncthreads() in sum_partials_kernel (kernels/cuda_kernels.cuh) to delete; update dev/test/test_cuda_emu.sh" ;;
+    0) echo "not ok - $TAG $m: found no __syncthreads() in sum_partials_kernel (kernels/cuda_kernels.cuh) to delete; update dev/test/test_kernels_emu.sh" ;;
     2) build_failed "the mutant test_kernels_cuda" $B/mutant/test_kernels_cuda ;;
     3) echo "not ok - $TAG $m: transform.py failed on the mutant" ;;
     *) if [ -n "$first" ]; then echo "ok - $TAG $m ($first)"
