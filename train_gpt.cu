@@ -742,9 +742,8 @@ int main(int argc, char** argv) {
     if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
     int threads = set_threads(&opt, &pg);
 
-    static Run run;  // large (the model, two loaders): off the stack
-    Run* r = &run;
-    memset(r, 0, sizeof(*r));
+    Run* r = (Run*)calloc(1, sizeof(Run));
+    if (!r) fatal(&pg, "out of host memory");
     r->opt = &opt;
     r->pg = &pg;
     r->B = opt.batch_size;
@@ -893,6 +892,7 @@ int main(int argc, char** argv) {
     loader_close(&r->train_loader);
     if (r->have_val) loader_close(&r->val_loader);
     gpt2_free(model);
+    free(r);
     process_group_finalize(&pg);
     if (exit_code == EXIT_PREEMPTED && pg.rank == 0) printf("exiting with status %d: resume with --resume auto\n", EXIT_PREEMPTED);
     return exit_code;
