@@ -108,8 +108,17 @@ typedef struct {
 // the comm stream (its own time, beside the compute that hides it). Grows only during the
 // one profiled step, like the model's marks.
 enum { CB_PROF_GATHER = 0, CB_PROF_REDUCE, CB_PROF_REPLICA, CB_PROF_KINDS };
+// The byte ledger's kinds: zeroing gradient slots, folding gradients into the fp32 shards
+// (with the norm's sum of squares), AdamW (with the bf16 shard's rounding).
+enum { CB_LEDGER_ZERO = 0, CB_LEDGER_FOLD, CB_LEDGER_ADAMW, CB_LEDGER_KINDS };
+#define CB_MAX_WAIT_KINDS 8
 typedef struct {
     int on, n, cap;
+    int ledger;                // counting optimizer bytes and host waits (profiling, either path)
+    int host_waits;            // while ledger: every host wait, and per distinct reason
+    int n_wait_kinds;
+    const char* wait_what[CB_MAX_WAIT_KINDS];
+    int wait_count[CB_MAX_WAIT_KINDS];
     cudaEvent_t *start, *end;  // [cap]
     unsigned char* kind;       // CB_PROF_*
 } CbCommProfile;
@@ -137,6 +146,10 @@ typedef struct {
     double* h_sumsq;
     float* h_chunk;                  // staged all_reduce_replicas: chunk buffer
     size_t chunk_elems;
+    // --profile-step's byte ledger: what the optimizer path's kernels (gradient folds and
+    // accumulates, the norm, AdamW, bf16 refreshes) read and write on the compute stream,
+    // counted from their arguments while profiling.
+    double ledger[CB_LEDGER_KINDS];
     size_t device_bytes;             // what this backend cudaMalloc'd itself
     size_t host_bytes;               // what this backend cudaMallocHost'd itself
     CbCommProfile prof;              // --profile-step (NCCL path)
@@ -236,6 +249,14 @@ static inline void cb_nccl_call(CudaBackend* c, ncclComm_t comm, ncclResult_t r,
 // the process group's timeout as deadline and watches the NCCL communicators meanwhile (the
 // compute stream may be waiting on a collective that never ends).
 static inline void cb_host_wait(CudaBackend* c, cudaStream_t s, const char* what) {
+    if (c->prof.ledger) {  // --profile-step counts the host waits of the step, and names them
+        CbCommProfile* p = &c->prof;
+        int k = 0;
+        while (k < p->n_wait_kinds && strcmp(p->wait_what[k], what) != 0) k++;
+        if (k == p->n_wait_kinds && k < CB_MAX_WAIT_KINDS) p->wait_what[p->n_wait_kinds++] = what;
+        if (k < CB_MAX_WAIT_KINDS) p->wait_count[k]++;
+        p->host_waits++;
+    }
     CB_CUDA(c, cudaEventRecord(c->host_ev, s));
     const double t0 = cb_now(), timeout = cb_timeout(c);
     double last_check = t0;
@@ -342,9 +363,16 @@ static inline void cuda_release(void* ctx, void* p) {
     if (p) CB_CUDA(c, cudaFree(p));
 }
 
+// --profile-step's ledger (see CudaBackend.ledger).
+static inline void cb_count(CudaBackend* c, int kind, double bytes) {
+    if (c->prof.ledger) c->ledger[kind] += bytes;
+}
+
+// (The engine zeroes gradient slots with it, and on the unfused path the gradient shards.)
 static inline void cuda_zero(void* ctx, void* p, size_t bytes) {
     CudaBackend* c = (CudaBackend*)ctx;
     if (bytes) CB_CUDA(c, cudaMemsetAsync(p, 0, bytes, c->compute));
+    cb_count(c, CB_LEDGER_ZERO, (double)bytes);
 }
 
 // Pinned host memory, zero-filled.
@@ -540,6 +568,29 @@ static inline double cuda_all_reduce_sum(void* ctx, double x) {
 static inline void cuda_accumulate(void* ctx, float* dst, const float* src, size_t n) {
     CudaBackend* c = (CudaBackend*)ctx;
     accumulate_f32_cuda(dst, src, n, c->compute);
+    cb_count(c, CB_LEDGER_FOLD, 12.0 * (double)n);
+}
+
+// The fused path's fold: dst = or += src (fp32 shard or the bf16 slot itself), with the sum
+// of squares into d_sumsq when asked (folded_sum_squares reads and clears it).
+static inline void cuda_fold_grad(void* ctx, float* dst, const void* src, size_t src_bytes, size_t n, int first,
+                                  int sum_squares) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (src_bytes != sizeof(float) && src_bytes != sizeof(bf16))
+        fatal(c->pg, "fsdp cuda: fold of %zu-byte elements", src_bytes);
+    fold_grad_cuda(dst, src, src_bytes == sizeof(bf16), n, first, sum_squares ? c->d_sumsq : NULL, c->sumsq_scratch,
+                   sum_squares_scratch_bytes(), c->compute);
+    cb_count(c, CB_LEDGER_FOLD, (double)n * (double)(src_bytes + sizeof(float) + (first ? 0 : sizeof(float))));
+}
+
+// HOST SYNC: the host waits for the compute stream to reach this point (once per step, for
+// the gradient norm), then the accumulator is cleared for the next step.
+static inline double cuda_folded_sum_squares(void* ctx) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, c->d_sumsq, sizeof(double), cudaMemcpyDeviceToHost, c->compute));
+    CB_CUDA(c, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
+    cb_host_wait(c, c->compute, "the gradient's sum of squares");
+    return *c->h_sumsq;
 }
 
 // Sum of squares in double. HOST SYNC: the host waits for the compute stream to reach this
@@ -547,9 +598,8 @@ static inline void cuda_accumulate(void* ctx, float* dst, const float* src, size
 static inline double cuda_sum_squares(void* ctx, const float* x, size_t n) {
     CudaBackend* c = (CudaBackend*)ctx;
     sum_squares_cuda(c->d_sumsq, c->sumsq_scratch, sum_squares_scratch_bytes(), x, n, 0, c->compute);
-    CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, c->d_sumsq, sizeof(double), cudaMemcpyDeviceToHost, c->compute));
-    cb_host_wait(c, c->compute, "the gradient's sum of squares");
-    return *c->h_sumsq;
+    cb_count(c, CB_LEDGER_FOLD, 4.0 * (double)n);
+    return cuda_folded_sum_squares(ctx);  // the same read (and clear) of d_sumsq
 }
 
 // AdamW on the fp32 master / moments. The bf16 shard is refreshed separately, per unit, by
@@ -557,8 +607,23 @@ static inline double cuda_sum_squares(void* ctx, const float* x, size_t n) {
 static inline void cuda_adamw(void* ctx, float* param, float* m, float* v, const float* grad, size_t n, float lr,
                               float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
     CudaBackend* c = (CudaBackend*)ctx;
-    adamw_update_cuda(param, m, v, NULL, grad, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, NULL,
+    adamw_update_cuda(param, m, v, NULL, grad, n, lr, beta1, beta2, eps, weight_decay, NULL, 0, t, grad_scale, NULL,
                       c->cfg.seed, 0, c->compute);
+    cb_count(c, CB_LEDGER_ADAMW, 28.0 * (double)n);
+}
+
+// One launch over a unit's shard: decay per element from the engine's table, and the bf16
+// shard written with refresh_param_shard's bits (seed of the unit, global index), so the
+// result equals AdamW per tensor followed by the refresh, bit for bit.
+static inline void cuda_adamw_unit(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard,
+                                   size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1,
+                                   float beta2, float eps, float weight_decay, int t, float grad_scale,
+                                   uint64_t unit_stream, size_t global_begin) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    adamw_update_cuda(param, m, v, (bf16*)param_shard, grad, n, lr, beta1, beta2, eps, weight_decay, decay_toggles,
+                      n_toggles, t, grad_scale, NULL, cuda_backend_sr_seed(c->cfg.seed, unit_stream), global_begin,
+                      c->compute);
+    cb_count(c, CB_LEDGER_ADAMW, 30.0 * (double)n);
 }
 
 // param_shard[n] (bf16) <- stochastic rounding of master[n]; element i uses the random bits
@@ -569,6 +634,7 @@ static inline void cuda_refresh_param_shard_at(void* ctx, void* param_shard, con
     CudaBackend* c = (CudaBackend*)ctx;
     cast_f32_to_bf16_sr_cuda((bf16*)param_shard, master, n, cuda_backend_sr_seed(c->cfg.seed, unit_stream), step,
                              global_begin, c->compute);
+    cb_count(c, CB_LEDGER_ADAMW, 6.0 * (double)n);
 }
 
 // The former whole-arena signature (unit 0, global index = position in the arena): kept for
@@ -689,6 +755,8 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     const size_t sq = align_up_256(sum_squares_scratch_bytes());
     c->sumsq_scratch = cb_device_alloc(c, sq + 256, "the sum-of-squares scratch");
     c->d_sumsq = (double*)((char*)c->sumsq_scratch + sq);
+    // The folds add into it from the first step on (cuda_folded_sum_squares clears it after).
+    CB_CUDA(c, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
     c->h_sumsq = (double*)cb_host_alloc(c, sizeof(double), "the sum of squares");
 
     memset(be, 0, sizeof(*be));
@@ -711,6 +779,9 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     be->sum_squares = cuda_sum_squares;
     be->adamw = cuda_adamw;
     be->refresh_param_shard = cuda_refresh_param_shard_at;
+    be->fold_grad = cuda_fold_grad;
+    be->folded_sum_squares = cuda_folded_sum_squares;
+    be->adamw_unit = cuda_adamw_unit;
 }
 
 // Waits for both streams (with the deadline), destroys the communicators (collective: every
@@ -768,6 +839,27 @@ static inline void fsdp_backend_cuda_host_wait(FsdpBackend* be, cudaStream_t s, 
 static inline void fsdp_backend_cuda_profile_start(FsdpBackend* be) {
     CudaBackend* c = (CudaBackend*)be->ctx;
     c->prof.on = c->comm != NULL;
+    c->prof.ledger = 1;
+    for (int k = 0; k < CB_LEDGER_KINDS; k++) c->ledger[k] = 0.0;
+    c->prof.host_waits = c->prof.n_wait_kinds = 0;
+    memset(c->prof.wait_count, 0, sizeof(c->prof.wait_count));
+}
+
+// The host waits since profile_start: how many, and up to CB_MAX_WAIT_KINDS reasons with
+// their counts as "what x N, ..." into out.
+static inline int fsdp_backend_cuda_host_waits(const FsdpBackend* be, char* out, size_t n) {
+    const CbCommProfile* p = &((const CudaBackend*)be->ctx)->prof;
+    size_t at = 0;
+    out[0] = '\0';
+    for (int k = 0; k < p->n_wait_kinds && at < n; k++)
+        at += (size_t)snprintf(out + at, n - at, "%s%s x %d", k ? ", " : "", p->wait_what[k], p->wait_count[k]);
+    return p->host_waits;
+}
+
+// The optimizer path's bytes per CB_LEDGER_* kind since profile_start (counting stops at
+// profile_finish).
+static inline void fsdp_backend_cuda_ledger(const FsdpBackend* be, double bytes[CB_LEDGER_KINDS]) {
+    for (int k = 0; k < CB_LEDGER_KINDS; k++) bytes[k] = ((const CudaBackend*)be->ctx)->ledger[k];
 }
 
 // Waits for the comm stream, then per CB_PROF_* kind: the comm stream's milliseconds and how
@@ -777,6 +869,7 @@ static inline void fsdp_backend_cuda_profile_finish(FsdpBackend* be, double ms[C
     CbCommProfile* p = &c->prof;
     for (int k = 0; k < CB_PROF_KINDS; k++) { ms[k] = 0.0; count[k] = 0; }
     p->on = 0;
+    p->ledger = 0;
     if (p->n == 0) return;
     cb_host_wait(c, c->comm, "the comm stream (--profile-step)");
     for (int i = 0; i < p->n; i++) {

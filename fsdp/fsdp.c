@@ -1,6 +1,7 @@
 #include "fsdp/fsdp.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,46 @@ void fsdp_op_padded(const FsdpConfig* cfg, const FlatUnit* units, int n_units, s
 static int gather_op(const Fsdp* f, int slot) { (void)f; return slot; }
 static int reduce_op(const Fsdp* f, int gslot) { return f->n_param_slots + gslot; }
 
+// Per unit, the element indices of its shard where weight decay switches on or off (the
+// pieces of matrices decay, those of biases and LayerNorms do not; padding does not), as
+// the backend's one-launch AdamW reads them: sorted, in device memory.
+static int build_decay_tables(Fsdp* f, char* err, size_t errlen) {
+    uint64_t* host = (uint64_t*)calloc((size_t)2 * f->n_pieces + 1, sizeof(uint64_t));
+    f->unit_folded = (unsigned char*)calloc((size_t)f->n_units, 1);
+    f->toggle_at = (int*)calloc((size_t)f->n_units + 1, sizeof(int));
+    if (!host || !f->unit_folded || !f->toggle_at) { free(host); snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
+    int n = 0, i = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        f->toggle_at[u] = n;
+        int open = 0;        // inside a decayed run
+        uint64_t end = 0;    // where the last piece ended
+        for (; i < f->n_pieces && f->pieces[i].unit == u; i++) {
+            const FlatPiece* p = &f->pieces[i];
+            const uint64_t a = p->at - f->shard_offset[u], b = a + (p->hi - p->lo);
+            const int decays = f->units[u].tensors[p->tensor].decay;
+            if (decays && !(open && a == end)) {
+                if (open) host[n++] = end;
+                host[n++] = a;
+                open = 1;
+            } else if (!decays && open) {
+                host[n++] = end;
+                open = 0;
+            }
+            end = b;
+        }
+        if (open) host[n++] = end;
+    }
+    f->toggle_at[f->n_units] = n;
+    // Whole 256-byte blocks, counted in the budget like every device buffer of the engine.
+    size_t bytes = ((size_t)n * sizeof(uint64_t) + 255) / 256 * 256;
+    if (bytes == 0) bytes = 256;
+    f->decay_toggles = (uint64_t*)f->be.alloc(f->be.ctx, bytes);
+    if (n > 0) f->be.copy_to_device(f->be.ctx, f->decay_toggles, host, (size_t)n * sizeof(uint64_t));
+    f->memory.shard_state += bytes;
+    free(host);
+    return 0;
+}
+
 int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
               const FlatUnit* units, int n_units, char* err, size_t errlen) {
     memset(f, 0, sizeof(*f));
@@ -60,6 +101,12 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->pieces = (FlatPiece*)calloc((size_t)flat_tensor_count(units, n_units) + 1, sizeof(FlatPiece));
     if (!f->pieces) { snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
     f->n_pieces = flat_owned_pieces(units, n_units, pg->shard_rank, f->pieces);
+    f->fused = be->fold_grad && be->folded_sum_squares && be->adamw_unit;
+    // The norm comes with the folds unless an HSDP all-reduce changes the shards after them.
+    f->fused_norm = f->fused && pg->replicate_size == 1;
+    // With one rank per shard group the shard is the whole unit: compute reads it in place
+    // (no all-gather copy) and the gradient is folded straight from its slot.
+    f->alias_params = f->fused && pg->shard_size == 1;
 
     size_t fp32_bytes = f->total_shard * sizeof(float);
     f->master = (float*)be->alloc(be->ctx, fp32_bytes);
@@ -91,9 +138,9 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->unit_param_slot = (int*)malloc((size_t)n_units * sizeof(int));
     for (int s = 0; s < f->n_param_slots; s++) {
         size_t n = s == 0 ? units[0].padded : f->block_padded;
-        f->param_slot[s] = be->alloc(be->ctx, n * be->param_bytes);
+        f->param_slot[s] = f->alias_params ? NULL : be->alloc(be->ctx, n * be->param_bytes);
         f->param_slot_unit[s] = -1;
-        f->memory.gathered += n * be->param_bytes;
+        if (!f->alias_params) f->memory.gathered += n * be->param_bytes;
     }
     for (int u = 0; u < n_units; u++) f->unit_param_slot[u] = -1;
 
@@ -106,11 +153,12 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
         size_t n = g == 0 ? units[0].padded : f->block_padded;
         size_t shard = n / (size_t)pg->shard_size;
         f->grad_slot[g] = be->alloc(be->ctx, n * be->param_bytes);
-        f->rs_out[g] = (float*)be->alloc(be->ctx, shard * sizeof(float));
+        f->rs_out[g] = f->alias_params ? NULL : (float*)be->alloc(be->ctx, shard * sizeof(float));
         f->grad_slot_unit[g] = -1;
-        f->memory.full_grads += n * be->param_bytes + shard * sizeof(float);
+        f->memory.full_grads += n * be->param_bytes + (f->alias_params ? 0 : shard * sizeof(float));
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
+    if (f->fused && build_decay_tables(f, err, errlen)) return 1;
     f->params_dirty = 1;
     f->micro_steps = 1;
     return 0;
@@ -118,11 +166,13 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
 
 void fsdp_free(Fsdp* f) {
     const FsdpBackend* be = &f->be;
-    for (int s = 0; s < f->n_param_slots; s++) be->release(be->ctx, f->param_slot[s]);
+    for (int s = 0; s < f->n_param_slots; s++) if (f->param_slot[s]) be->release(be->ctx, f->param_slot[s]);
     for (int g = 0; g < f->n_grad_slots; g++) {
         be->release(be->ctx, f->grad_slot[g]);
-        be->release(be->ctx, f->rs_out[g]);
+        if (f->rs_out[g]) be->release(be->ctx, f->rs_out[g]);
     }
+    if (f->decay_toggles) be->release(be->ctx, f->decay_toggles);
+    free(f->unit_folded); free(f->toggle_at);
     if (f->param_shard != f->master) be->release(be->ctx, f->param_shard);
     if (f->host_master != f->master) {
         be->release_host(be->ctx, f->host_master);
@@ -201,6 +251,7 @@ static int free_block_slot(const Fsdp* f) {
 // Issue the gather of unit u unless it is already resident or on its way. Returns 0 when no
 // slot is free (only allowed for prefetches, which are then simply not made).
 static int request_unit(Fsdp* f, int u) {
+    if (f->alias_params) return 1;  // nothing to gather
     if (f->unit_param_slot[u] >= 0) return 1;
     int slot = u == 0 ? 0 : free_block_slot(f);
     if (slot < 0) return 0;
@@ -213,6 +264,7 @@ static void notify(const Fsdp* f, FsdpEvent e) {
 }
 
 static void* acquire_unit(Fsdp* f, int u) {
+    if (f->alias_params) return (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
     if (f->params_dirty) {
         // The optimizer updated the shards: every gathered copy is stale. Nothing can be in
         // flight here (the step ended with every block released).
@@ -235,6 +287,7 @@ static void* acquire_unit(Fsdp* f, int u) {
 }
 
 static void release_unit(Fsdp* f, int u) {
+    if (f->alias_params) return;
     int slot = f->unit_param_slot[u];
     if (u == 0 || slot < 0) return;  // the root stays gathered until the optimizer step
     if (f->param_slot_state[slot] == SLOT_GATHERING) f->be.wait(f->be.ctx, gather_op(f, slot));
@@ -280,15 +333,28 @@ void fsdp_release_all(Fsdp* f) {
 static void finish_reduce(Fsdp* f, int g) {
     if (!f->grad_slot_busy[g]) return;
     int u = f->grad_slot_unit[g];
-    f->be.wait(f->be.ctx, reduce_op(f, g));
-    f->be.accumulate(f->be.ctx, f->grad_shard + f->shard_offset[u], f->rs_out[g], f->units[u].shard);
+    float* dst = f->grad_shard + f->shard_offset[u];
+    if (!f->alias_params) f->be.wait(f->be.ctx, reduce_op(f, g));
+    if (f->fused) {
+        // The shard group of one folds the compute-dtype slot itself (its reduce-scatter would
+        // be a copy); the last micro-step's folds carry the norm's sum of squares.
+        const void* src = f->alias_params ? f->grad_slot[g] : (const void*)f->rs_out[g];
+        const size_t src_bytes = f->alias_params ? f->be.param_bytes : sizeof(float);
+        const int last = f->micro_step == f->micro_steps - 1;
+        f->be.fold_grad(f->be.ctx, dst, src, src_bytes, f->units[u].shard, !f->unit_folded[u], last && f->fused_norm);
+        f->unit_folded[u] = 1;
+    } else {
+        f->be.accumulate(f->be.ctx, dst, f->rs_out[g], f->units[u].shard);
+    }
     f->grad_slot_busy[g] = 0;
 }
 
 void fsdp_zero_grad(Fsdp* f, int micro_steps) {
     f->micro_steps = micro_steps;
     f->micro_step = 0;
-    f->be.zero(f->be.ctx, f->grad_shard, f->total_shard * sizeof(float));
+    // The fused path writes each unit's shard with its first fold: nothing to zero.
+    if (f->fused) memset(f->unit_folded, 0, (size_t)f->n_units);
+    else f->be.zero(f->be.ctx, f->grad_shard, f->total_shard * sizeof(float));
     for (int u = 0; u < f->n_units; u++) f->unit_grad_slot[u] = -1;
     for (int g = 0; g < f->n_grad_slots; g++) f->grad_slot_unit[g] = -1;
 }
@@ -327,8 +393,9 @@ void fsdp_backward_post(Fsdp* f, int u) {
     int g = f->unit_grad_slot[u];
     if (g < 0) fatal(f->pg, "fsdp: unit %d finished its backward without a gradient", u);
     if (syncing_now(f)) {
-        f->be.reduce_scatter_start(f->be.ctx, reduce_op(f, g), f->grad_slot[g], f->rs_out[g],
-                                   f->units[u].shard);
+        if (!f->alias_params)
+            f->be.reduce_scatter_start(f->be.ctx, reduce_op(f, g), f->grad_slot[g], f->rs_out[g],
+                                       f->units[u].shard);
         f->grad_slot_busy[g] = 1;
         f->traffic.reduce_scattered += (uint64_t)(f->units[u].padded - f->units[u].shard) * f->be.param_bytes;
     }
@@ -353,13 +420,28 @@ void fsdp_end_micro_step(Fsdp* f) {
 
 float fsdp_grad_norm(Fsdp* f) {
     notify(f, FSDP_EVENT_OPTIMIZER);
-    double local = f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
+    double local = f->fused_norm ? f->be.folded_sum_squares(f->be.ctx)
+                                 : f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
     return (float)sqrt(f->be.all_reduce_sum(f->be.ctx, local));
 }
 
 void fsdp_optimizer_step(Fsdp* f, float norm, float lr, float beta1, float beta2, float eps,
                          float weight_decay, float grad_clip, int t) {
     float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    if (f->fused) {
+        // One pass per unit over master, m, v and the gradient, writing the compute-dtype
+        // shard as refresh_param_shards would (so there is no refresh pass).
+        for (int u = 0; u < f->n_units; u++) {
+            size_t begin, end, at = f->shard_offset[u];
+            fsdp_owned_range(f, u, &begin, &end);
+            f->be.adamw_unit(f->be.ctx, f->master + at, f->adam_m + at, f->adam_v + at, f->grad_shard + at,
+                             (char*)f->param_shard + at * f->be.param_bytes, f->units[u].shard,
+                             f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
+                             beta2, eps, weight_decay, t, scale, (uint64_t)u, begin);
+        }
+        f->params_dirty = 1;
+        return;
+    }
     for (int i = 0; i < f->n_pieces; i++) {
         const FlatPiece* p = &f->pieces[i];
         const FlatTensor* tensor = &f->units[p->unit].tensors[p->tensor];

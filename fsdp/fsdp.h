@@ -72,6 +72,23 @@ typedef struct FsdpBackend {
     // values do not depend on the world size.
     void (*refresh_param_shard)(void* ctx, void* param_shard, const float* master, size_t n,
                                 uint64_t unit_stream, size_t global_begin, int step);
+
+    // Optional fused optimizer path (all three or none; NULL on the CPU, whose reference
+    // order the engine keeps). With it the engine never zeroes the gradient shards, folds
+    // each reduced shard in with one pass, and runs one AdamW launch per unit.
+    // fold_grad: dst = src (first: the unit's first contribution this step) or dst += src;
+    //   src holds src_bytes per element (4: fp32, 2: the compute dtype's gradient slot, when
+    //   a shard group of one needs no reduce-scatter); with sum_squares, the new values'
+    //   squares are added to a device accumulator that folded_sum_squares reads.
+    void (*fold_grad)(void* ctx, float* dst, const void* src, size_t src_bytes, size_t n, int first, int sum_squares);
+    // The accumulated sum of squares (this rank's), which is then reset to zero.
+    double (*folded_sum_squares)(void* ctx);
+    // AdamW over one unit's whole shard: weight decay on the elements inside decay_toggles'
+    // runs (device memory, sorted element indices where decay switches on or off), and the
+    // compute-dtype shard written as refresh_param_shard would round it.
+    void (*adamw_unit)(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard, size_t n,
+                       const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int t, float grad_scale, uint64_t unit_stream, size_t global_begin);
 } FsdpBackend;
 
 typedef struct {
@@ -140,6 +157,15 @@ typedef struct {
     int* grad_slot_busy;         // reduce-scatter in flight
     int* unit_grad_slot;         // [n_units]
     int grad_pool_next;          // round-robin pointer into the pool
+
+    // The fused optimizer path (the backend has fold_grad / adamw_unit): per unit, whether
+    // its gradient shard was written this step, and its decay table in device memory.
+    int fused;
+    int fused_norm;              // the sum of squares comes with the last folds (no HSDP sum after them)
+    int alias_params;            // a shard group of one: gathered units are the shards themselves
+    unsigned char* unit_folded;  // [n_units]
+    uint64_t* decay_toggles;     // device memory, every unit's table back to back
+    int* toggle_at;              // [n_units + 1] where unit u's table starts in decay_toggles
 
     int micro_step, micro_steps; // position inside the current optimizer step
     int params_dirty;            // the optimizer changed the shards: gathered copies are stale

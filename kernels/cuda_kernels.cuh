@@ -57,10 +57,13 @@
 //   crossentropy_softmax_fused_cuda
 //                               losses[N] fp32; dloss != 0: logits overwritten in place
 //                               with dlogits (bf16), padded columns 0                no scratch
-//   adamw_update_cuda           adamw_update's formula on a flat fp32 range, plus the bf16
-//                               parameter copy with stochastic rounding             no scratch
+//   adamw_update_cuda           adamw_update's formula on a flat fp32 range (weight decay per
+//                               element from a table of decayed runs, so one launch covers a
+//                               unit), plus the bf16 parameter copy with stochastic rounding
 //   sum_squares_cuda            out (double, device) = [out +] sum x^2
 //                               scratch: sum_squares_scratch_bytes() (8 KiB)
+//   fold_grad_cuda              dst (fp32) = or += src (fp32 or bf16), optionally adding the
+//                               new values' sum of squares to a device double (same scratch)
 //   grad_clip_scale_cuda        scale = clip / norm if 0 < clip < norm, else 1 (as fsdp.c)
 //   cast_f32_to_bf16_cuda, cast_f32_to_bf16_sr_cuda, cast_bf16_to_f32_cuda,
 //   accumulate_f32_cuda, accumulate_bf16_to_f32_cuda                               no scratch
@@ -628,10 +631,29 @@ template <bool VEC>
 static __global__ void __launch_bounds__(kFlatThreads)
 adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* grad, size_t n,
              float lr, float beta1, float beta2, float omb1, float omb2, float bc1, float bc2,
-             float eps, float weight_decay, float grad_scale, const float* d_grad_scale,
-             uint64_t key, uint64_t global_offset) {
+             float eps, float weight_decay, const uint64_t* decay_toggles, int n_toggles,
+             float grad_scale, const float* d_grad_scale, uint64_t key, uint64_t global_offset) {
     FLAT_PROLOGUE(n)
     const float scale = d_grad_scale != NULL ? grad_scale * *d_grad_scale : grad_scale;
+    // Per element: weight_decay inside the decayed runs of decay_toggles (an odd number of
+    // toggles at or before the index), 0 outside; every element when there is no table.
+    float wd[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) wd[k] = weight_decay;
+    if (decay_toggles != NULL) {
+        int lo = 0, hi = n_toggles;  // toggles <= i0: binary search
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (decay_toggles[mid] <= i0) lo = mid + 1;
+            else hi = mid;
+        }
+        int passed = lo;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            while (passed < n_toggles && decay_toggles[passed] <= i0 + k) passed++;
+            wd[k] = (passed & 1) ? weight_decay : 0.0f;
+        }
+    }
     float p[8], mm[8], vv[8], g[8];
     load8_or_n(p, param + i0, full, cnt);
     load8_or_n(mm, m + i0, full, cnt);
@@ -644,7 +666,7 @@ adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* gr
         const float vi = beta2 * vv[k] + omb2 * gk * gk;
         const float mhat = mi / bc1;
         const float vhat = vi / bc2;
-        p[k] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p[k]);
+        p[k] -= lr * (mhat / (sqrtf(vhat) + eps) + wd[k] * p[k]);
         mm[k] = mi;
         vv[k] = vi;
     }
@@ -680,6 +702,35 @@ sum_squares_finish_kernel(double* out, const double* __restrict__ partial, int b
     double v = (int)threadIdx.x < blocks ? partial[threadIdx.x] : 0.0;
     v = block_reduce_sum(v);
     if (threadIdx.x == 0) *out = accumulate ? *out + v : v;
+}
+
+// Folds one reduced gradient shard into the fp32 accumulator: dst = src (FIRST: the step's
+// first contribution, so nothing was zeroed) or dst += src, and the block's partial sum of
+// the new values' squares (double) when partial != NULL. A grid-stride loop shaped by n only,
+// as sum_squares_kernel: deterministic.
+template <bool VEC, bool FIRST, typename T>
+static __global__ void __launch_bounds__(kSumSqThreads)
+fold_grad_kernel(float* __restrict__ dst, const T* __restrict__ src, size_t n, double* __restrict__ partial) {
+    double acc = 0.0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x * 8;
+    for (size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; i0 < n; i0 += stride) {
+        const int cnt = n - i0 < 8 ? (int)(n - i0) : 8;
+        const bool full = VEC && cnt == 8;
+        float v[8];
+        load8_or_n(v, src + i0, full, cnt);
+        if (!FIRST) {
+            float d[8];
+            load8_or_n(d, dst + i0, full, cnt);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = d[k] + v[k];
+        }
+        store8_or_n(dst + i0, v, full, cnt);
+#pragma unroll
+        for (int k = 0; k < 8; k++) if (k < cnt) acc += (double)v[k] * (double)v[k];
+    }
+    if (partial == NULL) return;
+    acc = block_reduce_sum(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 static __global__ void grad_clip_scale_kernel(float* scale, float* norm_out, const double* sumsq,
@@ -772,9 +823,14 @@ static inline void cast_f32_to_bf16_sr_cuda(bf16* dst, const float* src, size_t 
 //   bias corrections 1 - beta^t are computed in double on the host and rounded to float.
 // When param_bf16 != NULL, param_bf16[i] = stochastic rounding of the new param[i] with
 // bits sr_bits(sr_key(seed, t), global_offset + i).
+//
+// decay_toggles (device memory, sorted, n_toggles of them) or NULL: the elements that decay
+// are those with an odd number of toggles at or before their index; the others use 0. One
+// launch then covers a whole flat unit whose tensors differ in decay (matrices vs biases).
 static inline void adamw_update_cuda(float* param, float* m, float* v, bf16* param_bf16,
                                      const float* grad, size_t n, float lr, float beta1,
-                                     float beta2, float eps, float weight_decay, int t,
+                                     float beta2, float eps, float weight_decay,
+                                     const uint64_t* decay_toggles, int n_toggles, int t,
                                      float grad_scale, const float* d_grad_scale, uint64_t seed,
                                      size_t global_offset, cudaStream_t stream) {
     CUDA_REQUIRE(t >= 1, "t = %d: the step count is 1-based", t);
@@ -786,11 +842,11 @@ static inline void adamw_update_cuda(float* param, float* m, float* v, bf16* par
     if (all_aligned16(param, m, v, grad, param_bf16)) {
         adamw_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(
             param, m, v, param_bf16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
-            weight_decay, grad_scale, d_grad_scale, key, global_offset);
+            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, key, global_offset);
     } else {
         adamw_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(
             param, m, v, param_bf16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
-            weight_decay, grad_scale, d_grad_scale, key, global_offset);
+            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, key, global_offset);
     }
     CUDA_LAUNCH_CHECK();
 }
@@ -812,6 +868,39 @@ static inline void sum_squares_cuda(double* out, void* scratch, size_t scratch_b
     else sum_squares_kernel<false><<<(unsigned)blocks, kSumSqThreads, 0, stream>>>(partial, x, n);
     CUDA_LAUNCH_CHECK();
     sum_squares_finish_kernel<<<1, kSumSqMaxBlocks, 0, stream>>>(out, partial, (int)blocks, accumulate);
+    CUDA_LAUNCH_CHECK();
+}
+
+// dst[n] (fp32) = src (first) or dst += src, src fp32 or bf16 (src_bf16): a reduced gradient
+// shard into the step's accumulator, with no zeroing pass before the first one. When sumsq
+// != NULL, *sumsq += the sum of the new dst[i]^2 (double, device; scratch as sum_squares_cuda),
+// so the gradient norm costs no pass of its own. Deterministic for a given n.
+static inline void fold_grad_cuda(float* dst, const void* src, int src_bf16, size_t n, int first, double* sumsq,
+                                  void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+    if (n == 0) return;
+    CUDA_REQUIRE(sumsq == NULL || (scratch != NULL && scratch_bytes >= sum_squares_scratch_bytes() && is_aligned16(scratch)),
+                 "scratch of %zu bytes (16-byte aligned) needed, got %zu", sum_squares_scratch_bytes(), scratch_bytes);
+    size_t blocks = ceil_div(ceil_div(n, (size_t)8), (size_t)kSumSqThreads);
+    if (blocks > (size_t)kSumSqMaxBlocks) blocks = kSumSqMaxBlocks;
+    double* partial = sumsq != NULL ? (double*)scratch : NULL;
+    const bool vec = all_aligned16(dst, src);
+    const unsigned g = (unsigned)blocks;
+    if (src_bf16) {
+        const bf16* s16 = (const bf16*)src;
+        if (vec && first) fold_grad_kernel<true, true, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
+        else if (vec) fold_grad_kernel<true, false, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
+        else if (first) fold_grad_kernel<false, true, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
+        else fold_grad_kernel<false, false, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
+    } else {
+        const float* s32 = (const float*)src;
+        if (vec && first) fold_grad_kernel<true, true, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
+        else if (vec) fold_grad_kernel<true, false, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
+        else if (first) fold_grad_kernel<false, true, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
+        else fold_grad_kernel<false, false, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
+    }
+    CUDA_LAUNCH_CHECK();
+    if (sumsq == NULL) return;
+    sum_squares_finish_kernel<<<1, kSumSqMaxBlocks, 0, stream>>>(sumsq, partial, (int)blocks, 1);
     CUDA_LAUNCH_CHECK();
 }
 

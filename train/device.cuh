@@ -79,15 +79,24 @@ static double cuda_memory_in_use_mib(const Device* d) {
 
 static void cuda_profile_start(Device* d) { fsdp_backend_cuda_profile_start(&d->backend); }
 
-static void cuda_profile_finish(Device* d, char* line, size_t n) {
-    double ms[CB_PROF_KINDS] = {0};
+static void cuda_profile_finish(Device* d, size_t shard_elements, char* lines, size_t n) {
+    double ms[CB_PROF_KINDS] = {0}, ledger[CB_LEDGER_KINDS] = {0};
     int count[CB_PROF_KINDS] = {0};
+    char waits[512];
+    fsdp_backend_cuda_ledger(&d->backend, ledger);
+    const int host_waits = fsdp_backend_cuda_host_waits(&d->backend, waits, sizeof(waits));
     fsdp_backend_cuda_profile_finish(&d->backend, ms, count);
-    line[0] = '\0';
-    if (count[CB_PROF_GATHER] + count[CB_PROF_REDUCE] + count[CB_PROF_REPLICA] > 0)
-        snprintf(line, n, "comm stream (NCCL, beside the compute above): all-gather %.3f ms (%d), reduce-scatter %.3f ms (%d), "
-                 "replica all-reduce %.3f ms (%d)", ms[CB_PROF_GATHER], count[CB_PROF_GATHER], ms[CB_PROF_REDUCE],
-                 count[CB_PROF_REDUCE], ms[CB_PROF_REPLICA], count[CB_PROF_REPLICA]);
+    const double per = shard_elements ? 1.0 / (double)shard_elements : 0.0;
+    size_t at = (size_t)snprintf(lines, n, "host waits in the step (backend): %d%s%s%s\n  optimizer path on the compute stream, "
+                                 "counted from the launches: %.1f B per shard element (gradient-slot zeroing %.1f, folds + norm "
+                                 "%.1f, AdamW + bf16 shard %.1f; the weight-gradient GEMMs' reads of the zeroed slots not counted)",
+                                 host_waits, host_waits ? " (" : "", waits, host_waits ? ")" : "",
+                                 (ledger[CB_LEDGER_ZERO] + ledger[CB_LEDGER_FOLD] + ledger[CB_LEDGER_ADAMW]) * per,
+                                 ledger[CB_LEDGER_ZERO] * per, ledger[CB_LEDGER_FOLD] * per, ledger[CB_LEDGER_ADAMW] * per);
+    if (at < n && count[CB_PROF_GATHER] + count[CB_PROF_REDUCE] + count[CB_PROF_REPLICA] > 0)
+        snprintf(lines + at, n - at, "\n  comm stream (NCCL, beside the compute above): all-gather %.3f ms (%d), reduce-scatter "
+                 "%.3f ms (%d), replica all-reduce %.3f ms (%d)", ms[CB_PROF_GATHER], count[CB_PROF_GATHER],
+                 ms[CB_PROF_REDUCE], count[CB_PROF_REDUCE], ms[CB_PROF_REPLICA], count[CB_PROF_REPLICA]);
 }
 
 static void cuda_close(Device* d) {

@@ -43,10 +43,11 @@ struct Device {
     // Device memory in use now, MiB above what was in use before this process allocated
     // any (cuda: cudaMemGetInfo, every process on the GPU); NULL where not measured (cpu).
     double (*memory_in_use_mib)(const Device* d);
-    // --profile-step: the collectives' own time on their stream from start to finish (cuda
-    // with NCCL). finish writes a line for the table, or "" when there is nothing to say.
+    // --profile-step, from start to finish: the collectives' own time on their stream (cuda
+    // with NCCL), the host waits, and the optimizer path's bytes per element of this rank's
+    // shard (shard_elements). finish writes lines for the table ("" when there is nothing).
     void (*profile_start)(Device* d);
-    void (*profile_finish)(Device* d, char* line, size_t n);
+    void (*profile_finish)(Device* d, size_t shard_elements, char* lines, size_t n);
     void (*close)(Device* d);
 };
 

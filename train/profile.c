@@ -52,9 +52,11 @@ void profile_report(StepProfile* p, int step, double host_ms, int rank) {
     k->on_kernel = NULL;
     p->fsdp->on_event = NULL;
     p->dev = NULL;
+    // The device's own figures first: its count of the step's host waits must not include
+    // the wait below, which only the profile needs.
+    char device_lines[2048] = "";
+    if (d->profile_finish) d->profile_finish(d, p->fsdp->total_shard, device_lines, sizeof(device_lines));
     k->synchronize(k);
-    char comm_line[512] = "";
-    if (d->profile_finish) d->profile_finish(d, comm_line, sizeof(comm_line));
     double ms[2 * PH_COUNT] = {0}, total = 0.0;
     int calls[2 * PH_COUNT] = {0};
     for (int i = 0; i + 1 < p->n; i++) {
@@ -77,7 +79,7 @@ void profile_report(StepProfile* p, int step, double host_ms, int rank) {
                    calls[j]);
             calls[j] = 0;
         }
-        if (comm_line[0]) printf("  %s\n", comm_line);
+        if (device_lines[0]) printf("  %s\n", device_lines);
         fflush(stdout);
     }
     for (int i = 0; i < p->n; i++) k->mark_free(k, p->marks[i]);

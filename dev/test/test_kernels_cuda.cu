@@ -526,7 +526,7 @@ static void test_adamw(Rng& rng) {
     for (int t = 1; t <= 3; t++) {
         adamw_update(p.data(), m.data(), v.data(), grads[t - 1].data(), n, lr, b1, b2, eps, wd, t, gs);
         dev_set(s.g, grads[t - 1]);
-        adamw_update_cuda(s.p, s.m, s.v, s.pb, s.g, n, lr, b1, b2, eps, wd, t, gs, NULL, seed, goff, 0);
+        adamw_update_cuda(s.p, s.m, s.v, s.pb, s.g, n, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, seed, goff, 0);
     }
     std::vector<float> gp = dev_download(s.p, n), gm = dev_download(s.m, n), gv = dev_download(s.v, n);
     std::vector<bf16> gpb = dev_download(s.pb, n);
@@ -561,7 +561,7 @@ static void test_adamw(Rng& rng) {
         float* d_scale = dev_upload(std::vector<float>{gs});
         for (int t = 1; t <= 3; t++) {
             dev_set(s2.g, grads[t - 1]);
-            adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, t, 1.0f, d_scale, seed, goff, 0);
+            adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, NULL, 0, t, 1.0f, d_scale, seed, goff, 0);
         }
         check_bitwise("adamw_update deterministic, device grad scale (param)", dev_download(s2.p, n), gp);
         check_bitwise("adamw_update deterministic, device grad scale (bf16 copy)", dev_download(s2.pb, n), gpb);
@@ -574,9 +574,9 @@ static void test_adamw(Rng& rng) {
         AdamState s3 = adam_upload(p0, m0, v0, grads[0]);
         for (int t = 1; t <= 3; t++) {
             dev_set(s3.g, grads[t - 1]);
-            adamw_update_cuda(s3.p, s3.m, s3.v, s3.pb, s3.g, k, lr, b1, b2, eps, wd, t, gs, NULL, seed, goff, 0);
+            adamw_update_cuda(s3.p, s3.m, s3.v, s3.pb, s3.g, k, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, seed, goff, 0);
             adamw_update_cuda(s3.p + k, s3.m + k, s3.v + k, s3.pb + k, s3.g + k, n - k, lr, b1, b2, eps,
-                              wd, t, gs, NULL, seed, goff + k, 0);
+                              wd, NULL, 0, t, gs, NULL, seed, goff + k, 0);
         }
         char name[200];
         snprintf(name, sizeof name, "adamw_update split at %zu equals one launch (param, m, v)", k);
@@ -591,7 +591,78 @@ static void test_adamw(Rng& rng) {
         check_bitwise(name, dev_download(s3.pb, n), gpb);
         adam_free(s3);
     }
+    // One launch over a "unit" whose runs differ in decay, against per-run launches (decay on
+    // the runs the table marks, 0 elsewhere): bitwise, bf16 copy included. The runs end off
+    // the 8-element groups, so a group meets two of them.
+    {
+        const std::vector<uint64_t> toggles = {5, 40000, 40003, 77777, 90001, n};  // decayed: [5,40000) [40003,77777) [90001,n)
+        const std::vector<size_t> cuts = {0, 5, 40000, 40003, 77777, 90001, n};
+        AdamState su = adam_upload(p0, m0, v0, grads[0]), sr = adam_upload(p0, m0, v0, grads[0]);
+        uint64_t* d_toggles = dev_upload(toggles);
+        for (int t = 1; t <= 3; t++) {
+            dev_set(su.g, grads[t - 1]);
+            dev_set(sr.g, grads[t - 1]);
+            adamw_update_cuda(su.p, su.m, su.v, su.pb, su.g, n, lr, b1, b2, eps, wd, d_toggles, (int)toggles.size(), t, gs,
+                              NULL, seed, goff, 0);
+            for (size_t r = 0; r + 1 < cuts.size(); r++) {
+                const size_t a = cuts[r], len = cuts[r + 1] - a;
+                adamw_update_cuda(sr.p + a, sr.m + a, sr.v + a, sr.pb + a, sr.g + a, len, lr, b1, b2, eps, r % 2 ? wd : 0.0f,
+                                  NULL, 0, t, gs, NULL, seed, goff + a, 0);
+            }
+        }
+        std::vector<float> a = dev_download(su.p, n), b = dev_download(sr.p, n);
+        check_bitwise("adamw_update with a decay table equals one launch per run (param)", a, b);
+        check_bitwise("adamw_update with a decay table equals one launch per run (m)", dev_download(su.m, n), dev_download(sr.m, n));
+        check_bitwise("adamw_update with a decay table equals one launch per run (bf16 SR copy)", dev_download(su.pb, n),
+                      dev_download(sr.pb, n));
+        bool differs = false;  // the table matters: a no-decay run differs from decaying it
+        for (size_t i = 0; i < 5; i++) differs = differs || a[i] != gp[i];
+        report(differs, "adamw_update: the first run (no decay) differs from the all-decay launch", NULL);
+        adam_free(su); adam_free(sr);
+        cudaFree(d_toggles);
+    }
     adam_free(s);
+}
+
+// Folding reduced shards into the fp32 accumulator: the first copies (no zeroing), later ones
+// add, from fp32 or bf16, and the fused sum of squares equals sum_squares_cuda of the result.
+static void test_fold_grad(Rng& rng) {
+    const size_t n = 300007;
+    std::vector<float> a = rand_f32(rng, n, 1.0f), b = rand_f32(rng, n, 1.0f);
+    std::vector<float> b16 = from_bf16(to_bf16(b));
+    float* d_dst = dev_upload(rand_f32(rng, n, 9.0f));  // garbage: the first fold must overwrite it
+    float* d_a = dev_upload(a);
+    bf16* d_b = dev_upload(to_bf16(b));
+    double* d_sum = dev_upload(std::vector<double>{0.0});
+    double* d_ref = dev_upload(std::vector<double>{0.0});
+    void* scratch = dev_alloc<unsigned char>(sum_squares_scratch_bytes());
+    fold_grad_cuda(d_dst, d_a, 0, n, 1, NULL, NULL, 0, 0);
+    check_bitwise("fold_grad first: dst = src (fp32), nothing zeroed before", dev_download(d_dst, n), a);
+    fold_grad_cuda(d_dst, d_b, 1, n, 0, d_sum, scratch, sum_squares_scratch_bytes(), 0);
+    std::vector<float> want(n);
+    for (size_t i = 0; i < n; i++) want[i] = a[i] + b16[i];
+    std::vector<float> got = dev_download(d_dst, n);
+    check_bitwise("fold_grad: dst += bf16 src", got, want);
+    sum_squares_cuda(d_ref, scratch, sum_squares_scratch_bytes(), d_dst, n, 0, 0);
+    const double fused = dev_download(d_sum, 1)[0], ref = dev_download(d_ref, 1)[0];
+    double exact = 0.0;
+    for (size_t i = 0; i < n; i++) exact += (double)want[i] * (double)want[i];
+    report(fabs(fused - ref) <= 1e-12 * ref && fabs(fused - exact) <= 1e-12 * exact,
+           "fold_grad's fused sum of squares equals sum_squares_cuda of the result (1e-12)", "fused %.17g, pass %.17g, host %.17g",
+           fused, ref, exact);
+    // Accumulating: a second fused fold adds its sum to the same double.
+    fold_grad_cuda(d_dst, d_a, 0, n, 1, d_sum, scratch, sum_squares_scratch_bytes(), 0);
+    double again = 0.0;
+    for (size_t i = 0; i < n; i++) again += (double)a[i] * (double)a[i];
+    const double two = dev_download(d_sum, 1)[0];
+    report(fabs(two - (fused + again)) <= 1e-12 * two, "fold_grad's sum of squares accumulates over folds", "%.17g vs %.17g",
+           two, fused + again);
+    // Unaligned (scalar path) and a tail: the same values.
+    float* d_dst2 = dev_upload(std::vector<float>(n + 1, 0.0f));
+    fold_grad_cuda(d_dst2 + 1, d_a, 0, n, 1, NULL, NULL, 0, 0);
+    std::vector<float> g2 = dev_download(d_dst2, n + 1);
+    check_bitwise("fold_grad unaligned (scalar path)", std::vector<float>(g2.begin() + 1, g2.end()), a);
+    cudaFree(d_dst); cudaFree(d_a); cudaFree(d_b); cudaFree(d_sum); cudaFree(d_ref); cudaFree(scratch); cudaFree(d_dst2);
 }
 
 static void test_stochastic_rounding(void) {
@@ -817,6 +888,7 @@ int main(void) {
     test_crossentropy_bad_target(rng);
 
     test_adamw(rng);
+    test_fold_grad(rng);
     test_stochastic_rounding();
 
     test_sum_squares(rng, 1, 0);

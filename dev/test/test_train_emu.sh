@@ -219,7 +219,7 @@ cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
 cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
 EMU_CUBLASLT_NO_GELU=1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
-nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again"
+nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again" --profile-step 3
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
 wait $lane3
@@ -369,6 +369,25 @@ if good nccl_np2; then
         not_ok "$TAG --profile-step 3 with --comm nccl: no complete table: $(head -c 300 <<<"$table" | tr '\n' ' ')"
     fi
 fi
+# The optimizer path's byte ledger and the step's host waits (--profile-step, counted by the
+# backend from its launches). Per element of the rank's shard, from the kernels' operands:
+# zeroing the bf16 gradient slots 2 B per unit element (W of them per shard element), the
+# first fold of a reduced gradient reads its source (W=1: the bf16 slot itself, 2 B; W=2: the
+# fp32 reduce-scatter output, 4 B) and writes the fp32 shard (4 B) with the norm's squares in
+# the same pass, and AdamW reads master, m, v, grad and writes master, m, v and the bf16 shard
+# (16 + 12 + 2 = 30 B): 38 B at W=1, 42 B at W=2. The host waits: the loss read and the norm.
+ledger_check() {  # NAME W WANT
+    local line waits
+    line=$(grep -m1 '^  optimizer path on the compute stream' "$TMP/$1.log")
+    waits=$(grep -m1 '^  host waits in the step' "$TMP/$1.log")
+    if grep -qF "$3" <<<"$line" && grep -qF 'host waits in the step (backend): 2 (the model'"'"'s stream x 1, the gradient'"'"'s sum of squares x 1)' <<<"$waits"; then
+        ok "$TAG --profile-step at W=$2 ($1): ${line#*launches: }; ${waits#  }"
+    else
+        not_ok "$TAG --profile-step at W=$2 ($1): want '$3' and 2 host waits, got '$line' / '$waits'"
+    fi
+}
+good nccl_again && ledger_check nccl_again 1 "38.0 B per shard element (gradient-slot zeroing 2.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
+good nccl_np2 && ledger_check nccl_np2 2 "42.0 B per shard element (gradient-slot zeroing 4.0, folds + norm 8.0, AdamW + bf16 shard 30.0"
 good nccl_ref nccl_np2_fp32 && compare "--comm nccl np=2 with --reduce-dtype fp32 vs np=1 (within 1e-2)" \
     "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_np2_fp32/metrics.jsonl" --rtol 0.01
 good nccl_ref nccl_hsdp && compare "--comm nccl np=2 HSDP (shard + replica communicators) vs np=1 (within 1e-2)" \
