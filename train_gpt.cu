@@ -407,7 +407,10 @@ typedef struct {
     int B, T, grad_accum, max_steps;
     long total_tokens, global_seqs;   // per optimizer step: tokens, windows of T
     float dloss;                      // 1 / tokens per step: the loss is the global mean
-    int *inputs, *targets;            // one micro-batch of this rank's rows
+    // This rank's rows of every micro-batch of a step, in host memory the device copies from
+    // without staging (pinned on cuda): micro-step k's at k * B * T. The uploads run behind
+    // the host; none is overwritten before the step ends with its wait for the device.
+    int *inputs, *targets;
     float* step_losses;               // this step's losses (read once, when the step is done)
     // checkpoints
     char ckpt_root[1100];
@@ -475,10 +478,12 @@ static StepResult train_step(Run* r, int step) {
     for (int k = 0; k < r->grad_accum; k++) {
         // This rank's rows of the global batch: the batch does not depend on W and B.
         double d0 = now_seconds();
-        if (loader_read_micro_batch(&r->train_loader, k, r->pg->world, r->pg->rank, B, r->inputs, r->targets, err, sizeof(err)))
+        int* inputs = r->inputs + (size_t)k * B * T;
+        int* targets = r->targets + (size_t)k * B * T;
+        if (loader_read_micro_batch(&r->train_loader, k, r->pg->world, r->pg->rank, B, inputs, targets, err, sizeof(err)))
             fatal(r->pg, "%s", err);
         data_seconds += now_seconds() - d0;
-        gpt2_forward(model, r->inputs, r->targets, B, T, r->dloss);
+        gpt2_forward(model, inputs, targets, B, T, r->dloss);
         gpt2_losses_to_host(model, r->step_losses + (size_t)k * B * T, B, T);
         gpt2_backward(model, B, T);
         fsdp_end_micro_step(f);
@@ -814,13 +819,13 @@ int main(int argc, char** argv) {
     mt->flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config.num_layers * config.channels * (double)r->T;
     mt->peak_flops = peak_tflops * 1e12 * pg.world;
 
-    size_t io_bytes = 2 * (size_t)r->B * r->T * sizeof(int);
+    size_t io_bytes = 2 * (size_t)r->grad_accum * r->B * r->T * sizeof(int);
     size_t step_losses_bytes = (size_t)r->grad_accum * r->B * r->T * sizeof(float);  // host copies of a step's losses
     const FsdpMemory* mm = &model->fsdp.memory;
     size_t device_budget = mm->shard_state + mm->gathered + mm->full_grads + model->acts.total_bytes + device_extra_bytes(&model->dev);
     if (pg.rank == 0) print_setup(r, device, why, threads, peak_tflops, device_budget, io_bytes + step_losses_bytes);
-    r->inputs = (int*)malloc(io_bytes / 2);
-    r->targets = (int*)malloc(io_bytes / 2);
+    r->inputs = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 2);
+    r->targets = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 2);
     // This step's losses, filled micro-step by micro-step and read once the step is done
     // (one wait for the device per step).
     r->step_losses = (float*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_losses_bytes);
@@ -886,7 +891,8 @@ int main(int argc, char** argv) {
                     model->layout.num_parameters, r->grad_accum);
 
     metrics_close(mt);
-    free(r->inputs); free(r->targets);
+    model->dev.backend.release_host(model->dev.backend.ctx, r->inputs);
+    model->dev.backend.release_host(model->dev.backend.ctx, r->targets);
     model->dev.backend.release_host(model->dev.backend.ctx, r->step_losses);
     if (tokenizer) tokenizer_free(tokenizer);
     loader_close(&r->train_loader);

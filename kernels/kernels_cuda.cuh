@@ -96,7 +96,9 @@ static void cuda_op_zero(Kernels* k, void* p, size_t bytes) { CUDA_CHECK(cudaMem
 static const int* cuda_op_tokens(Kernels* k, int slot, const int* host, size_t n) {
     CudaKernels* cd = cuda_of(k);
     CUDA_REQUIRE(n <= cd->tokens_cap, "%zu tokens exceed the %zu the device buffers were sized for", n, cd->tokens_cap);
-    // From pageable memory the copy is staged before the call returns: host may be reused.
+    // From pinned memory (train_gpt's token buffers) the copy runs behind the host, which must
+    // not rewrite host before the stream has passed it; from pageable memory (the sampler's)
+    // the driver stages it before returning.
     CUDA_CHECK(cudaMemcpyAsync(cd->tokens[slot], host, n * sizeof(int), cudaMemcpyHostToDevice, cd->stream));
     return cd->tokens[slot];
 }
