@@ -4,20 +4,30 @@
 #include "model/gpt2.h"
 
 #include <ctype.h>
+#include <stdint.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int pad_vocab(int v) { return (v + VOCAB_PAD_MULTIPLE - 1) / VOCAB_PAD_MULTIPLE * VOCAB_PAD_MULTIPLE; }
 
 const char* gpt2_config_check(const GPT2Config* c) {
     if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1)
         return "a dimension is < 1";
+    // Each bound alone keeps every product below (size_t and int arithmetic in the layout,
+    // the llm.c offsets, n_units) far from overflowing; the total bounds what is allocated.
+    if (c->num_layers > GPT2_MAX_LAYERS) return "num_layers is implausibly large (> 100000)";
+    if (c->channels > GPT2_MAX_CHANNELS) return "channels is implausibly large (> 65536)";
+    if (c->max_seq_len > GPT2_MAX_SEQ) return "max_seq_len is implausibly large (> 2^24)";
+    if (c->padded_vocab_size > GPT2_MAX_VOCAB || c->vocab_size > GPT2_MAX_VOCAB)
+        return "vocab_size is implausibly large (> 2^26)";
     if (c->channels % c->num_heads != 0) return "channels is not a multiple of num_heads";
     if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size < vocab_size";
-    if (c->num_layers > 100000 || c->channels > (1 << 20) || c->max_seq_len > (1 << 24) ||
-        c->padded_vocab_size > (1 << 26)) return "a dimension is implausibly large";
+    if (gpt2_num_parameters(c) > GPT2_MAX_PARAMETERS) return "more than 2^40 parameters";
     return NULL;
 }
 
@@ -97,32 +107,43 @@ size_t gpt2_num_parameters(const GPT2Config* c) {
     return n;
 }
 
-void build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count) {
+int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count) {
+    memset(m, 0, sizeof(*m));
+    // Nothing is computed or allocated from an unchecked config: the bounds come first.
+    if (gpt2_config_check(c) != NULL || layers_per_unit < 1 || layers_per_unit > INT32_MAX / 2 || shard_count < 1)
+        return 1;
+    // A unit holds at most FLAT_UNIT_MAX_TENSORS tensors (12 a block): more would be dropped.
+    int per_unit = layers_per_unit < c->num_layers ? layers_per_unit : c->num_layers;
+    if (per_unit > GPT2_MAX_LAYERS_PER_UNIT) return 1;
     m->config = *c;
     m->layers_per_unit = layers_per_unit;
-    m->n_units = 1 + (c->num_layers + layers_per_unit - 1) / layers_per_unit;
+    m->n_units = 1 + (c->num_layers + layers_per_unit - 1) / layers_per_unit;   // <= 100001
     m->units = (FlatUnit*)calloc((size_t)m->n_units, sizeof(FlatUnit));
+    if (!m->units) { m->n_units = 0; return 2; }
     static const int root_kinds[ROOT_TENSORS] = {K_WTE, K_WPE, K_LNFW, K_LNFB};
     char name[FLAT_UNIT_NAME_LEN];
     size_t rows, cols;
+    int full = 0;
     for (int i = 0; i < ROOT_TENSORS; i++) {
         gpt2_tensor_name(root_kinds[i], 0, name, sizeof(name));
         kind_shape(c, root_kinds[i], &rows, &cols);
-        flat_unit_add(&m->units[0], name, rows, cols, i < ROOT_LNF_W);  // wte and wpe decay
+        full |= flat_unit_add(&m->units[0], name, rows, cols, i < ROOT_LNF_W) < 0;  // wte and wpe decay
     }
     for (int l = 0; l < c->num_layers; l++) {
         FlatUnit* u = &m->units[1 + l / layers_per_unit];
         for (int j = 0; j < BLOCK_TENSORS; j++) {
             gpt2_tensor_name(K_LN1W + j, l, name, sizeof(name));
             block_tensor_shape(c, j, &rows, &cols);
-            flat_unit_add(u, name, rows, cols, rows > 1);  // decay on matrices only
+            full |= flat_unit_add(u, name, rows, cols, rows > 1) < 0;  // decay on matrices only
         }
     }
+    if (full) { free(m->units); m->units = NULL; m->n_units = 0; return 1; }  // (bounded above: cannot happen)
     m->num_parameters = 0;
     for (int u = 0; u < m->n_units; u++) {
         flat_unit_finalize(&m->units[u], shard_count, SHARD_ALIGN);
         m->num_parameters += m->units[u].numel;
     }
+    return 0;
 }
 
 // Where tensor i of unit u sits in llm.c's file order: its kind and layer.
@@ -143,14 +164,20 @@ size_t llmc_offset(const GPT2Config* c, int kind, int layer) {
 }
 
 int read_model_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen) {
-    FILE* fp = fopen(path, "rb");
-    if (!fp) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    // A regular file only: a FIFO would block the open or the read for ever.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return 1;
+    }
     int32_t h[256];
-    size_t got = fread(h, sizeof(int32_t), 256, fp);
-    fseek(fp, 0, SEEK_END);
-    long size = ftell(fp);
-    fclose(fp);
-    if (got != 256) { snprintf(err, errlen, "%s: truncated header (%ld bytes)", path, size); return 1; }
+    ssize_t got = pread(fd, h, sizeof(h), 0);
+    close(fd);
+    long size = (long)st.st_size;
+    if (got != (ssize_t)sizeof(h)) { snprintf(err, errlen, "%s: truncated header (%ld bytes)", path, size); return 1; }
     if (h[0] != MODEL_FILE_MAGIC) { snprintf(err, errlen, "%s: bad magic %d (not an llm.c model file: expected %d)", path, h[0], MODEL_FILE_MAGIC); return 1; }
     if (h[1] != 3 && h[1] != 5) { snprintf(err, errlen, "%s: unsupported version %d (expected 3 for fp32 or 5 for bf16)", path, h[1]); return 1; }
     c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4];

@@ -23,6 +23,14 @@ extern "C" {
 #define VOCAB_PAD_MULTIPLE 128
 #define MODEL_FILE_MAGIC 20240326
 #define SHARD_ALIGN 64  // elements: flat units are padded to shard_count x 64
+// What gpt2_config_check accepts (every file's header, manifest and flag is held to these
+// before anything is sized from it).
+#define GPT2_MAX_LAYERS 100000
+#define GPT2_MAX_CHANNELS (1 << 16)
+#define GPT2_MAX_SEQ (1 << 24)
+#define GPT2_MAX_VOCAB (1 << 26)
+#define GPT2_MAX_PARAMETERS ((size_t)1 << 40)
+#define GPT2_MAX_LAYERS_PER_UNIT (FLAT_UNIT_MAX_TENSORS / 12)   // 12 tensors a block
 
 typedef struct {
     int max_seq_len;    // learned positions
@@ -50,7 +58,9 @@ typedef struct {
 } ModelLayout;
 
 int pad_vocab(int v);
-// NULL when the config is one a model can be built from, else what is wrong with it.
+// NULL when the config is one a model can be built from, else what is wrong with it: a
+// dimension < 1 or above the GPT2_MAX_* bounds, heads not dividing channels, padded vocabulary
+// below the vocabulary, more than GPT2_MAX_PARAMETERS in all. Safe on any values.
 const char* gpt2_config_check(const GPT2Config* c);
 // llm.c's naming: dN has N layers, 64*N channels and N heads, except GPT-2's released
 // d24/d36/d48 (350M/774M/1558M) widths. Non-zero for an unknown name.
@@ -66,7 +76,12 @@ void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols);
 void gpt2_tensor_name(int kind, int layer, char* out, size_t outlen);
 // Every parameter, padded vocabulary rows included (what an llm.c file stores).
 size_t gpt2_num_parameters(const GPT2Config* c);
-void build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count);
+// The flat units of a config for a shard group of shard_count ranks. Returns 0; 1 when the
+// config fails gpt2_config_check or a unit would hold more than GPT2_MAX_LAYERS_PER_UNIT
+// blocks (min(layers_per_unit, num_layers) > 5: its tensors would not fit; callers check
+// first, for the message); 2 when out of memory. On failure m is zeroed (no units) and
+// nothing stays allocated.
+int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count);
 // Where tensor i of unit u sits in llm.c's file order: its kind and layer.
 void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer);
 // Element offset of (kind, layer) in the parameter section of an llm.c model file.

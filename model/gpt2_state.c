@@ -204,12 +204,13 @@ int gpt2_write_model_file(const ModelLayout* m, const float* arena, const Proces
 // ----------------------------------------------------------------------------------------
 // Checkpoints
 
-void gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
-                            int writes, Gpt2CkptTables* ct) {
+int gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
+                           int writes, Gpt2CkptTables* ct) {
     int total = flat_tensor_count(m->units, m->n_units);
     memset(ct, 0, sizeof(*ct));
-    ct->tensors = (CkptTensor*)calloc((size_t)total, sizeof(CkptTensor));
+    ct->tensors = (CkptTensor*)calloc((size_t)total + 1, sizeof(CkptTensor));
     ct->pieces = (CkptPiece*)calloc((size_t)n_pieces * CKPT_KINDS + 1, sizeof(CkptPiece));
+    if (!ct->tensors || !ct->pieces) { gpt2_checkpoint_tables_free(ct); return 1; }
     for (int u = 0; u < m->n_units; u++)
         for (int i = 0; i < m->units[u].n_tensors; i++) {
             const FlatTensor* t = &m->units[u].tensors[i];
@@ -230,6 +231,7 @@ void gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n
             ct->local_bytes += (fp->hi - fp->lo) * sizeof(float);
         }
     }
+    return 0;
 }
 
 void gpt2_checkpoint_tables_free(Gpt2CkptTables* ct) {
@@ -270,11 +272,22 @@ cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int wo
     return s;
 }
 
-// A JSON number as a long, when it is one. 0 when absent or not a number.
-static int json_long(const cJSON* obj, const char* key, long* out) {
-    const cJSON* v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!cJSON_IsNumber(v)) return 0;
-    *out = (long)v->valuedouble;
+// obj[key] as a whole number in [0, max], or a message naming the manifest and the field
+// (`what`: "state.step", ...). A negative, fractional, non-finite or huge value is refused
+// before it is converted (a cast of such a double is undefined or silently wrong).
+static int state_uint(const Ckpt* c, const cJSON* obj, const char* key, const char* what, double max, uint64_t* out,
+                      char* err, size_t errlen) {
+    const cJSON* v = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    if (ckpt_json_uint(v, max, out)) return 0;
+    char shown[40] = "";
+    for (int prec = 1; v && cJSON_IsNumber(v) && prec <= 17; prec++) {   // the shortest form that reads back
+        snprintf(shown, sizeof(shown), "%.*g", prec, v->valuedouble);
+        if (strtod(shown, NULL) == v->valuedouble) break;
+    }
+    if (!v) snprintf(err, errlen, "%s/manifest.json: %s is missing", c->dir, what);
+    else if (cJSON_IsNumber(v))
+        snprintf(err, errlen, "%s/manifest.json: %s = %s is not a whole number in [0, %.0f]", c->dir, what, shown, max);
+    else snprintf(err, errlen, "%s/manifest.json: %s is not a number", c->dir, what);
     return 1;
 }
 
@@ -288,11 +301,10 @@ int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t err
     int* f[CONFIG_KEYS];
     config_fields(cfg, f);
     for (int i = 0; i < CONFIG_KEYS; i++) {
-        long v;
-        if (!json_long(conf, config_keys[i], &v) || v < 0 || v > INT32_MAX) {
-            snprintf(err, errlen, "%s/manifest.json: state.config.%s missing or not a valid integer", c->dir, config_keys[i]);
-            return 1;
-        }
+        uint64_t v;
+        char what[64];
+        snprintf(what, sizeof(what), "state.config.%s", config_keys[i]);
+        if (state_uint(c, conf, config_keys[i], what, INT32_MAX, &v, err, errlen)) return 1;
         *f[i] = (int)v;
     }
     const char* bad = gpt2_config_check(cfg);
@@ -346,33 +358,58 @@ int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece*
             ckpt_close(&c);
             return 1;
         }
+    // Where the run stood: every field checked (a negative, fractional or huge step would
+    // train from the wrong step, a bad data position on other data).
     const cJSON* loader = cJSON_GetObjectItemCaseSensitive(c.state, "loader");
-    const cJSON* seed = cJSON_GetObjectItemCaseSensitive(loader, "seed");
-    long windows = 0, shuffle = 0;
-    if (!json_long(c.state, "step", &rs->step) || !json_long(c.state, "seq_len", &rs->seq_len) ||
-        !cJSON_IsObject(loader) || !json_long(loader, "windows_consumed", &windows) ||
-        !json_long(loader, "shuffle", &shuffle) || !cJSON_IsString(seed)) {
-        snprintf(err, errlen, "%s/manifest.json: state lacks the step or data position", dir);
+    const cJSON* seed = cJSON_IsObject(loader) ? cJSON_GetObjectItemCaseSensitive(loader, "seed") : NULL;
+    uint64_t step, seq_len, windows, shuffle;
+    if (state_uint(&c, c.state, "step", "state.step", INT32_MAX, &step, err, errlen) ||
+        state_uint(&c, c.state, "seq_len", "state.seq_len", GPT2_MAX_SEQ, &seq_len, err, errlen) ||
+        state_uint(&c, loader, "windows_consumed", "state.loader.windows_consumed", CKPT_MAX_INT, &windows, err, errlen) ||
+        state_uint(&c, loader, "shuffle", "state.loader.shuffle", 1, &shuffle, err, errlen)) {
         ckpt_close(&c);
         return 1;
     }
+    if ((long)step != c.step) {
+        snprintf(err, errlen, "%s/manifest.json: state.step = %llu disagrees with the manifest's step %ld", dir,
+                 (unsigned long long)step, c.step);
+        ckpt_close(&c);
+        return 1;
+    }
+    // The seed is a decimal string (a JSON number cannot hold every uint64).
+    const char* seed_text = cJSON_IsString(seed) ? seed->valuestring : "";
+    char* seed_end;
+    errno = 0;
+    unsigned long long seed_value = strtoull(seed_text, &seed_end, 10);
+    if (!seed_text[0] || strspn(seed_text, "0123456789") != strlen(seed_text) || errno == ERANGE || *seed_end) {
+        snprintf(err, errlen, "%s/manifest.json: state.loader.seed is not a decimal string of a 64-bit number", dir);
+        ckpt_close(&c);
+        return 1;
+    }
+    rs->step = (long)step;
+    rs->seq_len = (long)seq_len;
     if (rs->seq_len != T && windows != 0) {  // an imported checkpoint has consumed no data yet
         snprintf(err, errlen, "%s/manifest.json: saved with --seq-len %ld, this run has %d (the data position counts windows of T)",
                  dir, rs->seq_len, T);
         ckpt_close(&c);
         return 1;
     }
+    // Every piece of every kind in one batch: the reader pipelines the whole load.
     *bytes_read = 0;
+    CkptRequest* req = (CkptRequest*)calloc((size_t)n_pieces * CKPT_KINDS + 1, sizeof(CkptRequest));
+    if (!req) { snprintf(err, errlen, "%s: out of memory", dir); ckpt_close(&c); return 1; }
     for (int i = 0; i < n_pieces; i++) {
         const FlatPiece* p = &pieces[i];
-        const char* name = m->units[p->unit].tensors[p->tensor].name;
         for (int k = 0; k < CKPT_KINDS; k++) {
-            if (ckpt_read(&c, name, k, p->lo, p->hi, arenas[k] + p->at, err, errlen)) { ckpt_close(&c); return 1; }
+            req[i * CKPT_KINDS + k] = (CkptRequest){m->units[p->unit].tensors[p->tensor].name, k, p->lo, p->hi, arenas[k] + p->at};
             *bytes_read += (p->hi - p->lo) * sizeof(float);
         }
     }
-    rs->windows_consumed = (uint64_t)windows;
-    rs->seed = strtoull(seed->valuestring, NULL, 10);
+    int rc = ckpt_read_batch(&c, req, n_pieces * CKPT_KINDS, err, errlen);
+    free(req);
+    if (rc) { ckpt_close(&c); return 1; }
+    rs->windows_consumed = windows;
+    rs->seed = (uint64_t)seed_value;
     rs->shuffle = (int)shuffle;
     ckpt_close(&c);
     return 0;

@@ -65,8 +65,9 @@ typedef struct {
     int n_pieces;
     uint64_t local_bytes;
 } Gpt2CkptTables;
-void gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
-                            int writes, Gpt2CkptTables* ct);
+// Returns 0, or 1 when out of memory (ct then holds nothing).
+int gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
+                           int writes, Gpt2CkptTables* ct);
 void gpt2_checkpoint_tables_free(Gpt2CkptTables* ct);
 
 // The manifest's "state" for a GPT-2 run: model config, step, tokens, world size, sequence
@@ -87,7 +88,10 @@ int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t err
 int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen);
 // train_gpt --resume: checks that the checkpoint in dir is this model (and, once data was
 // consumed, this sequence length), reads this rank's pieces into the arenas, and returns
-// where the run stood.
+// where the run stood. Every state field is checked before use, naming it: state.step (a
+// whole number in [0, 2^31), equal to the manifest's step), state.seq_len,
+// state.loader.windows_consumed (a whole number up to 2^53), shuffle (0 or 1), seed (a decimal
+// string of a uint64).
 int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
                          float* const arenas[CKPT_KINDS], int T, Gpt2RunState* rs, uint64_t* bytes_read,
                          char* err, size_t errlen);

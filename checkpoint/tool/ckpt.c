@@ -56,7 +56,8 @@ static const char* USAGE =
 "                                  an llm.c model file or a GPT-2 safetensors file into a\n"
 "                                  sharded checkpoint for W ranks under OUT_ROOT (step N [0],\n"
 "                                  Adam moments zero, no data consumed); --heads sets NH for\n"
-"                                  safetensors input [its metadata's n_head, else channels / 64];\n"
+"                                  safetensors input [its metadata's n_head, else n_head of the\n"
+"                                  config.json beside it; refused when none of these gives it];\n"
 "                                  --seq-len/--seed/--shuffle: the data loader state to record\n"
 "                                  [any T (0), 1337, 0: train_gpt's defaults]\n"
 "\n"
@@ -140,11 +141,6 @@ static int is_dir(const char* path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int is_file(const char* path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 static int write_all(int fd, const void* buf, size_t n) {
     const char* p = (const char*)buf;
     while (n > 0) {
@@ -225,29 +221,9 @@ static void print_config(const GPT2Config* c) {
 // ---------------------------------------------------------------------------------------
 // Opening a checkpoint
 
-// PATH -> the step directory to open.
-static void resolve_ckpt_dir(const char* path, char* out, size_t outlen) {
-    struct stat st;
-    if (stat(path, &st) != 0) fail("%s: %s", path, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        fail("%s: not a directory (expected a checkpoint step directory or a checkpoint root)", path);
-    char probe[PATH_MAX + 32];
-    snprintf(probe, sizeof(probe), "%s/manifest.json", path);
-    if (is_file(probe)) { snprintf(out, outlen, "%s", path); return; }
-    if (ckpt_find_latest(path, out, outlen)) return;
-    char base[PATH_MAX];
-    snprintf(base, sizeof(base), "%s", path);
-    if (!strncmp(basename(base), "step_", 5))
-        fail("%s: not a committed checkpoint (no manifest.json: an unfinished or interrupted save)", path);
-    snprintf(probe, sizeof(probe), "%s/ckpt", path);
-    if (is_dir(probe) && ckpt_find_latest(probe, out, outlen)) return;
-    fail("%s: no complete checkpoint (no manifest.json here, and no step_N directory with one%s)", path,
-         is_dir(probe) ? " here or in ckpt/" : "");
-}
-
 static void open_ckpt(const char* path, Ckpt* c) {
     char dir[PATH_MAX], err[ERRLEN];
-    resolve_ckpt_dir(path, dir, sizeof(dir));
+    if (ckpt_resolve(path, dir, sizeof(dir), err, sizeof(err))) fail("%s", err);
     memset(c, 0, sizeof(*c));
     if (ckpt_open(c, dir, err, sizeof(err)) != 0) fail("%s", err);
 }
@@ -318,22 +294,23 @@ static int cmd_info(int argc, char** argv) {
     }
 
     uint64_t stored[CKPT_KINDS] = {0}, raw[CKPT_KINDS] = {0};
-    int per_codec[2] = {0, 0}, per_kind_chunks[CKPT_KINDS] = {0};
+    int per_codec[CKPT_CODECS] = {0}, per_kind_chunks[CKPT_KINDS] = {0};
     for (int i = 0; i < c.n_chunks; i++) {
         const CkptChunk* ch = &c.chunks[i];
         int k = ch->kind >= 0 && ch->kind < CKPT_KINDS ? ch->kind : 0;
         stored[k] += ch->bytes;
         raw[k] += (ch->hi - ch->lo) * sizeof(float);
         per_kind_chunks[k]++;
-        per_codec[ch->codec == CKPT_CODEC_ZSTD ? 1 : 0]++;
+        per_codec[ch->codec]++;   // checked by ckpt_open
     }
     uint64_t st_total = 0, raw_total = 0, st_lib = 0, raw_lib = 0;
     for (int k = 0; k < CKPT_KINDS; k++) { st_total += stored[k]; raw_total += raw[k]; }
     ckpt_sizes(&c, &st_lib, &raw_lib);
     printf("%-16s %d\n", "chunks", c.n_chunks);
-    if (per_codec[1] == 0) printf("%-16s raw\n", "codec");
-    else if (per_codec[0] == 0) printf("%-16s zstd\n", "codec");
-    else printf("%-16s mixed: %d raw, %d zstd chunks\n", "codec", per_codec[0], per_codec[1]);
+    int kinds_used = 0, used = 0;
+    for (int k = 0; k < CKPT_CODECS; k++) if (per_codec[k]) { kinds_used++; used = k; }
+    if (kinds_used <= 1) printf("%-16s %s\n", "codec", CKPT_CODEC_NAMES[used]);
+    else printf("%-16s mixed: %d raw, %d zstd, %d zstd_shuffle chunks\n", "codec", per_codec[0], per_codec[1], per_codec[2]);
     print_bytes("stored", st_lib ? st_lib : st_total);
     print_bytes("raw", raw_lib ? raw_lib : raw_total);
     if (st_lib) printf("%-16s %.3fx (raw / stored)\n", "compression", (double)raw_lib / (double)st_lib);
@@ -592,12 +569,24 @@ static const cJSON* st_find(const cJSON* header, const char* name) {
     return cJSON_GetObjectItemCaseSensitive(header, full);
 }
 
+// An entry's data_offsets [begin, end): whole numbers, begin <= end <= the data's length.
+static void st_offsets(const char* path, const cJSON* it, const char* name, uint64_t data_len, uint64_t* begin, uint64_t* end) {
+    const cJSON* of = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "data_offsets") : NULL;
+    if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
+        fail("%s: tensor %s: header entry lacks dtype, shape or data_offsets", path, name);
+    if (!ckpt_json_uint(cJSON_GetArrayItem(of, 0), CKPT_MAX_INT, begin) ||
+        !ckpt_json_uint(cJSON_GetArrayItem(of, 1), CKPT_MAX_INT, end) || *end < *begin)
+        fail("%s: tensor %s: bad data_offsets (whole numbers begin <= end expected)", path, name);
+    if (*end > data_len)
+        fail("%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64 " bytes; truncated file?)",
+             path, name, *begin, *end, data_len);
+}
+
 static void st_parse(const char* path, const cJSON* it, const char* name, uint64_t data_len, StTensor* t) {
     if (!cJSON_IsObject(it)) fail("%s: tensor %s: not an object in the header", path, name);
     const cJSON* dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
     const cJSON* sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
-    const cJSON* of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
-    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh))
         fail("%s: tensor %s: header entry lacks dtype, shape or data_offsets", path, name);
     size_t esize;
     if (!strcmp(dt->valuestring, "F32")) { t->dtype = 0; esize = 4; }
@@ -608,21 +597,11 @@ static void st_parse(const char* path, const cJSON* it, const char* name, uint64
     if (t->ndim < 1 || t->ndim > 2) fail("%s: tensor %s: %d dimensions (expected 1 or 2)", path, name, t->ndim);
     uint64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
-        const cJSON* v = cJSON_GetArrayItem(sh, d);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e12)
-            fail("%s: tensor %s: bad shape", path, name);
-        t->shape[d] = (uint64_t)v->valuedouble;
+        if (!ckpt_json_uint(cJSON_GetArrayItem(sh, d), 1e12, &t->shape[d])) fail("%s: tensor %s: bad shape", path, name);
+        if (t->shape[d] != 0 && numel > ((uint64_t)1 << 50) / t->shape[d]) fail("%s: tensor %s: bad shape (more than 2^50 elements)", path, name);
         numel *= t->shape[d];
     }
-    const cJSON* b = cJSON_GetArrayItem(of, 0);
-    const cJSON* e = cJSON_GetArrayItem(of, 1);
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 || e->valuedouble < b->valuedouble)
-        fail("%s: tensor %s: bad data_offsets", path, name);
-    t->begin = (uint64_t)b->valuedouble;
-    t->end = (uint64_t)e->valuedouble;
-    if (t->end > data_len)
-        fail("%s: tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64 " bytes; truncated file?)",
-             path, name, t->begin, t->end, data_len);
+    st_offsets(path, it, name, data_len, &t->begin, &t->end);
     if (t->end - t->begin != numel * esize)
         fail("%s: tensor %s: %" PRIu64 " bytes of data for %" PRIu64 " elements of %s", path, name, t->end - t->begin, numel,
              dt->valuestring);
@@ -665,6 +644,84 @@ static int st_ignorable(const char* key) {
     return 0;
 }
 
+typedef struct { uint64_t begin, end; const char* name; } StRange;
+static int range_cmp(const void* a, const void* b) {
+    const StRange *x = (const StRange*)a, *y = (const StRange*)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+// No two tensors may share bytes: an overlap would import one tensor's data as another's.
+static void st_check_overlaps(const char* path, const cJSON* header, uint64_t data_len) {
+    int n = 0;
+    for (const cJSON* e = header->child; e; e = e->next) n++;
+    StRange* r = (StRange*)xcalloc((size_t)n, sizeof(StRange));
+    int k = 0;
+    for (const cJSON* e = header->child; e; e = e->next) {
+        if (!strcmp(e->string, "__metadata__")) continue;
+        st_offsets(path, e, e->string, data_len, &r[k].begin, &r[k].end);
+        r[k].name = e->string;
+        if (r[k].end > r[k].begin) k++;   // an empty tensor holds no bytes
+    }
+    qsort(r, (size_t)k, sizeof(StRange), range_cmp);
+    for (int i = 1; i < k; i++)
+        if (r[i].begin < r[i - 1].end)
+            fail("%s: tensors %s and %s overlap in the data: data_offsets [%" PRIu64 ", %" PRIu64 ") and [%" PRIu64 ", %" PRIu64 ")",
+                 path, r[i - 1].name, r[i].name, r[i - 1].begin, r[i - 1].end, r[i].begin, r[i].end);
+    free(r);
+}
+
+// A head count written as a decimal string (safetensors metadata values are strings).
+static int parse_heads_text(const char* s, int* out) {
+    size_t n = strlen(s);
+    if (n < 1 || n > 6 || strspn(s, "0123456789") != n) return 0;
+    long v = strtol(s, NULL, 10);
+    if (v < 1 || v > (1 << 16)) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+// config.json beside the safetensors file, as Hugging Face's save_pretrained writes it: its
+// n_head, with n_embd / n_layer / n_positions / vocab_size checked against the tensors.
+// Returns the head count, or 0 when there is no config.json.
+static int hf_config_heads(const char* path, const GPT2Config* c, char* cfg_path, size_t cfg_len) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    snprintf(cfg_path, cfg_len, "%s/config.json", dirname(dir));
+    struct stat st;
+    if (stat(cfg_path, &st) != 0) return 0;
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", cfg_path);
+    if (st.st_size > (1 << 20)) fail("%s: %lld bytes: too large for a model config", cfg_path, (long long)st.st_size);
+    int fd = open(cfg_path, O_RDONLY);
+    if (fd < 0) fail("%s: cannot open: %s", cfg_path, strerror(errno));
+    char* text = (char*)xmalloc((size_t)st.st_size + 1);
+    if (read_at(fd, text, (size_t)st.st_size, 0) != 0) fail("%s: read failed: %s", cfg_path, strerror(errno));
+    close(fd);
+    text[st.st_size] = '\0';
+    cJSON* j = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(j)) fail("%s: not a JSON object", cfg_path);
+    const cJSON* mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (mt && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0))
+        fail("%s: model_type is %s, not gpt2", cfg_path, cJSON_IsString(mt) ? mt->valuestring : "not a string");
+    const char* keys[4] = {"n_embd", "n_layer", "n_positions", "vocab_size"};
+    const int have[4] = {c->channels, c->num_layers, c->max_seq_len, c->vocab_size};
+    const char* from[4] = {"wte.weight's columns", "the h.N blocks", "wpe.weight's rows", "wte.weight's rows"};
+    for (int i = 0; i < 4; i++) {
+        const cJSON* v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        uint64_t x;
+        if (!v) continue;
+        if (!ckpt_json_uint(v, 1 << 30, &x)) fail("%s: %s is not a whole number", cfg_path, keys[i]);
+        if (x != (uint64_t)have[i]) fail("%s: %s = %" PRIu64 ", but the safetensors file has %d (%s)", cfg_path, keys[i], x, have[i], from[i]);
+    }
+    const cJSON* nh = cJSON_GetObjectItemCaseSensitive(j, "n_head");
+    uint64_t heads;
+    if (!nh) fail("%s: no n_head", cfg_path);
+    if (!ckpt_json_uint(nh, 1 << 16, &heads) || heads < 1) fail("%s: n_head is not a head count (a whole number >= 1)", cfg_path);
+    cJSON_Delete(j);
+    return (int)heads;
+}
+
 static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen, Weights* w, int heads) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
@@ -675,6 +732,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     free(json);
     if (!cJSON_IsObject(header)) fail("%s: safetensors header is not a JSON object", path);
     uint64_t data_start = 8 + hlen, data_len = file_size - data_start;
+    st_check_overlaps(path, header, data_len);
 
     // Shape of the model from the tensors.
     StTensor wte, wpe;
@@ -687,6 +745,9 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     if (wte.ndim != 2 || wpe.ndim != 2) fail("%s: wte.weight and wpe.weight must be 2-D", path);
     if (wpe.shape[1] != wte.shape[1])
         fail("%s: tensor wpe.weight has %" PRIu64 " columns, wte.weight %" PRIu64, path, wpe.shape[1], wte.shape[1]);
+    if (wte.shape[0] > GPT2_MAX_VOCAB || wte.shape[1] > GPT2_MAX_CHANNELS || wpe.shape[0] > GPT2_MAX_SEQ)
+        fail("%s: wte.weight [%" PRIu64 ", %" PRIu64 "] / wpe.weight [%" PRIu64 ", %" PRIu64 "]: implausibly large model", path,
+             wte.shape[0], wte.shape[1], wpe.shape[0], wpe.shape[1]);
     int max_layer = -1;
     for (const cJSON* e = header->child; e; e = e->next) {
         const char* k = e->string;
@@ -695,7 +756,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
         if (!strncmp(k, "h.", 2) && isdigit((unsigned char)k[2])) {
             char* end;
             long l = strtol(k + 2, &end, 10);
-            if (*end == '.' && l >= 0 && l < 100000 && l > max_layer) max_layer = (int)l;
+            if (*end == '.' && l >= 0 && l < GPT2_MAX_LAYERS && l > max_layer) max_layer = (int)l;
         }
     }
     if (max_layer < 0) fail("%s: no transformer blocks (h.N.*) found", path);
@@ -705,18 +766,42 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     c->padded_vocab_size = pad_vocab(c->vocab_size);
     c->max_seq_len = (int)wpe.shape[0];
     c->num_layers = max_layer + 1;
+
+    // The head count is not in the tensors: --heads, the metadata's n_head, or config.json's.
+    // Never guessed (channels / 64 is wrong for any other head size); sources that disagree
+    // are refused.
     const cJSON* meta = cJSON_GetObjectItemCaseSensitive(header, "__metadata__");
     const cJSON* nh = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, "n_head") : NULL;
-    const char* heads_from = "--heads";
-    if (heads) c->num_heads = heads;
-    else if (cJSON_IsString(nh) && atoi(nh->valuestring) > 0) { c->num_heads = atoi(nh->valuestring); heads_from = "metadata n_head"; }
-    else { c->num_heads = c->channels / 64 > 0 ? c->channels / 64 : 1; heads_from = "channels / 64"; }
+    int meta_heads = 0;
+    if (nh && !(cJSON_IsString(nh) && parse_heads_text(nh->valuestring, &meta_heads)))
+        fail("%s: __metadata__ n_head = %s is not a head count (a whole number >= 1, as a string)", path,
+             cJSON_IsString(nh) ? nh->valuestring : "not a string");
+    char cfg_path[PATH_MAX + 16];
+    int cfg_heads = hf_config_heads(path, c, cfg_path, sizeof(cfg_path));
+    if (meta_heads && cfg_heads && meta_heads != cfg_heads)
+        fail("%s: __metadata__ n_head %d disagrees with %s's n_head %d", path, meta_heads, cfg_path, cfg_heads);
+    const char* heads_from;
+    char from_buf[PATH_MAX + 32];
+    if (heads) { c->num_heads = heads; heads_from = "--heads"; }
+    else if (meta_heads) { c->num_heads = meta_heads; heads_from = "metadata n_head"; }
+    else if (cfg_heads) {
+        c->num_heads = cfg_heads;
+        snprintf(from_buf, sizeof(from_buf), "%s n_head", cfg_path);
+        heads_from = from_buf;
+    } else {
+        fail("%s: no head count: no __metadata__ n_head and no config.json beside it (%s); give --heads N", path, cfg_path);
+    }
     if (c->channels % c->num_heads != 0)
         fail("%s: channels %d is not a multiple of %d heads (from %s); give --heads N", path, c->channels, c->num_heads, heads_from);
+    int file_heads = meta_heads ? meta_heads : cfg_heads;
+    if (heads && file_heads && heads != file_heads)
+        fail("%s: --heads %d disagrees with the file's %d heads (%s)", path, heads, file_heads,
+             meta_heads ? "metadata n_head" : cfg_path);
     const char* bad = gpt2_config_check(c);
     if (bad) fail("%s: inconsistent model (%s)", path, bad);
 
-    // Every key must be one we use or know to skip.
+    // Every key must be one we use or know to skip; every tensor we need must be there with its
+    // shape, all checked before the model's memory is allocated.
     int n_used = 0;
     for (const cJSON* e = header->child; e; e = e->next) {
         if (!strcmp(e->string, "__metadata__") || st_ignorable(e->string)) continue;
@@ -724,34 +809,23 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     }
     int expected = 0;
     for (int k = 0; k < NUM_KINDS; k++) expected += kind_layers(c, k);
-
-    w->n = gpt2_num_parameters(c);
-    w->params = (float*)xcalloc(w->n, sizeof(float));  // padded wte rows stay zero
-    size_t C = (size_t)c->channels;
-    float* tmp = (float*)xmalloc(4 * C * C * sizeof(float));  // the largest Conv1D weight, for transposing
+    StTensor* found = (StTensor*)xcalloc((size_t)expected, sizeof(StTensor));
+    int at = 0;
     for (int k = 0; k < NUM_KINDS; k++) {
-        for (int l = 0; l < kind_layers(c, k); l++) {
+        for (int l = 0; l < kind_layers(c, k); l++, at++) {
             char name[96];
             if (k == K_WTE || k == K_WPE) snprintf(name, sizeof(name), "%s.weight", k == K_WTE ? "wte" : "wpe");
             else gpt2_tensor_name(k, l, name, sizeof(name));
             it = st_find(header, name);
             if (!it) fail("%s: tensor %s is missing (model with %d layers)", path, name, c->num_layers);
-            StTensor t;
-            st_parse(path, it, name, data_len, &t);
+            StTensor* t = &found[at];
+            st_parse(path, it, name, data_len, t);
             size_t rows, cols;
             kind_shape(c, k, &rows, &cols);
             if (k == K_WTE) rows = (size_t)c->vocab_size;
-            float* dst = w->params + llmc_offset(c, k, l);
-            if (rows == 1) st_expect_shape(path, name, &t, 1, cols, 0);
-            else if (is_conv1d(k)) st_expect_shape(path, name, &t, 2, cols, rows);
-            else st_expect_shape(path, name, &t, 2, rows, cols);
-            if (is_conv1d(k)) {
-                st_read(path, fd, data_start, &t, tmp);   // [in = cols, out = rows]
-                for (size_t i = 0; i < cols; i++)
-                    for (size_t o = 0; o < rows; o++) dst[o * cols + i] = tmp[i * rows + o];
-            } else {
-                st_read(path, fd, data_start, &t, dst);
-            }
+            if (rows == 1) st_expect_shape(path, name, t, 1, cols, 0);
+            else if (is_conv1d(k)) st_expect_shape(path, name, t, 2, cols, rows);
+            else st_expect_shape(path, name, t, 2, rows, cols);
         }
     }
     if (n_used != expected) {
@@ -767,6 +841,27 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
         }
         fail("%s: %d GPT-2 tensors, expected %d (duplicates under two prefixes?)", path, n_used, expected);
     }
+
+    w->n = gpt2_num_parameters(c);
+    w->params = (float*)xcalloc(w->n, sizeof(float));  // padded wte rows stay zero
+    size_t C = (size_t)c->channels;
+    float* tmp = (float*)xmalloc(4 * C * C * sizeof(float));  // the largest Conv1D weight, for transposing
+    at = 0;
+    for (int k = 0; k < NUM_KINDS; k++) {
+        for (int l = 0; l < kind_layers(c, k); l++, at++) {
+            size_t rows, cols;
+            kind_shape(c, k, &rows, &cols);
+            float* dst = w->params + llmc_offset(c, k, l);
+            if (is_conv1d(k)) {
+                st_read(path, fd, data_start, &found[at], tmp);   // [in = cols, out = rows]
+                for (size_t i = 0; i < cols; i++)
+                    for (size_t o = 0; o < rows; o++) dst[o * cols + i] = tmp[i * rows + o];
+            } else {
+                st_read(path, fd, data_start, &found[at], dst);
+            }
+        }
+    }
+    free(found);
     free(tmp);
     close(fd);
     cJSON_Delete(header);
@@ -807,7 +902,7 @@ static int cmd_import(int argc, char** argv) {
     if (parse_args("import", argc, argv, 2, flags, 7, pos, 2) != 2) fail("import: expected SRC OUT_ROOT (see ckpt --help)");
     if (!world_s) fail("import: --world W is required (the number of ranks the checkpoint is for)");
     int world = (int)parse_long_arg("--world", world_s, 1, 1 << 20);
-    long step = step_s ? parse_long_arg("--step", step_s, 0, LONG_MAX / 2) : 0;
+    long step = step_s ? parse_long_arg("--step", step_s, 0, INT32_MAX) : 0;   // train_gpt counts steps in an int
     int heads = heads_s ? (int)parse_long_arg("--heads", heads_s, 1, 1 << 16) : 0;
     int seq_len = seq_s ? (int)parse_long_arg("--seq-len", seq_s, 1, 1 << 20) : 0;
     long seed = seed_s ? parse_long_arg("--seed", seed_s, 0, LONG_MAX) : 1337;
@@ -840,9 +935,9 @@ static int cmd_import(int argc, char** argv) {
 
     // Tensor table, in our unit order.
     ModelLayout m;
-    build_layout(&m, cfg, 1, world);
+    if (build_layout(&m, cfg, 1, world)) fail("%s: cannot lay out the model (%s)", src, gpt2_config_check(cfg) ? gpt2_config_check(cfg) : "out of memory");
     Gpt2CkptTables table;  // the tensors only: the pieces are every rank's, below
-    gpt2_checkpoint_tables(&m, NULL, 0, NULL, 0, &table);
+    if (gpt2_checkpoint_tables(&m, NULL, 0, NULL, 0, &table)) fail("out of memory for the checkpoint tables");
     int n_tensors = table.n_tensors;
     size_t max_numel = 0;
     for (int u = 0; u < m.n_units; u++)
@@ -885,9 +980,12 @@ static int cmd_import(int argc, char** argv) {
     char err[ERRLEN];
     int rc = ckpt_write_offline(root, step, world, table.tensors, n_tensors, (const CkptPiece* const*)pieces, n_pieces, state,
                                 &opt, err, sizeof(err));
-    if (rc != 0) fail("%s", err);
+    // Committed, only `latest` not replaced: the checkpoint is usable (and found), so say so
+    // and succeed.
+    if (rc == CKPT_SAVED_NO_LATEST) fprintf(stderr, "ckpt: warning: %s\n", err);
+    else if (rc != 0) fail("%s", err);
     printf("wrote %s: %d ranks, step %ld, %zu parameters, %s\n", step_dir, world, step, w.n,
-           opt.codec == CKPT_CODEC_ZSTD ? "zstd" : "raw");
+           opt.codec == CKPT_CODEC_ZSTD ? "zstd (byte-shuffled)" : "raw");
     for (int r = 0; r < world; r++) free(pieces[r]);
     free(pieces);
     free(n_pieces);

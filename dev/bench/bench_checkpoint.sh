@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Sharded-checkpoint throughput for a d12-sized state (124M parameters x fp32 param, Adam m,
 # Adam v = 1.5 GB), on the CPU build (the training part is a few tiny steps of 64 tokens):
-#   - save and load GB/s at np=1 and np=2, against a plain sequential write + fsync and a
-#     sequential read of the same number of bytes on the same disk, measured in the same run
-#     (target: checkpoint >= 80% of the baseline, uncompressed). Disks (virtual ones above
-#     all) are noisy, so saves and baseline writes are repeated 3 times: min / median / max;
-#   - zstd (level 3): compression ratio, save and load speed;
+#   - save and load GB/s at np=1 and np=2, against a plain sequential write + fsync of the same
+#     number of bytes and a sequential read of the same rank files on the same disk, measured
+#     in the same run (target: checkpoint >= 80% of the baseline, uncompressed). Disks (virtual
+#     ones above all) are noisy, so saves and baseline writes are repeated 3 times (min /
+#     median / max), and each cold load is followed by its baseline reads (buffered, as `cat`
+#     reads; and O_DIRECT, the device's own speed, shown for information);
+#   - zstd (level 3): compression ratio, save and load speed, for the byte-shuffled chunks
+#     --ckpt-compress zstd writes (codec zstd_shuffle) and for plain zstd of the fp32 bytes
+#     (the former codec, written with FSDP_TEST_CKPT_ZSTD_PLAIN=1) on the same state;
 #   - async vs synchronous saves: how long the training loop is blocked per save (target:
 #     async < 10% of sync), and how much the background write slows the steps it overlaps.
 # Reads are cold: before every load and baseline read the files are dropped from the page
@@ -75,11 +79,6 @@ base_write() {
     done
     rm -f "$B"/seq*.bin; sync
 }
-base_read() {   # base_read BYTES: REPS cold sequential read timings
-    $PY $IO write "$B/seq.bin" "$1" >/dev/null
-    for _ in $(seq $REPS); do $PY $IO read "$B/seq.bin" | cut -d' ' -f1; done
-    rm -f "$B/seq.bin"
-}
 row() { printf "%-28s %-24s %-24s %-10s %s\n" "$@"; }
 table=()
 add_row() {  # add_row NAME BYTES CKPT_SECONDS... -- BASELINE_SECONDS...
@@ -95,8 +94,8 @@ add_row() {  # add_row NAME BYTES CKPT_SECONDS... -- BASELINE_SECONDS...
 # ---------------------------------------------------------------------------------------
 # np=1, synchronous: 12 steps saving every 4 (3 saves; also the sync side of the async
 # comparison). np=2: 3 steps saving every step. Then the same number of bytes written
-# sequentially 3 times (new files, then recycled pages); 3 cold loads, 3 cold sequential
-# reads of the same bytes, and one warm load.
+# sequentially 3 times (new files, then recycled pages); 3 cold loads, each followed by cold
+# sequential reads of the same rank files (buffered, then O_DIRECT); one warm load.
 train 1 "$B/sync1.log" -o "$B/np1" -x 12 --ckpt-every 4
 train 2 "$B/sync2.log" -o "$B/np2" -x 3 --ckpt-every 1
 for np in 1 2; do
@@ -108,27 +107,40 @@ for np in 1 2; do
     add_row "save np=$np (raw)" "$bytes" $(saved_s "$B/sync$np.log") -- "${bw[@]}"
     mapfile -t bwr < <(base_write "$bytes" recycled)
     add_row "  vs recycled pages (info)" "$bytes" $(saved_s "$B/sync$np.log") -- "${bwr[@]}"
+    br=(); bd=()
     for i in $(seq $REPS); do
         cold "$B/np$np/ckpt"
         train $np "$B/load${np}_$i.log" -o "$B/load$np" -x $((last + 2)) --resume "$ck" --stop-at-step $((last + 1))
+        br+=("$($PY $IO read "$ck"/rank_*.bin | cut -d' ' -f1)")
+        bd+=("$($PY $IO read-direct "$ck"/rank_*.bin | cut -d' ' -f1)")
     done
-    mapfile -t br < <(base_read "$bytes")
     add_row "load np=$np (raw, cold)" "$bytes" $(cat "$B"/load${np}_*.log | loaded_s /dev/stdin) -- "${br[@]}"
-    # warm: the files were just read, so they are in the page cache now
+    add_row "  vs O_DIRECT read (info)" "$bytes" $(cat "$B"/load${np}_*.log | loaded_s /dev/stdin) -- "${bd[@]}"
+    # warm: the files in the page cache (read just before; the cold loads read them with
+    # O_DIRECT, which leaves the cache as it was, and the baseline reads evict them first)
+    cat "$ck"/rank_*.bin > /dev/null
     train $np "$B/warm$np.log" -o "$B/warm$np" -x $((last + 2)) --resume "$ck" --stop-at-step $((last + 1))
     warm_load[$np]=$(loaded_s "$B/warm$np.log")
     rm -rf "$B/np$np" "$B/load$np" "$B/warm$np"
 done
 
 # ---------------------------------------------------------------------------------------
-# zstd (default level 3) at np=2: 2 saves, one cold load.
-train 2 "$B/zstd.log" -o "$B/zstd" -x 2 --ckpt-every 1 --ckpt-compress zstd
-ck="$B/zstd/ckpt/step_00000002"
-stored=$(rank_bytes "$ck"); zsave=$(saved_s "$B/zstd.log" | median)
-cold "$B/zstd/ckpt"
-train 2 "$B/zload.log" -o "$B/zload" -x 4 --resume "$ck" --stop-at-step 3
-zload=$(loaded_s "$B/zload.log")
-rm -rf "$B/zstd" "$B/zload"
+# zstd (default level 3) at np=2: 2 saves, one cold load; byte-shuffled (what --ckpt-compress
+# zstd writes), then plain (the former codec) on the same state.
+declare -A stored zsave zload
+for kind in shuffle plain; do
+    [ $kind = plain ] && export FSDP_TEST_CKPT_ZSTD_PLAIN=1   # (local ranks inherit it)
+    train 2 "$B/zstd.log" -o "$B/zstd" -x 2 --ckpt-every 1 --ckpt-compress zstd
+    unset FSDP_TEST_CKPT_ZSTD_PLAIN
+    ck="$B/zstd/ckpt/step_00000002"
+    grep -q "\"zstd$([ $kind = shuffle ] && echo _shuffle)\"" "$ck/manifest.json" ||
+        { echo "bench_checkpoint: $ck is not $kind zstd" >&2; exit 1; }
+    stored[$kind]=$(rank_bytes "$ck"); zsave[$kind]=$(saved_s "$B/zstd.log" | median)
+    cold "$B/zstd/ckpt"
+    train 2 "$B/zload.log" -o "$B/zload" -x 4 --resume "$ck" --stop-at-step 3
+    zload[$kind]=$(loaded_s "$B/zload.log")
+    rm -rf "$B/zstd" "$B/zload"
+done
 
 # ---------------------------------------------------------------------------------------
 # Async at np=1: the same 12 steps saving every 4. The first save allocates (and faults in)
@@ -148,12 +160,17 @@ printf '%s\n' "${table[@]}"
 echo "warm loads (files in the page cache): np=1 ${warm_load[1]} s = $(gbs "$raw_bytes" "${warm_load[1]}") GB/s," \
      "np=2 ${warm_load[2]} s = $(gbs "$raw_bytes" "${warm_load[2]}") GB/s"
 echo "(baseline: one file, 16 MiB writes then fsync, into new files kept like checkpoints (the target's"
-echo " reference) or into recycled page-cache pages; reads of 16 MiB after eviction. Checkpoint times are"
-echo " train_gpt's own: save = ckpt_save incl. manifest and commit; load = open + read + checksum + copy.)"
+echo " reference) or into recycled page-cache pages; reads: the checkpoint's own rank files after eviction,"
+echo " one after the other in 16 MiB reads, through the page cache (the target's reference) or O_DIRECT."
+echo " Checkpoint times are train_gpt's own: save = ckpt_save incl. manifest and commit; load = open + read"
+echo " + checksum + copy into the shards.)"
 echo
-echo "zstd level 3, np=2: stored $stored of $raw_bytes bytes, ratio $(awk -v a="$raw_bytes" -v b="$stored" 'BEGIN{printf "%.3f", a/b}') (raw/stored)"
-echo "  save ${zsave} s (median of 2) = $(gbs "$raw_bytes" "$zsave") GB/s of state ($(gbs "$stored" "$zsave") GB/s to disk)"
-echo "  load ${zload} s (cold) = $(gbs "$raw_bytes" "$zload") GB/s of state"
+for kind in shuffle plain; do
+    name=$([ $kind = shuffle ] && echo "zstd_shuffle (--ckpt-compress zstd)" || echo "plain zstd (former codec)")
+    echo "$name, level 3, np=2: stored ${stored[$kind]} of $raw_bytes bytes, ratio $(awk -v a="$raw_bytes" -v b="${stored[$kind]}" 'BEGIN{printf "%.3f", a/b}') (raw/stored)"
+    echo "  save ${zsave[$kind]} s (median of 2) = $(gbs "$raw_bytes" "${zsave[$kind]}") GB/s of state ($(gbs "${stored[$kind]}" "${zsave[$kind]}") GB/s to disk)"
+    echo "  load ${zload[$kind]} s (cold) = $(gbs "$raw_bytes" "${zload[$kind]}") GB/s of state"
+done
 echo
 echo "async vs sync, np=1, 12 steps of ~${step_ms} ms, a save every 4 steps (at 4, 8, 12):"
 echo "  training blocked per save, sync:  ${sync_b[*]} s"

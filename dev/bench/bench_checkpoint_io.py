@@ -2,8 +2,11 @@
 
     bench_checkpoint_io.py write FILE BYTES   write BYTES (16 MiB blocks of non-zero data) and fsync;
                                               prints "seconds GB/s"
-    bench_checkpoint_io.py read FILE          evict FILE from the page cache, read it sequentially;
-                                              prints "seconds GB/s"
+    bench_checkpoint_io.py read FILE...       evict the files from the page cache, read them one after
+                                              the other, sequentially; prints "seconds GB/s" (all files)
+    bench_checkpoint_io.py read-direct FILE...
+                                              the same with O_DIRECT (no page cache: the device's speed,
+                                              what the checkpoint reader does where it can)
     bench_checkpoint_io.py evict PATH...      drop the files (recursively) from the page cache
 
 Eviction uses posix_fadvise(POSIX_FADV_DONTNEED) after fsync, which drops the clean pages of
@@ -55,20 +58,26 @@ def main():
         dt = time.perf_counter() - t0
         os.close(fd)
         print(f"{dt:.3f} {nbytes / dt / 1e9:.3f}")
-    elif cmd == "read":
-        path = sys.argv[2]
-        evict(path)
+    elif cmd in ("read", "read-direct"):
+        import mmap
+        paths = sys.argv[2:]
+        for path in paths:
+            evict(path)
+        flags = os.O_RDONLY | (os.O_DIRECT if cmd == "read-direct" else 0)
+        buf = mmap.mmap(-1, BLOCK)   # page-aligned, as O_DIRECT needs
         nbytes = 0
-        buf = bytearray(BLOCK)
-        fd = os.open(path, os.O_RDONLY)
         t0 = time.perf_counter()
-        while True:
-            n = os.readv(fd, [buf])
-            if n <= 0:
-                break
-            nbytes += n
+        for path in paths:
+            fd = os.open(path, flags)
+            while True:
+                n = os.readv(fd, [buf])
+                if n <= 0:
+                    break
+                nbytes += n
+                if n < BLOCK:   # end of file (O_DIRECT cannot read on from an unaligned offset)
+                    break
+            os.close(fd)
         dt = time.perf_counter() - t0
-        os.close(fd)
         print(f"{dt:.3f} {nbytes / dt / 1e9:.3f}")
     elif cmd == "evict":
         for f in files_under(sys.argv[2:]):

@@ -17,6 +17,9 @@
         and two valid ones an importer must accept: hf.safetensors, named as a Hugging Face
         GPT2LMHeadModel saves it ("transformer." prefix, the attn.bias mask buffers, a tied
         lm_head.weight, no n_head metadata), and bf16.safetensors (BF16, rounded to nearest even).
+        Also save_pretrained-style directories DIR/hf_dir*/model.safetensors (hf.safetensors)
+        with the config.json transformers writes (hf_dir), one with a wrong n_embd, one with
+        n_head 0, one without config.json, and one whose metadata n_head disagrees with it.
 
 Prints `ok - ...` / `not ok - ...` lines; exits 1 if a check failed.
 """
@@ -199,8 +202,48 @@ def safetensors_variants(src, d):
     h = json.loads(json.dumps(header)); h["h.0.ln_1.bias"]["dtype"] = "I32"
     write("st_dtype.safetensors", h, data)
     write("st_truncated.safetensors", header, data[: len(data) // 2])
-    h = json.loads(json.dumps(header)); h["h.0.extra.weight"] = h["h.0.ln_1.bias"]
-    write("st_extra.safetensors", h, data)
+    # an unknown tensor with bytes of its own (sharing another's would be an overlap, refused first)
+    h = json.loads(json.dumps(header)); h["h.0.extra.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+    write("st_extra.safetensors", h, data + b"\0" * 4)
+    # two tensors sharing bytes: h.0.ln_1.bias's offsets moved 4 bytes into h.0.ln_1.weight's
+    h = json.loads(json.dumps(header))
+    w0, b0 = h["h.0.ln_1.weight"]["data_offsets"], h["h.0.ln_1.bias"]["data_offsets"]
+    if w0[1] == b0[0]:
+        h["h.0.ln_1.bias"]["data_offsets"] = [b0[0] - 4, b0[1] - 4]
+    else:
+        h["h.0.ln_1.bias"]["data_offsets"] = [w0[0], w0[0] + (b0[1] - b0[0])]
+    write("st_overlap.safetensors", h, data)
+    h = json.loads(json.dumps(header)); h["__metadata__"]["n_head"] = "0"
+    write("st_nhead0.safetensors", h, data)
+    h = json.loads(json.dumps(header)); h["__metadata__"]["n_head"] = "4x"
+    write("st_nhead_junk.safetensors", h, data)
+    # A Hugging Face save_pretrained directory: model.safetensors without n_head metadata (the
+    # GPT2LMHeadModel names of hf.safetensors) and the config.json transformers writes beside it.
+    meta = header["__metadata__"]
+    L, C = int(meta["n_layer"]), int(meta["n_embd"])
+    config = {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+              "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+              "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": int(meta["n_positions"]), "n_embd": C,
+              "n_head": int(meta["n_head"]), "n_inner": None, "n_layer": L, "n_positions": int(meta["n_positions"]),
+              "reorder_and_upcast_attn": False, "resid_pdrop": 0.1, "scale_attn_by_inverse_layer_idx": False,
+              "scale_attn_weights": True, "summary_activation": None, "summary_first_dropout": 0.1,
+              "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
+              "torch_dtype": "float32", "transformers_version": "4.46.3", "use_cache": True,
+              "vocab_size": int(meta["vocab_size"])}
+    import shutil
+    for sub, edit in (("hf_dir", {}), ("hf_dir_badembd", {"n_embd": 2 * C}), ("hf_dir_nhead0", {"n_head": 0}),
+                      ("hf_dir_noconfig", None)):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+        shutil.copy(os.path.join(d, "hf.safetensors"), os.path.join(d, sub, "model.safetensors"))
+        if edit is not None:
+            with open(os.path.join(d, sub, "config.json"), "w") as f:
+                json.dump(dict(config, **edit), f, indent=2)
+    # the metadata's n_head and config.json's disagree
+    os.makedirs(os.path.join(d, "hf_dir_disagree"), exist_ok=True)
+    h = json.loads(json.dumps(header)); h["__metadata__"]["n_head"] = "2"
+    write(os.path.join("hf_dir_disagree", "model.safetensors"), h, data)
+    with open(os.path.join(d, "hf_dir_disagree", "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
     write("st_badjson.safetensors", None, data, raw_header=b'{"wte.weight": {"dtype": "F32", ')
 
 

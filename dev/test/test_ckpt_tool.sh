@@ -2,7 +2,9 @@
 # The ckpt tool: info and verify on checkpoints train_gpt wrote (np=1 and np=2), damage found
 # and named, export to llm.c and safetensors files, import back (byte-identical round trips),
 # train_gpt --resume from an imported checkpoint, the safetensors file against the PyTorch
-# reference, and bad inputs.
+# reference, and bad inputs (safetensors whose tensors share bytes, a head count of "0", and
+# the head count taken from the config.json of a Hugging Face save_pretrained directory or
+# refused when nothing gives it: never guessed as channels / 64).
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
@@ -99,9 +101,10 @@ else
     not_ok "bf16 round trip: $(why "$out/bf16.log") $(cmp "$out/a16.bin" "$out/b16.bin" 2>&1)"
 fi
 $CK info "$out/imp16" > "$out/info16.txt" 2>&1
-if grep -qE '^codec +zstd$' "$out/info16.txt" && grep -qE '^step +7$' "$out/info16.txt" &&
+# (--compress zstd writes byte-shuffled zstd chunks, codec zstd_shuffle in the manifest)
+if grep -qE '^codec +zstd_shuffle$' "$out/info16.txt" && grep -qE '^step +7$' "$out/info16.txt" &&
    awk '/^compression/ {exit !($2 + 0 > 1.5)}' "$out/info16.txt"; then
-    ok "info on a zstd import: codec zstd, $(grep '^compression' "$out/info16.txt" | tr -s ' ')"
+    ok "info on a zstd import: codec zstd_shuffle, $(grep '^compression' "$out/info16.txt" | tr -s ' ')"
 else
     not_ok "info on the zstd import: $(grep -E '^(codec|compression|step)' "$out/info16.txt" | tr '\n' ' ')"
 fi
@@ -153,6 +156,16 @@ if $CK import "$out/bad/hf.safetensors" "$out/imphf" --world 2 --heads 4 > "$out
     ok "import of a GPT2LMHeadModel-style safetensors file (prefix, buffers, lm_head) gives the same weights"
 else
     not_ok "import of GPT2LMHeadModel-style safetensors: $(why "$out/hf.log") $(cmp "$out/a.bin" "$out/hf.bin" 2>&1)"
+fi
+# A save_pretrained directory (model.safetensors without n_head metadata, and config.json): the
+# head count comes from config.json, and the weights are the same.
+if $CK import "$out/bad/hf_dir/model.safetensors" "$out/imphfdir" --world 2 > "$out/hfdir.log" 2>&1 &&
+   grep -q "heads from .*hf_dir/config.json n_head" "$out/hfdir.log" &&
+   grep -q 'L=2 NH=4 C=64' <($CK info "$out/imphfdir" 2>&1) &&
+   $CK export "$out/imphfdir" --llmc "$out/hfdir.bin" >> "$out/hfdir.log" 2>&1 && cmp -s "$out/a.bin" "$out/hfdir.bin"; then
+    ok "import of a save_pretrained directory takes n_head 4 from config.json; same weights as the source"
+else
+    not_ok "import with config.json: $(why "$out/hfdir.log") $(cmp "$out/a.bin" "$out/hfdir.bin" 2>&1)"
 fi
 if $CK import "$out/bad/bf16.safetensors" "$out/impbf" --world 1 > "$out/bf.log" 2>&1 &&
    $CK export "$out/impbf" --llmc "$out/bf.bin" --dtype bf16 >> "$out/bf.log" 2>&1 && cmp -s "$out/a1_16.bin" "$out/bf.bin"; then
@@ -230,6 +243,27 @@ expect_error "import: safetensors bad header" "st_badjson.safetensors: safetenso
     $CK import "$out/bad/st_badjson.safetensors" "$out/imp_x" --world 2
 expect_error "import: --heads not dividing C" "channels 64 is not a multiple of 3 heads" \
     $CK import "$out/a.safetensors" "$out/imp_x" --world 2 --heads 3
+# Untrusted safetensors headers and the head count (never guessed as channels / 64, which for
+# this 64-channel, 4-head model would be 1 head).
+expect_error "import: safetensors tensors sharing bytes" \
+    "st_overlap.safetensors: tensors h\.0\.ln_1\.(weight|bias) and h\.0\.ln_1\.(weight|bias) overlap in the data" \
+    $CK import "$out/bad/st_overlap.safetensors" "$out/imp_x" --world 2
+expect_error "import: metadata n_head \"0\"" "st_nhead0.safetensors: __metadata__ n_head = 0 is not a head count" \
+    $CK import "$out/bad/st_nhead0.safetensors" "$out/imp_x" --world 2
+expect_error "import: metadata n_head \"4x\"" "st_nhead_junk.safetensors: __metadata__ n_head = 4x is not a head count" \
+    $CK import "$out/bad/st_nhead_junk.safetensors" "$out/imp_x" --world 2
+expect_error "import: --heads disagreeing with the metadata's n_head" "--heads 8 disagrees with the file's 4 heads" \
+    $CK import "$out/a.safetensors" "$out/imp_x" --world 2 --heads 8
+expect_error "import: no head count anywhere (no --heads, metadata or config.json)" \
+    "hf_dir_noconfig/model.safetensors: no head count: no __metadata__ n_head and no config.json beside it .*give --heads N" \
+    $CK import "$out/bad/hf_dir_noconfig/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: config.json whose n_embd is not the tensors'" "hf_dir_badembd/config.json: n_embd = 128, but the safetensors file has 64" \
+    $CK import "$out/bad/hf_dir_badembd/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: config.json with n_head 0" "hf_dir_nhead0/config.json: n_head is not a head count" \
+    $CK import "$out/bad/hf_dir_nhead0/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: metadata n_head disagreeing with config.json" \
+    "hf_dir_disagree/model.safetensors: __metadata__ n_head 2 disagrees with .*hf_dir_disagree/config.json's n_head 4" \
+    $CK import "$out/bad/hf_dir_disagree/model.safetensors" "$out/imp_x" --world 2
 if [ -e "$out/imp_x" ] && [ -n "$(ls -A "$out/imp_x" 2>/dev/null)" ]; then not_ok "failed imports leave nothing in OUT_ROOT: $(ls "$out/imp_x")"
 else ok "failed imports leave nothing in OUT_ROOT"; fi
 if $CK --help | grep -q 'ckpt import SRC OUT_ROOT'; then ok "ckpt --help"; else not_ok "ckpt --help: no usage"; fi
