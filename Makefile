@@ -136,8 +136,12 @@ build/test_%: dev/test/test_%.c $(LIB_OBJS) $(HEADERS)
 ckpt: checkpoint/tool/ckpt.c $(LIB_OBJS) $(HEADERS)
 	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
 
+# tokenize_text reads gzip through zlib where its header is installed (zlib1g-dev). A machine
+# without it (a bare CUDA image) still builds the tool; gzip input then says what is missing.
+ZLIB_FLAGS := $(if $(shell echo '\#include <zlib.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1),-lz)
+
 %: data/%.c $(LIB_OBJS) $(HEADERS)
-	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS) $(ZLIB_FLAGS)
 
 test: all
 	@bash dev/test/run_tests.sh
@@ -148,3 +152,72 @@ clean:
 # For dev/test/test_build.sh: the flags the host-only build compiles train_gpt.cu with.
 print-host-cxxflags:
 	@echo $(CXXFLAGS)
+
+# ---------------------------------------------------------------------------------------
+# Sanitizers and fuzzing (dev/test/test_asan.sh, dev/test/test_fuzz.sh). Separate build
+# folders: the normal build above is never touched.
+#   make asan   build/asan/{train_gpt,ckpt,tokenize_text}_asan: ASan + UBSan, host-only
+#               (the cpu device, as NO_CUDA=1), the same compiler and MPI choice as above
+#   make fuzz   build/fuzz/fuzz_*: the libFuzzer harnesses of dev/fuzz/ (clang, no MPI)
+ASAN_DIR    := build/asan
+ASAN_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# -O1 -g: readable reports at a bearable speed; no -Werror (warnings at -O1 differ from -O3's).
+ASAN_CFLAGS := -O1 -g $(ASAN_SAN) -std=gnu11 $(filter-out -Werror,$(WARN)) $(MPI_DEF) -fopenmp -I. -I$(BLAS_INC)
+ASAN_CXXFLAGS := -O1 -g $(ASAN_SAN) -std=gnu++17 $(filter-out -Werror,$(WARN)) $(MPI_DEF) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+                 -fopenmp -I. -I$(BLAS_INC)
+ASAN_OBJS   := $(patsubst %.c,$(ASAN_DIR)/%.o,$(LIB_SRCS))
+ASAN_STAMP  := $(ASAN_DIR)/flavour_$(if $(filter 1,$(NO_MPI)),nompi,mpi)
+ASAN_BINS   := $(ASAN_DIR)/train_gpt_asan $(ASAN_DIR)/ckpt_asan $(ASAN_DIR)/tokenize_text_asan
+
+.PHONY: asan fuzz
+asan: $(ASAN_BINS)
+
+$(ASAN_STAMP):
+	@mkdir -p $(ASAN_DIR)
+	@rm -f $(ASAN_DIR)/flavour_*
+	@touch $@
+
+$(ASAN_DIR)/%.o: %.c $(HEADERS) $(ASAN_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN_CFLAGS) -c $< -o $@
+
+$(ASAN_DIR)/train_gpt_asan: train_gpt.cu $(ASAN_OBJS) $(HEADERS) $(ASAN_STAMP)
+	$(CXX) $(ASAN_CXXFLAGS) -x c++ -c $< -o $(ASAN_DIR)/train_gpt.o
+	$(CXX) $(ASAN_CXXFLAGS) $(ASAN_DIR)/train_gpt.o $(ASAN_OBJS) -o $@ $(LDLIBS)
+
+$(ASAN_DIR)/ckpt_asan: checkpoint/tool/ckpt.c $(ASAN_OBJS) $(HEADERS) $(ASAN_STAMP)
+	$(CC) $(ASAN_CFLAGS) $< $(ASAN_OBJS) -o $@ $(LDLIBS)
+
+$(ASAN_DIR)/tokenize_text_asan: data/tokenize_text.c $(ASAN_OBJS) $(HEADERS) $(ASAN_STAMP)
+	$(CC) $(ASAN_CFLAGS) $< $(ASAN_OBJS) -o $@ $(LDLIBS) $(ZLIB_FLAGS)
+
+FUZZ_CC     ?= $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
+FUZZ_DIR    := build/fuzz
+FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# The library without MPI (a harness is one process), OpenMP (its pragmas are ignored: the
+# readers fuzzed here have none worth running in parallel) or -march=native (a corpus entry
+# must replay on any x86-64).
+FUZZ_CFLAGS := -O1 -g $(FUZZ_SAN) -std=gnu11 -DFSDP_NO_MPI -I. -I$(BLAS_INC) -Wall -Wno-unused-parameter -Wno-unused-function \
+               -Wno-pass-failed -Wno-unknown-pragmas
+FUZZ_SRCS   := $(filter-out comm/comm_mpi.c,$(LIB_SRCS))
+FUZZ_OBJS   := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(FUZZ_SRCS))
+FUZZ_NAMES  := $(patsubst dev/fuzz/fuzz_%.c,%,$(wildcard dev/fuzz/fuzz_*.c))
+FUZZ_BINS   := $(patsubst %,$(FUZZ_DIR)/fuzz_%,$(FUZZ_NAMES))
+FUZZ_LIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
+
+fuzz: $(FUZZ_BINS)
+
+$(FUZZ_DIR)/%.o: %.c $(HEADERS)
+	@test -n "$(FUZZ_CC)" || { echo "make fuzz: no clang (scripts/setup.sh installs clang-14 and libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/libfsdp_fuzz.a: $(FUZZ_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+# A harness links only the library objects it uses (an archive); checkpoint/tool/ckpt.c is
+# #included by the safetensors one.
+$(FUZZ_DIR)/fuzz_%: dev/fuzz/fuzz_%.c $(FUZZ_DIR)/libfsdp_fuzz.a $(HEADERS) checkpoint/tool/ckpt.c
+	@test -n "$(FUZZ_CC)" || { echo "make fuzz: no clang (scripts/setup.sh installs clang-14 and libclang-rt-14-dev)"; exit 1; }
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_DIR)/libfsdp_fuzz.a -o $@ $(FUZZ_LIBS)

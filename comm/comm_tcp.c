@@ -40,6 +40,17 @@
 // timeout, prints one line and _exit(1)s, which closes the sockets, so the peers fail in turn.
 // While no operation is queued the thread still watches every socket for hang-ups, so a rank
 // busy computing notices a dead peer too.
+//
+// Naming the stalled rank. A rank waiting in a ring or behind a root usually waits for a
+// healthy rank that waits in turn (rank 0 in a ring of 4 waits for rank 3, which waits for
+// the stalled rank 2). Only a rank that waits at the first exchange of an operation for a
+// peer that has sent nothing of it (nor taken any of its bytes) knows that this peer has not
+// joined the operation: every algorithm here sends at once at its first exchange. Such a
+// rank gives up after the timeout naming that peer, and first sends an ABORT header naming
+// it to every peer whose stream from it is between messages; a rank that reads an ABORT
+// where it expected a message ends with the same name and passes it on. A rank that knows
+// no culprit waits a grace period longer (a quarter of the timeout, 0.5 to 30 s) for such an
+// ABORT before naming only the peer it waits for, as possibly waiting itself.
 #define _GNU_SOURCE
 #include "comm/comm_impl.h"
 
@@ -202,6 +213,9 @@ static char* scratch(TcpWorld* t, size_t bytes) {
 // ranks sending each other large buffers never deadlock.
 
 #define WIRE_MAGIC 0x46534457u  // "FSDW"
+// An ABORT takes the place of a message header: kind, tag and seq are the operation the
+// sender gave up on, step the global rank it found stalled; no payload follows.
+#define ABORT_MAGIC 0x46534441u // "FSDA"
 
 typedef struct {
     uint32_t magic;
@@ -235,6 +249,8 @@ typedef struct {
     uint32_t tag;
     int me, size;               // this rank's group rank, the group's size
     uint32_t step;              // exchanges of this operation so far (both sides count alike)
+    const Xfer* xs;             // the exchange in progress (which streams are mid-message)
+    int n_xs;
 } Run;
 
 static void xfer_init(Run* r, Xfer* x, int is_send, int grank, const void* buf, size_t len) {
@@ -270,9 +286,35 @@ static void die_closed(Run* r, int peer) {
     tcp_die(r->t, "rank %d closed its connection during %s (it exited or died)", peer, r->op->name);
 }
 
+static int xfer_complete(const Xfer* x) { return x->done == sizeof(WireHeader) + x->len; }
+
+// Sends an ABORT naming `culprit` to every peer whose stream from this rank is between
+// messages (not in the middle of a send of the exchange in progress), without blocking: the
+// process ends right after, and a peer that then reads from us finds the ABORT before the
+// end of the stream. Best effort: a full socket buffer just leaves that peer the hang-up.
+static void send_aborts(TcpWorld* t, const TcpOp* op, uint32_t tag, const Xfer* xs, int n, int culprit) {
+    WireHeader h = {ABORT_MAGIC, (uint32_t)op->kind, tag, (uint32_t)culprit, op->seq, 0};
+    for (int peer = 0; peer < t->world; peer++) {
+        if (t->fds[peer] < 0) continue;
+        int mid = 0;
+        for (int i = 0; i < n; i++)
+            mid |= xs[i].is_send && xs[i].peer == peer && xs[i].done > 0 && !xfer_complete(&xs[i]);
+        if (!mid && send(t->fds[peer], &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {}
+    }
+}
+
+// "rank C (this rank)" or "rank C", for messages about a culprit.
+static const char* this_rank_note(const TcpWorld* t, uint32_t culprit) { return (int)culprit == t->rank ? " (this rank)" : ""; }
+
 static void check_header(Run* r, const Xfer* x) {
     const WireHeader* a = &x->got;
     const WireHeader* e = &x->hdr;
+    if (a->magic == ABORT_MAGIC) {
+        // A peer found the stalled rank and gave up: end with its verdict, and pass it on.
+        send_aborts(r->t, r->op, r->tag, r->xs, r->n_xs, (int)a->step);
+        tcp_die(r->t, "%s on a group of %d ranks: rank %u%s made no progress for %g s (stalled or dead); rank %d found it and gave up",
+                r->op->name, r->size, a->step, this_rank_note(r->t, a->step), r->t->timeout_s, x->peer);
+    }
     if (a->magic != WIRE_MAGIC)
         tcp_die(r->t, "%s: rank %d sent bytes that are not a message of this transport", r->op->name, x->peer);
     if (a->kind != e->kind || a->tag != e->tag || a->seq != e->seq || a->step != e->step || a->bytes != e->bytes)
@@ -283,8 +325,6 @@ static void check_header(Run* r, const Xfer* x) {
                 op_kind_names[e->kind], (unsigned long long)e->seq, e->tag, e->step,
                 (unsigned long long)e->bytes);
 }
-
-static int xfer_complete(const Xfer* x) { return x->done == sizeof(WireHeader) + x->len; }
 
 // Payload bytes a send may move now.
 static size_t xfer_sendable(const Xfer* x) {
@@ -336,11 +376,15 @@ static int xfer_progress(Run* r, Xfer* x) {
 }
 
 // Completes every transfer in xs (at most one send and one receive per peer). The deadline
-// is progress-based: the world's timeout counts from the last byte moved.
+// is progress-based: the world's timeout counts from the last byte moved. Who is named when
+// it passes: see "Naming the stalled rank" at the top.
 static void exchange(Run* r, Xfer* xs, int n) {
     TcpWorld* t = r->t;
     double timeout = t->timeout_s > 0 ? t->timeout_s : INFINITY;
+    double grace = fmin(fmax(0.25 * timeout, 0.5), 30.0);
     double last = now_s();
+    r->xs = xs;
+    r->n_xs = n;
     for (;;) {
         int pending = 0, moved = 0;
         for (int i = 0; i < n; i++) {
@@ -353,22 +397,36 @@ static void exchange(Run* r, Xfer* xs, int n) {
             last = now_s();
             continue;
         }
-        // Blame the first peer whose bytes have not arrived (else the first that does not take ours).
-        int k = 0, waiting_for = -1, send_peer = -1;
+        // At the operation's first exchange every peer that has joined it sends at once and
+        // reads at once: a receive with nothing arrived, or a send the peer does not take,
+        // names a peer that has not joined (`absent`). Otherwise the peer we wait for may
+        // itself be waiting (`waiting_for`).
+        int k = 0, waiting_for = -1, send_peer = -1, absent = -1, absent_send = -1;
         for (int i = 0; i < n; i++) {
             Xfer* x = &xs[i];
             if (xfer_complete(x)) continue;
             if (!x->is_send && waiting_for < 0) waiting_for = x->peer;
+            if (!x->is_send && r->step == 0 && x->done == 0 && absent < 0) absent = x->peer;
             if (x->is_send && send_peer < 0) send_peer = x->peer;
+            // a forwarding send with nothing to forward waits for its receive, not for its peer
             if (x->is_send && xfer_sendable(x) == 0 && x->done >= sizeof(WireHeader)) continue;
+            if (x->is_send && r->step == 0 && absent_send < 0) absent_send = x->peer;
             t->pfds[k++] = (struct pollfd){t->fds[x->peer], (short)(x->is_send ? POLLOUT : POLLIN | POLLRDHUP), 0};
         }
+        if (absent < 0) absent = absent_send;
         if (waiting_for < 0) waiting_for = send_peer;
         if (k == 0) tcp_die(t, "%s: internal error: nothing to wait for", r->op->name);
-        if (now_s() - last >= timeout)
-            tcp_die(t, "%s on a group of %d ranks made no progress for %g s waiting for rank %d (stalled or dead)",
-                    r->op->name, r->size, t->timeout_s, waiting_for);
-        if (poll(t->pfds, (nfds_t)k, poll_ms(last + timeout, 0)) < 0 && errno != EINTR)
+        double limit = absent >= 0 ? timeout : timeout + grace;
+        if (now_s() - last >= limit) {
+            if (absent >= 0) {
+                send_aborts(t, r->op, r->tag, xs, n, absent);
+                tcp_die(t, "%s on a group of %d ranks: rank %d made no progress for %g s (stalled or dead): "
+                        "it has not joined the operation", r->op->name, r->size, absent, t->timeout_s);
+            }
+            tcp_die(t, "%s on a group of %d ranks made no progress for %g s waiting for rank %d "
+                    "(stalled or dead, or itself waiting for another rank)", r->op->name, r->size, t->timeout_s + grace, waiting_for);
+        }
+        if (poll(t->pfds, (nfds_t)k, poll_ms(last + limit, 0)) < 0 && errno != EINTR)
             tcp_die(t, "%s: poll: %s", r->op->name, strerror(errno));
     }
     r->step++;
@@ -547,7 +605,7 @@ static void do_barrier(Run* r) {
 
 static void run_op(TcpWorld* t, const TcpOp* op) {
     const TcpGroup* g = (const TcpGroup*)op->c->impl;
-    Run r = {t, op, g->members, g->tag, op->c->rank, op->c->size, 0};
+    Run r = {t, op, g->members, g->tag, op->c->rank, op->c->size, 0, NULL, 0};
     switch (op->kind) {
     case OP_BARRIER: do_barrier(&r); break;
     case OP_ALL_REDUCE: do_all_reduce(&r, op->recv, op->count, op->dtype, op->op); break;
@@ -592,12 +650,33 @@ static void idle_wait(TcpWorld* t, int watch) {
             if (t->fds[r] >= 0) t->pfds[n++] = (struct pollfd){t->fds[r], POLLRDHUP, 0};
     while (poll(t->pfds, (nfds_t)n, -1) < 0)
         if (errno != EINTR) tcp_die(t, "poll: %s", strerror(errno));
+    int closed = -1;
     for (int i = 1; i < n; i++) {
         if (!t->pfds[i].revents) continue;
         for (int r = 0; r < t->world; r++)
-            if (t->fds[r] == t->pfds[i].fd)
-                tcp_die(t, "rank %d closed its connection between operations (it exited or died)", r);
+            if (t->fds[r] == t->pfds[i].fd && closed < 0) closed = r;
     }
+    if (closed >= 0) {
+        // A peer that gave up on a stalled rank left an ABORT before its hang-up, and the
+        // others hang up right after it, in any order: give them a moment, then look at every
+        // socket (MSG_PEEK: data of a next operation stays). An ABORT says more than the
+        // first hang-up.
+        for (int attempt = 0; attempt < 2; attempt++) {
+            for (int r = 0; r < t->world; r++) {
+                WireHeader h;
+                if (t->fds[r] < 0) continue;
+                if (recv(t->fds[r], &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof(h) && h.magic == ABORT_MAGIC)
+                    tcp_die(t, "rank %d gave up on %s #%llu of group %08x: rank %u%s made no progress for %g s (stalled or dead)",
+                            r, h.kind < OP_KINDS ? op_kind_names[h.kind] : "?", (unsigned long long)h.seq, h.tag, h.step,
+                            this_rank_note(t, h.step), t->timeout_s);
+            }
+            if (attempt == 0) {
+                struct timespec pause = {0, 200 * 1000 * 1000};
+                nanosleep(&pause, NULL);
+            }
+        }
+    }
+    if (closed >= 0) tcp_die(t, "rank %d closed its connection between operations (it exited or died)", closed);
     char drain[64];
     while (read(t->wake[0], drain, sizeof(drain)) > 0) {}
 }

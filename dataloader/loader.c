@@ -8,22 +8,74 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+// What a non-regular file is, for messages.
+static const char* file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a plain file";
+}
+
+// pread of exactly len bytes at off (EINTR retried). Returns the bytes read: fewer than len
+// only at the end of the file, -1 on an error (errno set).
+static ssize_t pread_full(int fd, void* buf, size_t len, off_t off) {
+    size_t done = 0;
+    while (done < len) {
+        ssize_t k = pread(fd, (char*)buf + done, len - done, off + (off_t)done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        done += (size_t)k;
+    }
+    return (ssize_t)done;
+}
+
+// Opens a shard for reading, refusing anything but a regular file. The kind is checked with
+// stat() before the open (opening a FIFO blocks until a writer appears) and again on the
+// descriptor (the path may have been swapped in between); O_NONBLOCK makes even that race
+// harmless, and it changes nothing for a regular file. Returns the fd, or -1 with err set.
+static int open_regular(const char* path, struct stat* st, char* err, size_t errlen) {
+    if (stat(path, st) != 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (%s): token shards must be regular files", path, file_kind(st->st_mode));
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
+    if (fstat(fd, st) != 0) {
+        snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (%s): token shards must be regular files", path, file_kind(st->st_mode));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static size_t shard_bytes(const ShardInfo* info) {
+    return SHARD_HEADER_INTS * sizeof(int32_t) + info->n_tokens * (size_t)info->token_bytes;
+}
 
 int shard_probe(const char* path, ShardInfo* info, char* err, size_t errlen) {
     memset(info, 0, sizeof(*info));
     snprintf(info->path, sizeof(info->path), "%s", path);
-    FILE* fp = fopen(path, "rb");
-    if (!fp) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
-    int32_t header[SHARD_HEADER_INTS];
-    size_t got = fread(header, sizeof(int32_t), SHARD_HEADER_INTS, fp);
     struct stat st;
-    int stat_ok = fstat(fileno(fp), &st) == 0;
-    fclose(fp);
-    if (!stat_ok) { snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno)); return 1; }
-    if (got != SHARD_HEADER_INTS) {
+    int fd = open_regular(path, &st, err, errlen);
+    if (fd < 0) return 1;
+    int32_t header[SHARD_HEADER_INTS];
+    ssize_t got = pread_full(fd, header, sizeof(header), 0);
+    int read_errno = errno;
+    close(fd);
+    if (got < 0) { snprintf(err, errlen, "%s: cannot read: %s", path, strerror(read_errno)); return 1; }
+    if ((size_t)got != sizeof(header)) {
         snprintf(err, errlen, "%s: truncated header (%lld bytes, a shard header is %d)",
                  path, (long long)st.st_size, (int)(SHARD_HEADER_INTS * sizeof(int32_t)));
         return 1;
@@ -41,7 +93,7 @@ int shard_probe(const char* path, ShardInfo* info, char* err, size_t errlen) {
     }
     if (header[2] < 0) { snprintf(err, errlen, "%s: negative token count %d", path, header[2]); return 1; }
     info->n_tokens = (size_t)(uint32_t)header[2];
-    size_t expected = SHARD_HEADER_INTS * sizeof(int32_t) + info->n_tokens * (size_t)info->token_bytes;
+    size_t expected = shard_bytes(info);
     if ((size_t)st.st_size < expected) {
         snprintf(err, errlen, "%s: header says %zu tokens (%zu bytes) but the file has %lld bytes",
                  path, info->n_tokens, expected, (long long)st.st_size);
@@ -105,7 +157,8 @@ static void build_order(DataLoader* dl, uint64_t epoch) {
 int loader_open(DataLoader* dl, const char* pattern, size_t T, int vocab_size, uint64_t seed,
                 int shuffle, char* err, size_t errlen) {
     memset(dl, 0, sizeof(*dl));
-    dl->mapped_shard = -1;
+    dl->open_shard = -1;
+    dl->fd = -1;
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
@@ -114,10 +167,23 @@ int loader_open(DataLoader* dl, const char* pattern, size_t T, int vocab_size, u
         return 1;
     }
     if (rc != 0) { snprintf(err, errlen, "cannot expand '%s' (glob error %d)", pattern, rc); return 1; }
+    if (g.gl_pathc > (size_t)INT32_MAX) {
+        snprintf(err, errlen, "'%s': %zu files, more than %d shards", pattern, g.gl_pathc, INT32_MAX);
+        globfree(&g);
+        return 1;
+    }
     dl->n_shards = (int)g.gl_pathc;
     dl->shards = (ShardInfo*)calloc((size_t)dl->n_shards, sizeof(ShardInfo));
     dl->shard_order = (int*)calloc((size_t)dl->n_shards, sizeof(int));
     dl->order_prefix = (size_t*)calloc((size_t)dl->n_shards + 1, sizeof(size_t));
+    // One window of T+1 tokens of the widest kind (4 bytes).
+    dl->buf = (unsigned char*)malloc((T + 1) * sizeof(uint32_t));
+    if (!dl->shards || !dl->shard_order || !dl->order_prefix || !dl->buf) {
+        snprintf(err, errlen, "'%s': out of memory for %d shards", pattern, dl->n_shards);
+        globfree(&g);
+        loader_close(dl);
+        return 1;
+    }
     dl->T = T;
     dl->vocab_size = vocab_size;
     dl->state.seed = seed;
@@ -139,12 +205,14 @@ int loader_open(DataLoader* dl, const char* pattern, size_t T, int vocab_size, u
 }
 
 void loader_close(DataLoader* dl) {
-    if (dl->map) munmap((void*)dl->map, dl->map_len);
+    if (dl->fd >= 0) close(dl->fd);
     free(dl->shards);
     free(dl->shard_order);
     free(dl->order_prefix);
+    free(dl->buf);
     memset(dl, 0, sizeof(*dl));
-    dl->mapped_shard = -1;
+    dl->open_shard = -1;
+    dl->fd = -1;
 }
 
 void loader_locate(DataLoader* dl, uint64_t g, int* shard, size_t* window) {
@@ -165,20 +233,48 @@ void loader_locate(DataLoader* dl, uint64_t g, int* shard, size_t* window) {
     *window = k;
 }
 
-static int map_shard(DataLoader* dl, int s, char* err, size_t errlen) {
-    if (dl->mapped_shard == s) return 0;
-    if (dl->map) { munmap((void*)dl->map, dl->map_len); dl->map = NULL; dl->mapped_shard = -1; }
+// Makes shard s the open one. The file must still be the size its header was checked
+// against at loader_open: a shard truncated or rewritten since is named here, before any
+// token of it is used.
+static int open_shard(DataLoader* dl, int s, char* err, size_t errlen) {
+    if (dl->open_shard == s) return 0;
+    if (dl->fd >= 0) { close(dl->fd); dl->fd = -1; dl->open_shard = -1; }
     const ShardInfo* info = &dl->shards[s];
-    int fd = open(info->path, O_RDONLY);
-    if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", info->path, strerror(errno)); return 1; }
-    size_t len = SHARD_HEADER_INTS * sizeof(int32_t) + info->n_tokens * (size_t)info->token_bytes;
-    void* p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) { snprintf(err, errlen, "%s: cannot map: %s", info->path, strerror(errno)); return 1; }
-    dl->map = (const unsigned char*)p;
-    dl->map_len = len;
-    dl->mapped_shard = s;
+    struct stat st;
+    int fd = open_regular(info->path, &st, err, errlen);
+    if (fd < 0) return 1;
+    if ((size_t)st.st_size != shard_bytes(info)) {
+        snprintf(err, errlen, "%s: changed while training: %lld bytes, its header's %zu tokens need %zu (truncated or rewritten?)",
+                 info->path, (long long)st.st_size, info->n_tokens, shard_bytes(info));
+        close(fd);
+        return 1;
+    }
+    dl->fd = fd;
+    dl->open_shard = s;
     return 0;
+}
+
+// Reads window w of the open shard (T+1 tokens) into dl->buf. A short read means the file
+// shrank after it was opened.
+static int read_window(DataLoader* dl, size_t w, char* err, size_t errlen) {
+    const ShardInfo* info = &dl->shards[dl->open_shard];
+    size_t len = (dl->T + 1) * (size_t)info->token_bytes;
+    off_t off = (off_t)(SHARD_HEADER_INTS * sizeof(int32_t) + w * dl->T * (size_t)info->token_bytes);
+    ssize_t got = pread_full(dl->fd, dl->buf, len, off);
+    if (got == (ssize_t)len) return 0;
+    if (got < 0) {
+        snprintf(err, errlen, "%s: cannot read %zu bytes at offset %lld: %s", info->path, len, (long long)off, strerror(errno));
+    } else {
+        struct stat st;
+        long long now = fstat(dl->fd, &st) == 0 ? (long long)st.st_size : -1;
+        snprintf(err, errlen, "%s: truncated while training: %zd of %zu bytes at offset %lld (the file has %lld bytes, its header's %zu tokens need %zu)",
+                 info->path, got, len, (long long)off, now, info->n_tokens, shard_bytes(info));
+    }
+    // Opened again (and checked) by the next read, should the caller go on.
+    close(dl->fd);
+    dl->fd = -1;
+    dl->open_shard = -1;
+    return 1;
 }
 
 int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int* targets,
@@ -187,15 +283,15 @@ int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int*
     for (int b = 0; b < B; b++) {
         int s; size_t w;
         loader_locate(dl, first + (uint64_t)b, &s, &w);
-        if (map_shard(dl, s, err, errlen)) return 1;
+        if (open_shard(dl, s, err, errlen) || read_window(dl, w, err, errlen)) return 1;
         const ShardInfo* info = &dl->shards[s];
-        const unsigned char* base = dl->map + SHARD_HEADER_INTS * sizeof(int32_t);
+        const unsigned char* base = dl->buf;
         size_t start = w * T;
         for (size_t i = 0; i <= T; i++) {
             size_t pos = start + i;
             uint32_t tok;
-            if (info->token_bytes == 2) { uint16_t v; memcpy(&v, base + 2 * pos, 2); tok = v; }
-            else { memcpy(&tok, base + 4 * pos, 4); }
+            if (info->token_bytes == 2) { uint16_t v; memcpy(&v, base + 2 * i, 2); tok = v; }
+            else { memcpy(&tok, base + 4 * i, 4); }
             if (tok >= (uint32_t)dl->vocab_size) {
                 snprintf(err, errlen, "%s: token %u at position %zu is outside the vocabulary (size %d)",
                          info->path, tok, pos, dl->vocab_size);

@@ -3,7 +3,10 @@
 // Shard file: int32 header[256] = {magic, version, token count, ...}, then the tokens:
 //   magic 20240520, version 1: uint16 tokens (GPT-2 and other vocabularies < 65536)
 //   magic 20240801, version 7: uint32 tokens (larger vocabularies)
-// Shards are memory-mapped one at a time; only their headers are read at open.
+// Only the headers are read at open. Batches are read with pread() into the loader's own
+// buffer, one shard open at a time, never memory-mapped: a shard truncated while training
+// then fails the read with a message naming it, where a mapping would kill the process with
+// SIGBUS. Only regular files are shards (a FIFO would block the open or the reads forever).
 //
 // Order. A shard of n tokens holds (n - 1) / T windows of T+1 tokens starting at multiples
 // of T (inputs are the first T tokens, targets the last T). An epoch visits every window of
@@ -47,10 +50,10 @@ typedef struct {
     int vocab_size;              // tokens must be < vocab_size
     size_t windows_per_epoch;
     LoaderState state;
-    // the currently mapped shard
-    int mapped_shard;
-    const unsigned char* map;
-    size_t map_len;
+    // the shard open for reading (-1: none) and the buffer one window is read into
+    int open_shard;
+    int fd;
+    unsigned char* buf;          // (T + 1) tokens of the widest token size
     // epoch-dependent order: cumulative window counts in visiting order
     uint64_t order_epoch;
     int* shard_order;            // [n_shards] shard visited at position i
@@ -58,7 +61,7 @@ typedef struct {
 } DataLoader;
 
 // Reads and validates one shard's header against its file size. 0 on success; otherwise a
-// one-line message naming the file and the problem.
+// one-line message naming the file and the problem (also: not a regular file).
 int shard_probe(const char* path, ShardInfo* info, char* err, size_t errlen);
 
 // Opens every shard matching the glob pattern (sorted). Fails with a message when the
@@ -69,7 +72,8 @@ void loader_close(DataLoader* dl);
 
 // Fills inputs[B*T] and targets[B*T] with global windows first, first+1, ..., first+B-1 of
 // the stream (counted from the loader's start, not from its state). Fails (message in err)
-// on a token outside the vocabulary, naming the file and position.
+// on a token outside the vocabulary, naming the file and position, and on a shard that has
+// changed size or cannot be read since it was opened (truncated while training).
 int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int* targets,
                         char* err, size_t errlen);
 

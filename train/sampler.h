@@ -13,10 +13,30 @@ static inline float sampler_coin(uint64_t seed, int step, int t) {
     return (float)((double)(h >> 11) / 9007199254740992.0);
 }
 
-// The token the coin picks among the top_k largest logits, softmax(logits / temperature).
-// idx and val: scratch of top_k entries.
-static inline int sample_top_k(const float* logits, int V, int top_k, float temperature, float coin, int* idx, float* val) {
-    if (top_k > V) top_k = V;
+// The order the top k are kept and drawn in: larger logit first, and among equal logits the
+// smaller token id first. It is the order the original insertion sort produced (a later
+// token never displaced an equal earlier one), so the same coin picks the same token.
+static inline int sampler_before(float va, int ia, float vb, int ib) { return va > vb || (va == vb && ia < ib); }
+
+// The heap below keeps the top k with the LAST of them (in sampler_before's order) at the
+// root: a new logit only has to beat the root. Moves entry i down to its place.
+static inline void sampler_sift_down(int* idx, float* val, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, last = i;
+        if (l < n && sampler_before(val[last], idx[last], val[l], idx[l])) last = l;
+        if (r < n && sampler_before(val[last], idx[last], val[r], idx[r])) last = r;
+        if (last == i) return;
+        float tv = val[i]; val[i] = val[last]; val[last] = tv;
+        int ti = idx[i]; idx[i] = idx[last]; idx[last] = ti;
+        i = last;
+    }
+}
+
+// The original selection, kept for rows with a NaN: NaN compares false with everything, so
+// the kept set then depends on this exact sequence of comparisons, which the heap does not
+// repeat. O(V k); only a broken model makes NaN logits (the run skips non-finite steps, so
+// its weights stay finite).
+static inline int sample_top_k_insertion(const float* logits, int V, int top_k, int* idx, float* val) {
     int n = 0;
     for (int v = 0; v < V; v++) {
         float x = logits[v];
@@ -28,6 +48,42 @@ static inline int sample_top_k(const float* logits, int V, int top_k, float temp
             int ti = idx[i]; idx[i] = idx[i - 1]; idx[i - 1] = ti;
         }
     }
+    return n;
+}
+
+// The top_k entries in sampler_before's order in idx/val[0 .. n), n returned. O(V log k): a
+// heap of k with the last kept entry at its root, then a heap sort of the k.
+static inline int sample_top_k_select(const float* logits, int V, int top_k, int* idx, float* val) {
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        float x = logits[v];
+        if (x != x) return sample_top_k_insertion(logits, V, top_k, idx, val);  // NaN: see above
+        if (n < top_k) {
+            int i = n++;  // sift up: a later entry moves above the parents it comes after
+            while (i > 0 && sampler_before(val[(i - 1) / 2], idx[(i - 1) / 2], x, v)) {
+                val[i] = val[(i - 1) / 2]; idx[i] = idx[(i - 1) / 2];
+                i = (i - 1) / 2;
+            }
+            val[i] = x; idx[i] = v;
+        } else if (x > val[0]) {  // v is after every kept id, so only a larger logit beats the root
+            val[0] = x; idx[0] = v;
+            sampler_sift_down(idx, val, n, 0);
+        }
+    }
+    // Heap sort: the root (the last) goes to the end, and so on: first to last in 0 .. n.
+    for (int end = n - 1; end > 0; end--) {
+        float tv = val[0]; val[0] = val[end]; val[end] = tv;
+        int ti = idx[0]; idx[0] = idx[end]; idx[end] = ti;
+        sampler_sift_down(idx, val, end, 0);
+    }
+    return n;
+}
+
+// The token the coin picks among the top_k largest logits, softmax(logits / temperature).
+// idx and val: scratch of top_k entries (left holding the top k, first to last).
+static inline int sample_top_k(const float* logits, int V, int top_k, float temperature, float coin, int* idx, float* val) {
+    if (top_k > V) top_k = V;
+    int n = sample_top_k_select(logits, V, top_k, idx, val);
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += exp((double)(val[i] - val[0]) / temperature);
     double target = (double)coin * sum, acc = 0.0;

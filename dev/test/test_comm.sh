@@ -161,19 +161,36 @@ start "$dir" 1 2 "file:$RDV" absent0 --timeout 2
 expect_exit "rank 0 never arrives" "$dir" 1 5 "$t0" "rank 0's file .*absent0.rank0 did not appear within 2 s"
 
 # A stalled rank (alive, busy elsewhere): the others give up after the timeout, and the
-# stalled one exits too, as its idle communication thread sees them hang up. Rank 2 (which
-# waits for rank 0, which waits for rank 1) may time out first, and then rank 0 may see rank 1
-# hang up before its own timer fires: either message is right, but one must be the timeout.
+# stalled one exits too, as its idle communication thread sees them hang up. Every message
+# must name the stalled rank, never a healthy one: rank 0 (the barrier's root) waits for rank
+# 1 directly and names it; rank 2 waits for rank 0, which is healthy, and must learn rank 1's
+# name from rank 0's ABORT; rank 1 finds that ABORT behind rank 0's hang-up.
 dir=$TMP/stall
 t0=$(now)
 for r in 0 1 2; do start "$dir" $r 3 "file:$RDV" stall --timeout 2 --stall-rank 1 --stall 30; done
-expect_exit "stalled rank 1" "$dir" 0 6 "$t0" "barrier on a group of 3 ranks made no progress for 2 s waiting for rank 1 \(stalled or dead\)|rank 1 closed its connection during barrier"
-expect_exit "stalled rank 1" "$dir" 2 6 "$t0" "barrier on a group of 3 ranks made no progress for 2 s waiting for rank 0|rank [01] closed its connection during barrier"
-expect_exit "stalled rank 1" "$dir" 1 7 "$t0" "rank [02] closed its connection between operations \(it exited or died\)"
-if grep -q "made no progress for 2 s" "$dir/err0" "$dir/err2"; then
-    ok "stalled rank 1: the timeout fired ($(grep -h "made no progress" "$dir/err0" "$dir/err2" | head -n 1 | cut -c1-120))"
+expect_exit "stalled rank 1" "$dir" 0 4 "$t0" "barrier on a group of 3 ranks: rank 1 made no progress for 2 s \(stalled or dead\): it has not joined the operation"
+expect_exit "stalled rank 1" "$dir" 2 4 "$t0" "barrier on a group of 3 ranks: rank 1 made no progress for 2 s \(stalled or dead\); rank 0 found it"
+expect_exit "stalled rank 1" "$dir" 1 5 "$t0" "rank [02] gave up on barrier #[0-9]+ of group [0-9a-f]+: rank 1 \(this rank\) made no progress for 2 s"
+if grep -qE "waiting for rank [02]|rank [02] made no progress|rank [02] \(this rank\)" "$dir"/err*; then
+    not_ok "stalled rank 1: a healthy rank is blamed: $(grep -hE "rank [02] made|waiting for rank [02]" "$dir"/err* | head -n 1)"
 else
-    not_ok "stalled rank 1: no rank reported the timeout: $(cat "$dir/err0" "$dir/err2" | tr '\n' ' ')"
+    ok "stalled rank 1: no message blames rank 0 or 2"
+fi
+# The stalled rank is the root: no rank can tell it has not joined (each sent its part and
+# waits for the answer), so each names it after the grace period (a quarter of the timeout,
+# at least 0.5 s), as the rank it waits for. The first to give up hangs up, rank 0's idle
+# thread sees it and exits, and the other may see rank 0 close before its own timer: either
+# way it names rank 0, and one of them must have named it after the grace period.
+dir=$TMP/stall0
+t0=$(now)
+for r in 0 1 2; do start "$dir" $r 3 "file:$RDV" stall0 --timeout 2 --stall-rank 0 --stall 30; done
+expect_exit "stalled root rank 0" "$dir" 1 5 "$t0" "barrier on a group of 3 ranks made no progress for 2.5 s waiting for rank 0 \(stalled or dead, or itself waiting for another rank\)|rank 0 closed its connection during barrier"
+expect_exit "stalled root rank 0" "$dir" 2 5 "$t0" "barrier on a group of 3 ranks made no progress for 2.5 s waiting for rank 0 \(stalled or dead, or itself waiting for another rank\)|rank 0 closed its connection during barrier"
+expect_exit "stalled root rank 0" "$dir" 0 6 "$t0" "rank [12] closed its connection between operations \(it exited or died\)"
+if grep -q "made no progress for 2.5 s waiting for rank 0" "$dir/err1" "$dir/err2"; then
+    ok "stalled root rank 0: named after the grace period"
+else
+    not_ok "stalled root rank 0: no rank named it after the grace period: $(cat "$dir/err1" "$dir/err2" | tr '\n' ' ')"
 fi
 
 # Stale rendezvous files. (a) another run id's files are never read; (b) a file with this

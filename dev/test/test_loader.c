@@ -1,10 +1,13 @@
 // Data loader: exact batches from hand-made shards, independence from world size and
 // micro-batch, epoch wrap-around, shuffling as a permutation, state save/restore, the
-// 32-bit token format, and malformed shards. usage: test_loader TMPDIR
+// 32-bit token format, malformed shards, non-regular files (a FIFO, a directory) and shards
+// truncated while training. usage: test_loader TMPDIR
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dataloader/loader.h"
@@ -36,6 +39,10 @@ static void write_shard(const char* path, size_t n, uint32_t base, uint32_t modu
 int main(int argc, char** argv) {
     if (argc != 2) { fprintf(stderr, "usage: test_loader TMPDIR\n"); return 2; }
     const char* dir = argv[1];
+    // A loader that blocks (a FIFO opened for reading waits for a writer) must fail this
+    // test, not hang the suite: SIGALRM's default action ends the process.
+    alarm(60);
+    setvbuf(stdout, NULL, _IOLBF, 0);  // the lines so far survive such an end
     char path[1024], pattern[1024], err[512], detail[512];
     const size_t T = 4;
     // Two shards: 0..40 (41 tokens -> 10 windows) and 1000..1016 (17 tokens -> 4 windows).
@@ -172,6 +179,45 @@ int main(int argc, char** argv) {
     ShardInfo info;
     rc = shard_probe(path, &info, err, sizeof(err));
     check(rc != 0 && strstr(err, "truncated.bin: header says 100 tokens") != NULL, "truncated token data is refused", err);
+
+    // Non-regular files are refused at once, naming the file and what it is: a FIFO would
+    // block the open until a writer appears (the alarm above catches a hang).
+    snprintf(path, sizeof(path), "%s/fifo.bin", dir);
+    unlink(path);
+    if (mkfifo(path, 0600) != 0) perror("mkfifo");
+    rc = loader_open(&big, path, T, 50257, 0, 0, err, sizeof(err));
+    check(rc != 0 && strstr(err, "fifo.bin: not a regular file (a FIFO)") != NULL, "a FIFO given as a shard is refused without blocking", err);
+    snprintf(path, sizeof(path), "%s/dir.bin", dir);
+    mkdir(path, 0700);
+    rc = shard_probe(path, &info, err, sizeof(err));
+    check(rc != 0 && strstr(err, "dir.bin: not a regular file (a directory)") != NULL, "a directory given as a shard is refused", err);
+
+    // Shards truncated while training: reads are pread()s into the loader's buffer, so a
+    // shrunken file is an error naming it, not a SIGBUS (which a mapping of it would raise).
+    // (a) the open shard shrinks between two reads;
+    snprintf(pattern, sizeof(pattern), "%s/shrink_*.bin", dir);
+    snprintf(path, sizeof(path), "%s/shrink_000.bin", dir); write_shard(path, 4001, 0, 50000, 2);
+    snprintf(path, sizeof(path), "%s/shrink_001.bin", dir); write_shard(path, 4001, 7, 50000, 2);
+    DataLoader tr;
+    rc = loader_open(&tr, pattern, T, 50257, 0, 0, err, sizeof(err));
+    int first_ok = rc == 0 && loader_read_windows(&tr, 0, 2, x, y, err, sizeof(err)) == 0 && x[4] == 4;
+    snprintf(path, sizeof(path), "%s/shrink_000.bin", dir);
+    if (truncate(path, 1024 + 2 * 100) != 0) perror("truncate");
+    int later = rc == 0 ? loader_read_windows(&tr, 500, 1, x, y, err, sizeof(err)) : 0;
+    check(first_ok && later != 0 && strstr(err, "shrink_000.bin: truncated while training") != NULL,
+          "a shard truncated while open is named on the next read (no SIGBUS)", err);
+    // (b) a shard not yet open was truncated: found when it is opened, before any token is used;
+    snprintf(path, sizeof(path), "%s/shrink_001.bin", dir);
+    if (truncate(path, 1024 + 2 * 3000) != 0) perror("truncate");
+    later = rc == 0 ? loader_read_windows(&tr, 1000, 1, x, y, err, sizeof(err)) : 0;
+    check(later != 0 && strstr(err, "shrink_001.bin: changed while training: 7024 bytes, its header's 4001 tokens need 9026") != NULL,
+          "a shard truncated before it is opened is named when opened", err);
+    // (c) a caller that goes on after the error gets the same error again, not the windows
+    // that happen to survive in the shortened file.
+    later = rc == 0 ? loader_read_windows(&tr, 1, 1, x, y, err, sizeof(err)) : 1;
+    check(later != 0 && strstr(err, "shrink_000.bin: changed while training") != NULL,
+          "a truncated shard stays refused when read again", err);
+    if (rc == 0) loader_close(&tr);
 
     loader_close(&dl);
     return failures ? 1 : 0;

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# The bad-input cases under AddressSanitizer + UndefinedBehaviorSanitizer (`make asan`:
+# build/asan/*_asan, host-only, the cpu device): a case that is handled with a message there
+# but reads or writes out of bounds, or overflows, is caught here. Every sanitizer report
+# aborts (abort_on_error), so expect_error sees a death by SIGABRT, never a pass.
+#   1. dev/test/test_errors.sh with train_gpt_asan (flags, shards, model files, the run lock,
+#      signals);
+#   2. corrupt checkpoints: ckpt_asan verify and train_gpt_asan --resume on a checkpoint with a
+#      flipped byte, a truncated or missing rank file, and manifests whose numbers are out of
+#      range (file index 2^31, 2^32-1, -1; bytes beyond the chunk; lo/hi of 2^64; world 1e300;
+#      state.step -5; windows_consumed -1 and 1e30; overlapping chunks hiding a gap; `latest`
+#      naming ..);
+#   3. model files and safetensors that are lies (ckpt_asan import, train_gpt_asan -e);
+#   4. dev/test/test_tokenizer.sh with tokenize_text_asan.
+# Builds build/asan/ first when needed (about a minute on 2 cores, once).
+set -u
+source dev/test/lib.sh
+out=$TEST_TMP
+A=${ASAN_BINS:-build/asan}   # overridable to test another sanitizer build
+if ! make -s asan > "$out/make_asan.log" 2>&1; then
+    not_ok "make asan: $(grep -m3 -E 'error|Error' "$out/make_asan.log" | tr '\n' ' ' | head -c 400)"
+    exit 1
+fi
+# Leaks are not errors here (a failing CLI exits with what it allocated); MPI's own would
+# drown everything else.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:print_summary=1:symbolize=1
+export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
+sanitizer_report() { grep -lE "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|UndefinedBehaviorSanitizer" "$@" 2>/dev/null; }
+
+# 1. test_errors.sh with the sanitizer build.
+TRAIN_GPT=$A/train_gpt_asan bash dev/test/test_errors.sh > "$out/errors.log" 2>&1
+sed -E 's/^(ok|not ok) - /\1 - asan: /' "$out/errors.log" | grep -E '^(ok|not ok) - '
+
+# 2. Corrupt checkpoints.
+tiny=(--device cpu --layers 1 --channels 32 --heads 2 --max-seq 32 -b 2 -t 16 -v 0 --threads 1 -i "$TRAIN_SHARD")
+if ! $A/train_gpt_asan "${tiny[@]}" -x 2 -o "$out/run" --ckpt-every 2 > "$out/run.log" 2>&1; then
+    not_ok "asan: train_gpt_asan with --ckpt-every: $(tail -n 3 "$out/run.log" | tr '\n' ' ')"; exit 1
+fi
+good=$out/run/ckpt/step_00000002
+if $A/ckpt_asan verify "$good" > "$out/verify.log" 2>&1 && grep -q '^ok' "$out/verify.log"; then ok "asan: ckpt verify of a good checkpoint"
+else not_ok "asan: ckpt verify of a good checkpoint: $(tail -n 2 "$out/verify.log" | tr '\n' ' ')"; fi
+# bad NAME: a copy of the good checkpoint to damage, as $out/bad/NAME (the step directory),
+# with its own run directory (a `latest` naming it) for --resume auto.
+bad() { rm -rf "$out/bad/$1"; mkdir -p "$out/bad/$1/ckpt"; cp -a "$good" "$out/bad/$1/ckpt/"; echo step_00000002 > "$out/bad/$1/ckpt/latest"; }
+# manifest NAME PYTHON: edits $out/bad/NAME's manifest.json (m: the parsed JSON, chunks: its
+# rows as dicts by field name; XXH64(bytes) at hand for rewriting checksums).
+manifest() {
+    local name=$1 code=$2
+    $PYTHON - "$out/bad/$name/ckpt/step_00000002/manifest.json" "$code" <<'PY'
+import ctypes, json, sys
+path, code = sys.argv[1], sys.argv[2]
+m = json.load(open(path))
+fields = ["tensor", "kind", "lo", "hi", "file", "offset", "bytes", "codec", "xxh64"]
+chunks = [dict(zip(fields, row)) for row in m["chunks"]]
+_xx = ctypes.CDLL("libxxhash.so.0")
+_xx.XXH64.restype = ctypes.c_uint64
+_xx.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+def XXH64(b): return "%016x" % _xx.XXH64(b, len(b), 0)
+def find(tensor, kind): return next(c for c in chunks if c["tensor"] == tensor and c["kind"] == kind)
+exec(code)
+m["chunks"] = [[c[f] for f in fields] for c in chunks]
+text = json.dumps(m)
+for k, v in getattr(sys.modules[__name__], "raw", {}).items(): text = text.replace(k, v)
+open(path, "w").write(text)
+PY
+}
+# both NAME LABEL PATTERN: ckpt verify and train_gpt --resume of the damaged checkpoint
+# $out/bad/NAME must fail with a message matching PATTERN, exit non-zero and not die of a
+# signal (or a sanitizer).
+both() {
+    local name=$1 label=$2 pattern=$3 dir=$out/bad/$1/ckpt/step_00000002
+    # (the loader's position is train_gpt's to check: ckpt verify checks the chunks)
+    case $name in wneg|whuge) ;; *) expect_error "asan: ckpt verify: $label" "$pattern" $A/ckpt_asan verify "$dir" ;; esac
+    expect_error "asan: train_gpt --resume: $label" "$pattern" $A/train_gpt_asan "${tiny[@]}" -x 3 -o "$out/resume_$name" --resume "$dir"
+}
+bad flip; manifest flip '
+c = find("wpe", "param")
+with open(path.replace("manifest.json", "rank_00000.bin"), "r+b") as f:
+    f.seek(c["offset"] + 100); x = f.read(1); f.seek(c["offset"] + 100); f.write(bytes([x[0] ^ 0x40]))'
+both flip "flipped byte" "rank_00000\.bin.*(checksum|wpe)"
+bad trunc; truncate -s 1000000 "$out/bad/trunc/ckpt/step_00000002/rank_00000.bin"
+both trunc "truncated rank file" "rank_00000\.bin"
+bad missing; rm "$out/bad/missing/ckpt/step_00000002/rank_00000.bin"
+both missing "missing rank file" "rank_00000\.bin"
+bad notjson; printf '{"format_version": 1, "chunks": [' > "$out/bad/notjson/ckpt/step_00000002/manifest.json"
+both notjson "truncated manifest.json" "manifest\.json: .*(JSON|parse)"
+bad file31; manifest file31 'find("wpe", "param")["file"] = 2**31'
+both file31 "chunk file index 2^31" "manifest\\.json.*(file)|(file).*manifest\\.json"
+bad file32; manifest file32 'find("wpe", "param")["file"] = 2**32 - 1'
+both file32 "chunk file index 2^32-1" "manifest\\.json.*(file)|(file).*manifest\\.json"
+bad fileneg; manifest fileneg 'find("wpe", "param")["file"] = -1'
+both fileneg "chunk file index -1" "manifest\\.json.*(file)|(file).*manifest\\.json"
+# The heap overflow of issue 16: a raw chunk's bytes larger than its range, checksum matching
+# the bytes it now names (the next chunk's start included).
+bad bytes
+manifest bytes '
+c = find("wpe", "param"); c["bytes"] = 8192
+raw_file = open(path.replace("manifest.json", "rank_00000.bin"), "rb"); raw_file.seek(c["offset"])
+c["xxh64"] = XXH64(raw_file.read(8192))'
+both bytes "raw chunk with more bytes than its range" "manifest\\.json.*(bytes)|(bytes).*manifest\\.json"
+bad lo64; manifest lo64 'c = find("wpe", "param"); c["lo"] = "LO"; c["hi"] = "HI"
+raw = {"\"LO\"": "18446744073709551616", "\"HI\"": "18446744073709552640"}'
+both lo64 "chunk range at 2^64" "manifest\\.json.*(lo|hi|range)|(lo|hi|range).*manifest\\.json"
+bad world; manifest world 'm["world"] = "W"
+raw = {"\"W\"": "1e300"}'
+both world "world 1e300" "manifest\\.json.*(world)|(world).*manifest\\.json"
+bad step; manifest step 'm["state"]["step"] = -5; m["step"] = -5'
+both step "state.step -5" "manifest\\.json.*(step[^_]|step$)|(step[^_]|step$).*manifest\\.json"
+bad wneg; manifest wneg 'm["state"]["loader"]["windows_consumed"] = -1'
+both wneg "windows_consumed -1" "manifest\\.json.*(windows_consumed)|(windows_consumed).*manifest\\.json"
+bad whuge; manifest whuge 'm["state"]["loader"]["windows_consumed"] = 1e30'
+both whuge "windows_consumed 1e30" "manifest\\.json.*(windows_consumed)|(windows_consumed).*manifest\\.json"
+# Two chunks over [0, 512) of wpe's parameters and none over [512, 1024): the element count
+# adds up (1024), the coverage does not. Checksums match what each chunk names.
+bad overlap
+manifest overlap '
+c = find("wpe", "param")
+raw_file = open(path.replace("manifest.json", "rank_00000.bin"), "rb"); raw_file.seek(c["offset"]); data = raw_file.read(4096)
+c["hi"] = 512; c["bytes"] = 2048; c["xxh64"] = XXH64(data[:2048])
+d = dict(c); d["offset"] = c["offset"] + 2048; d["xxh64"] = XXH64(data[2048:])
+chunks.insert(chunks.index(c) + 1, d)'
+both overlap "overlapping chunks hiding a gap" "manifest\\.json.*(overlap|cover|gap)|(overlap|cover|gap).*manifest\\.json"
+bad dotdot; echo "../../../../etc" > "$out/bad/dotdot/ckpt/latest"
+# `latest` naming .. is not followed: it is said and ignored, and the newest step found wins.
+log=$out/dotdot.log
+if $A/train_gpt_asan "${tiny[@]}" -x 3 -o "$out/bad/dotdot" --resume auto > "$log" 2>&1 &&
+   grep -q "latest names '../../../../etc', not a step_N directory.*ignored" "$log" && grep -q "resumed from .*/step_00000002 " "$log"; then
+    ok "asan: --resume auto with latest naming ..: not followed (said, and the newest step_N resumed)"
+else not_ok "asan: --resume auto with latest naming ..: $(tail -n 3 "$log" | tr '\n' ' ')"; fi
+
+# 3. Model files and safetensors whose headers lie.
+$PYTHON - "$out" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+def llmc(name, L, NH=2, C=32, maxT=32, V=50257, Vp=50304, extra=4000):
+    hdr = [0] * 256
+    hdr[:8] = [20240326, 3, maxT, V, L, NH, C, Vp]
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", *hdr)); f.write(b"\0" * extra)
+llmc("model_L_int_max.bin", 2**31 - 1)
+llmc("model_L_1e8.bin", 100000000)
+llmc("model_C_0.bin", 1, C=0)
+llmc("model_NH_0.bin", 1, NH=0)
+llmc("model_Vp_small.bin", 1, Vp=100)
+# safetensors: a 1-layer GPT-2 with C=8, V=16, maxT=4, all F32; overlapping data_offsets.
+C, V, T = 8, 16, 4
+shapes = {"wte.weight": [V, C], "wpe.weight": [T, C], "ln_f.weight": [C], "ln_f.bias": [C]}
+for k, s in {"ln_1.weight": [C], "ln_1.bias": [C], "attn.c_attn.weight": [C, 3 * C], "attn.c_attn.bias": [3 * C],
+             "attn.c_proj.weight": [C, C], "attn.c_proj.bias": [C], "ln_2.weight": [C], "ln_2.bias": [C],
+             "mlp.c_fc.weight": [C, 4 * C], "mlp.c_fc.bias": [4 * C], "mlp.c_proj.weight": [4 * C, C], "mlp.c_proj.bias": [C]}.items():
+    shapes["h.0." + k] = s
+def st(name, overlap=False, n_head=None):
+    header, off = {}, 0
+    for k, s in shapes.items():
+        n = 4
+        for x in s: n *= x
+        begin = 0 if overlap and k == "wpe.weight" else off
+        header[k] = {"dtype": "F32", "shape": s, "data_offsets": [begin, begin + n]}
+        off += n
+    if n_head is not None: header["__metadata__"] = {"n_head": n_head}
+    h = json.dumps(header).encode(); h += b" " * (-len(h) % 8)
+    with open(f"{d}/{name}", "wb") as f:
+        f.write(struct.pack("<Q", len(h))); f.write(h); f.write(b"\0" * off)
+st("st_overlap.safetensors", overlap=True, n_head="2")
+st("st_nhead0.safetensors", n_head="0")
+st("st_ok.safetensors", n_head="2")
+PY
+for m in model_L_int_max model_L_1e8 model_C_0 model_NH_0 model_Vp_small; do
+    expect_error "asan: ckpt import of $m.bin" "$m\.bin" $A/ckpt_asan import "$out/$m.bin" "$out/imp_$m" --world 2
+    expect_error "asan: train_gpt --init-from $m.bin" "$m\.bin" \
+        $A/train_gpt_asan --device cpu -b 2 -t 4 -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD" --init-from "$out/$m.bin"
+done
+expect_error "asan: ckpt import of overlapping safetensors data_offsets" "st_overlap\.safetensors" \
+    $A/ckpt_asan import "$out/st_overlap.safetensors" "$out/imp_overlap" --world 2
+expect_error "asan: ckpt import of safetensors with n_head \"0\"" "st_nhead0\.safetensors.*n_head|n_head.*st_nhead0" \
+    $A/ckpt_asan import "$out/st_nhead0.safetensors" "$out/imp_nhead0" --world 2
+if $A/ckpt_asan import "$out/st_ok.safetensors" "$out/imp_ok" --world 2 > "$out/imp_ok.log" 2>&1; then
+    ok "asan: ckpt import of a good safetensors file (the control)"
+else not_ok "asan: ckpt import of a good safetensors file: $(tail -n 2 "$out/imp_ok.log" | tr '\n' ' ')"; fi
+
+# 4. The tokenizer's tests (its bad inputs among them) with tokenize_text_asan.
+case $A in /*) tt=$A/tokenize_text_asan ;; *) tt=$PWD/$A/tokenize_text_asan ;; esac
+TOKENIZE_TEXT=$tt bash dev/test/test_tokenizer.sh > "$out/tokenizer.log" 2>&1
+sed -E 's/^(ok|not ok) - /\1 - asan: tokenize_text: /' "$out/tokenizer.log" | grep -E '^(ok|not ok) - '
+
+# Anything a sanitizer said anywhere (a report in a run whose status was not checked).
+reports=$(sanitizer_report "$out"/*.log "$out"/*/*.log)
+if [ -z "$reports" ]; then ok "asan: no sanitizer report in any log"
+else not_ok "asan: sanitizer reports in: $reports"; fi

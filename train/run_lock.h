@@ -1,0 +1,48 @@
+// One job per run directory. While a job trains, rank 0 holds an exclusive flock() on
+// DIR/train_gpt.lock in its -o directory and in its --ckpt-dir (when that is elsewhere); the
+// file names the holder ("pid P host H since T"). A second launch on the same directory
+// (a relaunch while an earlier attempt's ranks still live on, say, after mpirun itself was
+// killed) is refused, naming the holder, instead of racing it for the checkpoints.
+//
+// The kernel drops the lock when the holder exits, however it exits (kill -9 included), so
+// a lock file left behind never blocks anyone: only a live holder does. On a filesystem
+// without flock (ENOLCK, EOPNOTSUPP: some NFS or Lustre mounts) the run says so once and goes
+// on unlocked.
+#ifndef FSDP_TRAIN_RUN_LOCK_H
+#define FSDP_TRAIN_RUN_LOCK_H
+
+#include <stddef.h>
+#include "comm/process_group.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RUN_LOCK_FILE "train_gpt.lock"
+
+typedef struct {
+    int n;                      // locks held (0 to 2); {0} is a valid, empty lock
+    int fd[2];
+    char path[2][1100];
+} RunLock;
+
+// Locks output_dir and ckpt_dir (the checkpoint root: --ckpt-dir, or the one under -o; either
+// may be NULL; each is created if missing, as the run would create it) in this process. 0,
+// or non-zero with one line in err naming the directory ("-o DIR: ..." or "checkpoint
+// directory DIR: ...") and, when another process holds it, that process; nothing is held then.
+int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_dir, char* err, size_t errlen);
+
+// Collective over pg's world: rank 0 takes the locks, every rank gets its verdict (0, or
+// non-zero on every rank, the message in rank 0's err). Call before anything is read from or
+// written to those directories.
+int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir,
+                     char* err, size_t errlen);
+
+// Drops the locks (the lock files stay: their content is only informative). A no-op for an
+// empty lock, so every rank may call it.
+void run_lock_release(RunLock* l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

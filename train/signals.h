@@ -1,0 +1,33 @@
+// Stop signals: SIGUSR1 (Slurm's --signal=B:USR1@120 before the time limit, preemption) and
+// SIGTERM (scancel, timeout(1), a launcher ending the job). What they do depends on the phase:
+//
+//   setup     (from signals_install, at the start of main, to signals_enter_training): the
+//             process ends at once: one line on stderr, then _exit(128 + signal), the status a
+//             shell reports for a death by that signal. Nothing is worth saving before the
+//             first step, and setup can block for good (a FIFO or a hung filesystem in an
+//             open(), a rank that never joins the rendezvous): a noted signal would never be
+//             acted on there, and timeout(1) could not end the run.
+//   training  (after signals_enter_training): the handler only records the signal; every rank
+//             reads it once per step, they agree on it through that step's loss reduction,
+//             save a checkpoint and exit with status 75 (train_gpt.cu).
+//
+// The recorded signal is the program's only global mutable state: a signal handler can reach
+// nothing else. The phase is not a second one: it is which handler the kernel has installed.
+#ifndef FSDP_TRAIN_SIGNALS_H
+#define FSDP_TRAIN_SIGNALS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Setup phase: SIGUSR1 and SIGTERM end the process at once.
+void signals_install(void);
+// Training phase: SIGUSR1 and SIGTERM are recorded (system calls they interrupt restart).
+void signals_enter_training(void);
+// The stop signal received in the training phase, or 0.
+int signals_stop_requested(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
