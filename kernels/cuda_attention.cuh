@@ -7,33 +7,64 @@
 //   dqkv [B,T,3C]  gradient w.r.t. qkv                               (bf16, OVERWRITTEN)
 // Unlike the CPU twin (which accumulates), the backward OVERWRITES every element of dqkv:
 // the attention's input gradient is a fresh activation gradient in GPT-2, nothing to add to.
-// Scale 1/sqrt(hs) in fp32. Both implementations below share this interface (out + lse in
+// Scale 1/sqrt(hs) in fp32. All three implementations share this interface (out + lse in
 // the forward; the backward takes out, lse, dout and needs nothing else from the forward).
+// Every one is deterministic: no atomics; each output element is written by one thread
+// after sums in an order fixed by the shapes, so two runs are bitwise equal.
 //
-// ATTENTION_FLASH (default): fused kernels that never materialise T x T, on tensor cores
-// (mma.sync.m16n8k16 BF16 -> FP32, sm_80+), FlashAttention-2 style:
-//   forward: one block (4 warps) per 64 queries of one (b, head); each warp owns 16 query
-//     rows, loops over key tiles of 64 up to the causal limit (K/V double-buffered in shared
-//     memory with cp.async), keeps the running max and sum in fp32 registers, rescales the
-//     accumulator, stores out and lse. P is rounded to bf16 for the P@V product (its row
-//     sum is accumulated in fp32).
-//   backward, two kernels, no atomics, deterministic (each output element is written by
-//     exactly one thread, after a fixed-order sum):
-//     1. dQ kernel, per 64 queries: D_i = dout_i . out_i (saved to scratch), then over key
-//        tiles: P = exp(S scale - lse) recomputed, dP = dout V^T, dS = P (dP - D),
-//        dQ += dS K; dq = scale dQ.
-//     2. dK/dV kernel, per 64 keys (16 per warp), looping over query tiles from the key
-//        tile on: P^T, dP^T recomputed the same way, dV += P^T dout, dK += dS^T Q;
-//        dk = scale dK.
-//   Head sizes 64 and 128 (attention_flash_supports); others are refused with a message
-//   pointing at --attention cublas. T is any positive length (tail tiles are masked).
-//   Needs: C % 8 == 0 (true for hs 64/128), 16-byte aligned qkv/out/dout/dqkv, B*NH < 65536.
-//   Scratch: forward none; backward B*NH*T floats (the D_i), see attention_*_scratch_bytes.
-//   Dynamic shared memory per block (opted in at launch, checked against the GPU's limit):
-//   hs 64: 45 / 54 / 55 KiB (forward / dQ / dK-dV); hs 128: 85 / 102 / 69 KiB.
-//   Fragments are loaded with ldmatrix (x4, and x4.trans for operands stored k-major).
-//   Registers (ptxas -v, sm_90): hs 64: 138 / 170 / 182, no spills; hs 128: 172 / 232 / 255
-//   with a ~50-byte spill in the dK/dV kernel (sm_80 alike).
+// The caller owns an AttentionContext (attention_context_init, once, with the GPU current):
+// it holds the implementation and the GPU's shared-memory opt-in limit, and its init sets
+// the kernels' dynamic shared-memory attribute once; launches make no attribute call or
+// device query (a kernel that needs more than the GPU allows is refused at launch with a
+// message pointing at --attention cublas). No global or static mutable state.
+//
+// The two flash implementations are fused kernels that never materialise T x T, on tensor
+// cores (mma.sync.m16n8k16 BF16 -> FP32, sm_80+; fragments loaded with ldmatrix, tiles
+// brought into shared memory with cp.async, rows of HS + 8 bf16 so that ldmatrix is
+// conflict-free). Both: head sizes 64 and 128 (attention_flash_supports; others are refused
+// with a message pointing at --attention cublas), any T >= 1 (tail tiles are masked),
+// C % 8 == 0 (true for those head sizes), 16-byte aligned qkv/out/dout/dqkv, B*NH < 65536.
+// P and dS are rounded to bf16 for their tensor-core products (P's row sums stay fp32).
+//
+// ATTENTION_FLASH (--attention flash, the default), FlashAttention-2's shape:
+//   forward: one block of 4 warps per 128 queries of one (b, head); each warp owns 32 query
+//     rows as TWO 16-row m-tiles, so every K fragment (S = Q K^T) and V fragment (O += P V)
+//     it loads from shared memory feeds two MMAs (half the shared-memory operand traffic
+//     per MMA of flash1). Loops over key tiles of 64 (hs 64) or 32 (hs 128) up to the causal
+//     limit, K/V double-buffered; running max and sum in fp32 registers, accumulator
+//     rescaled, out and lse stored. A warp whose 32 rows see no key of a tile skips it.
+//     hs 64 keeps its Q fragments in registers for the whole loop; hs 128 reloads them from
+//     shared memory (registers).
+//   backward, three launches: (1) D_i = dout_i . out_i per row into scratch; (2) ONE main
+//     kernel per key block of 128 keys (8 warps, 16 keys each) that loops over the query
+//     blocks from its first key on (64 queries for hs 64, 32 for hs 128; Q, dO, lse, D
+//     double-buffered) and per query block computes S^T = K Q^T, dP^T = V dO^T, P^T =
+//     exp(S^T scale - lse), dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q in registers,
+//     stores dS^T (bf16) in shared memory, and computes that block's dQ contribution
+//     dS K (the 8 warps split the query block's rows x head columns): 5 GEMM-equivalents
+//     (flash1 needs 7). The dQ contribution is not added atomically: each key block writes
+//     its own fp32 slice of scratch (rows from its first key to T, the rows it can reach), and
+//     (3) a small kernel sums, for each row, the slices of the key blocks 0..t/128 in that
+//     order, scales, and writes dq in bf16. dK, dV are stored by their key block's warps.
+//   Scratch: forward none; backward B*NH*T floats (D) + B*C*R floats (the dQ slices),
+//   R = nkb T - 128 nkb (nkb - 1) / 2 rows per (b, head), nkb = ceil(T / 128) (about
+//   4.5 T at T = 1024): see attention_backward_scratch_bytes.
+//   Dynamic shared memory per block: hs 64: 54 / 91 KiB (forward / backward main kernel);
+//   hs 128: 68 / 112.5 KiB (the backward is over the 99 KiB of sm_86/sm_89: refused there).
+//   Registers (ptxas -v, sm_90 / sm_80, no spills): forward 248 / 242 (hs 64), 241 / 244
+//   (hs 128); backward main kernel 222 / 237, 251 / 252; D and dQ-sum kernels 24 and 44.
+//
+// ATTENTION_FLASH1 (--attention flash1): the previous kernels, kept selectable until a GPU
+//   shows which is faster:
+//   forward: one block (4 warps) per 64 queries; each warp owns 16 query rows, key tiles of
+//     64, K/V double-buffered, Q fragments in registers.
+//   backward, two kernels: (1) dQ kernel per 64 queries: D_i = dout_i . out_i (to scratch),
+//     then over key tiles P recomputed, dP = dout V^T, dS = P (dP - D), dQ += dS K;
+//     (2) dK/dV kernel per 64 keys (16 per warp) over query tiles from the key tile on: P^T,
+//     dP^T recomputed, dV += P^T dout, dK += dS^T Q (7 GEMM-equivalents in all).
+//   Scratch: forward none; backward B*NH*T floats (the D_i).
+//   Dynamic shared memory per block: hs 64: 45 / 54 / 55 KiB (forward / dQ / dK-dV);
+//   hs 128: 85 / 102 / 69 KiB.
 //
 // ATTENTION_CUBLAS (--attention cublas, the reference path): permutes q, k, v to
 // [B,NH,T,hs], S = q k^T by a strided-batched cuBLASLt GEMM in fp32, a causal softmax kernel
@@ -42,10 +73,10 @@
 // backward kernel, in place over P), dQ = dS k, dK = dS^T q, un-permutes into dqkv. It
 // materialises T x T per (b, head): scratch is about B*NH*T*T*6 bytes plus 4 (forward) or
 // 7 (backward) copies of B*T*C bf16 -- attention_*_scratch_bytes give the exact figures.
-// Any head size. Deterministic too (cuBLASLt with a fixed algorithm, warp-ordered sums).
+// Any head size (cuBLASLt with a fixed algorithm, warp-ordered sums).
 //
 // The caller provides the scratch (device memory, sub-buffers are 256-byte aligned inside
-// it) and a MatmulContext (only the cublas path uses it; it may be NULL for flash).
+// it) and a MatmulContext (only the cublas path uses it; it may be NULL for the flash ones).
 #ifndef FSDP_KERNELS_CUDA_ATTENTION_CUH
 #define FSDP_KERNELS_CUDA_ATTENTION_CUH
 
@@ -59,24 +90,34 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_matmul.cuh"
 
-typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1 } AttentionImpl;
+typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1, ATTENTION_FLASH1 = 2 } AttentionImpl;
 
-// "flash" -> ATTENTION_FLASH, "cublas" -> ATTENTION_CUBLAS, anything else -> -1.
+// "flash" -> ATTENTION_FLASH, "flash1" -> ATTENTION_FLASH1, "cublas" -> ATTENTION_CUBLAS,
+// anything else -> -1.
 static inline int attention_impl_from_name(const char* name) {
     if (name && strcmp(name, "flash") == 0) return ATTENTION_FLASH;
+    if (name && strcmp(name, "flash1") == 0) return ATTENTION_FLASH1;
     if (name && strcmp(name, "cublas") == 0) return ATTENTION_CUBLAS;
     return -1;
 }
 static inline const char* attention_impl_name(AttentionImpl impl) {
-    return impl == ATTENTION_CUBLAS ? "cublas" : "flash";
+    return impl == ATTENTION_CUBLAS ? "cublas" : impl == ATTENTION_FLASH1 ? "flash1" : "flash";
+}
+static inline int attention_impl_valid(int impl) {
+    return impl == ATTENTION_FLASH || impl == ATTENTION_FLASH1 || impl == ATTENTION_CUBLAS;
 }
 
-// Head sizes the flash kernels are instantiated for.
+// Head sizes both flash implementations (flash and flash1) are instantiated for.
 static inline int attention_flash_supports(int hs) { return hs == 64 || hs == 128; }
+
+// What the caller keeps for the attention kernels (see the top of the file).
+typedef struct {
+    AttentionImpl impl;
+    int smem_optin;  // dynamic shared memory a block may opt into on this GPU (bytes); 0: not initialised
+} AttentionContext;
 
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2 0.6931471805599453f
-
 // ----------------------------------------------------------------------------
 // Tensor-core and copy primitives (sm_80+)
 //
@@ -138,9 +179,15 @@ static __device__ __forceinline__ void attn_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// flash1
 #define ATTN_THREADS 128  // 4 warps
 #define ATTN_BR 64        // queries per block: forward and dQ kernel (16 per warp)
 #define ATTN_BC 64        // keys per tile (forward, dQ) and per block (dK/dV, 16 per warp)
+// flash (FlashAttention-2's shape)
+#define FLASH_FWD_THREADS 128  // 4 warps
+#define FLASH_FWD_BR 128       // queries per forward block: 32 per warp, two m-tiles of 16
+#define FLASH_BWD_THREADS 256  // 8 warps
+#define FLASH_BWD_BC 128       // keys per backward block: 16 per warp
 
 template <int HS>
 struct AttnShape {
@@ -151,14 +198,28 @@ struct AttnShape {
     static constexpr size_t dkv_smem = (size_t)(2 * ATTN_BC + 4 * BQ) * LDS * sizeof(bf16) + 4 * BQ * sizeof(float);
 };
 
+// The flash kernels' tiles (see the top of the file).
+template <int HS>
+struct FlashShape {
+    static constexpr int LDS = HS + 8;                 // shared-memory row stride (elements)
+    static constexpr int FWD_BC = HS <= 64 ? 64 : 32;  // keys per forward tile
+    static constexpr bool FWD_Q_IN_REGS = HS <= 64;    // Q fragments held in registers
+    static constexpr size_t fwd_smem = (size_t)(FLASH_FWD_BR + 4 * FWD_BC) * LDS * sizeof(bf16);
+    static constexpr int BWD_BR = HS <= 64 ? 64 : 32;  // queries per backward iteration
+    static constexpr int LDSS = BWD_BR + 8;            // row stride of the dS^T tile
+    static constexpr size_t bwd_smem = (size_t)(2 * FLASH_BWD_BC + 4 * BWD_BR) * LDS * sizeof(bf16) +
+                                       (size_t)FLASH_BWD_BC * LDSS * sizeof(bf16) + 4 * BWD_BR * sizeof(float);
+};
+
 // ROWS rows of HS bf16 from a [T, row_stride] matrix (row t at g + t * row_stride), rows
 // row0.. into a [ROWS][HS+8] shared tile, 16 bytes per cp.async; rows >= T are zero-filled.
-template <int HS, int ROWS>
+// NT: the block's thread count (every thread takes part).
+template <int HS, int ROWS, int NT = ATTN_THREADS>
 static __device__ __forceinline__ void attn_load_tile(bf16* tile, const bf16* g, size_t row_stride, int row0, int T) {
     constexpr int CHUNKS = HS / 8;
     constexpr int LDS = HS + 8;
 #pragma unroll
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += ATTN_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NT) {
         const int r = i / CHUNKS, col = (i % CHUNKS) * 8;
         bf16* dst = tile + r * LDS + col;
         const int t = row0 + r;
@@ -187,6 +248,15 @@ static __device__ __forceinline__ void attn_ldsm_b(uint32_t* b, const bf16* X, i
 template <int LDS>
 static __device__ __forceinline__ void attn_ldsm_bt(uint32_t* b, const bf16* X, int k0, int n0, int lane) {
     attn_ldsm_x4_trans(b, X + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
+}
+// An A fragment of A = X^T for X row-major [k][m] (k-major storage, e.g. dS^T with keys as
+// rows for A = dS): A[m0 .. m0+15][k0 .. k0+15] from transposed matrices of X (rows +0,
+// cols +0), (+0, +8), (+8, +0), (+8, +8), i.e. a0..a3 = (m +0, k +0), (m +8, k +0),
+// (m +0, k +8), (m +8, k +8): with .trans lane l receives X rows 2c, 2c+1 of column g,
+// i.e. A[g][2c..2c+1] of that quarter.
+template <int LDX>
+static __device__ __forceinline__ void attn_ldsm_at(uint32_t* a, const bf16* X, int k0, int m0, int lane) {
+    attn_ldsm_x4_trans(a, X + (k0 + (lane >> 4) * 8 + (lane & 7)) * LDX + m0 + ((lane >> 3) & 1) * 8);
 }
 
 // Two adjacent 16 x 8 output tiles from one A fragment and the B fragments of attn_ldsm_b/_bt
@@ -250,18 +320,19 @@ static __device__ __forceinline__ void attn_store_row(bf16* p, const float (&acc
         *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(acc[nd][2 * half] * scale, acc[nd][2 * half + 1] * scale);
 }
 
-// The K/V loop of the forward and dQ kernels: before key tile kt of ntiles, starts loading
-// tile kt + 1 into the other half of the double-buffered tiles Ks, Vs ([2][BC][LDS]), then
+// The K/V loop of the forward kernels and flash1's dQ kernel: before key tile kt of ntiles,
+// starts loading tile kt + 1 into the other half of the double-buffered tiles Ks, Vs
+// ([2][BC][LDS]; BC keys per tile, NT threads in the block), then
 // waits until tile kt has landed (this thread's copies, then the whole block's). Returns the
 // half (0 or 1) that holds tile kt.
-template <int HS>
+template <int HS, int BC = ATTN_BC, int NT = ATTN_THREADS>
 static __device__ __forceinline__ int attn_next_kv_tile(bf16* Ks, bf16* Vs, const bf16* kg, const bf16* vg,
                                                         size_t C3, int kt, int ntiles, int T) {
-    constexpr int LDS = AttnShape<HS>::LDS;
+    constexpr int LDS = HS + 8;
     const int buf = kt & 1;
     if (kt + 1 < ntiles) {
-        attn_load_tile<HS, ATTN_BC>(Ks + (buf ^ 1) * ATTN_BC * LDS, kg, C3, (kt + 1) * ATTN_BC, T);
-        attn_load_tile<HS, ATTN_BC>(Vs + (buf ^ 1) * ATTN_BC * LDS, vg, C3, (kt + 1) * ATTN_BC, T);
+        attn_load_tile<HS, BC, NT>(Ks + (buf ^ 1) * BC * LDS, kg, C3, (kt + 1) * BC, T);
+        attn_load_tile<HS, BC, NT>(Vs + (buf ^ 1) * BC * LDS, vg, C3, (kt + 1) * BC, T);
         attn_cp_async_commit();
         attn_cp_async_wait<1>();
     } else {
@@ -272,13 +343,440 @@ static __device__ __forceinline__ int attn_next_kv_tile(bf16* Ks, bf16* Vs, cons
 }
 
 // ----------------------------------------------------------------------------
-// Flash forward
+// flash forward (--attention flash): FlashAttention-2's tiling
+// grid (ceil(T/128), B*NH), 128 threads (4 warps). Warp w owns query rows 32w .. 32w+31 of
+// the block's 128 as two m-tiles (mt = 0, 1: rows +0..15, +16..31); this thread holds rows
+// g and g + 8 of each. Query tiles are visited last-first (the most key tiles start first).
+
+template <int HS>
+__global__ void __launch_bounds__(FLASH_FWD_THREADS)
+attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
+                      int T, int C, int NH, float scale_log2) {
+    using SH = FlashShape<HS>;
+    constexpr int LDS = SH::LDS, BR = FLASH_FWD_BR, BC = SH::FWD_BC, NT = FLASH_FWD_THREADS;
+    constexpr int KC = HS / 16;  // k-chunks of the head dimension
+    constexpr int ND = HS / 8;   // 8-wide column blocks of the output
+    constexpr int NB = BC / 8;   // 8-key column blocks of S
+    constexpr int PC = BC / 16;  // 16-key chunks of P
+    constexpr bool QREG = SH::FWD_Q_IN_REGS;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16* Qs = reinterpret_cast<bf16*>(attn_smem);  // [BR][LDS]
+    bf16* Ks = Qs + BR * LDS;                        // [2][BC][LDS]
+    bf16* Vs = Ks + 2 * BC * LDS;                    // [2][BC][LDS]
+
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const bf16* kg = qg + C;
+    const bf16* vg = qg + 2 * (size_t)C;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int wr = warp * 32;  // the warp's first row in the tile
+
+    const int kend = min(q0 + BR, T);  // keys [0, kend) are visible to some row
+    const int ntiles = (kend + BC - 1) / BC;
+
+    attn_load_tile<HS, BR, NT>(Qs, qg, C3, q0, T);
+    attn_cp_async_commit();  // group: Q
+    attn_load_tile<HS, BC, NT>(Ks, kg, C3, 0, T);
+    attn_load_tile<HS, BC, NT>(Vs, vg, C3, 0, T);
+    attn_cp_async_commit();   // group: K/V tile 0
+    attn_cp_async_wait<1>();  // Q has landed (this thread's part) ...
+    __syncthreads();          // ... and everyone's
+    [[maybe_unused]] uint32_t qa[2][QREG ? KC : 1][4];  // hs 64: the warp's 32 query rows as A fragments, for the whole loop
+    if constexpr (QREG) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int kc = 0; kc < KC; kc++) attn_ldsm_a<LDS>(qa[mt][kc], Qs, wr + 16 * mt, kc * 16, lane);
+    }
+
+    float o[2][ND][4];
+    attn_zero(o[0]);
+    attn_zero(o[1]);
+    float m[2][2], l[2][2];  // [m-tile][row g, row g + 8]: running max (log2 units), this thread's part of the sum
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+
+    for (int kt = 0; kt < ntiles; kt++) {
+        const int buf = attn_next_kv_tile<HS, BC, NT>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
+        const bf16* Kt = Ks + buf * BC * LDS;
+        const bf16* Vt = Vs + buf * BC * LDS;
+        const int j0 = kt * BC;
+        if (j0 <= q0 + wr + 31) {  // some row of the warp sees a key of this tile (warp-uniform)
+            // S = Q K^T (2 x 16 x BC per warp): each K fragment feeds both m-tiles.
+            float s[2][NB][4];
+            attn_zero(s[0]);
+            attn_zero(s[1]);
+#pragma unroll
+            for (int kc = 0; kc < KC; kc++) {
+                uint32_t a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    if constexpr (QREG) {
+#pragma unroll
+                        for (int i = 0; i < 4; i++) a[mt][i] = qa[mt][kc][i];
+                    } else {
+                        attn_ldsm_a<LDS>(a[mt], Qs, wr + 16 * mt, kc * 16, lane);
+                    }
+                }
+#pragma unroll
+                for (int nb = 0; nb < NB; nb += 2) {
+                    uint32_t kb[4];
+                    attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
+                    attn_mma2(s[0][nb], s[0][nb + 1], a[0], kb);
+                    attn_mma2(s[1][nb], s[1][nb + 1], a[1], kb);
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                const int row0 = q0 + wr + 16 * mt + g, row1 = row0 + 8;
+                // Scale into log2 units; causal mask (key > row) and tail mask (key >= T), only
+                // on tiles where some key can be masked for this m-tile's rows.
+                const bool masked = (j0 + BC - 1 > q0 + wr + 16 * mt) || (j0 + BC > T);
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        float x = s[mt][nb][i] * scale_log2;
+                        if (masked) {
+                            const int key = j0 + nb * 8 + 2 * c + (i & 1);
+                            const int row = i < 2 ? row0 : row1;
+                            if (key > row || key >= T) x = -INFINITY;
+                        }
+                        s[mt][nb][i] = x;
+                    }
+                }
+                // New running max over the row (the 4 lanes of a group hold the row's columns).
+                float mx0 = m[mt][0], mx1 = m[mt][1];
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) {
+                    mx0 = fmaxf(mx0, fmaxf(s[mt][nb][0], s[mt][nb][1]));
+                    mx1 = fmaxf(mx1, fmaxf(s[mt][nb][2], s[mt][nb][3]));
+                }
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                // A row with nothing visible yet keeps max -inf: subtract 0 then (exp2(-inf) = 0).
+                const float base0 = mx0 == -INFINITY ? 0.0f : mx0;
+                const float base1 = mx1 == -INFINITY ? 0.0f : mx1;
+                const float corr0 = exp2f(m[mt][0] - base0), corr1 = exp2f(m[mt][1] - base1);  // 0 on the first tile
+                m[mt][0] = mx0;
+                m[mt][1] = mx1;
+                float ls0 = 0.0f, ls1 = 0.0f;
+#pragma unroll
+                for (int nb = 0; nb < NB; nb++) {
+                    s[mt][nb][0] = exp2f(s[mt][nb][0] - base0);
+                    s[mt][nb][1] = exp2f(s[mt][nb][1] - base0);
+                    s[mt][nb][2] = exp2f(s[mt][nb][2] - base1);
+                    s[mt][nb][3] = exp2f(s[mt][nb][3] - base1);
+                    ls0 += s[mt][nb][0] + s[mt][nb][1];
+                    ls1 += s[mt][nb][2] + s[mt][nb][3];
+                }
+                l[mt][0] = l[mt][0] * corr0 + ls0;
+                l[mt][1] = l[mt][1] * corr1 + ls1;
+#pragma unroll
+                for (int nd = 0; nd < ND; nd++) {
+                    o[mt][nd][0] *= corr0; o[mt][nd][1] *= corr0;
+                    o[mt][nd][2] *= corr1; o[mt][nd][3] *= corr1;
+                }
+            }
+            // O += P V: P as bf16 A fragments (two adjacent S tiles each); each V fragment
+            // feeds both m-tiles.
+#pragma unroll
+            for (int pc = 0; pc < PC; pc++) {
+                uint32_t pa[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    pa[mt][0] = attn_pack(s[mt][2 * pc][0], s[mt][2 * pc][1]);
+                    pa[mt][1] = attn_pack(s[mt][2 * pc][2], s[mt][2 * pc][3]);
+                    pa[mt][2] = attn_pack(s[mt][2 * pc + 1][0], s[mt][2 * pc + 1][1]);
+                    pa[mt][3] = attn_pack(s[mt][2 * pc + 1][2], s[mt][2 * pc + 1][3]);
+                }
+#pragma unroll
+                for (int nd = 0; nd < ND; nd += 2) {
+                    uint32_t vb[4];
+                    attn_ldsm_bt<LDS>(vb, Vt, pc * 16, nd * 8, lane);
+                    attn_mma2(o[0][nd], o[0][nd + 1], pa[0], vb);
+                    attn_mma2(o[1][nd], o[1][nd + 1], pa[1], vb);
+                }
+            }
+        }
+        __syncthreads();  // the next iteration's prefetch overwrites this buffer
+    }
+
+    // Row sums over the group's 4 lanes (fixed butterfly order), normalise, store.
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float lt = l[mt][half];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            const int row = q0 + wr + 16 * mt + 8 * half + g;
+            if (row < T) {
+                attn_store_row(out + ((size_t)b * T + row) * C + (size_t)h * HS + 2 * c, o[mt], half, 1.0f / lt);
+                if (c == 0) lse[(size_t)bh * T + row] = (m[mt][half] + log2f(lt)) * ATTN_LN2;
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// flash backward, launch 1: D[bh, t] = dout[b,t,head h] . out[b,t,head h] (fp32), for the
+// main kernel. One thread per 8 channels; the HS / 8 lanes of one (row, head) are adjacent
+// in a warp and add their partial dots by an xor butterfly (fixed order). Every lane of a
+// warp takes part in the shuffles, also past the end (with zeros).
+
+template <int HS>
+__global__ void __launch_bounds__(256)
+attn_flash_bwd_dot_kernel(float* __restrict__ Dbuf, const bf16* __restrict__ dout, const bf16* __restrict__ out,
+                          int B, int T, int C, int NH) {
+    constexpr int LPH = HS / 8;  // lanes per (row, head): 8 or 16
+    const size_t chunks = (size_t)B * T * C / 8;
+    const size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int C8 = C / 8;
+    float dot = 0.0f;
+    if (k < chunks) {
+        float fd[8], fo[8];
+        load8(fd, dout + 8 * k);
+        load8(fo, out + 8 * k);
+#pragma unroll
+        for (int e = 0; e < 8; e++) dot = fmaf(fd[e], fo[e], dot);
+    }
+#pragma unroll
+    for (int o = LPH / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (k < chunks && (k % LPH) == 0) {
+        const size_t row = k / C8;  // b * T + t
+        const int h = (int)(k % C8) / LPH;
+        const size_t b = row / T, t = row % T;
+        Dbuf[(b * NH + h) * T + t] = dot;
+    }
+}
+
+// The dQ slices of the main kernel's scratch: per (b, head), key block j (keys 128j ..)
+// writes the rows t in [128 j, T) of its own slice, which starts at row
+// sum_{j' < j} (T - 128 j') of that head's part; R(T) rows per (b, head) in all.
+static __host__ __device__ __forceinline__ size_t attn_flash_slice_row(int j, int T) {
+    return (size_t)j * T - (size_t)FLASH_BWD_BC * ((size_t)j * (size_t)(j > 0 ? j - 1 : 0) / 2);
+}
+static __host__ __device__ __forceinline__ size_t attn_flash_dq_rows(int T) { return attn_flash_slice_row(ceil_div(T, FLASH_BWD_BC), T); }
+
+// ----------------------------------------------------------------------------
+// flash backward, launch 2: the main kernel, one block per 128 keys of one (b, head)
+// grid (ceil(T/128), B*NH), 256 threads (8 warps); key block 0 (the most query blocks) first.
+// Warp w owns keys 16w .. 16w+15 of the block (this thread: rows g, g + 8 of them) and
+// computes, per query block of BR queries (from the block's first key on), transposed
+// products with keys as rows: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are A
+// fragments for dV += P^T dO and dK += dS^T Q straight from registers. dS^T then goes to
+// shared memory (bf16, [128 keys][BR]) and the 8 warps compute dQ_part = dS K for the
+// query block: warp w takes 16 rows (w % (BR/16)) and HS / (8 / (BR/16)) columns, the
+// k-loop running over the key chunks that can be visible (keys <= the block's last query,
+// keys < T). The fp32 result goes to this key block's dQ slice (no atomics). Barriers per
+// query block: one after the tile loads (which also orders the previous block's dQ reads of
+// dS^T before this block's writes), one between the dS^T stores and the dQ product; the
+// prefetch of the next Q/dO/lse/D tile into the other buffer is issued after the second
+// barrier of the previous block, when nobody reads that buffer any more.
+
+template <int HS>
+__global__ void __launch_bounds__(FLASH_BWD_THREADS)
+attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, const float* __restrict__ Dbuf,
+                      const bf16* __restrict__ dout, const bf16* __restrict__ qkv, const float* __restrict__ lse,
+                      int T, int C, int NH, float scale_log2, float scale) {
+    using SH = FlashShape<HS>;
+    constexpr int LDS = SH::LDS, BC = FLASH_BWD_BC, BR = SH::BWD_BR, LDSS = SH::LDSS, NT = FLASH_BWD_THREADS;
+    constexpr int KC = HS / 16, ND = HS / 8, NB = BR / 8, PC = BR / 16;
+    constexpr int RT = BR / 16;       // 16-row tiles of the dQ product
+    constexpr int CG = 8 / RT;        // column groups of it: 8 warps = RT x CG
+    constexpr int DN = HS / CG / 8;   // 8-column blocks per warp in the dQ product
+    static_assert(RT * CG == NT / 32 && DN % 2 == 0, "dQ product: the 8 warps must tile BR x HS");
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    bf16* Ks = reinterpret_cast<bf16*>(attn_smem);  // [BC][LDS]
+    bf16* Vs = Ks + BC * LDS;                        // [BC][LDS]
+    bf16* Qs = Vs + BC * LDS;                        // [2][BR][LDS]
+    bf16* dOs = Qs + 2 * BR * LDS;                   // [2][BR][LDS]
+    bf16* dSs = dOs + 2 * BR * LDS;                  // [BC][LDSS] dS^T (keys x queries)
+    float* Ls = reinterpret_cast<float*>(dSs + BC * LDSS);  // [2][BR] lse * log2e
+    float* Ds = Ls + 2 * BR;                                 // [2][BR] D
+
+    const int jb = blockIdx.x, j0 = jb * BC;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const size_t C3 = 3 * (size_t)C;
+    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const bf16* kg = qg + C;
+    const bf16* vg = qg + 2 * (size_t)C;
+    const bf16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
+    const float* lseg = lse + (size_t)bh * T;
+    const float* Dg = Dbuf + (size_t)bh * T;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int kw = warp * 16;                       // the warp's first key in the block
+    const int key0 = j0 + kw + g, key1 = key0 + 8;  // this thread's two keys
+    const int qr = (warp % RT) * 16, qc = (warp / RT) * (DN * 8);  // the warp's tile of the dQ product
+    float* part = dq_part + ((size_t)bh * attn_flash_dq_rows(T) + attn_flash_slice_row(jb, T)) * HS;  // row j0
+
+    const int nqt = (T - j0 + BR - 1) / BR;  // query blocks starting at j0
+
+    attn_load_tile<HS, BC, NT>(Ks, kg, C3, j0, T);
+    attn_load_tile<HS, BC, NT>(Vs, vg, C3, j0, T);
+    attn_load_tile<HS, BR, NT>(Qs, qg, C3, j0, T);
+    attn_load_tile<HS, BR, NT>(dOs, dog, C, j0, T);
+    for (int i = threadIdx.x; i < BR; i += NT) {
+        const int t = j0 + i;
+        Ls[i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
+        Ds[i] = t < T ? Dg[t] : 0.0f;
+    }
+    attn_cp_async_commit();
+
+    float dk[ND][4], dv[ND][4];
+    attn_zero(dk);
+    attn_zero(dv);
+
+    for (int it = 0; it < nqt; it++) {
+        const int buf = it & 1;
+        const int i0 = j0 + it * BR;
+        if (it + 1 < nqt) {
+            const int nb0 = buf ^ 1;
+            attn_load_tile<HS, BR, NT>(Qs + nb0 * BR * LDS, qg, C3, i0 + BR, T);
+            attn_load_tile<HS, BR, NT>(dOs + nb0 * BR * LDS, dog, C, i0 + BR, T);
+            for (int i = threadIdx.x; i < BR; i += NT) {
+                const int t = i0 + BR + i;
+                Ls[nb0 * BR + i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
+                Ds[nb0 * BR + i] = t < T ? Dg[t] : 0.0f;
+            }
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
+        } else {
+            attn_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const bf16* Qt = Qs + buf * BR * LDS;
+        const bf16* dOt = dOs + buf * BR * LDS;
+        const float* Lt = Ls + buf * BR;
+        const float* Dt = Ds + buf * BR;
+        // The key chunks (warps) with a key that some query of this block can see: key <= the
+        // block's last query and key < T. A prefix of the warps (both bounds grow with w).
+        const int nkc = min(min((i0 + BR - 1 - j0) / 16 + 1, (T - j0 + 15) / 16), BC / 16);
+        if (warp < nkc) {
+            float st[NB][4], dpt[NB][4];
+            attn_zero(st);
+            attn_zero(dpt);
+            attn_mma_abt<KC, NB, LDS>(st, Ks, kw, Qt, lane);    // S^T = K Q^T
+            attn_mma_abt<KC, NB, LDS>(dpt, Vs, kw, dOt, lane);  // dP^T = V dO^T
+            // P^T[key][query] = exp2(S^T scale log2e - lse_q log2e), masked where query < key
+            // or query >= T (which covers key >= T); dS^T = P^T (dP^T - D_q).
+            const bool masked = (i0 < j0 + kw + 15) || (i0 + BR > T);
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int qi = nb * 8 + 2 * c + (i & 1);  // query index within the block
+                    float p = exp2f(fmaf(st[nb][i], scale_log2, -Lt[qi]));
+                    if (masked) {
+                        const int q = i0 + qi;
+                        const int key = i < 2 ? key0 : key1;
+                        if (q < key || q >= T) p = 0.0f;
+                    }
+                    st[nb][i] = p;
+                    dpt[nb][i] = p * (dpt[nb][i] - Dt[qi]);
+                }
+            }
+            attn_mma_px<PC, ND, LDS>(dv, st, dOt, lane);  // dV += P^T dO
+            attn_mma_px<PC, ND, LDS>(dk, dpt, Qt, lane);  // dK += dS^T Q
+            // dS^T (bf16, as the products above used it) to shared memory, rows kw + g, kw + g + 8.
+            bf16* srow = dSs + (kw + g) * LDSS + 2 * c;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+                *reinterpret_cast<uint32_t*>(srow + nb * 8) = attn_pack(dpt[nb][0], dpt[nb][1]);
+                *reinterpret_cast<uint32_t*>(srow + 8 * LDSS + nb * 8) = attn_pack(dpt[nb][2], dpt[nb][3]);
+            }
+        }
+        __syncthreads();
+        // dQ_part[query block rows qr.., columns qc..] = dS K over the visible key chunks.
+        float dq[DN][4];
+        attn_zero(dq);
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) {
+            if (kc < nkc) {
+                uint32_t a[4];
+                attn_ldsm_at<LDSS>(a, dSs, kc * 16, qr, lane);
+#pragma unroll
+                for (int dn = 0; dn < DN; dn += 2) {
+                    uint32_t kb[4];
+                    attn_ldsm_bt<LDS>(kb, Ks, kc * 16, qc + dn * 8, lane);
+                    attn_mma2(dq[dn], dq[dn + 1], a, kb);
+                }
+            }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int q = i0 + qr + 8 * half + g;
+            if (q < T) {
+                float* p = part + (size_t)(q - j0) * HS + qc + 2 * c;
+#pragma unroll
+                for (int dn = 0; dn < DN; dn++) {  // two floats per 8-byte store
+                    const float pair[2] = {dq[dn][2 * half], dq[dn][2 * half + 1]};
+                    uint64_t u;
+                    memcpy(&u, pair, sizeof u);
+                    *reinterpret_cast<uint64_t*>(p + dn * 8) = u;
+                }
+            }
+        }
+    }
+
+    if (key0 < T) {
+        bf16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
+        attn_store_row(p, dk, 0, scale);
+        attn_store_row(p + C, dv, 0, 1.0f);
+    }
+    if (key1 < T) {
+        bf16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
+        attn_store_row(p, dk, 1, scale);
+        attn_store_row(p + C, dv, 1, 1.0f);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// flash backward, launch 3: dq[b,t,head h] = scale * sum over key blocks j = 0 .. t/128, in
+// that order, of slice j's row t (fp32), rounded to bf16 once. One thread per 8 channels.
+
+template <int HS>
+__global__ void __launch_bounds__(256)
+attn_flash_dq_sum_kernel(bf16* __restrict__ dqkv, const float* __restrict__ dq_part, int B, int T, int C, int NH,
+                         float scale) {
+    const size_t chunks = (size_t)B * T * C / 8;
+    const size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= chunks) return;
+    const int C8 = C / 8;
+    const size_t row = k / C8;  // b * T + t
+    const int cc = (int)(k % C8);
+    const int h = cc / (HS / 8), d = (cc % (HS / 8)) * 8;
+    const size_t b = row / T;
+    const int t = (int)(row % T);
+    const float* base = dq_part + ((b * NH + h) * attn_flash_dq_rows(T)) * HS + d;
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+    const int last = t / FLASH_BWD_BC;
+    for (int j = 0; j <= last; j++) {
+        float v[8];
+        load8(v, base + (attn_flash_slice_row(j, T) + (size_t)(t - j * FLASH_BWD_BC)) * HS);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] += v[e];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] *= scale;
+    store8(dqkv + row * 3 * (size_t)C + (size_t)h * HS + d, acc);
+}
+
+// ----------------------------------------------------------------------------
+// flash1 forward (--attention flash1)
 // grid (ceil(T/64), B*NH), 128 threads. Query tiles are visited last-first: they have the
 // most key tiles, so the longest blocks start first.
 
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
+attn_flash1_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
                       int T, int C, int NH, float scale_log2) {
     constexpr int LDS = AttnShape<HS>::LDS;
     constexpr int KC = HS / 16;      // k-chunks of the head dimension
@@ -408,12 +906,12 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
 }
 
 // ----------------------------------------------------------------------------
-// Flash backward, kernel 1: dQ (and D_i = dout_i . out_i into Dbuf [B,NH,T] for kernel 2)
+// flash1 backward, kernel 1: dQ (and D_i = dout_i . out_i into Dbuf [B,NH,T] for kernel 2)
 // grid (ceil(T/64), B*NH), 128 threads, query tiles last-first.
 
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, const bf16* __restrict__ dout,
+attn_flash1_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, const bf16* __restrict__ dout,
                          const bf16* __restrict__ qkv, const bf16* __restrict__ out,
                          const float* __restrict__ lse, int T, int C, int NH, float scale_log2, float scale) {
     constexpr int LDS = AttnShape<HS>::LDS;
@@ -508,7 +1006,7 @@ attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
 }
 
 // ----------------------------------------------------------------------------
-// Flash backward, kernel 2: dK and dV for a tile of 64 keys (16 per warp), looping over the
+// flash1 backward, kernel 2: dK and dV for a tile of 64 keys (16 per warp), looping over the
 // query tiles that can see them (queries >= the tile's first key), Q/dO double-buffered.
 // grid (ceil(T/64), B*NH), 128 threads; key tile 0 (the most query tiles) launches first.
 // Here the warp computes transposed products: S^T = K Q^T and dP^T = V dO^T (keys are the
@@ -517,7 +1015,7 @@ attn_flash_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
 
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Dbuf, const bf16* __restrict__ dout,
+attn_flash1_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Dbuf, const bf16* __restrict__ dout,
                           const bf16* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
                           float scale_log2, float scale) {
     constexpr int LDS = AttnShape<HS>::LDS;
@@ -717,76 +1215,151 @@ static inline size_t attn_cublas_scratch_bytes(int nbf, int B, int T, int C, int
     return nbf * align_up_256(btc * sizeof(bf16)) + align_up_256(tt * sizeof(float)) + align_up_256(tt * sizeof(bf16));
 }
 
-// Bytes of scratch attention_forward_cuda needs (0 for flash).
+// Bytes of scratch attention_forward_cuda needs (0 for flash and flash1).
 static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
-    if (impl == ATTENTION_FLASH) return 0;
+    if (impl != ATTENTION_CUBLAS) return 0;
     return attn_cublas_scratch_bytes(4, B, T, C, NH);  // q, k, v, out in [B,NH,T,hs]; S; P
 }
-// Bytes of scratch attention_backward_cuda needs: flash B*NH*T floats; cublas much more.
+// Bytes of scratch attention_backward_cuda needs: flash1 B*NH*T floats (D); flash those and
+// the dQ slices, B*C*R floats (R = attn_flash_dq_rows(T), about 4.5 T at T = 1024); cublas
+// B*NH*T*T*6 bytes and more.
 static inline size_t attention_backward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
-    if (impl == ATTENTION_FLASH) return align_up_256((size_t)B * NH * T * sizeof(float));
+    const size_t d_bytes = align_up_256((size_t)B * NH * T * sizeof(float));
+    if (impl == ATTENTION_FLASH1) return d_bytes;
+    if (impl == ATTENTION_FLASH) return d_bytes + align_up_256((size_t)B * C * attn_flash_dq_rows(T) * sizeof(float));
     return attn_cublas_scratch_bytes(7, B, T, C, NH);  // q, k, v, dout, dq, dk, dv; S/dP; P/dS
 }
 
-static inline void attn_check_args(const char* fn, AttentionImpl impl, int B, int T, int C, int NH,
-                                   size_t scratch_bytes, size_t need, const void* scratch) {
-    CUDA_REQUIRE(impl == ATTENTION_FLASH || impl == ATTENTION_CUBLAS, "%s: unknown attention implementation %d", fn, (int)impl);
+static inline void attn_check_args(const char* fn, bool backward, const AttentionContext* ac, int B, int T, int C,
+                                   int NH, size_t scratch_bytes, const void* scratch) {
+    CUDA_REQUIRE(ac != NULL, "%s: no AttentionContext", fn);
+    const AttentionImpl impl = ac->impl;
+    CUDA_REQUIRE(attention_impl_valid(impl), "%s: unknown attention implementation %d", fn, (int)impl);
     CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
                  "%s: bad shape B=%d T=%d C=%d NH=%d (C must be a multiple of NH)", fn, B, T, C, NH);
+    const size_t need = backward ? attention_backward_scratch_bytes(impl, B, T, C, NH)
+                                 : attention_forward_scratch_bytes(impl, B, T, C, NH);
     CUDA_REQUIRE(scratch_bytes >= need && (need == 0 || scratch != NULL),
                  "%s: scratch of %zu bytes is too small, %s attention needs %zu", fn, scratch_bytes,
                  attention_impl_name(impl), need);
-    if (impl == ATTENTION_FLASH) {
+    if (impl != ATTENTION_CUBLAS) {
         const int hs = C / NH;
         CUDA_REQUIRE(attention_flash_supports(hs),
-                     "%s: flash attention supports head sizes 64 and 128, got %d (C=%d, NH=%d); "
-                     "use --attention cublas for other head sizes", fn, hs, C, NH);
+                     "%s: %s attention supports head sizes 64 and 128, got %d (C=%d, NH=%d); "
+                     "use --attention cublas for other head sizes", fn, attention_impl_name(impl), hs, C, NH);
         CUDA_REQUIRE((long long)B * NH < 65536, "%s: B*NH = %lld exceeds the grid limit 65535", fn, (long long)B * NH);
     }
 }
 
 // ----------------------------------------------------------------------------
-// Host entry points
+// Context: the shared-memory opt-in, once
 
-// Opt a kernel into `bytes` of dynamic shared memory, or exit naming the limit (sm_80/sm_90
-// allow 163/227 KiB per block; sm_86/sm_89 only 99 KiB, too little for the hs=128 backward).
-static inline void attn_set_smem(const void* kernel, size_t bytes, const char* name) {
+// Opt a kernel into `bytes` of dynamic shared memory if the GPU allows it (otherwise its
+// launch is refused with a message: attn_require_smem).
+static inline void attn_optin(const void* kernel, size_t bytes, int optin) {
+    if (bytes <= (size_t)optin)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// Prepares the attention kernels of `impl` on the current GPU: queries its opt-in shared
+// memory per block and sets the dynamic shared-memory attribute of every kernel of impl that
+// fits (both head sizes), once. cublas needs nothing. Call again after switching GPUs.
+static inline void attention_context_init(AttentionContext* ac, AttentionImpl impl) {
+    CUDA_REQUIRE(attention_impl_valid(impl), "attention_context_init: unknown attention implementation %d", (int)impl);
+    ac->impl = impl;
+    ac->smem_optin = 0;
+    if (impl == ATTENTION_CUBLAS) return;
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    CUDA_REQUIRE(bytes <= (size_t)optin,
-                 "%s needs %zu bytes of shared memory per block, this GPU allows %d; use --attention cublas",
-                 name, bytes, optin);
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    ac->smem_optin = optin;
+    if (impl == ATTENTION_FLASH) {
+        attn_optin((const void*)attn_flash_fwd_kernel<64>, FlashShape<64>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash_fwd_kernel<128>, FlashShape<128>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash_bwd_kernel<64>, FlashShape<64>::bwd_smem, optin);
+        attn_optin((const void*)attn_flash_bwd_kernel<128>, FlashShape<128>::bwd_smem, optin);
+    } else {
+        attn_optin((const void*)attn_flash1_fwd_kernel<64>, AttnShape<64>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash1_fwd_kernel<128>, AttnShape<128>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dq_kernel<64>, AttnShape<64>::dq_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dq_kernel<128>, AttnShape<128>::dq_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<64>, AttnShape<64>::dkv_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<128>, AttnShape<128>::dkv_smem, optin);
+    }
 }
 
+// A launch's shared memory against what attention_context_init found (host only: no CUDA call).
+static inline void attn_require_smem(const AttentionContext* ac, size_t bytes, const char* name) {
+    CUDA_REQUIRE(ac->smem_optin > 0, "%s: the AttentionContext is not initialised (attention_context_init)", name);
+    CUDA_REQUIRE(bytes <= (size_t)ac->smem_optin,
+                 "%s needs %zu bytes of shared memory per block, this GPU allows %d; use --attention cublas",
+                 name, bytes, ac->smem_optin);
+}
+
+// ----------------------------------------------------------------------------
+// Launches
+
 template <int HS>
-static void attn_flash_forward_launch(bf16* out, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                                      cudaStream_t stream) {
+static void attn_flash_forward_launch(const AttentionContext* ac, bf16* out, float* lse, const bf16* qkv, int B,
+                                      int T, int C, int NH, cudaStream_t stream) {
     const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
-    const size_t smem = AttnShape<HS>::fwd_smem;
-    attn_set_smem((const void*)attn_flash_fwd_kernel<HS>, smem, "flash attention forward");
-    const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
-    attn_flash_fwd_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    const size_t smem = FlashShape<HS>::fwd_smem;
+    attn_require_smem(ac, smem, "flash attention forward");
+    const dim3 grid((unsigned)ceil_div(T, FLASH_FWD_BR), (unsigned)(B * NH));
+    attn_flash_fwd_kernel<HS><<<grid, FLASH_FWD_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    CUDA_LAUNCH_CHECK();
+}
+
+// scratch: D [B*NH*T] floats, then (256-byte aligned) the dQ slices.
+template <int HS>
+static void attn_flash_backward_launch(const AttentionContext* ac, bf16* dqkv, void* scratch, const bf16* dout,
+                                       const bf16* qkv, const bf16* out, const float* lse, int B, int T, int C,
+                                       int NH, cudaStream_t stream) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale_log2 = scale * ATTN_LOG2E;
+    const size_t smem = FlashShape<HS>::bwd_smem;
+    attn_require_smem(ac, smem, "flash attention backward");
+    float* Dbuf = (float*)scratch;
+    float* dq_part = (float*)((char*)scratch + align_up_256((size_t)B * NH * T * sizeof(float)));
+    const size_t chunks = (size_t)B * T * C / 8;
+    const unsigned blocks = (unsigned)ceil_div(chunks, (size_t)256);
+    attn_flash_bwd_dot_kernel<HS><<<blocks, 256, 0, stream>>>(Dbuf, dout, out, B, T, C, NH);
+    CUDA_LAUNCH_CHECK();
+    const dim3 grid((unsigned)ceil_div(T, FLASH_BWD_BC), (unsigned)(B * NH));
+    attn_flash_bwd_kernel<HS><<<grid, FLASH_BWD_THREADS, smem, stream>>>(dqkv, dq_part, Dbuf, dout, qkv, lse, T, C,
+                                                                         NH, scale_log2, scale);
+    CUDA_LAUNCH_CHECK();
+    attn_flash_dq_sum_kernel<HS><<<blocks, 256, 0, stream>>>(dqkv, dq_part, B, T, C, NH, scale);
     CUDA_LAUNCH_CHECK();
 }
 
 template <int HS>
-static void attn_flash_backward_launch(bf16* dqkv, float* Dbuf, const bf16* dout, const bf16* qkv, const bf16* out,
-                                       const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
+static void attn_flash1_forward_launch(const AttentionContext* ac, bf16* out, float* lse, const bf16* qkv, int B,
+                                       int T, int C, int NH, cudaStream_t stream) {
+    const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
+    const size_t smem = AttnShape<HS>::fwd_smem;
+    attn_require_smem(ac, smem, "flash1 attention forward");
+    const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
+    attn_flash1_fwd_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    CUDA_LAUNCH_CHECK();
+}
+
+template <int HS>
+static void attn_flash1_backward_launch(const AttentionContext* ac, bf16* dqkv, float* Dbuf, const bf16* dout,
+                                        const bf16* qkv, const bf16* out, const float* lse, int B, int T, int C,
+                                        int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = scale * ATTN_LOG2E;
     const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
-    const size_t smem_dq = AttnShape<HS>::dq_smem;
-    attn_set_smem((const void*)attn_flash_bwd_dq_kernel<HS>, smem_dq, "flash attention backward (dQ)");
-    attn_flash_bwd_dq_kernel<HS><<<grid, ATTN_THREADS, smem_dq, stream>>>(dqkv, Dbuf, dout, qkv, out, lse, T, C, NH,
-                                                                          scale_log2, scale);
+    const size_t smem_dq = AttnShape<HS>::dq_smem, smem_kv = AttnShape<HS>::dkv_smem;
+    attn_require_smem(ac, smem_dq, "flash1 attention backward (dQ)");
+    attn_require_smem(ac, smem_kv, "flash1 attention backward (dK/dV)");
+    attn_flash1_bwd_dq_kernel<HS><<<grid, ATTN_THREADS, smem_dq, stream>>>(dqkv, Dbuf, dout, qkv, out, lse, T, C, NH,
+                                                                           scale_log2, scale);
     CUDA_LAUNCH_CHECK();
     const dim3 grid_kv((unsigned)ceil_div(T, ATTN_BC), (unsigned)(B * NH));
-    const size_t smem_kv = AttnShape<HS>::dkv_smem;
-    attn_set_smem((const void*)attn_flash_bwd_dkv_kernel<HS>, smem_kv, "flash attention backward (dK/dV)");
-    attn_flash_bwd_dkv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
-                                                                              scale_log2, scale);
+    attn_flash1_bwd_dkv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
+                                                                               scale_log2, scale);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -892,20 +1465,26 @@ static inline void attn_cublas_backward(MatmulContext* mm, bf16* dqkv, const bf1
     CUDA_LAUNCH_CHECK();
 }
 
-// out[B,T,C] and lse[B,NH,T] from qkv[B,T,3C] (both overwritten). scratch: at least
-// attention_forward_scratch_bytes(impl, ...) bytes (flash: none, may be NULL); mm: the
-// matmul context (used by the cublas path only; may be NULL for flash).
-static inline void attention_forward_cuda(AttentionImpl impl, MatmulContext* mm, bf16* out, float* lse,
+// out[B,T,C] and lse[B,NH,T] from qkv[B,T,3C] (both overwritten), by ac's implementation.
+// scratch: at least attention_forward_scratch_bytes(ac->impl, ...) bytes (flash, flash1:
+// none, may be NULL); mm: the matmul context (used by the cublas path only; may be NULL for
+// the flash ones).
+static inline void attention_forward_cuda(const AttentionContext* ac, MatmulContext* mm, bf16* out, float* lse,
                                           const bf16* qkv, void* scratch, size_t scratch_bytes, int B, int T,
                                           int C, int NH, cudaStream_t stream) {
-    attn_check_args("attention_forward_cuda", impl, B, T, C, NH, scratch_bytes,
-                    attention_forward_scratch_bytes(impl, B, T, C, NH), scratch);
+    attn_check_args("attention_forward_cuda", false, ac, B, T, C, NH, scratch_bytes, scratch);
     CUDA_REQUIRE(out && lse && qkv, "attention_forward_cuda: NULL tensor");
-    if (impl == ATTENTION_FLASH) {
+    if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
                      "attention_forward_cuda: qkv and out must be 16-byte aligned, lse 4-byte aligned");
-        if (C / NH == 64) attn_flash_forward_launch<64>(out, lse, qkv, B, T, C, NH, stream);
-        else attn_flash_forward_launch<128>(out, lse, qkv, B, T, C, NH, stream);
+        const bool hs64 = C / NH == 64;
+        if (ac->impl == ATTENTION_FLASH) {
+            if (hs64) attn_flash_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, stream);
+            else attn_flash_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, stream);
+        } else {
+            if (hs64) attn_flash1_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, stream);
+            else attn_flash1_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, stream);
+        }
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_forward_cuda: the cublas path needs a MatmulContext");
         attn_cublas_forward(mm, out, lse, qkv, scratch, B, T, C, NH, stream);
@@ -913,20 +1492,26 @@ static inline void attention_forward_cuda(AttentionImpl impl, MatmulContext* mm,
 }
 
 // dqkv[B,T,3C] (OVERWRITTEN) from dout[B,T,C], the forward's inputs qkv and outputs out, lse.
-// scratch: at least attention_backward_scratch_bytes(impl, ...) bytes.
-static inline void attention_backward_cuda(AttentionImpl impl, MatmulContext* mm, bf16* dqkv, const bf16* dout,
-                                           const bf16* qkv, const bf16* out, const float* lse, void* scratch,
-                                           size_t scratch_bytes, int B, int T, int C, int NH, cudaStream_t stream) {
-    attn_check_args("attention_backward_cuda", impl, B, T, C, NH, scratch_bytes,
-                    attention_backward_scratch_bytes(impl, B, T, C, NH), scratch);
+// scratch: at least attention_backward_scratch_bytes(ac->impl, ...) bytes.
+static inline void attention_backward_cuda(const AttentionContext* ac, MatmulContext* mm, bf16* dqkv,
+                                           const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                                           void* scratch, size_t scratch_bytes, int B, int T, int C, int NH,
+                                           cudaStream_t stream) {
+    attn_check_args("attention_backward_cuda", true, ac, B, T, C, NH, scratch_bytes, scratch);
     CUDA_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward_cuda: NULL tensor");
-    if (impl == ATTENTION_FLASH) {
+    if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&
-                     ((uintptr_t)lse & 3) == 0 && ((uintptr_t)scratch & 3) == 0,
-                     "attention_backward_cuda: dqkv, dout, qkv, out must be 16-byte aligned");
-        float* Dbuf = (float*)scratch;
-        if (C / NH == 64) attn_flash_backward_launch<64>(dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
-        else attn_flash_backward_launch<128>(dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
+                     ((uintptr_t)lse & 3) == 0 && is_aligned16(scratch),
+                     "attention_backward_cuda: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
+        const bool hs64 = C / NH == 64;
+        if (ac->impl == ATTENTION_FLASH) {
+            if (hs64) attn_flash_backward_launch<64>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, stream);
+            else attn_flash_backward_launch<128>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, stream);
+        } else {
+            float* Dbuf = (float*)scratch;
+            if (hs64) attn_flash1_backward_launch<64>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
+            else attn_flash1_backward_launch<128>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
+        }
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_backward_cuda: the cublas path needs a MatmulContext");
         attn_cublas_backward(mm, dqkv, dout, qkv, lse, scratch, B, T, C, NH, stream);

@@ -44,7 +44,8 @@
 //   fused_residual_layernorm_forward_cuda
 //                               residual = bf16(a + b); out = LN(residual) (of the ROUNDED
 //                               residual, which is what the backward sees)            no scratch
-//   layernorm_backward_cuda     dinp += ..., dweight += ..., dbias += ...
+//   layernorm_backward_cuda     dinp += ..., dweight += ..., dbias += ... (one pass over
+//                               x and dout; C <= 8192)
 //                               scratch: layernorm_backward_scratch_bytes(N, C)
 //                               (2 * G * C floats, G = row blocks <= 512)
 //   residual_forward_cuda       out = a + b (out may alias a or b)                   no scratch
@@ -87,7 +88,6 @@ static constexpr float kLayerNormEps = 1e-5f;                // as the CPU twin
 static constexpr float kGeluScale = 0.7978845608028654f;     // sqrt(2/pi)
 static constexpr int kFlatThreads = 256;                     // flat kernels: 8 elements/thread
 static constexpr int kLayerNormFwdWarps = 8;                 // rows (warps) per block
-static constexpr int kLayerNormBwdThreads = 256;
 static constexpr int kLayerNormBwdMaxBlocks = 512;
 static constexpr int kLayerNormBwdMinRows = 16;
 static constexpr int kBiasBwdMaxBlocks = 256;
@@ -429,81 +429,141 @@ static inline void fused_residual_layernorm_forward_cuda(bf16* residual, bf16* o
 }
 
 // ----------------------------------------------------------------------------
-// LayerNorm backward
+// LayerNorm backward: one pass over x and dout
 //
-// Block g owns rows [g R, (g+1) R). Phase A: one warp per row computes that row's dinp
-// (needs two row reductions). Phase B: one thread per 8 channels walks the block's rows in
-// order and sums norm * dout and dout into fp32 partials [G][C] (scratch). No barrier is
-// needed between the phases: they only read the same inputs. A second kernel adds the G
-// partials, in order, to dweight and dbias. dinp must not alias dout or inp.
-static __global__ void __launch_bounds__(kLayerNormBwdThreads)
+// Block g owns rows [g R, (g+1) R) (row_partition: fixed by N, never by the device). Its
+// threads split a row's C/8 packs of 8 channels: thread t owns packs t, t + nthreads, ...
+// (P of them, a template parameter), the same in every row. The block walks its rows RB at a
+// time: each thread loads its packs of x and dout for the RB rows ONCE (kept in registers as
+// bf16), adds its part of the two row sums sum(dnorm), sum(dnorm * norm) (dnorm = w dout,
+// norm = (x - mean) rstd), the block totals them (warp butterfly, then the warps' values in
+// warp order, which every thread reads itself from shared memory: all get bitwise equal
+// totals), and each thread then writes dinp for its packs and adds norm * dout and dout to
+// its dweight/dbias accumulators, rows in order. At the end the block's accumulators are its
+// fp32 partials [G][C] (scratch), and a second kernel adds the G partials, in order, to
+// dweight and dbias. One barrier per RB rows (the row-sum buffer is double-buffered). Reads
+// x, dout, dinp once and writes dinp once; the fixed split makes the sums deterministic.
+// dinp must not alias dout or inp.
+static constexpr int kLayerNormBwdMaxThreads = 256;  // threads per block (at most)
+static constexpr int kLayerNormBwdRowsInFlight = 4;   // P x RB: packs x rows in registers
+
+template <int P, int RB>
+static __global__ void __launch_bounds__(kLayerNormBwdMaxThreads)
 layernorm_backward_kernel(bf16* __restrict__ dinp, float* __restrict__ partial_w,
                           float* __restrict__ partial_b, const bf16* __restrict__ dout,
                           const bf16* __restrict__ inp, const bf16* __restrict__ weight,
                           const float* __restrict__ mean, const float* __restrict__ rstd,
                           int N, int C, int rows_per_block) {
+    __shared__ float red[2][kLayerNormBwdMaxThreads / 32][2 * RB];  // [round parity][warp][sums]
     const int g = blockIdx.x;
     const int r0 = g * rows_per_block;
     const int r1 = min(N, r0 + rows_per_block);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int C8 = C / 8;
 
-    // Phase A: dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = w * dout.
-    for (int r = r0 + warp; r < r1; r += nwarps) {
-        const size_t off = (size_t)r * C;
-        const float m = mean[r], s = rstd[r];
-        float sd = 0.0f, sdn = 0.0f;
-        for (int p = lane; p < C8; p += 32) {
-            float x[8], d[8], w[8];
-            load8(x, inp + off + 8 * p);
-            load8(d, dout + off + 8 * p);
-            load8(w, weight + 8 * p);
+    bool have[P];
+    float w[P][8], aw[P][8], ab[P][8];
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float norm = (x[k] - m) * s;
-                const float dnorm = w[k] * d[k];
-                sd += dnorm;
-                sdn += dnorm * norm;
-            }
-        }
-        const float dnorm_mean = warp_reduce_sum(sd) / C;
-        const float dnorm_norm_mean = warp_reduce_sum(sdn) / C;
-        for (int p = lane; p < C8; p += 32) {
-            float x[8], d[8], w[8], dx[8];
-            load8(x, inp + off + 8 * p);
-            load8(d, dout + off + 8 * p);
-            load8(w, weight + 8 * p);
-            load8(dx, dinp + off + 8 * p);
+    for (int i = 0; i < P; i++) {
+        const int p = threadIdx.x + i * blockDim.x;
+        have[i] = p < C8;
+        if (have[i]) load8(w[i], weight + 8 * p);
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float norm = (x[k] - m) * s;
-                const float dnorm = w[k] * d[k];
-                dx[k] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-            }
-            store8(dinp + off + 8 * p, dx);
+        for (int k = 0; k < 8; k++) {
+            if (!have[i]) w[i][k] = 0.0f;
+            aw[i][k] = 0.0f;
+            ab[i][k] = 0.0f;
         }
     }
 
-    // Phase B: per-block partial sums of dweight and dbias, rows in order.
-    for (int p = threadIdx.x; p < C8; p += blockDim.x) {
-        float aw[8], ab[8];
+    int par = 0;  // which half of red this round uses
+    for (int rb = r0; rb < r1; rb += RB, par ^= 1) {
+        bf16x8 xr[RB][P], dr[RB][P];
+        float m[RB], s[RB], sums[2 * RB];
 #pragma unroll
-        for (int k = 0; k < 8; k++) { aw[k] = 0.0f; ab[k] = 0.0f; }
-        for (int r = r0; r < r1; r++) {
-            const size_t off = (size_t)r * C + 8 * p;
-            const float m = mean[r], s = rstd[r];
-            float x[8], d[8];
-            load8(x, inp + off);
-            load8(d, dout + off);
+        for (int r = 0; r < RB; r++) {
+            const int row = rb + r;
+            const bool live = row < r1;  // uniform over the block
+            m[r] = live ? mean[row] : 0.0f;
+            s[r] = live ? rstd[row] : 0.0f;
+            float sd = 0.0f, sdn = 0.0f;
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                aw[k] += ((x[k] - m) * s) * d[k];
-                ab[k] += d[k];
+            for (int i = 0; i < P; i++) {
+                const size_t off = (size_t)row * C + 8 * (size_t)(threadIdx.x + i * blockDim.x);
+                if (live && have[i]) {
+                    xr[r][i] = load128(inp + off);
+                    dr[r][i] = load128(dout + off);
+                } else {
+                    xr[r][i] = bf16x8::from_bits(make_int4(0, 0, 0, 0));
+                    dr[r][i] = xr[r][i];
+                }
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float norm = (bf16_to_float(xr[r][i][k]) - m[r]) * s[r];
+                    const float dnorm = w[i][k] * bf16_to_float(dr[r][i][k]);
+                    sd += dnorm;
+                    sdn += dnorm * norm;
+                }
+            }
+            sums[2 * r] = warp_reduce_sum(sd);
+            sums[2 * r + 1] = warp_reduce_sum(sdn);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int j = 0; j < 2 * RB; j++) red[par][warp][j] = sums[j];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 2 * RB; j++) {
+            float t = 0.0f;
+            for (int v = 0; v < nwarps; v++) t += red[par][v][j];
+            sums[j] = t / (float)C;  // dnorm_mean, dnorm_norm_mean of row j / 2
+        }
+        // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)); then the parameter
+        // gradients of the rows, in row order.
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const int row = rb + r;
+            if (row >= r1) break;  // uniform
+#pragma unroll
+            for (int i = 0; i < P; i++) {
+                if (!have[i]) continue;
+                const size_t off = (size_t)row * C + 8 * (size_t)(threadIdx.x + i * blockDim.x);
+                float dx[8];
+                load8(dx, dinp + off);
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    const float d = bf16_to_float(dr[r][i][k]);
+                    const float norm = (bf16_to_float(xr[r][i][k]) - m[r]) * s[r];
+                    const float dnorm = w[i][k] * d;
+                    dx[k] += (dnorm - sums[2 * r] - norm * sums[2 * r + 1]) * s[r];
+                    aw[i][k] += norm * d;
+                    ab[i][k] += d;
+                }
+                store8(dinp + off, dx);
             }
         }
-        store8(partial_w + (size_t)g * C + 8 * p, aw);
-        store8(partial_b + (size_t)g * C + 8 * p, ab);
     }
+#pragma unroll
+    for (int i = 0; i < P; i++) {
+        if (!have[i]) continue;
+        const int p = threadIdx.x + i * blockDim.x;
+        store8(partial_w + (size_t)g * C + 8 * p, aw[i]);
+        store8(partial_b + (size_t)g * C + 8 * p, ab[i]);
+    }
+}
+
+// Packs per thread (1, 2 or 4; 0 when C is too wide) and threads per block (a multiple of 32).
+static inline int layernorm_backward_packs(int C, int* threads) {
+    const int C8 = C / 8;
+    for (int p = 1; p <= 4; p *= 2) {
+        if (C8 <= p * kLayerNormBwdMaxThreads) {
+            *threads = ceil_div(ceil_div(C8, p), 32) * 32;
+            return p;
+        }
+    }
+    *threads = 0;
+    return 0;
 }
 
 static inline size_t layernorm_backward_scratch_bytes(int N, int C) {
@@ -514,11 +574,16 @@ static inline size_t layernorm_backward_scratch_bytes(int N, int C) {
 
 // dinp[N,C] += ..., dweight[C] += ..., dbias[C] += ... (layernorm_backward's formulas);
 // inp is the forward's input (the rounded residual), mean/rstd the forward's statistics.
+// C <= 8192 (4 packs of 8 channels per thread, 256 threads).
 static inline void layernorm_backward_cuda(bf16* dinp, bf16* dweight, bf16* dbias, void* scratch,
                                            size_t scratch_bytes, const bf16* dout, const bf16* inp,
                                            const bf16* weight, const float* mean, const float* rstd,
                                            int N, int C, cudaStream_t stream) {
     layernorm_check("layernorm_backward_cuda", dinp, inp, weight, dout, N, C);
+    int threads = 0;
+    const int packs = layernorm_backward_packs(C, &threads);
+    CUDA_REQUIRE(packs > 0, "layernorm_backward_cuda: C = %d exceeds the %d channels it supports", C,
+                 4 * 8 * kLayerNormBwdMaxThreads);
     if (N == 0) return;
     const size_t need = layernorm_backward_scratch_bytes(N, C);
     CUDA_REQUIRE(scratch != NULL && scratch_bytes >= need && is_aligned16(scratch),
@@ -527,8 +592,16 @@ static inline void layernorm_backward_cuda(bf16* dinp, bf16* dweight, bf16* dbia
     row_partition(N, kLayerNormBwdMinRows, kLayerNormBwdMaxBlocks, &rows, &blocks);
     float* partial_w = (float*)scratch;
     float* partial_b = partial_w + (size_t)blocks * C;
-    layernorm_backward_kernel<<<blocks, kLayerNormBwdThreads, 0, stream>>>(
-        dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C, rows);
+    constexpr int RF = kLayerNormBwdRowsInFlight;
+    if (packs == 1)
+        layernorm_backward_kernel<1, RF><<<blocks, threads, 0, stream>>>(dinp, partial_w, partial_b, dout, inp, weight,
+                                                                        mean, rstd, N, C, rows);
+    else if (packs == 2)
+        layernorm_backward_kernel<2, RF / 2><<<blocks, threads, 0, stream>>>(dinp, partial_w, partial_b, dout, inp,
+                                                                            weight, mean, rstd, N, C, rows);
+    else
+        layernorm_backward_kernel<4, RF / 4><<<blocks, threads, 0, stream>>>(dinp, partial_w, partial_b, dout, inp,
+                                                                            weight, mean, rstd, N, C, rows);
     CUDA_LAUNCH_CHECK();
     sum_partials(dweight, partial_w, blocks, C, stream);
     sum_partials(dbias, partial_b, blocks, C, stream);

@@ -866,7 +866,13 @@ int main(void) {
         test_layernorm_forward(rng, s[0], s[1], true, false);
     }
     test_layernorm_forward(rng, 33, 264, true, true);
-    const int lnb_shapes[][2] = {{1, 8}, {67, 776}, {1000, 264}, {9000, 64}, {257, 1600}};
+    // Backward (one pass: each thread holds 1, 2 or 4 packs of 8 channels, of 4, 2 or 1 rows
+    // at a time): 1 pack (C <= 2048; C = 776: 97 packs on 128 threads), 2 packs (C = 2056:
+    // 257 packs on 160 threads, most of them with one), 4 packs (C = 4104: 513 packs on 160
+    // threads; C = 8192, the widest); N not a multiple of the rows at a time, blocks of 16
+    // rows and of more (N = 9000: 18).
+    const int lnb_shapes[][2] = {{1, 8}, {67, 776}, {1000, 264}, {9000, 64}, {257, 1600},
+                                 {21, 2056}, {37, 4104}, {5, 8192}};
     for (auto& s : lnb_shapes) test_layernorm_backward(rng, s[0], s[1]);
 
     // Flat kernels: sizes around the 8-element groups, odd sizes, unaligned pointers.
