@@ -20,7 +20,6 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +39,10 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "train/metrics.h"
 #include "train/options.h"
 #include "train/profile.h"
+#include "train/run_lock.h"
 #include "train/sampler.h"
 #include "train/schedulers.h"
+#include "train/signals.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -90,6 +91,11 @@ typedef struct {
     void *dresidual, *dbtc, *dqkv, *dfch; // [B,T,C] x2, [B,T,3C], [B,T,4C]
     void* gelu_scratch;                   // [B,T,4C] where the device needs it (else NULL)
     size_t BT;                            // allocated B*T
+    // Layers kept of what a block's backward reads (--recompute; the rest is rebuilt in the
+    // backward, into slot 0): matmul and attention outputs, residual2 and the statistics
+    // ("kept"), the LayerNorm and GELU outputs ("cheap"). residual3, each block's output and
+    // the next one's input, is always kept for every layer.
+    size_t kept_layers, cheap_layers;
     size_t total_bytes;
 } Activations;
 
@@ -101,24 +107,28 @@ static void* carve(char* base, size_t* off, size_t n, size_t elem) {
     return p;
 }
 
-static size_t carve_activations(Activations* a, const GPT2Config* c, size_t B, size_t T, const Kernels* k, void* mem) {
+static size_t carve_activations(Activations* a, const GPT2Config* c, size_t B, size_t T, const Kernels* k,
+                                Recompute recompute, void* mem) {
     size_t BT = B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
     size_t Vp = (size_t)c->padded_vocab_size, e = k->act_bytes, f = sizeof(float), off = 0;
+    size_t Lk = recompute == RECOMPUTE_FULL ? 1 : L, Lc = recompute == RECOMPUTE_NONE ? L : 1;
     char* base = (char*)mem;
     a->encoded = carve(base, &off, BT * C, e);
-    a->ln1 = carve(base, &off, L * BT * C, e);
-    a->ln1_mean = (float*)carve(base, &off, L * BT, f);
-    a->ln1_rstd = (float*)carve(base, &off, L * BT, f);
-    a->qkv = carve(base, &off, L * BT * 3 * C, e);
-    a->atty = carve(base, &off, L * BT * C, e);
-    a->att_lse = (float*)carve(base, &off, L * B * NH * T, f);
-    a->residual2 = carve(base, &off, L * BT * C, e);
-    a->ln2 = carve(base, &off, L * BT * C, e);
-    a->ln2_mean = (float*)carve(base, &off, L * BT, f);
-    a->ln2_rstd = (float*)carve(base, &off, L * BT, f);
-    a->fch = carve(base, &off, L * BT * 4 * C, e);
-    a->fch_gelu = carve(base, &off, L * BT * 4 * C, e);
+    a->ln1 = carve(base, &off, Lc * BT * C, e);
+    a->ln1_mean = (float*)carve(base, &off, Lk * BT, f);
+    a->ln1_rstd = (float*)carve(base, &off, Lk * BT, f);
+    a->qkv = carve(base, &off, Lk * BT * 3 * C, e);
+    a->atty = carve(base, &off, Lk * BT * C, e);
+    a->att_lse = (float*)carve(base, &off, Lk * B * NH * T, f);
+    a->residual2 = carve(base, &off, Lk * BT * C, e);
+    a->ln2 = carve(base, &off, Lc * BT * C, e);
+    a->ln2_mean = (float*)carve(base, &off, Lk * BT, f);
+    a->ln2_rstd = (float*)carve(base, &off, Lk * BT, f);
+    a->fch = carve(base, &off, Lk * BT * 4 * C, e);
+    a->fch_gelu = carve(base, &off, Lc * BT * 4 * C, e);
     a->residual3 = carve(base, &off, L * BT * C, e);
+    a->kept_layers = Lk;
+    a->cheap_layers = Lc;
     a->lnf = carve(base, &off, BT * C, e);
     a->lnf_mean = (float*)carve(base, &off, BT, f);
     a->lnf_rstd = (float*)carve(base, &off, BT, f);
@@ -142,20 +152,21 @@ typedef struct {
 } LayerActs;
 
 static LayerActs layer_acts(const Activations* a, int l, size_t C, int NH, size_t e) {
-    const size_t at = (size_t)l * a->BT;  // layer l's first row
+    // Layer l's first row in each group (slot 0 where the group is recomputed).
+    const size_t at = (a->kept_layers > 1 ? (size_t)l : 0) * a->BT, cat = (a->cheap_layers > 1 ? (size_t)l : 0) * a->BT;
     LayerActs x;
-    x.ln1 = elem_at(a->ln1, at * C, e);
+    x.ln1 = elem_at(a->ln1, cat * C, e);
     x.ln1_mean = a->ln1_mean + at;
     x.ln1_rstd = a->ln1_rstd + at;
     x.qkv = elem_at(a->qkv, at * 3 * C, e);
     x.atty = elem_at(a->atty, at * C, e);
     x.lse = a->att_lse + at * NH;
     x.residual2 = elem_at(a->residual2, at * C, e);
-    x.ln2 = elem_at(a->ln2, at * C, e);
+    x.ln2 = elem_at(a->ln2, cat * C, e);
     x.ln2_mean = a->ln2_mean + at;
     x.ln2_rstd = a->ln2_rstd + at;
     x.fch = elem_at(a->fch, at * 4 * C, e);
-    x.fch_gelu = elem_at(a->fch_gelu, at * 4 * C, e);
+    x.fch_gelu = elem_at(a->fch_gelu, cat * 4 * C, e);
     return x;
 }
 
@@ -170,25 +181,28 @@ typedef struct {
     Activations acts;
     void* acts_memory;
     int B, T;                // micro-batch the activations were sized for
+    Recompute recompute;     // what the backward rebuilds instead of keeping (--recompute)
     const int* tok_inputs;   // the last forward's token ids, where the device reads them
 } GPT2;
 
-// dopt NULL: the cpu device.
+// dopt NULL: the cpu device, no recompute.
 static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, const ProcessGroup* pg,
                        const FsdpConfig* fcfg, const DeviceOptions* dopt, int B, int T) {
     char err[512];
     memset(model, 0, sizeof(*model));
     model->config = *c;
-    build_layout(&model->layout, c, layers_per_unit, pg->shard_size);
+    if (build_layout(&model->layout, c, layers_per_unit, pg->shard_size))
+        fatal(pg, "model: %s", gpt2_config_check(c) ? gpt2_config_check(c) : "a unit of more than 5 blocks (--fsdp-unit-layers), or out of memory");
     device_open(&model->dev, dopt, pg, fcfg, &model->layout, B, T);
     if (fsdp_init(&model->fsdp, pg, &model->dev.backend, fcfg, model->layout.units, model->layout.n_units, err, sizeof(err)))
         fatal(pg, "%s", err);
     model->B = B;
     model->T = T;
+    model->recompute = dopt ? dopt->recompute : RECOMPUTE_NONE;
     Kernels* k = &model->dev.kernels;
-    size_t n = carve_activations(&model->acts, c, (size_t)B, (size_t)T, k, NULL);
+    size_t n = carve_activations(&model->acts, c, (size_t)B, (size_t)T, k, model->recompute, NULL);
     model->acts_memory = model->dev.backend.alloc(model->dev.backend.ctx, n);
-    carve_activations(&model->acts, c, (size_t)B, (size_t)T, k, model->acts_memory);
+    carve_activations(&model->acts, c, (size_t)B, (size_t)T, k, model->recompute, model->acts_memory);
     k->gelu_scratch = model->acts.gelu_scratch;
 }
 
@@ -274,6 +288,31 @@ static void gpt2_losses_to_host(GPT2* model, float* dst, int B, int T) {
     k->to_host_async(k, dst, model->acts.losses, (size_t)B * T * sizeof(float));
 }
 
+// --recompute: rebuilds what block l's backward reads and the forward did not keep, from the
+// block's input (residual: residual3 of the block before, or the embedding) and its gathered
+// parameters, with the forward's kernels on the same inputs, so the values are the forward's
+// bit for bit. (A LayerNorm of a stored residual equals the fused residual-add LayerNorm the
+// forward ran: both normalise the rounded sum.)
+static void recompute_block(GPT2* model, const BlockTensors* bp, const LayerActs* la, void* residual, int B, int T) {
+    const GPT2Config* c = &model->config;
+    Activations* a = &model->acts;
+    Kernels* k = &model->dev.kernels;
+    const BlockTensors p = *bp;
+    int N = B * T, C = c->channels, NH = c->num_heads;
+    kernel_layernorm_forward(k, la->ln1, la->ln1_mean, la->ln1_rstd, residual, p.t[LN1_W], p.t[LN1_B], N, C);
+    if (model->recompute == RECOMPUTE_SELECTIVE) {
+        kernel_layernorm_forward(k, la->ln2, la->ln2_mean, la->ln2_rstd, la->residual2, p.t[LN2_W], p.t[LN2_B], N, C);
+        kernel_gelu_forward(k, la->fch_gelu, la->fch, (size_t)N * 4 * C);
+        return;
+    }
+    kernel_matmul_forward(k, la->qkv, NULL, la->ln1, p.t[QKV_W], p.t[QKV_B], N, C, 3 * C);
+    kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH);
+    kernel_matmul_forward(k, a->proj_out, NULL, la->atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, C, C);
+    kernel_residual_layernorm_forward(k, la->residual2, la->ln2, la->ln2_mean, la->ln2_rstd, residual, a->proj_out,
+                                      p.t[LN2_W], p.t[LN2_B], N, C);
+    kernel_matmul_forward(k, la->fch_gelu, la->fch, la->ln2, p.t[FC_W], p.t[FC_B], N, C, 4 * C);
+}
+
 // Backward of the last forward (which must have had dloss != 0), on the same tokens. Each
 // unit's gradient is reduce-scattered as soon as its backward is done.
 static void gpt2_backward(GPT2* model, int B, int T) {
@@ -306,6 +345,7 @@ static void gpt2_backward(GPT2* model, int B, int T) {
             BlockTensors g = block_tensors(m, u, l - first, unit_grads, pe);
             void* residual = l == 0 ? a->encoded : elem_at(a->residual3, (size_t)(l - 1) * stride * C, e);
             LayerActs la = layer_acts(a, l, C, NH, e);
+            if (model->recompute != RECOMPUTE_NONE) recompute_block(model, &p, &la, residual, B, T);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
             kernel_matmul_backward(k, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, la.fch_gelu, p.t[FCPROJ_W], la.fch, N, 4 * (int)C, (int)C);
@@ -370,21 +410,6 @@ static void generate_sample(GPT2* model, const ProcessGroup* pg, const Tokenizer
 // The exit status after a stop signal (SIGUSR1/SIGTERM) once the checkpoint is committed:
 // EX_TEMPFAIL, "try again later". scripts/slurm/*.sbatch requeue the job on it.
 #define EXIT_PREEMPTED 75
-
-// Set by the signal handler, read once per step. The only state a signal handler may touch.
-static volatile sig_atomic_t stop_signal = 0;
-
-static void on_stop_signal(int sig) { stop_signal = sig; }
-
-static void install_stop_handlers(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
 
 // Test hooks (FSDP_TEST_NAN_LOSS_STEPS="3,5"): whether step is in the comma-separated list.
 static int test_hook_at(const char* list, int step) {
@@ -501,7 +526,7 @@ static StepResult train_step(Run* r, int step) {
     }
     // One reduction carries the loss and whether any rank was asked to stop, so that every
     // rank takes the same decision at the same step.
-    double reduced[2] = {local_loss, stop_signal != 0 ? 1.0 : 0.0};
+    double reduced[2] = {local_loss, signals_stop_requested() != 0 ? 1.0 : 0.0};
     comm_all_reduce_f64(r->pg->world_comm, reduced, 2, COMM_SUM);
     double loss = reduced[0] / (double)r->total_tokens;
     res.stop_now = reduced[1] > 0.0;
@@ -542,7 +567,9 @@ static StepResult train_step(Run* r, int step) {
 static void maybe_checkpoint(Run* r, int completed, int stop_now) {
     const Options* opt = r->opt;
     char err[1024];
-    if (r->ckpt_writer && ckpt_writer_poll(r->ckpt_writer, err, sizeof(err))) fatal_agreed(r->pg, "checkpoint: %s", err);
+    int polled = r->ckpt_writer ? ckpt_writer_poll(r->ckpt_writer, err, sizeof(err)) : 0;
+    if (polled == CKPT_SAVED_NO_LATEST) { if (r->pg->rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
+    else if (polled) fatal_agreed(r->pg, "checkpoint: %s", err);
     if (stop_now && r->pg->rank == 0)
         printf("stop signal received: %s after step %d\n", r->ckpt_writer ? "saving a checkpoint and exiting" : "exiting (no checkpoint directory: -o or --ckpt-dir)", completed);
     if (!r->ckpt_writer) return;
@@ -555,9 +582,10 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
         cJSON* state = gpt2_checkpoint_state(&r->model.config, completed, r->total_tokens * (long)completed, r->pg->world, r->T,
                                              r->total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
         const Gpt2CkptTables* ct = &r->ckpt_tables;
-        if (ckpt_save(r->ckpt_writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces, state,
-                      err, sizeof(err)))
-            fatal_agreed(r->pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
+        int saved = ckpt_save(r->ckpt_writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
+                              state, err, sizeof(err));
+        if (saved == CKPT_SAVED_NO_LATEST) { if (r->pg->rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
+        else if (saved) fatal_agreed(r->pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
         double secs = now_seconds() - t0, total_bytes = (double)ct->local_bytes;
         comm_all_reduce_f64(r->pg->world_comm, &total_bytes, 1, COMM_SUM);
         if (r->pg->rank == 0) {
@@ -579,7 +607,7 @@ static int maybe_resume(Run* r, int* start_step) {
     char path[1100] = "", err[1024];
     *start_step = 0;
     if (!opt->resume) return 0;
-    if (strcmp(opt->resume, "auto") != 0) snprintf(path, sizeof(path), "%s", opt->resume);
+    if (strcmp(opt->resume, "auto") != 0) { if (ckpt_resolve(opt->resume, path, sizeof(path), err, sizeof(err))) fatal(r->pg, "--resume: %s", err); }
     else if (!ckpt_find_latest(r->ckpt_root, path, sizeof(path))) {
         if (r->pg->rank == 0) printf("--resume auto: no checkpoint in %s, starting fresh\n", r->ckpt_root);
         return 0;
@@ -612,15 +640,11 @@ static int maybe_resume(Run* r, int* start_step) {
 // Flags that depend on the world size or the device. 0, or 1 with the message in e.
 static int check_run_flags(const Options* opt, const GPT2Config* config, const ProcessGroup* pg, const char* device,
                            const char* why, ParseError* e) {
-    long local_tokens = (long)opt->batch_size * opt->seq_len * pg->world;
-    long total_tokens = opt->total_batch_tokens > 0 ? opt->total_batch_tokens : local_tokens;
     char* m = e->msg;
     size_t n = sizeof(e->msg);
+    if (check_batch_split(opt, pg->world, e)) return 1;  // the batch split: before anything divides by it
     if (opt->seq_len > config->max_seq_len)
         snprintf(m, n, "--seq-len %d exceeds the model's %d positions (--max-seq)", opt->seq_len, config->max_seq_len);
-    else if (total_tokens % local_tokens != 0)
-        snprintf(m, n, "--total-batch-tokens %ld is not a multiple of batch-size x seq-len x world size (%d x %d x %d = %ld)",
-                 total_tokens, opt->batch_size, opt->seq_len, pg->world, local_tokens);
     else if (opt->shard_group_size && pg->world % opt->shard_group_size != 0)
         snprintf(m, n, "--shard-group-size %d does not divide the world size %d", opt->shard_group_size, pg->world);
     else if (!device)
@@ -713,6 +737,9 @@ static void print_setup(const Run* r, const char* device, const char* why, int t
 // ----------------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
+    // Until the first step a stop signal ends the process at once (setup may block for good:
+    // a hung filesystem, a rank that never joins); from then on it is only recorded.
+    signals_install();
     // Flag errors are found identically on every rank, before the ranks meet: the rank the
     // launcher calls 0 says it, all exit.
     Options opt;
@@ -734,9 +761,6 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: [rank %d] %s\n", launcher_rank(), err);
         return 1;
     }
-    // SIGUSR1/SIGTERM (Slurm's --signal, preemption) only set a flag: the ranks agree on it at
-    // the end of a step, checkpoint and exit with EXIT_PREEMPTED.
-    install_stop_handlers();
     char why[256] = "";
     const char* device = choose_device(opt.device, why, sizeof(why));
     if (check_run_flags(&opt, &config, &pg, device, why, &pe)) {
@@ -761,6 +785,17 @@ int main(int argc, char** argv) {
     r->test_nan_grad_steps = getenv("FSDP_TEST_NAN_GRAD_STEPS");
     r->test_stall = getenv("FSDP_TEST_STALL");
 
+    // Checkpoints: where. One job per run directory: rank 0 locks -o's and the checkpoint
+    // directory (train_gpt.lock) until it exits, so a relaunch cannot race the ranks of an
+    // earlier attempt that live on; nothing is read or written there before.
+    if (opt.ckpt_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s", opt.ckpt_dir);
+    else if (opt.output_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s/ckpt", opt.output_dir);
+    if ((opt.ckpt_every > 0 || (opt.resume && !strcmp(opt.resume, "auto"))) && !r->ckpt_root[0])
+        fatal(&pg, "--ckpt-every and --resume auto need -o DIR or --ckpt-dir DIR");
+    RunLock run_lock;  // run_lock_acquire initialises it on every rank
+    if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, err, sizeof(err)))
+        fatal_agreed(&pg, "%s", err);
+
     // Data
     r->have_val = opt.val_every > 0 && opt.val_data && opt.val_data[0];
     if (loader_open(&r->train_loader, opt.train_data, (size_t)r->T, config.vocab_size, opt.seed, opt.shuffle, err, sizeof(err)))
@@ -775,7 +810,8 @@ int main(int argc, char** argv) {
 
     // Model, engine and device
     int on_cuda = !strcmp(device, "cuda");
-    DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed};
+    DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
+                          (Recompute)opt.recompute};
     FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last};
     GPT2* model = &r->model;
     gpt2_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
@@ -787,21 +823,20 @@ int main(int argc, char** argv) {
     // The peak table knows GPUs by name; the cpu device has no entry (no MFU).
     double peak_tflops = opt.peak_tflops > 0 ? opt.peak_tflops : device_peak_tflops(model->dev.gpu_name);
 
-    // Checkpoints: where, and whether this run continues one.
-    if (opt.ckpt_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s", opt.ckpt_dir);
-    else if (opt.output_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s/ckpt", opt.output_dir);
-    if ((opt.ckpt_every > 0 || (opt.resume && !strcmp(opt.resume, "auto"))) && !r->ckpt_root[0])
-        fatal(&pg, "--ckpt-every and --resume auto need -o DIR or --ckpt-dir DIR");
+    // Checkpoints: whether this run continues one.
     int start_step;
     int resumed = maybe_resume(r, &start_step);
     // A writer whenever there is a checkpoint directory: a stop signal saves even without --ckpt-every.
     r->ckpt_reported = -1;
     if (r->ckpt_root[0]) {
         r->ckpt_writer = ckpt_writer_create(&opt.ckpt, pg.world_comm);
+        if (!r->ckpt_writer) fatal(&pg, "checkpoint: out of memory");
+        if (resumed) ckpt_writer_resumed_from(r->ckpt_writer, start_step);
         Fsdp* f = &model->fsdp;
         float* const arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
         // HSDP replicas hold the same shards: the first replica group writes them.
-        gpt2_checkpoint_tables(&model->layout, f->pieces, f->n_pieces, arenas, pg.replicate_rank == 0, &r->ckpt_tables);
+        if (gpt2_checkpoint_tables(&model->layout, f->pieces, f->n_pieces, arenas, pg.replicate_rank == 0, &r->ckpt_tables))
+            fatal(&pg, "checkpoint: out of memory for the checkpoint tables");
         size_t mib = r->ckpt_tables.local_bytes;
         if (ckpt_writer_reserve(r->ckpt_writer, mib / sizeof(float)))
             fatal(&pg, "--ckpt-async: out of host memory for the %.1f MiB snapshot buffer", mib / 1048576.0);
@@ -846,6 +881,7 @@ int main(int argc, char** argv) {
     int exit_code = 0;
     int bad_in_a_row = 0;  // steps skipped for a non-finite loss or gradient norm
     double run_t0 = now_seconds();
+    signals_enter_training();  // a stop signal now ends the run after a step, with a checkpoint
     for (int step = start_step; step <= r->max_steps; step++) {
         int last = step == r->max_steps;
         if (r->have_val && (step % opt.val_every == 0 || last)) evaluate(r, step);
@@ -870,7 +906,9 @@ int main(int argc, char** argv) {
     }
     profile_free(&r->profile);
     if (r->ckpt_writer) {
-        if (ckpt_writer_finish(r->ckpt_writer, err, sizeof(err))) fatal_agreed(&pg, "checkpoint: %s", err);
+        int finished = ckpt_writer_finish(r->ckpt_writer, err, sizeof(err));
+        if (finished == CKPT_SAVED_NO_LATEST) { if (pg.rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
+        else if (finished) fatal_agreed(&pg, "checkpoint: %s", err);
         double run_secs = now_seconds() - run_t0, blocked = ckpt_writer_blocked_seconds(r->ckpt_writer);
         if (pg.rank == 0) {
             if (opt.ckpt.async && ckpt_writer_last_committed(r->ckpt_writer) > r->ckpt_reported)
@@ -899,6 +937,7 @@ int main(int argc, char** argv) {
     if (r->have_val) loader_close(&r->val_loader);
     gpt2_free(model);
     free(r);
+    run_lock_release(&run_lock);
     process_group_finalize(&pg);
     if (exit_code == EXIT_PREEMPTED && pg.rank == 0) printf("exiting with status %d: resume with --resume auto\n", EXIT_PREEMPTED);
     return exit_code;

@@ -57,6 +57,9 @@ struct Kernels {
     void (*attention_backward)(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
                                const float* lse, int B, int T, int C, int NH);
     void (*crossentropy)(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss);
+    // out[n] = gelu(inp), what matmul_forward with pre_gelu leaves in out when its GELU is not
+    // in the matmul's epilogue (recompute relies on that: the cuda device then runs unfused).
+    void (*gelu_forward)(Kernels* k, void* out, const void* inp, size_t n);
     void (*zero)(Kernels* k, void* p, size_t bytes);
     // Token ids where the kernels can read them (slot 0: inputs, 1: targets); may return host.
     const int* (*tokens)(Kernels* k, int slot, const int* host, size_t n);
@@ -133,6 +136,10 @@ static inline void kernel_crossentropy(Kernels* k, void* logits, float* losses, 
                                        float dloss) {
     kernel_starts(k, KERNEL_LOSS, 0);
     k->crossentropy(k, logits, losses, targets, N, V, Vp, dloss);
+}
+static inline void kernel_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
+    kernel_starts(k, KERNEL_MATMUL, 0);  // the MLP's activation: its matmul's epilogue elsewhere
+    k->gelu_forward(k, out, inp, n);
 }
 // (zero, copies and synchronize are not kernels of the model: their time goes to the phase
 // before them.)

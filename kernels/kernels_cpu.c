@@ -63,6 +63,9 @@ static void cpu_op_attention_backward(Kernels* k, void* dqkv, const void* dout, 
 static void cpu_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     crossentropy_softmax_fused((float*)logits, losses, targets, N, V, Vp, dloss);
 }
+static void cpu_op_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
+    gelu_forward((float*)out, (const float*)inp, n);
+}
 static void cpu_op_zero(Kernels* k, void* p, size_t bytes) { memset(p, 0, bytes); }
 static const int* cpu_op_tokens(Kernels* k, int slot, const int* host, size_t n) { return host; }
 static void cpu_op_to_host_async(Kernels* k, void* dst, const void* src, size_t bytes) { if (dst != src) memcpy(dst, src, bytes); }
@@ -94,6 +97,7 @@ void kernels_cpu_init(Kernels* k, int padded_vocab) {
     k->attention_forward = cpu_op_attention_forward;
     k->attention_backward = cpu_op_attention_backward;
     k->crossentropy = cpu_op_crossentropy;
+    k->gelu_forward = cpu_op_gelu_forward;
     k->zero = cpu_op_zero;
     k->tokens = cpu_op_tokens;
     k->to_host_async = cpu_op_to_host_async;

@@ -27,7 +27,7 @@ typedef struct {
     void (*host_wait)(void* ctx, cudaStream_t s, const char* what);
     void* host_wait_ctx;
     MatmulContext mm;          // cuBLASLt handle + its one workspace
-    AttentionImpl attention;
+    AttentionContext attn;     // the attention implementation, its shared-memory opt-in done once
     void* scratch;             // one buffer for every kernel's scratch (they run in stream order)
     size_t scratch_bytes;
     int* tokens[2];            // inputs, targets [B*T] on the device
@@ -81,16 +81,19 @@ static void cuda_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void*
 }
 static void cuda_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
     CudaKernels* cd = cuda_of(k);
-    attention_forward_cuda(cd->attention, &cd->mm, BF(out), lse, CBF(qkv), cd->scratch, cd->scratch_bytes, B, T, C, NH, cd->stream);
+    attention_forward_cuda(&cd->attn, &cd->mm, BF(out), lse, CBF(qkv), cd->scratch, cd->scratch_bytes, B, T, C, NH, cd->stream);
 }
 static void cuda_op_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
                                     const float* lse, int B, int T, int C, int NH) {
     CudaKernels* cd = cuda_of(k);
-    attention_backward_cuda(cd->attention, &cd->mm, BF(dqkv), CBF(dout), CBF(qkv), CBF(out), lse, cd->scratch,
+    attention_backward_cuda(&cd->attn, &cd->mm, BF(dqkv), CBF(dout), CBF(qkv), CBF(out), lse, cd->scratch,
                             cd->scratch_bytes, B, T, C, NH, cd->stream);
 }
 static void cuda_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, cuda_of(k)->stream);
+}
+static void cuda_op_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
+    gelu_forward_cuda(BF(out), CBF(inp), n, cuda_of(k)->stream);
 }
 static void cuda_op_zero(Kernels* k, void* p, size_t bytes) { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_of(k)->stream)); }
 static const int* cuda_op_tokens(Kernels* k, int slot, const int* host, size_t n) {
@@ -145,17 +148,22 @@ static size_t cuda_kernels_scratch_bytes(const CudaKernelsShape* s, AttentionImp
 }
 
 // The cuda table on `stream`; host waits go through host_wait(host_wait_ctx, ...).
+// gelu_fusion: cuda_matmul.cuh's level; with recomputable_gelu the forward's GELU runs as
+// the kernel gelu_forward runs, never in the epilogue, so that a recomputed GELU output
+// (activation recompute) equals the forward's bit for bit.
 static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)(void*, cudaStream_t, const char*),
-                              void* host_wait_ctx, AttentionImpl attention, int gelu_fusion, const CudaKernelsShape* s) {
+                              void* host_wait_ctx, AttentionImpl attention, int gelu_fusion, int recomputable_gelu,
+                              const CudaKernelsShape* s) {
     memset(k, 0, sizeof(*k));
     CudaKernels* cd = (CudaKernels*)calloc(1, sizeof(CudaKernels));
     cd->stream = stream;
     cd->host_wait = host_wait;
     cd->host_wait_ctx = host_wait_ctx;
-    cd->attention = attention;
+    attention_context_init(&cd->attn, attention);
     cd->vocab = s->vocab;
     matmul_context_init(&cd->mm);
     matmul_set_gelu_fusion(&cd->mm, gelu_fusion);
+    if (recomputable_gelu) cd->mm.fuse_gelu_forward = 0;
     cd->device_bytes += cd->mm.workspace_bytes;
     cd->scratch_bytes = cuda_kernels_scratch_bytes(s, attention);
     CUDA_CHECK(cudaMalloc(&cd->scratch, cd->scratch_bytes));
@@ -183,6 +191,7 @@ static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)
     k->attention_forward = cuda_op_attention_forward;
     k->attention_backward = cuda_op_attention_backward;
     k->crossentropy = cuda_op_crossentropy;
+    k->gelu_forward = cuda_op_gelu_forward;
     k->zero = cuda_op_zero;
     k->tokens = cuda_op_tokens;
     k->to_host_async = cuda_op_to_host_async;

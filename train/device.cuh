@@ -139,8 +139,8 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     AttentionImpl attention;
     int hs = c->channels / c->num_heads;
     if (!strcmp(o->attention, "auto")) attention = attention_flash_supports(hs) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
-    else if (!strcmp(o->attention, "flash") && !attention_flash_supports(hs))
-        fatal_agreed(pg, "--attention flash supports head sizes 64 and 128, this model's is %d; use --attention cublas", hs);
+    else if (strcmp(o->attention, "cublas") && !attention_flash_supports(hs))
+        fatal_agreed(pg, "--attention %s supports head sizes 64 and 128, this model's is %d; use --attention cublas", o->attention, hs);
     else attention = (AttentionImpl)attention_impl_from_name(o->attention);
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
@@ -158,16 +158,21 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     fsdp_backend_cuda_init(&d->backend, pg, max_ops, &bc);
     free(op_padded);
     CudaKernelsShape shape = {B, T, c->channels, c->num_heads, c->vocab_size, c->padded_vocab_size};
-    kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, attention, o->gelu_fusion, &shape);
+    // Selective recompute rebuilds the GELU output with the GELU kernel: the forward must have
+    // made it that way too (its epilogue form differs in the last bits).
+    const int recomputable_gelu = o->recompute == RECOMPUTE_SELECTIVE;
+    kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, attention, o->gelu_fusion, recomputable_gelu,
+                      &shape);
 
     d->name = "cuda";
     d->impl = st;
     snprintf(d->gpu_name, sizeof(d->gpu_name), "%s", prop.name);
     snprintf(d->description, sizeof(d->description),
-             "GPU %d of %d: %s, %.1f GiB, sm_%d%d | collectives %s (%s), reduce %s | attention %s, gelu fusion %d", gpu, gpus,
+             "GPU %d of %d: %s, %.1f GiB, sm_%d%d | collectives %s (%s), reduce %s | attention %s, gelu fusion %d%s", gpu, gpus,
              prop.name, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
              bc.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why, o->reduce_fp32 ? "fp32" : "bf16",
-             attention_impl_name(attention), o->gelu_fusion);
+             attention_impl_name(attention), o->gelu_fusion,
+             recomputable_gelu && o->gelu_fusion > 0 ? " (backward only: selective recompute)" : "");
     size_t workspace = kernels_cuda_workspace_bytes(&d->kernels);
     d->device_lines[0] = (MemoryLine){"collective buffers (backend)", fsdp_backend_cuda_device_bytes(&d->backend)};
     d->device_lines[1] = (MemoryLine){"cuBLASLt workspace", workspace};

@@ -15,14 +15,20 @@
 extern "C" {
 #endif
 
+// Activation recompute (--recompute): none keeps every block's activations for its backward;
+// selective keeps the matmul and attention outputs and recomputes the LayerNorm and GELU
+// outputs; full keeps each block's input only and reruns the block's forward in its backward.
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
+
 // How to build the device (from the command line).
 typedef struct {
     int cuda;                  // 0: the cpu device
     const char* comm;          // cuda: "auto", "nccl" or "mpi"
     int reduce_fp32;           // cuda: reduce-scatter gradients in fp32 instead of bf16
-    const char* attention;     // cuda: "auto", "flash" or "cublas"
+    const char* attention;     // cuda: "auto", "flash", "flash1" or "cublas"
     int gelu_fusion;           // cuda: 0 none, 1 forward, 2 forward + backward (cuda_matmul.cuh)
     uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
+    Recompute recompute;       // cuda, selective: the forward's GELU must be recomputable exactly
 } DeviceOptions;
 
 // A line of the memory budget: what, and how many bytes.

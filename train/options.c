@@ -14,10 +14,13 @@ void print_usage(void) {
 "usage: train_gpt [options]     (launch several ranks with mpirun -np N or srun)\n"
 "\n"
 "data\n"
-"  -i, --train-data GLOB        training token shards (llm.c format) [data/tinyshakespeare/tiny_shakespeare_train.bin]\n"
-"  -j, --val-data GLOB          validation shards; \"\" disables validation [data/tinyshakespeare/tiny_shakespeare_val.bin]\n"
+"  -i, --train-data GLOB        training token shards (llm.c format) [" DEFAULT_TRAIN_DATA "]\n"
+"  -j, --val-data GLOB          validation shards; \"\" disables validation [" DEFAULT_VAL_DATA " when\n"
+"                               -i is not given (or names that default), else none: no validation]\n"
 "      --shuffle 0|1            permute shards and sequence windows every epoch (seeded) [0]\n"
-"  -o, --output DIR             write DIR/metrics.jsonl (one JSON object per step)\n"
+"  -o, --output DIR             write DIR/metrics.jsonl (one JSON object per step); the run holds\n"
+"                               DIR/train_gpt.lock (and its checkpoint directory's) while it lasts:\n"
+"                               a second run on that directory is refused, naming the holder\n"
 "model\n"
 "  -m, --model dN               GPT-2 preset: N layers (d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1558M) [d12]\n"
 "      --layers N --channels N --heads N   any other shape (override the preset)\n"
@@ -29,7 +32,8 @@ void print_usage(void) {
 "  -b, --batch-size N           micro-batch per rank, in sequences [4]\n"
 "  -t, --seq-len N              sequence length [1024]\n"
 "  -d, --total-batch-tokens N   tokens per optimizer step, all ranks; gradient accumulation\n"
-"                               makes up the difference [batch x seq-len x world]\n"
+"                               makes up the difference: a multiple of batch x seq-len x world, at\n"
+"                               most 2^31-1 times it [batch x seq-len x world]\n"
 "  -x, --max-steps N            optimizer steps; -1 = one epoch of the training data [-1]\n"
 "  -l, --lr F                   peak learning rate [3e-4]\n"
 "  -u, --warmup-steps N         linear warmup [0]\n"
@@ -70,11 +74,17 @@ void print_usage(void) {
 "                               may share a GPU, which NCCL refuses) [nccl when every local rank has\n"
 "                               its own GPU, else mpi]\n"
 "      --reduce-dtype bf16|fp32 cuda: dtype of the gradient reduce-scatter [bf16]\n"
-"      --attention flash|cublas cuda: fused flash attention, or the cuBLAS reference path [flash where\n"
+"      --attention flash|flash1|cublas\n"
+"                               cuda: fused flash attention (FlashAttention-2's tiling), flash1 (the\n"
+"                               previous flash kernels), or the cuBLAS reference path [flash where\n"
 "                               the head size is 64 or 128, else cublas]\n"
 "      --gelu-fusion 0|1|2      cuda: the GELU in cuBLASLt's matmul epilogue: 0 never (a kernel of its\n"
 "                               own), 1 forward, 2 forward and backward; where cuBLASLt has no such\n"
 "                               algorithm, the run says so and uses the kernel [2]\n"
+"      --recompute none|selective|full   activation recompute in the backward: selective rebuilds the\n"
+"                               LayerNorm and GELU outputs, full reruns each block's forward from its\n"
+"                               input; same results bit for bit, less activation memory (cuda,\n"
+"                               selective: the forward's GELU runs as a kernel, not in the epilogue) [none]\n"
 "      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
 "      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
 "      --profile-step N         after step N, print where its time went: matmuls, attention, layernorm,\n"
@@ -94,7 +104,9 @@ void print_usage(void) {
 "                               N such steps in a row end the run [10]\n"
 "signals\n"
 "      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
-"      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue.\n"
+"      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue. Before\n"
+"      the first step (setup: nothing to save yet) either ends the process at once, with status\n"
+"      128 + the signal (143 for SIGTERM, 138 for SIGUSR1).\n"
 "  -h, --help                   this text\n");
 }
 
@@ -132,13 +144,13 @@ enum {
     OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
-    OPT_PROFILE_STEP, OPT_GELU_FUSION,
+    OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     memset(o, 0, sizeof(*o));
-    o->train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
-    o->val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
+    o->train_data = DEFAULT_TRAIN_DATA;
+    o->val_data = DEFAULT_VAL_DATA;
     o->model = NULL;
     o->batch_size = 4; o->seq_len = 1024; o->total_batch_tokens = -1; o->max_steps = -1;
     o->lr = 3e-4f; o->final_lr_frac = 0.1f; o->weight_decay = 0.1f;
@@ -193,15 +205,16 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"comm", required_argument, 0, OPT_COMM}, {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
         {"attention", required_argument, 0, OPT_ATTENTION},
         {"gelu-fusion", required_argument, 0, OPT_GELU_FUSION},
+        {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
-    int ch, r = 0;
+    int ch, r = 0, val_given = 0;
     long seed = 0;
     while ((ch = getopt_long(argc, argv, ":i:j:o:m:e:b:t:d:x:l:u:q:c:v:s:g:h", longopts, NULL)) != -1) {
         switch (ch) {
         case 'i': o->train_data = optarg; break;
-        case 'j': o->val_data = optarg; break;
+        case 'j': o->val_data = optarg; val_given = 1; break;
         case 'o': o->output_dir = optarg; break;
         case 'm': o->model = optarg; break;
         case OPT_LAYERS: r = parse_int("--layers", optarg, 1, 1000, &o->layers, e); break;
@@ -293,11 +306,17 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             else { snprintf(e->msg, sizeof(e->msg), "--reduce-dtype: expected bf16 or fp32, got '%s'", optarg); r = 1; }
             break;
         case OPT_ATTENTION:
-            if (strcmp(optarg, "flash") && strcmp(optarg, "cublas")) {
-                snprintf(e->msg, sizeof(e->msg), "--attention: expected flash or cublas, got '%s'", optarg); r = 1;
+            if (strcmp(optarg, "flash") && strcmp(optarg, "flash1") && strcmp(optarg, "cublas")) {
+                snprintf(e->msg, sizeof(e->msg), "--attention: expected flash, flash1 or cublas, got '%s'", optarg); r = 1;
             }
             o->attention = optarg;
             if (!o->cuda_only_flag) o->cuda_only_flag = "--attention";
+            break;
+        case OPT_RECOMPUTE:
+            if (!strcmp(optarg, "none")) o->recompute = 0;
+            else if (!strcmp(optarg, "selective")) o->recompute = 1;
+            else if (!strcmp(optarg, "full")) o->recompute = 2;
+            else { snprintf(e->msg, sizeof(e->msg), "--recompute: expected none, selective or full, got '%s'", optarg); r = 1; }
             break;
         case OPT_GELU_FUSION:
             r = parse_int("--gelu-fusion", optarg, 0, 2, &o->gelu_fusion, e);
@@ -310,6 +329,33 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         if (r) return 1;
     }
     if (optind < argc) { snprintf(e->msg, sizeof(e->msg), "unexpected argument '%s'", argv[optind]); return 1; }
+    // The default validation shard belongs to the default training data: with other data
+    // and no -j it would validate on Tiny Shakespeare (or fail on a file the user never named).
+    if (!val_given && strcmp(o->train_data, DEFAULT_TRAIN_DATA) != 0) o->val_data = NULL;
+    return 0;
+}
+
+int check_batch_split(const Options* o, int world, ParseError* e) {
+    // B, T <= 2^20 (parse_options) and world >= 1: B x T fits; x world may not.
+    long bt = (long)o->batch_size * o->seq_len;
+    if (world < 1 || bt > LONG_MAX / world) {
+        snprintf(e->msg, sizeof(e->msg), "--batch-size %d x --seq-len %d x world size %d overflows the token count",
+                 o->batch_size, o->seq_len, world);
+        return 1;
+    }
+    long local = bt * world;
+    long total = o->total_batch_tokens > 0 ? o->total_batch_tokens : local;
+    if (total % local != 0) {
+        snprintf(e->msg, sizeof(e->msg), "--total-batch-tokens %ld is not a multiple of batch-size x seq-len x world size (%d x %d x %d = %ld)",
+                 total, o->batch_size, o->seq_len, world, local);
+        return 1;
+    }
+    // The accumulation count is an int (and the loop runs it): more would wrap around.
+    if (total / local > INT_MAX) {
+        snprintf(e->msg, sizeof(e->msg), "--total-batch-tokens %ld needs %ld accumulation steps of batch-size x seq-len x world size "
+                 "(%d x %d x %d = %ld), more than %d", total, total / local, o->batch_size, o->seq_len, world, local, INT_MAX);
+        return 1;
+    }
     return 0;
 }
 

@@ -13,9 +13,13 @@
 extern "C" {
 #endif
 
+// The data used when -i is not given; -j defaults to DEFAULT_VAL_DATA only then.
+#define DEFAULT_TRAIN_DATA "data/tinyshakespeare/tiny_shakespeare_train.bin"
+#define DEFAULT_VAL_DATA "data/tinyshakespeare/tiny_shakespeare_val.bin"
+
 typedef struct {
     const char* train_data;
-    const char* val_data;
+    const char* val_data;        // NULL or "": no validation
     const char* output_dir;
     const char* model;
     int layers, channels, heads, max_seq;
@@ -37,7 +41,8 @@ typedef struct {
     const char* comm;            // cuda: "auto", "nccl" or "mpi"
     int reduce_fp32;             // cuda: --reduce-dtype fp32
     const char* cuda_only_flag;  // the first cuda-only flag given (--comm, --attention, ...)
-    const char* attention;       // cuda: "auto", "flash" or "cublas"
+    const char* attention;       // cuda: "auto", "flash", "flash1" or "cublas"
+    int recompute;               // --recompute: 0 none, 1 selective, 2 full (train/device.h's Recompute)
     int gelu_fusion;             // cuda: --gelu-fusion
     int threads;
     int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
@@ -58,6 +63,10 @@ typedef struct { char msg[512]; } ParseError;
 void print_usage(void);
 // Returns 0 to run, 1 on an error (message in e), 2 for --help.
 int parse_options(int argc, char** argv, Options* o, ParseError* e);
+// The batch split at `world` ranks: --total-batch-tokens must be a multiple of batch x
+// seq-len x world, and the quotient (gradient accumulation steps) must fit an int. 0, or 1
+// with the message in e. Call once the world size is known, before dividing.
+int check_batch_split(const Options* o, int world, ParseError* e);
 // Resolves the model shape from the flags or the --init-from file (whose version, 3 or 5, it
 // returns). 0 or an error in e.
 int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e);

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Bad input gets a clear one-line error naming the file or flag and a non-zero exit: never a
-# crash, a hang or a silently wrong run.
+# crash, a hang or a silently wrong run. Also: shards that are FIFOs or shrink while training,
+# batch splits beyond an int of accumulation steps, -j's default, the run-directory lock, and
+# stop signals during setup (they end the process at once) and training (a checkpoint, 75).
+# TRAIN_GPT names the binary (dev/test/test_asan.sh reruns this file with the sanitizer build).
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
+TRAIN_GPT=${TRAIN_GPT:-./train_gpt}
+REPO=$(pwd)
+case "$TRAIN_GPT" in /*) ;; *) TRAIN_GPT=$REPO/${TRAIN_GPT#./} ;; esac   # also from another cwd
 tiny=(--device cpu --layers 1 --channels 32 --heads 2 --max-seq 32 -b 2 -t 16 -x 1 -v 0 --threads 1)
-T=(./train_gpt "${tiny[@]}")
+T=("$TRAIN_GPT" "${tiny[@]}")
 
 # Malformed token shards, made on the spot.
 $PYTHON - "$out" "$TRAIN_SHARD" <<'PY'
@@ -48,10 +54,15 @@ expect_error "truncated shard header"    "truncated_header.bin: truncated header
 expect_error "token out of vocabulary"   "token_out_of_range.bin: token 60000 at position 3 is outside the vocabulary" "${T[@]}" -i "$out/token_out_of_range.bin"
 expect_error "shard shorter than T+1"    "no shard holds 17 tokens"             "${T[@]}" -i "$out/too_short.bin"
 mkdir -p "$out/unreadable.bin"
-expect_error "unreadable shard"          "unreadable.bin: (truncated header|cannot)" "${T[@]}" -i "$out/unreadable.bin"
+expect_error "a directory as a shard"    "unreadable.bin: not a regular file \(a directory\)" "${T[@]}" -i "$out/unreadable.bin"
+# A FIFO nobody writes: opening it for reading would block forever (timeout: a hang fails).
+mkfifo "$out/fifo.bin"
+expect_error "a FIFO as a shard"         "fifo.bin: not a regular file \(a FIFO\)" timeout 30 "${T[@]}" -i "$out/fifo.bin"
+expect_error "a FIFO as a validation shard" "--val-data: .*fifo.bin: not a regular file \(a FIFO\)" \
+    timeout 30 "${T[@]}" -i "$TRAIN_SHARD" -j "$out/fifo.bin" -v 1
 expect_error "bad validation shard"      "--val-data: .*bad_magic.bin: bad magic" "${T[@]}" -i "$TRAIN_SHARD" -j "$out/bad_magic.bin" -v 1
 
-init=(./train_gpt --device cpu -b 2 -t 16 -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD")
+init=("$TRAIN_GPT" --device cpu -b 2 -t 16 -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD")
 expect_error "missing model file"        "nope.bin: cannot open"               "${init[@]}" --init-from "$out/nope.bin"
 expect_error "--init-from with a shape"  "--init-from .* defines the model shape" "${T[@]}" -i "$TRAIN_SHARD" --init-from "$out/model_truncated.bin"
 expect_error "model file bad magic"      "model_bad_magic.bin: bad magic 1"    "${init[@]}" --init-from "$out/model_bad_magic.bin"
@@ -59,12 +70,12 @@ expect_error "model file bad version"    "model_bad_version.bin: unsupported ver
 expect_error "model file truncated"      "model_truncated.bin: .* bytes, but its header's model needs" "${init[@]}" --init-from "$out/model_truncated.bin"
 
 expect_error "unknown flag"              "unknown option '--bogus'"            "${T[@]}" -i "$TRAIN_SHARD" --bogus
-expect_error "flag without value"        "-b needs a value|--batch-size needs a value" ./train_gpt --batch-size
+expect_error "flag without value"        "-b needs a value|--batch-size needs a value" "$TRAIN_GPT" --batch-size
 expect_error "non-numeric value"         "--batch-size: expected an integer, got 'abc'" "${T[@]}" --batch-size abc
 expect_error "out-of-range value"        "--batch-size: 0 is out of range"     "${T[@]}" -b 0
 expect_error "bad float"                 "--lr: expected a number, got '1e-3x'" "${T[@]}" --lr 1e-3x
-expect_error "unknown preset"            "--model: unknown preset 'gpt5'"      ./train_gpt --device cpu -m gpt5
-expect_error "heads do not divide"       "--channels 30 is not a multiple of --heads 4" ./train_gpt --device cpu --layers 1 --channels 30 --heads 4
+expect_error "unknown preset"            "--model: unknown preset 'gpt5'"      "$TRAIN_GPT" --device cpu -m gpt5
+expect_error "heads do not divide"       "--channels 30 is not a multiple of --heads 4" "$TRAIN_GPT" --device cpu --layers 1 --channels 30 --heads 4
 expect_error "seq-len above max-seq"     "--seq-len 64 exceeds the model's 32 positions" "${T[@]}" -t 64
 expect_error "batch does not divide"     "--total-batch-tokens 100 is not a multiple of batch-size x seq-len x world size \(2 x 16 x 1 = 32\)" "${T[@]}" -d 100
 expect_error "bad device"                "--device: expected auto, cpu or cuda, got 'tpu'" "${T[@]}" --device tpu
@@ -82,7 +93,7 @@ expect_error "shard group does not divide" "--shard-group-size 2 does not divide
     run_np 3 "${T[@]}" -i "$TRAIN_SHARD" --shard-group-size 2
 expect_error "torchrun env without a rendezvous" "the torchrun environment says rank 0 of 2 but there is no MPI world.*--rendezvous" \
     env RANK=0 WORLD_SIZE=2 "${T[@]}" -i "$TRAIN_SHARD"
-if ./train_gpt --help | grep -q -- "--total-batch-tokens"; then ok "--help lists the options"; else not_ok "--help"; fi
+if "$TRAIN_GPT" --help | grep -q -- "--total-batch-tokens"; then ok "--help lists the options"; else not_ok "--help"; fi
 
 # Launcher detection: the launcher's variables are read; several ranks need an MPI world or
 # a rendezvous.
@@ -113,9 +124,128 @@ expect_error "--rendezvous file: without a directory" "--rendezvous file:: the d
 expect_error "--peak-tflops out of range" "--peak-tflops: 0 is out of range" "${launch[@]}" --peak-tflops 0
 expect_error "--comm unknown" "--comm: expected nccl or mpi, got 'gloo'" "${launch[@]}" --comm gloo
 expect_error "--reduce-dtype unknown" "--reduce-dtype: expected bf16 or fp32, got 'fp16'" "${launch[@]}" --reduce-dtype fp16
-expect_error "--attention unknown" "--attention: expected flash or cublas, got 'xformers'" "${launch[@]}" --attention xformers
+expect_error "--attention unknown" "--attention: expected flash, flash1 or cublas, got 'xformers'" "${launch[@]}" --attention xformers
 expect_error "--comm on the cpu device" "--comm applies to the cuda device only, and this run is on the cpu device" \
     "${launch[@]}" --device cpu --comm nccl
 expect_error "--attention on the cpu device" "--attention applies to the cuda device only" "${launch[@]}" --device cpu --attention cublas
 expect_error "--gelu-fusion out of range" "--gelu-fusion: 3 is out of range" "${launch[@]}" --gelu-fusion 3
 expect_error "--gelu-fusion on the cpu device" "--gelu-fusion applies to the cuda device only" "${launch[@]}" --device cpu --gelu-fusion 0
+
+# --- Shards changing under a run, batch splits, -j's default, the run lock, stop signals ---
+
+# wait_for FILE PATTERN: up to 20 s for a line matching PATTERN (grep -E) in FILE.
+wait_for() { for _ in $(seq 400); do grep -qE -- "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+# status_of PID: waits for it (at most 30 s, then kills it) and sets RC to its exit status,
+# or "hung".
+status_of() {
+    local pid=$1
+    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; wait "$pid" 2>/dev/null; RC=hung; return; fi
+    wait "$pid"; RC=$?
+}
+
+# A shard truncated while the run reads it: reads are pread()s, so the next read past the new
+# end is an error naming the shard, where a memory mapping of it would kill the rank (SIGBUS).
+cp "$TRAIN_SHARD" "$out/shrinking.bin"
+"${T[@]}" -i "$out/shrinking.bin" -x 100000 > "$out/shrink.log" 2>&1 &
+pid=$!
+wait_for "$out/shrink.log" "^step +3/"
+truncate -s 4096 "$out/shrinking.bin"
+status_of $pid; rc=$RC
+if [ "$rc" = 1 ] && grep -qE "shrinking.bin: (truncated|changed) while training" "$out/shrink.log"; then
+    ok "a shard truncated while training is named (status 1): $(grep -m1 -oE "shrinking.bin: .*" "$out/shrink.log" | head -c 150)"
+else
+    not_ok "a shard truncated while training: status $rc: $(tail -n 2 "$out/shrink.log" | tr '\n' ' ')"
+fi
+
+# -d beyond an int of accumulation steps: refused (it used to train 0 micro-steps, loss 0).
+expect_error "-d 2^62: too many accumulation steps" \
+    "--total-batch-tokens 4611686018427387904 needs 144115188075855872 accumulation steps of batch-size x seq-len x world size \(2 x 16 x 1 = 32\), more than 2147483647" \
+    "${T[@]}" -i "$TRAIN_SHARD" -d 4611686018427387904
+expect_error "-d 96 x 2^55 over 3 ranks" "needs 36028797018963968 accumulation steps of batch-size x seq-len x world size \(2 x 16 x 3 = 96\)" \
+    run_np 3 "${T[@]}" -i "$TRAIN_SHARD" -d 3458764513820540928
+
+# -j unset with -i naming other data: no validation. From a directory without data/, where
+# the default validation shard would not exist (it used to fail on that flag never given).
+mkdir -p "$out/elsewhere"
+log="$out/no_j.log"
+if (cd "$out/elsewhere" && "${T[@]}" -i "$TRAIN_SHARD" -v 1 > "$log" 2>&1) && ! grep -q "val loss\|val-data" "$log"; then
+    ok "-i without -j: no validation (and no error about -j)"
+else
+    not_ok "-i without -j: $(tail -n 2 "$log" | tr '\n' ' ')"
+fi
+if "$TRAIN_GPT" --help | grep -q -- "-i is not given (or names that default), else none: no validation"; then
+    ok "--help says when -j defaults to Tiny Shakespeare's validation shard"
+else not_ok "--help does not document -j's default"; fi
+
+# The run lock: a second launch on a directory in use is refused, naming the holder (pid,
+# host); the holder then stops on SIGTERM in training as before (checkpoint, status 75).
+run_dir="$out/locked_run"
+"${T[@]}" -i "$TRAIN_SHARD" -x 100000 -o "$run_dir" > "$out/holder.log" 2>&1 &
+holder=$!
+if wait_for "$out/holder.log" "^step +2/"; then
+    expect_error "a second launch on a run directory in use" \
+        "-o $run_dir: the run directory is in use by another job \(pid $holder host $(hostname)" "${T[@]}" -i "$TRAIN_SHARD" -o "$run_dir"
+    expect_error "a second launch on its checkpoint directory (--ckpt-dir)" \
+        "checkpoint directory $run_dir/ckpt: the run directory is in use by another job \(pid $holder " "${T[@]}" -i "$TRAIN_SHARD" --ckpt-dir "$run_dir/ckpt"
+    expect_error "a second launch of 2 ranks on a run directory in use" \
+        "-o $run_dir: the run directory is in use by another job \(pid $holder " run_np 2 "${T[@]}" -i "$TRAIN_SHARD" -o "$run_dir"
+else
+    not_ok "run lock: the first run did not start: $(tail -n 2 "$out/holder.log" | tr '\n' ' ')"
+fi
+kill -TERM $holder
+status_of $holder; rc=$RC
+if [ "$rc" = 75 ] && grep -q "stop signal received: saving a checkpoint" "$out/holder.log"; then
+    ok "SIGTERM in training: checkpoint and status 75"
+else not_ok "SIGTERM in training: status $rc: $(tail -n 2 "$out/holder.log" | tr '\n' ' ')"; fi
+if "${T[@]}" -i "$TRAIN_SHARD" -o "$run_dir" > "$out/after.log" 2>&1; then ok "the run directory is free once its job has ended"
+else not_ok "relaunch after the holder ended: $(tail -n 2 "$out/after.log" | tr '\n' ' ')"; fi
+
+# A stop signal during setup ends the process at once, with status 128 + signal and a line
+# saying so: here rank 0 of 2 waits in the rendezvous for a rank 1 that never comes.
+port=$($PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+for sig in TERM USR1; do
+    log="$out/setup_$sig.log"
+    RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        "${T[@]}" -i "$TRAIN_SHARD" --comm-timeout 120 > "$log" 2>&1 &
+    pid=$!
+    sleep 1
+    t0=$(date +%s.%N)
+    kill -$sig $pid
+    status_of $pid; rc=$RC
+    secs=$(echo "$(date +%s.%N) - $t0" | bc)
+    want=$((128 + $(kill -l $sig)))
+    if [ "$rc" = "$want" ] && grep -q "stopped by SIG$sig during setup" "$log" && [ "$(echo "$secs < 5" | bc)" = 1 ]; then
+        ok "SIG$sig during setup (blocked in the rendezvous) ends the process in $(printf %.1f "$secs") s with status $rc"
+    else
+        not_ok "SIG$sig during setup: status $rc after $secs s: $(tail -n 2 "$log" | tr '\n' ' ')"
+    fi
+done
+# Blocked opening a file after the world has formed (a FIFO as the tokenizer's encoder.json):
+# SIGTERM ends it at once (it used to be noted for a first step never reached). A tokenizer
+# that refuses the FIFO by itself is fine too; a run still there 5 s after the signal is not.
+mkdir -p "$out/fifo_tok"
+mkfifo "$out/fifo_tok/encoder.json"
+touch "$out/fifo_tok/vocab.bpe"
+log="$out/setup_fifo.log"
+"${T[@]}" -i "$TRAIN_SHARD" -s 1 --tokenizer-dir "$out/fifo_tok" > "$log" 2>&1 &
+pid=$!
+sleep 1.5
+if ! kill -0 $pid 2>/dev/null; then
+    status_of $pid; rc=$RC
+    if [ "$rc" != 0 ] && grep -q "encoder.json" "$log"; then ok "a FIFO as encoder.json is refused (status $rc)"
+    else not_ok "a FIFO as encoder.json: status $rc: $(tail -n 2 "$log" | tr '\n' ' ')"; fi
+else
+    kill -TERM $pid
+    status_of $pid; rc=$RC
+    if [ "$rc" = 143 ] && grep -q "stopped by SIGTERM during setup" "$log"; then
+        ok "SIGTERM while blocked opening a FIFO during setup ends the process (status 143)"
+    else not_ok "SIGTERM while blocked opening a FIFO during setup: status $rc: $(tail -n 2 "$log" | tr '\n' ' ')"; fi
+fi
+
+# --top-k 50257 (every token): the selection is O(V log k); it took ~4.5 s per token.
+log="$out/topk.log"
+t0=$(date +%s.%N)
+if timeout 60 "${T[@]}" -i "$TRAIN_SHARD" -s 1 -g 12 --top-k 50257 > "$log" 2>&1 && grep -q "^sample (step 1)" "$log"; then
+    ok "--top-k 50257: a 12-token sample in $(printf %.1f "$(echo "$(date +%s.%N) - $t0" | bc)") s (the whole run)"
+else not_ok "--top-k 50257: $(tail -n 2 "$log" | tr '\n' ' ')"; fi

@@ -75,6 +75,53 @@ print(f"{status} - sharded state per rank falls as 1/W: shards {s1:.1f} -> {s4:.
 PY
 fi
 
+# Activation recompute: the backward rebuilds what was not kept with the forward's kernels on
+# the same inputs, so the losses are bitwise those of the run that keeps everything, at any
+# W and with accumulation (np=1 reference, np=2 with 3 micro-steps against np2_accum3).
+run recompute_full 1 -b 12 --recompute full &&
+    $PYTHON dev/test/compare_losses.py "--recompute full == none, np=1 (bitwise)" "$out/ref/metrics.jsonl" "$out/recompute_full/metrics.jsonl" --exact
+run recompute_selective 1 -b 12 --recompute selective &&
+    $PYTHON dev/test/compare_losses.py "--recompute selective == none, np=1 (bitwise)" "$out/ref/metrics.jsonl" "$out/recompute_selective/metrics.jsonl" --exact
+run np2_accum3_full 2 -b 2 --recompute full &&
+    $PYTHON dev/test/compare_losses.py "--recompute full == none, np=2 with 3 micro-steps (bitwise)" "$out/np2_accum3/metrics.jsonl" "$out/np2_accum3_full/metrics.jsonl" --exact
+run np3_selective_units2 3 -b 4 --recompute selective --fsdp-unit-layers 2 &&
+    $PYTHON dev/test/compare_losses.py "--recompute selective, np=3, 2-block units (within 1e-5 of np=1)" "$out/ref/metrics.jsonl" "$out/np3_selective_units2/metrics.jsonl" --rtol $RTOL
+
+# What recompute saves, measured: resident memory after setup (the activations are allocated
+# and touched by then) against the printed budget, on a model whose activations dominate
+# (8 blocks of 256 channels, 8 x 128 tokens). Per block and token, none keeps 16 C values
+# (ln1, qkv 3C, atty, residual2, ln2, fch 4C, fch_gelu 4C, residual3) plus statistics,
+# selective drops ln1, ln2 and fch_gelu (6 C), full keeps residual3 only; the drop of the
+# activations line must be (L - 1) x what a block no longer keeps, and the resident drop the
+# budget's (within 10%).
+rc_args=(./train_gpt --device cpu --layers 8 --channels 256 --heads 4 --max-seq 128 -b 8 -t 128 -x 1 -v 0
+         -i "$TRAIN_SHARD" --threads 1)
+rc_none=$(run_np 1 "${rc_args[@]}" 2>&1); rc_sel=$(run_np 1 "${rc_args[@]}" --recompute selective 2>&1)
+rc_full=$(run_np 1 "${rc_args[@]}" --recompute full 2>&1)
+vals=()
+for o in "$rc_none" "$rc_sel" "$rc_full"; do
+    vals+=("$(mib "$o" '  activations')" "$(mib "$o" '  total')" "$(mib "$o" 'resident after setup')")
+done
+if [[ " ${vals[*]} " == *"  "* ]] || [ ${#vals[@]} -ne 9 ]; then
+    not_ok "recompute memory: could not read the budget or the resident figure: $(tail -n 2 <<<"$rc_full" | tr '\n' ' ')"
+else
+    $PYTHON - "${vals[@]}" <<'PY'
+import sys
+a0, t0, r0, a1, t1, r1, a2, t2, r2 = map(float, sys.argv[1:])
+L, C, BT, NH = 8, 256, 8 * 128, 4
+MiB = 1024 * 1024
+# fp32 per value; statistics: 4 floats per row (two LayerNorms), lse NH per row
+sel_drop = (L - 1) * BT * 6 * C * 4 / MiB
+full_drop = (L - 1) * BT * (15 * C + 4 + NH) * 4 / MiB
+ok = abs((a0 - a1) - sel_drop) < 0.2 and abs((a0 - a2) - full_drop) < 0.2
+rs = [(r0 - r) / (t0 - t) for r, t in ((r1, t1), (r2, t2))]
+ok = ok and all(0.9 < x < 1.1 for x in rs)
+print(("ok" if ok else "not ok") + f" - recompute memory: activations {a0:.1f} / {a1:.1f} / {a2:.1f} MiB (none / selective / full; "
+      f"formula drops {sel_drop:.1f}, {full_drop:.1f}); resident after setup {r0:.1f} / {r1:.1f} / {r2:.1f} MiB, "
+      f"measured drop / budget drop = {rs[0]:.2f}, {rs[1]:.2f}")
+PY
+fi
+
 # A rank killed with SIGKILL mid-run: the job must end (non-zero) promptly, not hang.
 death_dir="$out/death"
 run_np 3 ./train_gpt --device cpu --layers 2 --channels 64 --heads 2 --max-seq 64 -b 2 -t 16 -x 100000 -v 0 \

@@ -138,7 +138,22 @@ stalled_rank() {  # stalled_rank NAME PATTERN LAUNCH...
 }
 stalled_rank "mpirun np=2" "did not complete within --comm-timeout 4 s" run_np 2 ./train_gpt
 job=$((job + 1))
-stalled_rank "Slurm np=2 tcp" "made no progress for [0-9.]+ s" env SLURM_JOB_ID=$job timeout 120 "$SRUN" -n 2 --kill-on-bad-exit=1 ./train_gpt --rendezvous "file:$TEST_TMP/rdv"
+stalled_rank "Slurm np=2 tcp" "rank 1 made no progress for [0-9.]+ s" env SLURM_JOB_ID=$job timeout 120 "$SRUN" -n 2 --kill-on-bad-exit=1 ./train_gpt --rendezvous "file:$TEST_TMP/rdv"
+# Three ranks over TCP, each left to end by itself (no --kill-on-bad-exit): rank 1 hangs
+# before step 3, and every rank's message names rank 1, none a healthy rank (in a ring, the
+# rank after the one waiting for rank 1 waits for a healthy rank: it must learn the name).
+job=$((job + 1))
+out="$TEST_TMP/stall_np3"
+t0=$(date +%s.%N)
+FSDP_TEST_STALL=1:3 env SLURM_JOB_ID=$job timeout 120 "$SRUN" -n 3 ./train_gpt --rendezvous "file:$TEST_TMP/rdv" \
+    "${TINY[@]}" -x 50 --comm-timeout 4 > "$out.log" 2>&1
+rc=$?; secs=$(echo "$(date +%s.%N) - $t0" | bc)
+named=$(grep -cE "^error: \[rank [012]\] comm tcp: .*rank 1( \(this rank\))? made no progress" "$out.log")
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$named" -eq 3 ] && ! grep -qE "rank [02] made no progress|waiting for rank [02]" "$out.log"; then
+    ok "Slurm np=3 tcp: rank 1 hangs at step 3 -> all 3 ranks name rank 1 and end in $(printf %.1f "$secs") s (status $rc)"
+else
+    not_ok "Slurm np=3 tcp: stalled rank 1: status $rc after $secs s, $named of 3 ranks name rank 1: $(grep '^error' "$out.log" | tr '\n' ' ' | head -c 600)"
+fi
 
 # 4. Non-finite steps: skipped (no update) and logged; --max-bad-steps in a row abort.
 out="$TEST_TMP/nan"

@@ -18,7 +18,8 @@
 #   - np=2 ranks (collectives staged through pinned host memory over MPI) vs np=1 within 1e-2,
 #     also with --reduce-dtype fp32 and as HSDP (2 replicas); 2 micro-steps with
 #     --no-grad-sync-until-last vs 1 within 1e-2;
-#   - --attention cublas vs flash within 2%; sampling and validation run on cuda;
+#   - --attention cublas vs flash within 2%, --attention flash1 (the previous flash kernels)
+#     vs flash within 2% too; sampling and validation run on cuda;
 #   - --gelu-fusion 0 (the GELU kernels) vs the cuBLASLt GELU epilogues within 1e-2; with
 #     EMU_CUBLASLT_NO_GELU=1 (no algorithm for those epilogues) the run says so for the forward
 #     and the backward and equals --gelu-fusion 0 bitwise;
@@ -216,9 +217,12 @@ lane3=$!
 cpu cpu_ref 1 -b 2 -o "$TMP/cpu_ref"
 cuda cuda_again 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_again"
 cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
+cuda cuda_flash1 1 -b 2 --attention flash1 -o "$TMP/cuda_flash1"
 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
 cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
 EMU_CUBLASLT_NO_GELU=1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
+cuda cuda_recompute_full 1 -b 2 --recompute full -o "$TMP/cuda_recompute_full"
+cuda cuda_recompute_sel 1 -b 2 --gelu-fusion 0 --recompute selective -o "$TMP/cuda_recompute_sel"
 nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again" --profile-step 3
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
@@ -226,6 +230,7 @@ wait $lane3
 cuda cuda_np2 2 -b 1 -d 64 -o "$TMP/cuda_np2"
 cuda cuda_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/cuda_np2_fp32"
 cuda cuda_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/cuda_hsdp"
+cuda cuda_np2_full 2 -b 1 -d 64 --recompute full -o "$TMP/cuda_np2_full"
 [ ${mut_ok[staged_gather]} = 1 ] && run mutant_staged_gather 2 $B/mutant_staged_gather/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
 nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2" --profile-step 3
 nccl nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/nccl_np2_fp32"
@@ -266,7 +271,7 @@ if good cuda_ref; then
     grep -m1 '^# cuda_emu' "$TMP/cuda_ref.log"
     # The emulator's cudaMemGetInfo counts exactly what the process allocated: the printed
     # budget must be all of it (an allocation the budget misses, or counts twice, shows).
-    for run in cuda_ref nccl_np2; do
+    for run in cuda_ref nccl_np2 cuda_recompute_full; do
         mem=$(grep -m1 '^peak GPU memory' "$TMP/$run.log")
         read -r m b <<<"$(peak_gpu_mem "$TMP/$run.log")"
         if awk -v m="${m:-}" -v b="${b:-}" 'BEGIN { exit !(b > 0 && m - b < 0.05 && b - m < 0.05) }'; then
@@ -275,6 +280,25 @@ if good cuda_ref; then
             not_ok "$TAG $run: measured peak GPU memory and budget differ: '$mem'"
         fi
     done
+fi
+# Activation recompute: rebuilt with the forward's kernels on the same inputs, so bitwise the
+# run that keeps everything (selective's GELU output is the GELU kernel's, so against
+# --gelu-fusion 0); and the budget's activations line shrinks.
+good cuda_ref cuda_recompute_full && compare "cuda --recompute full == none (bitwise)" \
+    "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_recompute_full/metrics.jsonl" --exact
+good cuda_gelu0 cuda_recompute_sel && compare "cuda --recompute selective == none, both --gelu-fusion 0 (bitwise)" \
+    "$TMP/cuda_gelu0/metrics.jsonl" "$TMP/cuda_recompute_sel/metrics.jsonl" --exact
+good cuda_np2 cuda_np2_full && compare "cuda np=2 --recompute full == none (bitwise)" \
+    "$TMP/cuda_np2/metrics.jsonl" "$TMP/cuda_np2_full/metrics.jsonl" --exact
+if good cuda_ref cuda_recompute_full cuda_recompute_sel; then
+    act() { grep -m1 '^  activations' "$TMP/$1.log" | grep -oE '[0-9.]+ MiB' | cut -d' ' -f1; }
+    a0=$(act cuda_ref); a1=$(act cuda_recompute_sel); a2=$(act cuda_recompute_full)
+    # (2 small blocks: selective's saving, under 0.1 MiB, may not show at the printed precision)
+    if awk -v a="$a0" -v b="$a1" -v c="$a2" 'BEGIN { exit !(a >= b && b >= c && a > c && c > 0) }'; then
+        ok "$TAG cuda budget: activations none $a0 >= selective $a1 >= full $a2 MiB (full below none)"
+    else
+        not_ok "$TAG cuda budget: activations none '$a0', selective '$a1', full '$a2' MiB"
+    fi
 fi
 good cpu_ref cuda_ref && compare "train_gpt --device cuda vs cpu, 4 steps from the same init (within 2%)" \
     "$TMP/cpu_ref/metrics.jsonl" "$TMP/cuda_ref/metrics.jsonl" --rtol 0.02
@@ -313,6 +337,8 @@ good cuda_ref cuda_accum && compare "cuda 2 micro-steps with --no-grad-sync-unti
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_accum/metrics.jsonl" --rtol 0.01
 good cuda_ref cuda_cublas && compare "cuda --attention cublas vs flash (within 2%)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_cublas/metrics.jsonl" --rtol 0.02
+good cuda_ref cuda_flash1 && compare "cuda --attention flash1 vs flash (within 2%)" \
+    "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_flash1/metrics.jsonl" --rtol 0.02
 good cuda_ref cuda_gelu0 && compare "cuda --gelu-fusion 0 (GELU kernels) vs 2 (cuBLASLt epilogues) (within 1e-2)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_gelu0/metrics.jsonl" --rtol 0.01
 # A cuBLASLt without GELU epilogues: the run says so (forward, backward) and trains exactly
