@@ -35,7 +35,7 @@ TRAIN=${TRAIN:-$DATA_DIR/fineweb_train_*.bin}
 VAL=${VAL-$DATA_DIR/fineweb_val_*.bin}
 
 source scripts/run_gpt2_common.sh
-need_shards "FineWeb (sample-10BT)" "about 20 GB" "--version 10B" fineweb10B fineweb
+need_shards "FineWeb (sample-10BT)" "about 20 GB" fineweb10B
 
 # As llm.c: validation loss every 250 steps over 20 batches (10M tokens at NP=8, B=64), and a
 # 144-token sample every 20000 steps, so once, at the end (train_gpt also samples at the last step).

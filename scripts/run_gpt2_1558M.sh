@@ -34,7 +34,7 @@ TRAIN=${TRAIN:-$DATA_DIR/edu_fineweb_train_*.bin}
 VAL=${VAL-$DATA_DIR/edu_fineweb_val_*.bin}
 
 source scripts/run_gpt2_common.sh
-need_shards "FineWeb-EDU (sample-100BT)" "about 200 GB" "-t edu -v 100B" edu_fineweb100B edu_fineweb
+need_shards "FineWeb-EDU (sample-100BT)" "about 200 GB" edu_fineweb100B
 
 # As llm.c: validation loss every 250 steps over 20 batches, a 384-token sample at the end
 # (-s larger than the run; train_gpt also samples at the last step).

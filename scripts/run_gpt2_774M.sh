@@ -33,7 +33,7 @@ TRAIN=${TRAIN:-$DATA_DIR/fineweb_train_*.bin}
 VAL=${VAL-$DATA_DIR/fineweb_val_*.bin}
 
 source scripts/run_gpt2_common.sh
-need_shards "FineWeb (sample-100BT)" "about 200 GB" "--version 100B" fineweb100B fineweb
+need_shards "FineWeb (sample-100BT)" "about 200 GB" fineweb100B
 
 # As llm.c: validation loss every 250 steps over 20 batches, a 144-token sample at the end
 # (-s larger than the run; train_gpt also samples at the last step).

@@ -1,21 +1,22 @@
 # Sourced by scripts/run_gpt2_*.sh: what the four one-node GPT-2 runs share. Each script sets
 # its settings (NP, B, STEPS, OUT, DEVICE, TRAIN, VAL) and then calls these two.
 
-# need_shards DATASET SIZE FINEWEB_ARGS SUBDIR PREFIX: exits with how to make the shards when
-# $TRAIN (or a non-empty $VAL) matches nothing, before anything is built.
+# need_shards DATASET SIZE PRESET: exits with how to make the shards (data/prepare.py --preset
+# PRESET into $DATA_DIR) when $TRAIN (or a non-empty $VAL) matches nothing, before anything is built.
 need_shards() {
-    local dataset=$1 size=$2 fineweb_args=$3 subdir=$4 prefix=$5 missing
+    local dataset=$1 size=$2 preset=$3 missing
     if compgen -G "$TRAIN" >/dev/null && { [ -z "$VAL" ] || compgen -G "$VAL" >/dev/null; }; then return 0; fi
     compgen -G "$TRAIN" >/dev/null && missing=$VAL || missing=$TRAIN
     cat >&2 <<MSG
 $(basename "$0"): no token shards match $missing
   This run trains on $dataset in llm.c's token-shard format. To make the shards
-  ($size; needs Python with datasets, tiktoken, numpy, tqdm and internet access):
-      git clone https://github.com/karpathy/llm.c && cd llm.c
-      python dev/data/fineweb.py $fineweb_args       # writes dev/data/$subdir/${prefix}_{val,train}_*.bin
-  then link them here:  ln -s /path/to/llm.c/dev/data/$subdir data/$subdir
-  or set DATA_DIR=/path/to/$subdir (or TRAIN=... VAL=... globs). Shards of your own text:
-      ./tokenize_text -o data/mytext/mytext --val-tokens 1000000 FILE...   (see ./tokenize_text --help)
+  ($size; streamed from Hugging Face, so it needs internet access; 100M tokens per shard,
+  the first one val, as llm.c's dev/data/fineweb.py; rerun it to resume after an interruption):
+      bash scripts/setup.sh                     # once: .venv with datasets and pyarrow
+      .venv/bin/python data/prepare.py --preset $preset --out-dir $DATA_DIR
+  or set DATA_DIR=/path/to/shards (or TRAIN=... VAL=... globs). Shards of your own
+  JSONL, Parquet or text files (see data/prepare.py --help):
+      .venv/bin/python data/prepare.py FILE... -o data/mycorpus/mycorpus
 MSG
     exit 1
 }

@@ -32,7 +32,7 @@ def main():
     ours_tokens = theirs_tokens = None
     for _ in range(rounds):
         out = subprocess.run([tool, "--encoder", os.path.join(gpt2, "encoder.json"), "--vocab", os.path.join(gpt2, "vocab.bpe"),
-                              "--bench", "--repeat", str(repeat), path], capture_output=True, text=True, check=True).stdout
+                              "--bench", "--threads", "1", "--repeat", str(repeat), path], capture_output=True, text=True, check=True).stdout
         m = dict(re.findall(r"(\S+) ([0-9.]+)", out))
         ours_cpu = max(ours_cpu, float(m["cpu_MB/s"]))
         ours_wall = max(ours_wall, float(m["wall_MB/s"]))

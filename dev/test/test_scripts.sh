@@ -240,12 +240,14 @@ for model in 124M:d12:524288 350M:d24:524288 774M:d36:524288 1558M:d48:1048576; 
     IFS=: read -r size preset tokens <<<"$model"
     s=scripts/run_gpt2_$size.sh
     kind=fineweb; [ $size = 1558M ] && kind=edu_fineweb
+    # the dataset each run trains on, as llm.c's scripts: data/prepare.py's preset for it
+    data=fineweb100B; [ $size = 124M ] && data=fineweb10B; [ $size = 1558M ] && data=edu_fineweb100B
     d=$T/run_$size; mkdir -p "$d"
     # No shards: the message, and nothing built or launched.
     out=$(PATH="$T/fakebin:$PATH" STUB_DIR=$d DATA_DIR="$T/nodata" bash $s 2>&1); rc=$?
     if [ $rc != 0 ] && grep -q "no token shards match $T/nodata/${kind}_train_\*.bin" <<<"$out" \
-            && grep -q "fineweb.py" <<<"$out" && [ ! -e "$d/make.log" ] && [ ! -e "$d/mpirun.args" ]; then
-        ok "$s without shards: exits $rc, says how to make them (fineweb.py), launches nothing"
+            && grep -qF "data/prepare.py --preset $data --out-dir $T/nodata" <<<"$out" && [ ! -e "$d/make.log" ] && [ ! -e "$d/mpirun.args" ]; then
+        ok "$s without shards: exits $rc, gives the command that makes them (data/prepare.py --preset $data), launches nothing"
     else not_ok "$s without shards: status $rc, launched: $(ls "$d"), output: $(head -n 3 <<<"$out" | tr '\n' ' ')"; fi
     # With shards (a glob matching two), 4 ranks, a run directory and an extra argument.
     out=$(PATH="$T/fakebin:$PATH" STUB_DIR=$d DATA_DIR="$T/shards" NP=4 OUT="$T/out_$size" bash $s -s 0 2>&1); rc=$?

@@ -1,0 +1,672 @@
+#!/usr/bin/env python3
+"""Corpus -> GPT-2 token shards in llm.c's format, through ./tokenize_text (our tokenizer).
+
+    .venv/bin/python data/prepare.py --preset fineweb10B          # -> data/fineweb10B/fineweb_{val,train}_*.bin
+    .venv/bin/python data/prepare.py --hf HuggingFaceFW/fineweb --name sample-10BT -o data/fineweb10B/fineweb
+    .venv/bin/python data/prepare.py --hf roneneldan/TinyStories --val-split validation -o data/tinystories/tinystories
+    .venv/bin/python data/prepare.py corpus/*.parquet -o data/corpus/corpus
+    .venv/bin/python data/prepare.py corpus/part-*.jsonl.zst --field text -o data/corpus/corpus
+
+Sources: a Hugging Face dataset, streamed (datasets' load_dataset(..., streaming=True): never
+the whole corpus on disk or in memory; a local dataset directory works the same way), or
+local files: Parquet (read with pyarrow, a record batch at a time), JSON Lines or text, each
+optionally .gz / .zst (handed to tokenize_text, which reads and decompresses them itself).
+Parquet and Hugging Face documents are streamed to tokenize_text's standard input as framed
+records (tokenize_text --framed), straight from the Arrow buffers.
+
+Shards: as llm.c's dev/data/fineweb.py: every document preceded by <|endoftext|>, shards of
+exactly --shard-tokens tokens (a document may straddle two), the first --val-tokens tokens
+(default: one shard) are the validation split: PREFIX_val_000000.bin, PREFIX_train_000001.bin,
+... With --val-split SPLIT (a Hugging Face dataset that ships one), that split's documents
+are the validation shards instead.
+
+Resuming: a rerun of the same command continues after the last complete shard and writes the
+same shards as an uninterrupted run. tokenize_text records after every shard where the next
+one begins (PREFIX.state.json: shards, tokens, documents done, tokens of the straddling
+document already written); this script records what it needs to reopen the source there
+(PREFIX.prepare.json: the source and settings, and for a Hugging Face stream a checkpoint of
+the dataset iterator, IterableDataset.state_dict(), taken at or before that document).
+A rerun with other settings, or into a directory holding shards it did not write, is refused.
+
+Progress (on a terminal, or with --progress): documents, tokens, MB/s and an ETA, from
+tokenize_text --progress; the ETA uses the Parquet row count, the dataset's example count
+when its card has one, a preset's expected tokens, or the share of input bytes read.
+
+Run with --help for the options.
+"""
+import argparse
+import copy
+import glob
+import io
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROG = "prepare.py"
+FRAME_END = struct.pack("<Q", 2**64 - 1)
+STATE_VERSION = 1
+HF_CHECKPOINTS_KEPT = 4
+
+# As llm.c's dev/data/fineweb.py (directories, names, 1e8-token shards, the first shard val);
+# expect_tokens is the sample's GPT-2 token count (its name), for the ETA only.
+PRESETS = {
+    "fineweb10B": dict(hf="HuggingFaceFW/fineweb", name="sample-10BT", dir="fineweb10B", prefix="fineweb", expect_tokens=10 * 10**9),
+    "fineweb100B": dict(hf="HuggingFaceFW/fineweb", name="sample-100BT", dir="fineweb100B", prefix="fineweb", expect_tokens=100 * 10**9),
+    "edu_fineweb10B": dict(hf="HuggingFaceFW/fineweb-edu", name="sample-10BT", dir="edu_fineweb10B", prefix="edu_fineweb",
+                           expect_tokens=10 * 10**9),
+    "edu_fineweb100B": dict(hf="HuggingFaceFW/fineweb-edu", name="sample-100BT", dir="edu_fineweb100B", prefix="edu_fineweb",
+                            expect_tokens=100 * 10**9),
+    "tinystories": dict(hf="roneneldan/TinyStories", name=None, dir="tinystories", prefix="tinystories", val_split="validation"),
+}
+COMPRESSED = (".gz", ".gzip", ".zst", ".zstd")
+KINDS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".txt": "text", ".text": "text"}
+
+
+class Fail(Exception):
+    """An error for the user: printed as one line, exit status 1."""
+
+
+def say(msg):
+    print(f"{PROG}: {msg}", flush=True)
+
+
+def file_kind(path):
+    base = path
+    for c in COMPRESSED:
+        if base.endswith(c):
+            base = base[: -len(c)]
+            break
+    ext = os.path.splitext(base)[1].lower()
+    if ext not in KINDS:
+        raise Fail(f"{path}: unknown file type '{ext or os.path.basename(path)}' (expected .parquet, .jsonl, .json or .txt, "
+                   f"optionally .gz or .zst)")
+    if KINDS[ext] == "parquet" and base != path:
+        raise Fail(f"{path}: compressed Parquet is not supported (Parquet compresses its pages itself)")
+    return KINDS[ext]
+
+
+def expand_inputs(args):
+    """Files in the order given; a directory or a glob gives its files sorted."""
+    files = []
+    for a in args:
+        if os.path.isdir(a):
+            found = sorted(p for p in glob.glob(os.path.join(a, "**", "*"), recursive=True) if os.path.isfile(p))
+            found = [p for p in found if not os.path.basename(p).startswith(".")]
+            if not found:
+                raise Fail(f"{a}: no files in this directory")
+            files += found
+        elif any(c in a for c in "*?["):
+            found = sorted(glob.glob(a))
+            if not found:
+                raise Fail(f"{a}: no files match")
+            files += found
+        else:
+            if not os.path.exists(a):
+                raise Fail(f"{a}: no such file")
+            if not os.access(a, os.R_OK):
+                raise Fail(f"{a}: cannot read (permission denied)")
+            files.append(a)
+    return files
+
+
+# ---- documents as framed records ------------------------------------------------------------
+
+def text_chunks(column, where):
+    """The chunks of an Arrow string column as (offsets, data buffer) with int64 offsets."""
+    import numpy as np
+    import pyarrow as pa
+
+    chunks = column.chunks if hasattr(column, "chunks") else [column]
+    for c in chunks:
+        t = c.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)):
+            raise Fail(f"{where}: the column is {t}, not a string")
+        if c.null_count:
+            first = c.is_null().index(True).as_py()
+            raise Fail(f"{where}: row {first} of a batch is null, not a string")
+        if not pa.types.is_large_string(t):
+            c = c.cast(pa.large_string())
+        n = len(c)
+        if n == 0:
+            continue
+        bufs = c.buffers()
+        offsets = np.frombuffer(bufs[1], dtype=np.int64, count=n + 1, offset=c.offset * 8)
+        data = memoryview(bufs[2]) if bufs[2] is not None else memoryview(b"")
+        yield offsets, data
+
+
+class Frames:
+    """Writes documents to tokenize_text's standard input as framed records."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.docs = 0
+        self.bytes = 0
+
+    def write_column(self, column, where, limit=None):
+        """Writes the column's documents (at most limit); returns how many were written."""
+        w = self.pipe.write
+        pack = struct.Struct("<Q").pack
+        done = 0
+        for offsets, data in text_chunks(column, where):
+            o = offsets.tolist()
+            n = len(o) - 1
+            if limit is not None:
+                n = min(n, limit - done)
+            for i in range(n):
+                a, b = o[i], o[i + 1]
+                w(pack(b - a))
+                w(data[a:b])
+            self.bytes += o[n] - o[0]
+            done += n
+            self.docs += n
+            if limit is not None and done >= limit:
+                break
+        return done
+
+    def end(self):
+        self.pipe.write(FRAME_END)
+        self.pipe.flush()
+        self.pipe.close()
+
+
+# ---- sources -----------------------------------------------------------------------------------
+
+class ParquetSource:
+    """Local Parquet files, a record batch at a time (pyarrow); resumable to any row."""
+
+    def __init__(self, files, field):
+        import pyarrow.parquet as pq
+
+        self.files, self.field = files, field
+        self.meta = []
+        for f in files:
+            try:
+                pf = pq.ParquetFile(f)
+            except Exception as e:  # noqa: BLE001 (pyarrow raises several kinds)
+                raise Fail(f"{f}: not a readable Parquet file: {e}")
+            names = pf.schema_arrow.names
+            if field not in names:
+                raise Fail(f"{f}: no column '{field}' (columns: {', '.join(names)}); use --field")
+            self.meta.append([pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)])
+        self.total_docs = sum(sum(m) for m in self.meta)
+
+    def describe(self):
+        return {"kind": "parquet", "field": self.field, "files": [[os.path.abspath(f), os.path.getsize(f)] for f in self.files]}
+
+    def stream(self, frames, start, limit, on_batch):
+        """Sends documents start, start+1, ... (at most limit of them) to frames."""
+        import pyarrow.parquet as pq
+
+        skip, sent = start, 0
+        for f, groups in zip(self.files, self.meta):
+            if skip >= sum(groups):
+                skip -= sum(groups)
+                continue
+            first = 0
+            while skip >= groups[first]:  # whole row groups before the resume point are not read
+                skip -= groups[first]
+                first += 1
+            pf = pq.ParquetFile(f)
+            for batch in pf.iter_batches(batch_size=8192, row_groups=list(range(first, len(groups))), columns=[self.field]):
+                col = batch.column(0)
+                if skip:
+                    cut = min(skip, len(col))
+                    col = col.slice(cut)
+                    skip -= cut
+                left = None if limit is None else limit - sent
+                sent += frames.write_column(col, f"{f}: column '{self.field}'", left)
+                on_batch(start + sent, None)
+                if limit is not None and sent >= limit:
+                    return
+
+
+class HFSource:
+    """A Hugging Face dataset, streamed; resumable from IterableDataset.state_dict()."""
+
+    def __init__(self, path, name, split, field, data_files):
+        try:
+            import datasets  # noqa: F401
+        except ImportError:
+            raise Fail("--hf needs the 'datasets' package in this Python (scripts/setup.sh installs it into .venv)")
+        self.path, self.name, self.split, self.field, self.data_files = path, name, split, field, data_files
+        self.ds = self.open()
+        cols = self.ds.column_names
+        if cols is not None and field not in cols:
+            raise Fail(f"{self.where()}: no column '{field}' (columns: {', '.join(cols)}); use --field")
+        self.total_docs = None
+        try:
+            splits = self.ds.info.splits
+            if splits and split in splits and splits[split].num_examples:
+                self.total_docs = int(splits[split].num_examples)
+        except Exception:  # noqa: BLE001 (only for the ETA)
+            pass
+
+    def where(self):
+        return f"{self.path}" + (f" ({self.name})" if self.name else "") + f", split {self.split}"
+
+    def open(self):
+        import datasets
+
+        kw = dict(split=self.split, streaming=True)
+        if self.name:
+            kw["name"] = self.name
+        if self.data_files:
+            kw["data_files"] = self.data_files
+        try:
+            ds = datasets.load_dataset(self.path, **kw)
+        except Exception as e:  # noqa: BLE001 (network, missing dataset or split: one line for the user)
+            raise Fail(f"{self.where()}: cannot open the dataset: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        if ds.column_names is not None and self.field in ds.column_names:
+            ds = ds.select_columns([self.field])
+        return ds.with_format("arrow")
+
+    def describe(self):
+        return {"kind": "hf", "path": self.path, "name": self.name, "split": self.split, "field": self.field,
+                "data_files": self.data_files}
+
+    def stream(self, frames, start, limit, on_batch, checkpoint=None):
+        """Sends documents start, ... to frames. checkpoint: (documents, state_dict) at or
+        before start, from which the iterator is reopened instead of reading from the top."""
+        ds = self.ds
+        at = 0
+        if checkpoint:
+            at, st = checkpoint
+            ds.load_state_dict(st)
+        skip, sent = start - at, 0
+        it = ds.iter(batch_size=1000)
+        try:
+            for table in it:
+                if self.field not in table.column_names:
+                    raise Fail(f"{self.where()}: no column '{self.field}' (columns: {', '.join(table.column_names)}); use --field")
+                col = table.column(self.field)
+                if skip:
+                    cut = min(skip, len(col))
+                    col = col.slice(cut)
+                    skip -= cut
+                left = None if limit is None else limit - sent
+                sent += frames.write_column(col, f"{self.where()}: column '{self.field}'", left)
+                if not skip:
+                    on_batch(start + sent, ds.state_dict())
+                if limit is not None and sent >= limit:
+                    break
+        finally:
+            if hasattr(it, "close"):
+                it.close()
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise Fail(f"{path}: unreadable ({e}); delete it to start over")
+
+
+def write_json(path, obj):
+    """Atomically: a temporary file, fsync, rename."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def process_alive(pid):
+    """A zombie counts as gone: where nothing reaps orphans (a container's init), a killed
+    tokenize_text stays one."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def remove_stale_tmp(prefix):
+    """Temporary shards and state files left by a killed run (whose process is gone)."""
+    for p in glob.glob(f"{glob.escape(prefix)}_*.bin.tmp.*") + glob.glob(f"{glob.escape(prefix)}*.json.tmp.*"):
+        pid = p.rsplit(".", 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid)):
+            continue
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def shards_of(prefix):
+    return sorted(glob.glob(f"{glob.escape(prefix)}_val*.bin") + glob.glob(f"{glob.escape(prefix)}_train*.bin"))
+
+
+def check_shard(path):
+    """Header and size of a shard (llm.c's format); returns its token count."""
+    with open(path, "rb") as f:
+        head = f.read(1024)
+    if len(head) < 1024:
+        raise Fail(f"{path}: shorter than a shard header")
+    magic, version, n = struct.unpack("<3i", head[:12])
+    if magic != 20240520 or version != 1 or os.path.getsize(path) != 1024 + 2 * n:
+        raise Fail(f"{path}: not a complete shard (magic {magic}, version {version}, {n} tokens, {os.path.getsize(path)} bytes)")
+    return n
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.prefix = args.out
+        self.meta_path = f"{self.prefix}.prepare.json"
+        self.tool = args.tokenize_text or os.path.join(ROOT, "tokenize_text")
+        self.child = None
+
+    def tool_args(self, state, val_tokens, first_doc, expect_docs, expect_tokens):
+        a = self.args
+        cmd = [self.tool, "-o", self.prefix, "--shard-tokens", str(a.shard_tokens), "--val-tokens", str(val_tokens),
+               "--state", state, "--resume"]
+        if first_doc:
+            cmd += ["--first-doc", str(first_doc)]
+        if a.max_docs is not None:
+            cmd += ["--max-docs", str(a.max_docs)]
+        if a.threads:
+            cmd += ["--threads", str(a.threads)]
+        if a.encoder:
+            cmd += ["--encoder", a.encoder]
+        if a.vocab:
+            cmd += ["--vocab", a.vocab]
+        if self.progress:
+            cmd.append("--progress")
+            if expect_docs:
+                cmd += ["--expect-docs", str(min(expect_docs, a.max_docs) if a.max_docs is not None else expect_docs)]
+            elif expect_tokens:
+                cmd += ["--expect-tokens", str(expect_tokens)]
+        return cmd
+
+    def follow(self, stream, on_shard):
+        """tokenize_text's stdout: one line per shard (and a summary); passed on."""
+        tty = sys.stdout.isatty() and self.progress
+        for line in stream:
+            line = line.rstrip("\n")
+            print(("\r\033[K" if tty else "") + line, flush=True)
+            if line.endswith(" tokens") and ": " in line:
+                on_shard()
+
+    def run_tool(self, cmd, feed=None, on_shard=lambda: None):
+        """Runs tokenize_text; feed(pipe) writes its framed input. Returns when it is done."""
+        self.child = subprocess.Popen(cmd, stdin=subprocess.PIPE if feed else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      bufsize=1 << 20)
+        out = threading.Thread(target=self.follow, args=(io.TextIOWrapper(self.child.stdout), on_shard), daemon=True)
+        out.start()
+        try:
+            if feed:
+                try:
+                    feed(self.child.stdin)
+                except BrokenPipeError:
+                    pass  # tokenize_text stopped: its own message says why
+                except BaseException:
+                    self.stop_child()  # before its input closes, so that it says nothing of the cut
+                    raise
+                finally:
+                    try:
+                        self.child.stdin.close()
+                    except BrokenPipeError:
+                        pass
+            rc = self.child.wait()
+        except BaseException:
+            self.stop_child()
+            raise
+        finally:
+            out.join(timeout=5)
+        if rc in (-signal.SIGINT, -signal.SIGTERM):
+            raise KeyboardInterrupt  # Ctrl-C reached tokenize_text too (or a batch system stopped it)
+        if rc != 0:
+            raise Fail(f"tokenize_text failed (status {rc}); {self.status()}")
+
+    def stop_child(self):
+        """A failure of ours (or Ctrl-C): SIGTERM makes tokenize_text remove its temporary
+        shard; the framed stream never got its end record, so no partial shard is written."""
+        if self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+        self.child.wait()
+
+    def status(self):
+        done = [p for p in shards_of(self.prefix)]
+        return f"{len(done)} complete shard{'s' if len(done) != 1 else ''} in {os.path.dirname(self.prefix) or '.'}; " \
+               f"run the same command again to continue"
+
+    def ensure_tool(self):
+        if self.args.tokenize_text:
+            if not os.access(self.tool, os.X_OK):
+                raise Fail(f"{self.tool}: not an executable")
+            return
+        if not os.access(self.tool, os.X_OK):
+            say(f"building {self.tool}")
+            r = subprocess.run(["make", "-C", ROOT, "tokenize_text"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                raise Fail(f"cannot build tokenize_text (make tokenize_text: {r.stderr.strip().splitlines()[-1:]})")
+
+    def source(self):
+        a = self.args
+        if a.hf:
+            return HFSource(a.hf, a.name, a.split, a.field, a.data_files or None), "hf"
+        files = expand_inputs(a.inputs)
+        kinds = sorted({file_kind(f) for f in files})
+        if len(kinds) > 1:
+            raise Fail(f"the inputs mix {' and '.join(kinds)} files; prepare each kind into its own --out")
+        if kinds[0] == "parquet":
+            return ParquetSource(files, a.field), "parquet"
+        return files, kinds[0]
+
+    def main(self):
+        a = self.args
+        self.progress = a.progress if a.progress is not None else sys.stderr.isatty()
+        src, kind = self.source()
+        os.makedirs(os.path.dirname(self.prefix) or ".", exist_ok=True)
+        describe = src.describe() if kind in ("hf", "parquet") else \
+            {"kind": kind, "field": a.field if kind == "jsonl" else None, "files": [[os.path.abspath(f), os.path.getsize(f)] for f in src]}
+        val_split = a.val_split if kind == "hf" else None
+        settings = {"source": describe, "shard_tokens": a.shard_tokens, "val_tokens": a.val_tokens, "val_split": val_split,
+                    "max_docs": a.max_docs}
+        meta = read_json(self.meta_path)
+        if meta is None:
+            if shards_of(self.prefix):
+                raise Fail(f"{self.prefix}_*.bin exist but {self.meta_path} does not: shards this script did not write; "
+                           f"remove them or choose another --out")
+            meta = {"format": "prepare.py state", "version": STATE_VERSION, "settings": settings, "hf_checkpoints": {}}
+            write_json(self.meta_path, meta)
+        elif meta.get("settings") != settings:
+            old = meta.get("settings", {})
+            diff = [k for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
+            raise Fail(f"{self.meta_path}: the shards there were made with other settings ({', '.join(diff)} differ); "
+                       f"use the same command, another --out, or delete them to start over")
+        self.meta = meta
+        phases = [("val", val_split), ("train", a.split)] if val_split else [("all", a.split)]
+        self.ensure_tool()
+        say(f"{self.describe(describe, val_split)} -> {self.prefix}_{{val,train}}_*.bin, {a.shard_tokens:,} tokens per shard")
+        for phase, split in phases:
+            self.phase(phase, split, src, kind)
+        total = 0
+        for p in shards_of(self.prefix):
+            total += check_shard(p)
+        say(f"complete: {len(shards_of(self.prefix))} shards, {total:,} tokens in {os.path.dirname(self.prefix) or '.'}")
+
+    def describe(self, d, val_split):
+        if d["kind"] == "hf":
+            s = d["path"] + (f" ({d['name']})" if d["name"] else "") + f", split {d['split']}"
+            return s + (f", validation from split {val_split}" if val_split else "")
+        n = len(d["files"])
+        return f"{n} {d['kind']} file{'s' if n != 1 else ''}"
+
+    def phase(self, phase, split, src, kind):
+        a = self.args
+        suffix = "" if phase == "all" else f".{phase}"
+        state_path = f"{self.prefix}{suffix}.state.json"
+        val_tokens = a.val_tokens if phase == "all" else (2**61 if phase == "val" else 0)
+        st = read_json(state_path)
+        if st and st.get("complete"):
+            say(f"{state_path}: complete ({st['shards']} shards, {st['tokens']:,} tokens)")
+            return
+        remove_stale_tmp(self.prefix)
+        done_docs = st["documents"] if st else 0
+        expect_tokens = PRESETS[a.preset].get("expect_tokens") if a.preset and phase != "val" else None
+        if kind in ("jsonl", "text"):
+            # tokenize_text reads the files itself, and on a resume skips what is in shards
+            cmd = self.tool_args(state_path, val_tokens, 0, None, None)
+            if kind == "jsonl":
+                cmd += ["--jsonl-field", a.field]
+            if a.split_on:
+                cmd += ["--split-on", a.split_on]
+            self.run_tool(cmd + ["--"] + src)
+            return
+        if kind == "hf" and split != src.split:
+            src = HFSource(src.path, src.name, split, src.field, src.data_files)
+        cps = self.meta["hf_checkpoints"].get(phase, []) if kind == "hf" else []
+        checkpoint = None
+        for c in cps:  # the newest taken at or before the resume point
+            if c["documents"] <= done_docs:
+                checkpoint = (c["documents"], c["state"])
+        if done_docs:
+            say(f"resuming{'' if phase == 'all' else ' the ' + phase + ' split'} at document {done_docs:,}"
+                + (f" (dataset iterator reopened at document {checkpoint[0]:,})" if checkpoint else ""))
+        pending = []  # (documents sent, iterator state) not yet known to be in shards
+        lock = threading.Lock()
+
+        def on_batch(docs_sent, state):
+            if state is not None:
+                with lock:
+                    pending.append((docs_sent, copy.deepcopy(state)))
+                    del pending[:-64]
+
+        def on_shard():
+            # the shard is committed and its state written: keep a checkpoint at or before it
+            s = read_json(state_path)
+            if not s or kind != "hf":
+                return
+            with lock:
+                best = [p for p in pending if p[0] <= s["documents"]]
+                if not best:
+                    return
+                keep = [c for c in self.meta["hf_checkpoints"].get(phase, []) if c["documents"] < best[-1][0]]
+                keep.append({"documents": best[-1][0], "state": best[-1][1]})
+                self.meta["hf_checkpoints"][phase] = keep[-HF_CHECKPOINTS_KEPT:]
+                pending[:] = [p for p in pending if p[0] > best[-1][0]]
+                write_json(self.meta_path, self.meta)
+
+        def feed(pipe):
+            frames = Frames(pipe)
+            limit = None if a.max_docs is None else max(0, a.max_docs - done_docs)
+            if limit != 0:
+                if kind == "hf":
+                    src.stream(frames, done_docs, limit, on_batch, checkpoint)
+                else:
+                    src.stream(frames, done_docs, limit, on_batch)
+            frames.end()
+
+        cmd = self.tool_args(state_path, val_tokens, done_docs, src.total_docs, expect_tokens) + ["--framed", "-"]
+        self.run_tool(cmd, feed, on_shard)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="data/prepare.py",
+        description="Turns a Hugging Face dataset (streamed) or local Parquet / JSON Lines / text files into GPT-2 token "
+                    "shards in llm.c's format, tokenized by ./tokenize_text on all cores. Rerunning the same command "
+                    "resumes after the last complete shard.",
+        epilog="presets (the FineWeb ones named as llm.c's dev/data/fineweb.py names them; tinystories takes its "
+               "validation split as the val shards): " + ", ".join(
+            f"{k} = {v['hf']}{' ' + v['name'] if v['name'] else ''} -> data/{v['dir']}/{v['prefix']}_*.bin" for k, v in PRESETS.items()))
+    p.add_argument("inputs", nargs="*", metavar="FILE", help="local files, directories or globs: .parquet, "
+                   ".jsonl/.json (one document per line), .txt (one document per file, or see --split-on), .gz/.zst "
+                   "compressed too; one kind per run")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="a known dataset with llm.c's output names")
+    p.add_argument("--hf", metavar="DATASET", help="a Hugging Face dataset name (or a local dataset directory), streamed")
+    p.add_argument("--name", help="the dataset's configuration (load_dataset's name=), e.g. sample-10BT")
+    p.add_argument("--split", default="train", help="the split to read (default: train)")
+    p.add_argument("--val-split", help="a split whose documents are the validation shards (instead of --val-tokens)")
+    p.add_argument("--data-files", action="append", metavar="PATTERN", help="load_dataset's data_files= (repeatable), "
+                   "e.g. one file of a large dataset")
+    p.add_argument("--field", default="text", help="the text column / JSON field (default: text)")
+    p.add_argument("-o", "--out", metavar="PREFIX", help="write PREFIX_val_NNNNNN.bin, PREFIX_train_NNNNNN.bin "
+                   "(default with --preset: OUT_DIR/NAME)")
+    p.add_argument("--out-dir", metavar="DIR", help="with --preset: the directory (default: data/<preset>)")
+    p.add_argument("--shard-tokens", type=int, default=10**8, help="tokens per shard (default: 100000000, as llm.c)")
+    p.add_argument("--val-tokens", type=int, help="the first N tokens are the validation split (default: one shard; "
+                   "none with --val-split)")
+    p.add_argument("--split-on", metavar="STR", help="text files: cut documents at STR (tokenize_text --split-on)")
+    p.add_argument("--max-docs", type=int, help="stop after N documents (a sample of a large dataset)")
+    p.add_argument("--threads", type=int, help="tokenizer threads (default: all cores)")
+    p.add_argument("--progress", action="store_true", default=None, help="show progress even when stderr is not a terminal")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
+    p.add_argument("--tokenize-text", metavar="PATH", help="the tokenize_text to use (default: the repository's, built if missing)")
+    p.add_argument("--encoder", metavar="PATH", help="GPT-2 encoder.json (default: tokenize_text's search)")
+    p.add_argument("--vocab", metavar="PATH", help="GPT-2 vocab.bpe (default: next to encoder.json)")
+    a = p.parse_args(argv)
+    if a.preset:
+        pre = PRESETS[a.preset]
+        if a.hf or a.inputs:
+            p.error("--preset names the dataset: give no --hf or files with it")
+        a.hf, a.name = pre["hf"], a.name or pre["name"]
+        a.val_split = a.val_split or pre.get("val_split")
+        if not a.out:
+            a.out = os.path.join(a.out_dir or os.path.join(ROOT, "data", pre["dir"]), pre["prefix"])
+    elif a.out_dir:
+        p.error("--out-dir only applies with --preset (use -o DIR/NAME)")
+    if bool(a.hf) == bool(a.inputs):
+        p.error("give either --hf DATASET (or --preset) or local files")
+    if not a.out:
+        p.error("-o/--out PREFIX is required (e.g. -o data/mycorpus/mycorpus)")
+    if not a.hf and (a.name or a.val_split or a.data_files or a.split != "train"):
+        p.error("--name, --split, --val-split and --data-files apply to --hf datasets only")
+    if a.hf and a.split_on:
+        p.error("--split-on applies to local text files only")
+    if a.shard_tokens < 1 or a.shard_tokens > 2**31 - 1:
+        p.error("--shard-tokens must be in 1..2147483647")
+    if a.val_split and a.val_tokens is not None:
+        p.error("--val-split and --val-tokens cannot be combined")
+    if a.val_tokens is None:
+        a.val_tokens = 0 if a.val_split else a.shard_tokens
+    if a.val_tokens < 0:
+        p.error("--val-tokens must be >= 0")
+    if a.max_docs is not None and a.max_docs < 0:
+        p.error("--max-docs must be >= 0")
+    if a.threads is not None and a.threads < 1:
+        p.error("--threads must be >= 1")
+    return a
+
+
+def on_term(sig, frame):
+    raise KeyboardInterrupt  # SIGTERM (a batch system's stop) ends the run as Ctrl-C does
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, on_term)
+    run = Run(args)
+    try:
+        run.main()
+    except Fail as e:
+        print(f"{PROG}: {e}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted; {run.status()}", file=sys.stderr, flush=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
