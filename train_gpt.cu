@@ -327,12 +327,15 @@ static void gpt2_backward(GPT2* model, int B, int T) {
     RootTensors root = root_tensors(m, fsdp_backward_pre(f, 0), pe);
     RootTensors droot = root_tensors(m, fsdp_grad(f, 0), pe);
     fsdp_backward_prefetch(f, m->n_units - 1);  // the last block, while the head runs
+    // Each weight's first gradient write overwrites its part of a fresh gradient buffer (no
+    // zeroing pass, no read of zeros), or adds to the earlier micro-steps' sums.
+    const int acc = fsdp_grad_accumulates(f);
 
     void* residual_last = c->num_layers > 0 ? elem_at(a->residual3, (size_t)(c->num_layers - 1) * stride * C, e) : a->encoded;
-    kernel_matmul_backward(k, a->dbtc, droot.wte, NULL, a->logits, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size);
+    kernel_matmul_backward(k, a->dbtc, droot.wte, NULL, a->logits, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size, acc);
     k->zero(k, a->dresidual, BT * C * e);
     kernel_layernorm_backward(k, a->dresidual, droot.lnfw, droot.lnfb, a->dbtc, residual_last, root.lnfw,
-                          a->lnf_mean, a->lnf_rstd, N, (int)C);
+                          a->lnf_mean, a->lnf_rstd, N, (int)C, acc);
 
     for (int u = m->n_units - 1; u >= 1; u--) {
         void* unit_params = fsdp_backward_pre(f, u);
@@ -348,18 +351,23 @@ static void gpt2_backward(GPT2* model, int B, int T) {
             if (model->recompute != RECOMPUTE_NONE) recompute_block(model, &p, &la, residual, B, T);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
-            kernel_matmul_backward(k, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, la.fch_gelu, p.t[FCPROJ_W], la.fch, N, 4 * (int)C, (int)C);
-            kernel_matmul_backward(k, a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, la.ln2, p.t[FC_W], NULL, N, (int)C, 4 * (int)C);
-            kernel_layernorm_backward(k, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, la.residual2, p.t[LN2_W], la.ln2_mean, la.ln2_rstd, N, (int)C);
+            kernel_matmul_backward(k, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, la.fch_gelu, p.t[FCPROJ_W], la.fch, N, 4 * (int)C, (int)C, acc);
+            kernel_matmul_backward(k, a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, la.ln2, p.t[FC_W], NULL, N, (int)C, 4 * (int)C, acc);
+            kernel_layernorm_backward(k, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, la.residual2, p.t[LN2_W], la.ln2_mean, la.ln2_rstd, N, (int)C, acc);
             // Attention branch: d(residual2) -> d(residual).
-            kernel_matmul_backward(k, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, la.atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C);
+            kernel_matmul_backward(k, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, la.atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C, acc);
             kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH);
-            kernel_matmul_backward(k, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, la.ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C);
-            kernel_layernorm_backward(k, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], la.ln1_mean, la.ln1_rstd, N, (int)C);
+            kernel_matmul_backward(k, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, la.ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C, acc);
+            kernel_layernorm_backward(k, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], la.ln1_mean, la.ln1_rstd, N, (int)C, acc);
         }
         fsdp_backward_post(f, u);
     }
-    kernel_encoder_backward(k, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C);
+    // The embedding's backward adds to wte (onto the LM head's gradient) and writes wpe's
+    // first T rows; in a fresh buffer the rows from T on (none when T is the model's maximum)
+    // are zeroed here.
+    if (!acc && T < c->max_seq_len)
+        k->zero(k, elem_at(droot.wpe, (size_t)T * C, pe), (size_t)(c->max_seq_len - T) * C * pe);
+    kernel_encoder_backward(k, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C, acc);
     fsdp_backward_post(f, 0);
 }
 

@@ -45,9 +45,9 @@ static void cpu_all_gather_start(void* ctx, int op, const void* shard, void* ful
     *ticket(c, op) = comm_all_gather_start(c->pg->shard_comm, shard, full, n * sizeof(float));
 }
 
-static void cpu_reduce_scatter_start(void* ctx, int op, const void* full, float* shard_out, size_t n) {
+static void cpu_reduce_scatter_start(void* ctx, int op, const void* full, void* shard_out, size_t n) {
     CpuBackend* c = (CpuBackend*)ctx;
-    *ticket(c, op) = comm_reduce_scatter_f32_start(c->pg->shard_comm, (const float*)full, shard_out, n);
+    *ticket(c, op) = comm_reduce_scatter_f32_start(c->pg->shard_comm, (const float*)full, (float*)shard_out, n);
 }
 
 static void cpu_wait(void* ctx, int op) {
@@ -91,6 +91,7 @@ void fsdp_backend_cpu_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops)
     memset(be, 0, sizeof(*be));
     be->ctx = c;
     be->param_bytes = sizeof(float);
+    be->reduce_out_bytes = sizeof(float);
     be->host_is_device = 1;
     be->alloc = cpu_alloc;
     be->release = cpu_release;

@@ -27,8 +27,8 @@
 //       comm --record done[k]
 //   reduce_scatter_start(k, full, shard_out):
 //       compute --record ready[k]--> comm waits           (arrow 3: the unit's backward wrote full)
-//       comm: [reduce_fp32: cast full -> fp32 scratch] ncclReduceScatter -> (bf16 scratch, then
-//             cast into shard_out) or (fp32 straight into shard_out)
+//       comm: [reduce_fp32: cast full -> fp32 scratch] ncclReduceScatter -> shard_out (bf16,
+//             which fold_grad reads as such: reduce_out_bytes 2; or fp32)
 //       comm --record done[k]
 //   wait(k):  compute waits done[k]                        (arrow 1: gather ready; arrow 3': the
 //                                                          full-gradient slot and shard_out are
@@ -36,7 +36,7 @@
 //                                                          the optimizer comes after the waits)
 //   all_reduce_replicas (HSDP): compute --rep_ready--> comm: ncclAllReduce in place
 //                                --rep_done--> compute waits (before the grad norm and AdamW).
-// Scratch on the comm stream (fp32 copy of a full gradient, bf16 reduce-scatter output) is ONE
+// Scratch on the comm stream (the fp32 copy of a full gradient, --reduce-dtype fp32) is ONE
 // buffer shared by every op: the comm stream runs its work in issue order, so the next op's use
 // of the scratch starts after the previous op's last read of it. At world size 1 the same
 // events and NCCL calls run (a 1-rank gather is a copy), so W=1 exercises the same ordering.
@@ -139,7 +139,6 @@ typedef struct {
     cudaEvent_t rep_ready, rep_done; // all_reduce_replicas (NCCL)
     // device scratch
     float* f32_scratch;              // [max_unit_padded]: NCCL with reduce_fp32, staged always
-    bf16* bf16_scratch;              // [max_shard]: NCCL reducing in bf16
     void* sumsq_scratch;             // sum_squares_cuda's partials, then one double
     double* d_sumsq;
     // pinned host memory
@@ -464,7 +463,7 @@ static inline void cuda_all_gather_start(void* ctx, int op, const void* shard, v
     s->kind = CUDA_OP_GATHER;
 }
 
-static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full, float* shard_out, size_t n) {
+static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full, void* shard_out, size_t n) {
     CudaBackend* c = (CudaBackend*)ctx;
     CudaOpSlot* s = cb_op(c, op, 1);
     const size_t W = (size_t)c->shard_size;
@@ -483,10 +482,8 @@ static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full
                              "ncclReduceScatter fp32 (shard group)");
             } else {
                 cb_nccl_call(c, c->nccl_shard,
-                             ncclReduceScatter(g, c->bf16_scratch, n, ncclBfloat16, ncclSum, c->nccl_shard,
-                                               c->comm),
+                             ncclReduceScatter(g, shard_out, n, ncclBfloat16, ncclSum, c->nccl_shard, c->comm),
                              "ncclReduceScatter bf16 (shard group)");
-                cast_bf16_to_f32_cuda(shard_out, c->bf16_scratch, n, c->comm);
             }
         }
         cb_prof_end(c, pi);
@@ -683,7 +680,7 @@ static inline void cb_nccl_destroy(CudaBackend* c, ncclComm_t* comm, const char*
 // max_ops: op slots the engine may have in flight at once (its parameter slots plus gradient
 // slots: pass exactly that number). The CUDA device must be current. Allocates everything up
 // front:
-//   device:  NCCL: reduce_fp32 ? max_unit_padded fp32 : max_shard bf16 (one scratch, comm stream)
+//   device:  NCCL: reduce_fp32 ? max_unit_padded fp32 (one scratch, comm stream) : nothing
 //            staged: max_unit_padded fp32 (one scratch, compute stream)
 //            + 8 KiB + 256 B for sum_squares
 //   pinned:  staged: for each op slot (P + ceil(P / shard_size)) x 4 B, P its op_padded entry
@@ -734,8 +731,6 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
         if (cfg->reduce_fp32)
             c->f32_scratch = (float*)cb_device_alloc(c, cfg->max_unit_padded * sizeof(float),
                                                      "the fp32 reduce-scatter scratch");
-        else
-            c->bf16_scratch = (bf16*)cb_device_alloc(c, c->max_shard * sizeof(bf16), "the bf16 reduce-scatter scratch");
     } else {
         c->f32_scratch = (float*)cb_device_alloc(c, cfg->max_unit_padded * sizeof(float),
                                                  "the staged reduce-scatter scratch");
@@ -762,6 +757,9 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     memset(be, 0, sizeof(*be));
     be->ctx = c;
     be->param_bytes = sizeof(bf16);
+    // NCCL reducing in bf16 leaves the bf16 sum for fold_grad; the staged path (and fp32
+    // reduction) hands over fp32, rounded to bf16 values when reducing in bf16.
+    be->reduce_out_bytes = cfg->use_nccl && !cfg->reduce_fp32 ? sizeof(bf16) : sizeof(float);
     be->host_is_device = 0;
     be->alloc = cuda_alloc;
     be->release = cuda_release;
@@ -810,7 +808,6 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     if (c->rep_done) CB_CUDA(c, cudaEventDestroy(c->rep_done));
     if (c->comm) CB_CUDA(c, cudaStreamDestroy(c->comm));
     if (c->f32_scratch) CB_CUDA(c, cudaFree(c->f32_scratch));
-    if (c->bf16_scratch) CB_CUDA(c, cudaFree(c->bf16_scratch));
     if (c->sumsq_scratch) CB_CUDA(c, cudaFree(c->sumsq_scratch));
     if (c->h_sumsq) CB_CUDA(c, cudaFreeHost(c->h_sumsq));
     if (c->h_chunk) CB_CUDA(c, cudaFreeHost(c->h_chunk));

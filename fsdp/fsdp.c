@@ -102,6 +102,11 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     if (!f->pieces) { snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
     f->n_pieces = flat_owned_pieces(units, n_units, pg->shard_rank, f->pieces);
     f->fused = be->fold_grad && be->folded_sum_squares && be->adamw_unit;
+    // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad reads others.
+    if (be->reduce_out_bytes != sizeof(float) && (!f->fused || be->reduce_out_bytes != be->param_bytes)) {
+        snprintf(err, errlen, "fsdp: a backend whose reduce-scatter writes %zu-byte elements needs fold_grad", be->reduce_out_bytes);
+        return 1;
+    }
     // The norm comes with the folds unless an HSDP all-reduce changes the shards after them.
     f->fused_norm = f->fused && pg->replicate_size == 1;
     // With one rank per shard group the shard is the whole unit: compute reads it in place
@@ -145,7 +150,7 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     for (int u = 0; u < n_units; u++) f->unit_param_slot[u] = -1;
 
     f->grad_slot = (void**)calloc((size_t)f->n_grad_slots, sizeof(void*));
-    f->rs_out = (float**)calloc((size_t)f->n_grad_slots, sizeof(float*));
+    f->rs_out = (void**)calloc((size_t)f->n_grad_slots, sizeof(void*));
     f->grad_slot_unit = (int*)malloc((size_t)f->n_grad_slots * sizeof(int));
     f->grad_slot_busy = (int*)calloc((size_t)f->n_grad_slots, sizeof(int));
     f->unit_grad_slot = (int*)malloc((size_t)n_units * sizeof(int));
@@ -153,9 +158,9 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
         size_t n = g == 0 ? units[0].padded : f->block_padded;
         size_t shard = n / (size_t)pg->shard_size;
         f->grad_slot[g] = be->alloc(be->ctx, n * be->param_bytes);
-        f->rs_out[g] = f->alias_params ? NULL : (float*)be->alloc(be->ctx, shard * sizeof(float));
+        f->rs_out[g] = f->alias_params ? NULL : be->alloc(be->ctx, shard * be->reduce_out_bytes);
         f->grad_slot_unit[g] = -1;
-        f->memory.full_grads += n * be->param_bytes + (f->alias_params ? 0 : shard * sizeof(float));
+        f->memory.full_grads += n * be->param_bytes + (f->alias_params ? 0 : shard * be->reduce_out_bytes);
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
     if (f->fused && build_decay_tables(f, err, errlen)) return 1;
@@ -339,12 +344,12 @@ static void finish_reduce(Fsdp* f, int g) {
         // The shard group of one folds the compute-dtype slot itself (its reduce-scatter would
         // be a copy); the last micro-step's folds carry the norm's sum of squares.
         const void* src = f->alias_params ? f->grad_slot[g] : (const void*)f->rs_out[g];
-        const size_t src_bytes = f->alias_params ? f->be.param_bytes : sizeof(float);
+        const size_t src_bytes = f->alias_params ? f->be.param_bytes : f->be.reduce_out_bytes;
         const int last = f->micro_step == f->micro_steps - 1;
         f->be.fold_grad(f->be.ctx, dst, src, src_bytes, f->units[u].shard, !f->unit_folded[u], last && f->fused_norm);
         f->unit_folded[u] = 1;
     } else {
-        f->be.accumulate(f->be.ctx, dst, f->rs_out[g], f->units[u].shard);
+        f->be.accumulate(f->be.ctx, dst, (const float*)f->rs_out[g], f->units[u].shard);
     }
     f->grad_slot_busy[g] = 0;
 }
@@ -377,14 +382,22 @@ void* fsdp_grad(Fsdp* f, int u) {
     } else {
         g = u;  // one slot per unit, kept across micro-steps
     }
-    size_t n = u == 0 ? f->units[0].padded : f->block_padded;
-    // Unsharded accumulation keeps the slot's contents across micro-steps: zero it only at
-    // the first one.
-    if (f->cfg.sync_every_micro_step || f->micro_step == 0)
-        f->be.zero(f->be.ctx, f->grad_slot[g], n * f->be.param_bytes);
+    // The model overwrites every tensor of the unit at its first write (fsdp_grad_accumulates
+    // 0), so only what no tensor covers is zeroed: the padding, which the reduce-scatter and
+    // the norm read, and in a pooled slot the blocks a shorter last unit lacks (a previous
+    // unit's gradient would be there).
+    size_t n = u == 0 ? f->units[0].padded : f->block_padded, used = f->units[u].numel;
+    if (!fsdp_grad_accumulates(f) && n > used)
+        f->be.zero(f->be.ctx, (char*)f->grad_slot[g] + used * f->be.param_bytes, (n - used) * f->be.param_bytes);
     f->grad_slot_unit[g] = u;
     f->unit_grad_slot[u] = g;
     return f->grad_slot[g];
+}
+
+// Unsharded accumulation keeps each unit's slot across micro-steps: from the second one on,
+// gradients add to what is there.
+int fsdp_grad_accumulates(const Fsdp* f) {
+    return !f->cfg.sync_every_micro_step && f->micro_step > 0;
 }
 
 void fsdp_backward_post(Fsdp* f, int u) {

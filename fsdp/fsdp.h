@@ -12,7 +12,8 @@
 //   for each micro-step:
 //     forward:  p = fsdp_forward_pre(u) ... compute with p ... fsdp_forward_post(u)   u = 0..n-1
 //     backward: p = fsdp_backward_pre(u); g = fsdp_grad(u) ... fsdp_backward_post(u)  u = n-1..0
-//               (the root's gradient buffer may be taken early: the LM head comes first)
+//               (the root's gradient buffer may be taken early: the LM head comes first;
+//               each tensor's first gradient write overwrites g unless fsdp_grad_accumulates)
 //     fsdp_end_micro_step
 //   norm = fsdp_grad_norm(f); fsdp_optimizer_step(f, norm, ...)   (skipped when norm is not finite)
 // Outside the steps, initialisation, model files and checkpoints read and write the host
@@ -53,8 +54,11 @@ typedef struct FsdpBackend {
     void (*zero)(void* ctx, void* p, size_t bytes);
     // full[shard_count * n] <- concatenation of every rank's shard[n] (shard group)
     void (*all_gather_start)(void* ctx, int op, const void* shard, void* full, size_t n);
-    // shard_out[n] (fp32) <- sum over the shard group of full[rank*n : (rank+1)*n]
-    void (*reduce_scatter_start)(void* ctx, int op, const void* full, float* shard_out, size_t n);
+    // shard_out[n] <- sum over the shard group of full[rank*n : (rank+1)*n], reduce_out_bytes
+    // per element: 4 (fp32), or 2 where the backend reduces in the compute dtype and leaves
+    // that sum for fold_grad to read (NCCL in bf16: no cast pass, half the bytes read).
+    void (*reduce_scatter_start)(void* ctx, int op, const void* full, void* shard_out, size_t n);
+    size_t reduce_out_bytes;
     void (*wait)(void* ctx, int op);
     // Sum over the replica groups (HSDP), in place, blocking.
     void (*all_reduce_replicas)(void* ctx, float* buf, size_t n);
@@ -77,8 +81,9 @@ typedef struct FsdpBackend {
     // order the engine keeps). With it the engine never zeroes the gradient shards, folds
     // each reduced shard in with one pass, and runs one AdamW launch per unit.
     // fold_grad: dst = src (first: the unit's first contribution this step) or dst += src;
-    //   src holds src_bytes per element (4: fp32, 2: the compute dtype's gradient slot, when
-    //   a shard group of one needs no reduce-scatter); with sum_squares, the new values'
+    //   src holds src_bytes per element (4: fp32; 2: the compute dtype's, a reduce-scatter's
+    //   bf16 output or, when a shard group of one needs no reduce-scatter, the gradient slot
+    //   itself); with sum_squares, the new values'
     //   squares are added to a device accumulator that folded_sum_squares reads.
     void (*fold_grad)(void* ctx, float* dst, const void* src, size_t src_bytes, size_t n, int first, int sum_squares);
     // The accumulated sum of squares (this rank's), which is then reset to zero.
@@ -152,7 +157,7 @@ typedef struct {
     // double-buffered pool for the blocks; otherwise every unit has its own slot.
     int n_grad_slots;
     void** grad_slot;            // [n_grad_slots]
-    float** rs_out;              // [n_grad_slots] reduce-scatter receive buffers (a shard each)
+    void** rs_out;               // [n_grad_slots] reduce-scatter receive buffers (a shard each, reduce_out_bytes per element)
     int* grad_slot_unit;         // unit whose gradient is in (or being reduced from) the slot
     int* grad_slot_busy;         // reduce-scatter in flight
     int* unit_grad_slot;         // [n_units]
@@ -208,7 +213,11 @@ void fsdp_zero_grad(Fsdp* f, int micro_steps);
 void* fsdp_forward_pre(Fsdp* f, int u);
 void fsdp_forward_post(Fsdp* f, int u);
 void* fsdp_backward_pre(Fsdp* f, int u);
-void* fsdp_grad(Fsdp* f, int u);      // full-gradient buffer for unit u (zeroed when first taken)
+// Full-gradient buffer for unit u. Not zeroed (only its padding is): the model's first write
+// of each tensor's gradient in a micro-step overwrites it, unless fsdp_grad_accumulates says
+// the buffer holds earlier micro-steps' sums to add to (--no-grad-sync-until-last).
+void* fsdp_grad(Fsdp* f, int u);
+int fsdp_grad_accumulates(const Fsdp* f);
 void fsdp_backward_post(Fsdp* f, int u);
 // Start gathering unit u now if a slot is free (e.g. the last block while the head's
 // backward runs).

@@ -31,7 +31,8 @@
 //
 // Kernels and scratch
 //   encoder_forward_cuda        out[N,C] = wte[inp] + wpe[t]                       no scratch
-//   encoder_backward_cuda       dwte[inp[n]] += dout[n]; dwpe[t] += sum_b dout[b,t]
+//   encoder_backward_cuda       dwte[inp[n]] += dout[n]; dwpe[t] += (accumulate) or = (not:
+//                               dwpe not read) sum_b dout[b,t], t < T
 //                               scratch: encoder_backward_scratch_bytes(B, T, vocab)
 //                               (3 int arrays of N + CUB radix-sort temp storage; needs
 //                               the CUDA device current when called). Token ids must be
@@ -44,7 +45,8 @@
 //   fused_residual_layernorm_forward_cuda
 //                               residual = bf16(a + b); out = LN(residual) (of the ROUNDED
 //                               residual, which is what the backward sees)            no scratch
-//   layernorm_backward_cuda     dinp += ..., dweight += ..., dbias += ... (one pass over
+//   layernorm_backward_cuda     dinp += ...; dweight, dbias += ... (accumulate 1) or = ...
+//                               (0: a fresh gradient buffer, never read) (one pass over
 //                               x and dout; C <= 8192)
 //                               scratch: layernorm_backward_scratch_bytes(N, C)
 //                               (2 * G * C floats, G = row blocks <= 512)
@@ -52,7 +54,7 @@
 //   gelu_forward_cuda           out = gelu(inp), tanh approximation (out may alias inp)
 //   gelu_backward_cuda          dinp += gelu'(inp) * dout (dinp must not alias dout)
 //   gelu_backward_inplace_cuda  d = gelu'(inp) * d (overwrites)                      no scratch
-//   bias_backward_cuda          dbias[OC] += sum over N rows of dout[N,OC]
+//   bias_backward_cuda          dbias[OC] += (accumulate 1) or = (0) sum over N rows of dout
 //                               scratch: bias_backward_scratch_bytes(N, OC)
 //                               (G * OC floats, G = row blocks <= 256)
 //   crossentropy_softmax_fused_cuda
@@ -140,10 +142,11 @@ static __device__ __forceinline__ float gelu_grad(float x) {
     return sig + 2.0f * x * dsig * du;
 }
 
-// dst[c] += sum over g (in order, strided by 8 per thread row, then the 8 partial sums in
-// order) of partial[g * C + c]. Block (32, 8), grid ceil(C / 32). Deterministic.
+// dst[c] += (accumulate) or = (not: dst is not read) the sum over g (in order, strided by 8
+// per thread row, then the 8 partial sums in order) of partial[g * C + c]. Block (32, 8),
+// grid ceil(C / 32). Deterministic; both forms give the same bits on a zeroed dst.
 static __global__ void __launch_bounds__(256)
-sum_partials_kernel(bf16* __restrict__ dst, const float* __restrict__ partial, int G, int C) {
+sum_partials_kernel(bf16* __restrict__ dst, const float* __restrict__ partial, int G, int C, int accumulate) {
     __shared__ float sh[8][32];
     const int c = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
@@ -156,12 +159,12 @@ sum_partials_kernel(bf16* __restrict__ dst, const float* __restrict__ partial, i
         float total = 0.0f;
 #pragma unroll
         for (int y = 0; y < 8; y++) total += sh[y][threadIdx.x];
-        dst[c] = float_to_bf16(bf16_to_float(dst[c]) + total);
+        dst[c] = float_to_bf16(accumulate ? bf16_to_float(dst[c]) + total : total);
     }
 }
 
-static inline void sum_partials(bf16* dst, const float* partial, int G, int C, cudaStream_t stream) {
-    sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dst, partial, G, C);
+static inline void sum_partials(bf16* dst, const float* partial, int G, int C, int accumulate, cudaStream_t stream) {
+    sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dst, partial, G, C, accumulate);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -243,10 +246,11 @@ encoder_backward_wte_kernel(bf16* __restrict__ dwte, const bf16* __restrict__ do
     if (active) store8(wrow, acc);
 }
 
-// dwpe[t] += sum over b (in order) of dout[b, t]. One warp per (t, 256-channel chunk).
+// dwpe[t] += (accumulate) or = the sum over b (in order) of dout[b, t]. One warp per (t,
+// 256-channel chunk).
 static __global__ void __launch_bounds__(32)
 encoder_backward_wpe_kernel(bf16* __restrict__ dwpe, const bf16* __restrict__ dout,
-                            int B, int T, int C) {
+                            int B, int T, int C, int accumulate) {
     const int t = blockIdx.x;
     const int pack = blockIdx.y * 32 + threadIdx.x;
     if (pack >= C / 8) return;
@@ -261,8 +265,8 @@ encoder_backward_wpe_kernel(bf16* __restrict__ dwpe, const bf16* __restrict__ do
 #pragma unroll
         for (int k = 0; k < 8; k++) acc[k] += d[k];
     }
-    float w[8];
-    load8(w, dwpe + (size_t)t * C + col);
+    float w[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (accumulate) load8(w, dwpe + (size_t)t * C + col);
 #pragma unroll
     for (int k = 0; k < 8; k++) w[k] += acc[k];
     store8(dwpe + (size_t)t * C + col, w);
@@ -303,13 +307,16 @@ static inline size_t encoder_backward_scratch_bytes(int B, int T, int vocab) {
 
 static inline void encoder_backward_cuda(bf16* dwte, bf16* dwpe, void* scratch, size_t scratch_bytes,
                                          const bf16* dout, const int* inp, int B, int T, int C,
-                                         int vocab, cudaStream_t stream) {
+                                         int vocab, int accumulate, cudaStream_t stream) {
     CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0 && vocab > 0,
                  "need C %% 8 == 0 and vocab > 0 (B=%d T=%d C=%d vocab=%d)", B, T, C, vocab);
     CUDA_REQUIRE(is_aligned16(dwte) && is_aligned16(dwpe) && is_aligned16(dout),
                  "dwte, dwpe and dout must be 16-byte aligned");
     const int N = B * T;
-    if (N == 0) return;
+    if (N == 0) {  // empty sums
+        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dwpe, 0, (size_t)T * C * sizeof(bf16), stream));
+        return;
+    }
     const size_t need = encoder_backward_scratch_bytes(B, T, vocab);
     CUDA_REQUIRE(scratch != NULL && scratch_bytes >= need && is_aligned16(scratch),
                  "scratch of %zu bytes (16-byte aligned) needed, got %zu", need, scratch_bytes);
@@ -330,7 +337,7 @@ static inline void encoder_backward_cuda(bf16* dwte, bf16* dwpe, void* scratch, 
     encoder_backward_wte_kernel<<<dim3(N, chunks), 32, 0, stream>>>(dwte, dout, sorted_tok,
                                                                     sorted_pos, N, C);
     CUDA_LAUNCH_CHECK();
-    encoder_backward_wpe_kernel<<<dim3(T, chunks), 32, 0, stream>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<dim3(T, chunks), 32, 0, stream>>>(dwpe, dout, B, T, C, accumulate);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -572,19 +579,25 @@ static inline size_t layernorm_backward_scratch_bytes(int N, int C) {
     return 2 * (size_t)blocks * (size_t)C * sizeof(float);
 }
 
-// dinp[N,C] += ..., dweight[C] += ..., dbias[C] += ... (layernorm_backward's formulas);
-// inp is the forward's input (the rounded residual), mean/rstd the forward's statistics.
-// C <= 8192 (4 packs of 8 channels per thread, 256 threads).
+// dinp[N,C] += ..., dweight[C] and dbias[C] += ... (accumulate) or = ... (layernorm_backward's
+// formulas); inp is the forward's input (the rounded residual), mean/rstd the forward's
+// statistics. C <= 8192 (4 packs of 8 channels per thread, 256 threads).
 static inline void layernorm_backward_cuda(bf16* dinp, bf16* dweight, bf16* dbias, void* scratch,
                                            size_t scratch_bytes, const bf16* dout, const bf16* inp,
                                            const bf16* weight, const float* mean, const float* rstd,
-                                           int N, int C, cudaStream_t stream) {
+                                           int N, int C, int accumulate, cudaStream_t stream) {
     layernorm_check("layernorm_backward_cuda", dinp, inp, weight, dout, N, C);
     int threads = 0;
     const int packs = layernorm_backward_packs(C, &threads);
     CUDA_REQUIRE(packs > 0, "layernorm_backward_cuda: C = %d exceeds the %d channels it supports", C,
                  4 * 8 * kLayerNormBwdMaxThreads);
-    if (N == 0) return;
+    if (N == 0) {  // empty sums
+        if (!accumulate) {
+            CUDA_CHECK(cudaMemsetAsync(dweight, 0, (size_t)C * sizeof(bf16), stream));
+            CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(bf16), stream));
+        }
+        return;
+    }
     const size_t need = layernorm_backward_scratch_bytes(N, C);
     CUDA_REQUIRE(scratch != NULL && scratch_bytes >= need && is_aligned16(scratch),
                  "scratch of %zu bytes (16-byte aligned) needed, got %zu", need, scratch_bytes);
@@ -603,8 +616,8 @@ static inline void layernorm_backward_cuda(bf16* dinp, bf16* dweight, bf16* dbia
         layernorm_backward_kernel<4, RF / 4><<<blocks, threads, 0, stream>>>(dinp, partial_w, partial_b, dout, inp,
                                                                             weight, mean, rstd, N, C, rows);
     CUDA_LAUNCH_CHECK();
-    sum_partials(dweight, partial_w, blocks, C, stream);
-    sum_partials(dbias, partial_b, blocks, C, stream);
+    sum_partials(dweight, partial_w, blocks, C, accumulate, stream);
+    sum_partials(dbias, partial_b, blocks, C, accumulate, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -1032,10 +1045,13 @@ static inline size_t bias_backward_scratch_bytes(int N, int OC) {
 }
 
 static inline void bias_backward_cuda(bf16* dbias, void* scratch, size_t scratch_bytes,
-                                      const bf16* dout, int N, int OC, cudaStream_t stream) {
+                                      const bf16* dout, int N, int OC, int accumulate, cudaStream_t stream) {
     CUDA_REQUIRE(N >= 0 && OC > 0 && OC % 8 == 0, "need OC %% 8 == 0 (N=%d OC=%d)", N, OC);
     CUDA_REQUIRE(is_aligned16(dout), "dout must be 16-byte aligned");
-    if (N == 0) return;
+    if (N == 0) {  // an empty sum
+        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)OC * sizeof(bf16), stream));
+        return;
+    }
     const size_t need = bias_backward_scratch_bytes(N, OC);
     CUDA_REQUIRE(scratch != NULL && scratch_bytes >= need && is_aligned16(scratch),
                  "scratch of %zu bytes (16-byte aligned) needed, got %zu", need, scratch_bytes);
@@ -1045,7 +1061,7 @@ static inline void bias_backward_cuda(bf16* dbias, void* scratch, size_t scratch
     bias_backward_kernel<<<dim3(ceil_div(OC, 256), blocks), dim3(32, 8), 0, stream>>>(
         partial, dout, N, OC, rows);
     CUDA_LAUNCH_CHECK();
-    sum_partials(dbias, partial, blocks, OC, stream);
+    sum_partials(dbias, partial, blocks, OC, accumulate, stream);
 }
 
 // ----------------------------------------------------------------------------

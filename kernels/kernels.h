@@ -7,10 +7,13 @@
 //   forward ops overwrite their outputs;
 //   matmul_forward with pre_gelu != NULL: pre_gelu = inp W^T + b, out = gelu(pre_gelu);
 //   matmul_backward: dinp is OVERWRITTEN (dout W; times gelu'(pre_gelu) when pre_gelu is
-//     given), dweight and dbias ACCUMULATE (the engine zeroes gradient buffers);
+//     given); dweight and dbias ACCUMULATE, or with accumulate 0 are OVERWRITTEN without
+//     being read (the first write into a fresh gradient buffer, which is not zeroed);
 //   attention_backward: dqkv is OVERWRITTEN;
-//   layernorm_backward, encoder_backward: everything ACCUMULATES (dinp too: the residual
-//     stream's gradient is summed over the branches);
+//   layernorm_backward: dinp ACCUMULATES (the residual stream's gradient is summed over the
+//     branches), dweight and dbias as matmul_backward's;
+//   encoder_backward: dwte ACCUMULATES (only the rows of tokens seen: onto the LM head's
+//     gradient), dwpe rows [0, T) as matmul_backward's dweight (rows from T on untouched);
 //   crossentropy: losses[N] fp32; with dloss != 0 the logits become dlogits in place.
 //
 // The schedule calls the kernel_* functions at the end of this header rather than the table:
@@ -41,18 +44,19 @@ struct Kernels {
     void* on_kernel_ctx;
 
     void (*encoder_forward)(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C);
-    void (*encoder_backward)(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C);
+    void (*encoder_backward)(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
+                             int accumulate);
     void (*layernorm_forward)(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
                               const void* weight, const void* bias, int N, int C);
     // residual = a + b, then out = layernorm(residual)
     void (*residual_layernorm_forward)(Kernels* k, void* residual, void* out, float* mean, float* rstd,
                                        const void* a, const void* b, const void* weight, const void* bias, int N, int C);
     void (*layernorm_backward)(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                               const void* weight, const float* mean, const float* rstd, int N, int C);
+                               const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate);
     void (*matmul_forward)(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
                            int N, int C, int OC);
     void (*matmul_backward)(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                            const void* weight, const void* pre_gelu, int N, int C, int OC);
+                            const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate);
     void (*attention_forward)(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
     void (*attention_backward)(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
                                const float* lse, int B, int T, int C, int NH);
@@ -92,9 +96,10 @@ static inline void kernel_encoder_forward(Kernels* k, void* out, const int* inp,
     kernel_starts(k, KERNEL_EMBED, 0);
     k->encoder_forward(k, out, inp, wte, wpe, B, T, C);
 }
-static inline void kernel_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+static inline void kernel_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
+                                           int accumulate) {
     kernel_starts(k, KERNEL_EMBED, 1);
-    k->encoder_backward(k, dwte, dwpe, dout, inp, B, T, C);
+    k->encoder_backward(k, dwte, dwpe, dout, inp, B, T, C, accumulate);
 }
 static inline void kernel_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
                                             const void* weight, const void* bias, int N, int C) {
@@ -109,9 +114,9 @@ static inline void kernel_residual_layernorm_forward(Kernels* k, void* residual,
 }
 static inline void kernel_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout,
                                              const void* inp, const void* weight, const float* mean, const float* rstd,
-                                             int N, int C) {
+                                             int N, int C, int accumulate) {
     kernel_starts(k, KERNEL_LAYERNORM, 1);
-    k->layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    k->layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, accumulate);
 }
 static inline void kernel_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight,
                                          const void* bias, int N, int C, int OC) {
@@ -119,9 +124,10 @@ static inline void kernel_matmul_forward(Kernels* k, void* out, void* pre_gelu, 
     k->matmul_forward(k, out, pre_gelu, inp, weight, bias, N, C, OC);
 }
 static inline void kernel_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout,
-                                          const void* inp, const void* weight, const void* pre_gelu, int N, int C, int OC) {
+                                          const void* inp, const void* weight, const void* pre_gelu, int N, int C, int OC,
+                                          int accumulate) {
     kernel_starts(k, OC == k->lm_head_rows ? KERNEL_LM_HEAD : KERNEL_MATMUL, 1);
-    k->matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC);
+    k->matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC, accumulate);
 }
 static inline void kernel_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
     kernel_starts(k, KERNEL_ATTENTION, 0);

@@ -12,7 +12,9 @@
 static void cpu_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
     encoder_forward((float*)out, inp, (const float*)wte, (const float*)wpe, B, T, C);
 }
-static void cpu_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+static void cpu_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
+                                    int accumulate) {
+    if (!accumulate) memset(dwpe, 0, (size_t)T * C * sizeof(float));  // the CPU kernel adds
     encoder_backward((float*)dwte, (float*)dwpe, (const float*)dout, inp, B, T, C);
 }
 static void cpu_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
@@ -24,8 +26,13 @@ static void cpu_op_residual_layernorm_forward(Kernels* k, void* residual, void* 
     residual_forward((float*)residual, (const float*)a, (const float*)b, (size_t)N * C);
     layernorm_forward((float*)out, mean, rstd, (const float*)residual, (const float*)weight, (const float*)bias, N, C);
 }
+// accumulate 0 (a fresh gradient buffer): the CPU kernels add, so they start from zero.
 static void cpu_op_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                                   const void* weight, const float* mean, const float* rstd, int N, int C) {
+                                   const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate) {
+    if (!accumulate) {
+        memset(dweight, 0, (size_t)C * sizeof(float));
+        memset(dbias, 0, (size_t)C * sizeof(float));
+    }
     layernorm_backward((float*)dinp, (float*)dweight, (float*)dbias, (const float*)dout, (const float*)inp,
                        (const float*)weight, mean, rstd, N, C);
 }
@@ -39,8 +46,12 @@ static void cpu_op_matmul_forward(Kernels* k, void* out, void* pre_gelu, const v
     }
 }
 static void cpu_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                                const void* weight, const void* pre_gelu, int N, int C, int OC) {
+                                const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate) {
     size_t n = (size_t)N * C;
+    if (!accumulate) {
+        memset(dweight, 0, (size_t)OC * C * sizeof(float));
+        if (dbias) memset(dbias, 0, (size_t)OC * sizeof(float));
+    }
     // matmul_backward accumulates into dinp: start from zero. Through a GELU, the product is
     // the gradient w.r.t. the GELU's output (gelu_scratch), and gelu_backward (which
     // accumulates too) takes it to the input.

@@ -45,9 +45,11 @@ static CudaKernels* cuda_of(Kernels* k) { return (CudaKernels*)k->impl; }
 static void cuda_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
     encoder_forward_cuda(BF(out), inp, CBF(wte), CBF(wpe), B, T, C, cuda_of(k)->stream);
 }
-static void cuda_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+static void cuda_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
+                                     int accumulate) {
     CudaKernels* cd = cuda_of(k);
-    encoder_backward_cuda(BF(dwte), BF(dwpe), cd->scratch, cd->scratch_bytes, CBF(dout), inp, B, T, C, cd->vocab, cd->stream);
+    encoder_backward_cuda(BF(dwte), BF(dwpe), cd->scratch, cd->scratch_bytes, CBF(dout), inp, B, T, C, cd->vocab, accumulate,
+                          cd->stream);
 }
 static void cuda_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
                                    const void* weight, const void* bias, int N, int C) {
@@ -59,10 +61,10 @@ static void cuda_op_residual_layernorm_forward(Kernels* k, void* residual, void*
                                           cuda_of(k)->stream);
 }
 static void cuda_op_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                                    const void* weight, const float* mean, const float* rstd, int N, int C) {
+                                    const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate) {
     CudaKernels* cd = cuda_of(k);
     layernorm_backward_cuda(BF(dinp), BF(dweight), BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), CBF(inp),
-                            CBF(weight), mean, rstd, N, C, cd->stream);
+                            CBF(weight), mean, rstd, N, C, accumulate, cd->stream);
 }
 static void cuda_op_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
                                 int N, int C, int OC) {
@@ -70,14 +72,15 @@ static void cuda_op_matmul_forward(Kernels* k, void* out, void* pre_gelu, const 
     matmul_forward_cuda(&cd->mm, BF(out), BF(pre_gelu), CBF(inp), CBF(weight), CBF(bias), N, C, OC, cd->stream);
 }
 static void cuda_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
-                                 const void* weight, const void* pre_gelu, int N, int C, int OC) {
+                                 const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate) {
     CudaKernels* cd = cuda_of(k);
     // dinp overwritten (with the GELU backward in the epilogue when pre_gelu is given); the
-    // weight gradient accumulates in the bf16 gradient slot (beta = 1); the bias gradient is
-    // a deterministic reduction of its own.
+    // weight gradient is written into the bf16 gradient slot (beta = 0: a fresh slot is
+    // neither zeroed nor read) or added to it (beta = 1); the bias gradient is a
+    // deterministic reduction of its own.
     matmul_backward_dinp_cuda(&cd->mm, BF(dinp), CBF(dout), CBF(weight), CBF(pre_gelu), N, C, OC, 0, cd->stream);
-    matmul_backward_dweight_cuda(&cd->mm, dweight, CUDA_R_16BF, CBF(dout), CBF(inp), N, C, OC, 1, cd->stream);
-    if (dbias) bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, cd->stream);
+    matmul_backward_dweight_cuda(&cd->mm, dweight, CUDA_R_16BF, CBF(dout), CBF(inp), N, C, OC, accumulate, cd->stream);
+    if (dbias) bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, accumulate, cd->stream);
 }
 static void cuda_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
     CudaKernels* cd = cuda_of(k);

@@ -89,7 +89,8 @@ static void cuda_profile_finish(Device* d, size_t shard_elements, char* lines, s
     const double per = shard_elements ? 1.0 / (double)shard_elements : 0.0;
     size_t at = (size_t)snprintf(lines, n, "host waits in the step (backend): %d%s%s%s\n  optimizer path on the compute stream, "
                                  "counted from the launches: %.1f B per shard element (gradient-slot zeroing %.1f, folds + norm "
-                                 "%.1f, AdamW + bf16 shard %.1f; the weight-gradient GEMMs' reads of the zeroed slots not counted)",
+                                 "%.1f, AdamW + bf16 shard %.1f; the weight-gradient GEMMs write the slots without reading them "
+                                 "but for unsharded accumulation's later micro-steps)",
                                  host_waits, host_waits ? " (" : "", waits, host_waits ? ")" : "",
                                  (ledger[CB_LEDGER_ZERO] + ledger[CB_LEDGER_FOLD] + ledger[CB_LEDGER_ADAMW]) * per,
                                  ledger[CB_LEDGER_ZERO] * per, ledger[CB_LEDGER_FOLD] * per, ledger[CB_LEDGER_ADAMW] * per);

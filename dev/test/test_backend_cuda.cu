@@ -201,7 +201,11 @@ static void test_reduce_scatter(Setup* s) {
     const size_t sizes[] = {1, 7, 1000, kMaxShard};
     const int nk = 4;
     std::vector<bf16*> full(nk);
-    std::vector<float*> out(nk);
+    std::vector<void*> out(nk);  // reduce_out_bytes per element: fp32, or bf16 (NCCL reducing in bf16)
+    const size_t ob = s->be.reduce_out_bytes;
+    const bool bf16_out = ob == sizeof(bf16);
+    if (!(ob == sizeof(float) || (bf16_out && !fp32 && s->cfg.use_nccl)))
+        check(false, "reduce_out_bytes", "%zu bytes per element (reduce_fp32 %d)", ob, (int)fp32);
     std::vector<std::vector<bf16>> sent(nk);
     for (int k = 0; k < nk; k++) {
         const size_t n = sizes[k];
@@ -210,8 +214,8 @@ static void test_reduce_scatter(Setup* s) {
         sent[k] = to_bf16(mine);
         full[k] = dev_alloc<bf16>(W * n);
         dev_set(full[k], sent[k]);
-        out[k] = dev_alloc<float>(n);
-        CUDA_CHECK(cudaMemset(out[k], 0xff, n * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&out[k], n * ob));
+        CUDA_CHECK(cudaMemset(out[k], 0xff, n * ob));
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int k = 0; k < nk; k++) s->be.reduce_scatter_start(s->be.ctx, kMaxOps - 1 - k, full[k], out[k], sizes[k]);
@@ -219,7 +223,13 @@ static void test_reduce_scatter(Setup* s) {
     for (int k : order) s->be.wait(s->be.ctx, kMaxOps - 1 - k);
     for (int k = 0; k < nk; k++) {
         const size_t n = sizes[k];
-        std::vector<float> got = dev_get(out[k], n);
+        std::vector<float> got(n);
+        if (bf16_out) {
+            std::vector<bf16> h = dev_get((const bf16*)out[k], n);
+            for (size_t i = 0; i < n; i++) got[i] = bf16_to_float(h[i]);
+        } else {
+            got = dev_get((const float*)out[k], n);
+        }
         std::vector<bf16> after = dev_get(full[k], W * n);
         double max_err = 0.0;
         size_t bad = 0, first = (size_t)-1, changed = 0;
@@ -465,11 +475,13 @@ static __global__ void check_gather_kernel(const bf16* full, size_t n, int W, in
         if (__bfloat162float(full[j]) != gather_pattern(k, r, j - (size_t)r * n)) atomicAdd(bad, 1u);
     }
 }
-static __global__ void check_rs_kernel(const float* out, size_t n, int W, int R, int k, unsigned* bad) {
+// out: fp32, or bf16 (bf16_out) where the backend leaves NCCL's bf16 sum.
+static __global__ void check_rs_kernel(const void* out, int bf16_out, size_t n, int W, int R, int k, unsigned* bad) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float sum = 0.0f;
         for (int r = 0; r < W; r++) sum += grad_pattern(k, r, (size_t)R * n + i);
-        if (out[i] != sum) atomicAdd(bad, 1u);
+        const float got = bf16_out ? bf16_to_float(((const bf16*)out)[i]) : ((const float*)out)[i];
+        if (got != sum) atomicAdd(bad, 1u);
     }
 }
 
@@ -481,7 +493,9 @@ static void test_stress(Setup* s, int iters) {
     bf16* shard = dev_alloc<bf16>(n);
     bf16* slot[2] = {dev_alloc<bf16>(W * n), dev_alloc<bf16>(W * n)};
     bf16* grad = dev_alloc<bf16>(W * n);
-    float* out = dev_alloc<float>(n);
+    const int bf16_out = s->be.reduce_out_bytes == sizeof(bf16);
+    void* out = NULL;
+    CUDA_CHECK(cudaMalloc(&out, n * s->be.reduce_out_bytes));
     unsigned* bad = dev_alloc<unsigned>(2);
     CUDA_CHECK(cudaMemset(bad, 0, 2 * sizeof(unsigned)));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -517,7 +531,7 @@ static void test_stress(Setup* s, int iters) {
         if (cb->comm) spin(cb->comm);
         s->be.reduce_scatter_start(s->be.ctx, op_r, grad, out, n);
         s->be.wait(s->be.ctx, op_r);
-        check_rs_kernel<<<grid, block, 0, compute>>>(out, n, W, R, k, bad + 1);
+        check_rs_kernel<<<grid, block, 0, compute>>>(out, bf16_out, n, W, R, k, bad + 1);
         // After wait() the gradient slot is the compute stream's again: overwrite it at once.
         fill_kernel<<<grid, block, 0, compute>>>(grad, W * n, k, R, 2);
         CUDA_CHECK(cudaGetLastError());

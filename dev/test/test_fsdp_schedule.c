@@ -73,6 +73,7 @@ typedef struct {
     int* adam_calls;            // [total_shard] AdamW visits per element of this rank's state
     float* adam_wd;             // [total_shard] the weight decay it was given
     long live_allocs;
+    size_t grad_zeroed;         // bytes of gradient slots zeroed (rec_zero)
     int violations;
     char first_violation[256];
     int value_errors;
@@ -194,6 +195,12 @@ static void rec_zero(void* ctx, void* p, size_t bytes) {
     Recorder* r = (Recorder*)ctx;
     check_write(r, p, bytes, "zero");
     memset(p, 0, bytes);
+    if (r->f)
+        for (int g = 0; g < r->f->n_grad_slots; g++) {
+            const char* slot = (const char*)r->f->grad_slot[g];
+            size_t n = (g == 0 ? r->units[0].padded : r->f->block_padded) * sizeof(float);
+            if ((const char*)p >= slot && (const char*)p < slot + n) r->grad_zeroed += bytes;
+        }
     // The engine zeroes its gradient shards at fsdp_zero_grad: so do the stand-in peers.
     if (r->f && p == (void*)r->f->grad_shard)
         for (int u = 0; u < N_UNITS; u++) memset(r->peer_grad[u], 0, r->units[u].padded * sizeof(float));
@@ -236,7 +243,8 @@ static void rec_all_gather_start(void* ctx, int op, const void* shard, void* ful
     else complete_op(r, &o);
 }
 
-static void rec_reduce_scatter_start(void* ctx, int op, const void* full, float* shard_out, size_t n) {
+static void rec_reduce_scatter_start(void* ctx, int op, const void* full, void* out, size_t n) {
+    float* shard_out = (float*)out;  // reduce_out_bytes 4
     Recorder* r = (Recorder*)ctx;
     const Fsdp* f = r->f;
     // The unit is the one the gradient slot holds (fsdp_grad named it before the backward).
@@ -332,6 +340,7 @@ static void recorder_backend(FsdpBackend* be, Recorder* r) {
     memset(be, 0, sizeof(*be));
     be->ctx = r;
     be->param_bytes = sizeof(float);
+    be->reduce_out_bytes = sizeof(float);
     // A separate host mirror, so that fsdp_upload_state's copies run through the backend.
     be->host_is_device = 0;
     be->alloc = rec_alloc;
@@ -382,7 +391,9 @@ static void no_op_in_flight(Recorder* r, const char* after) {
 
 // Logs the compute, checks the gathered parameters it reads (this rank's slice: the
 // current master; the peers': their values), and adds part x the unit's gradient.
-static void compute(Recorder* r, int kind, int u, const void* params, void* grad, float part) {
+// The backward's stand-in adds to grad (add), or overwrites it as the model's first write of
+// a micro-step does (fsdp_grad_accumulates 0): a buffer the engine left stale then shows.
+static void compute(Recorder* r, int kind, int u, const void* params, void* grad, float part, int add) {
     log_event(r, kind, -1, u);
     const Fsdp* f = r->f;
     const FlatUnit* unit = &r->units[u];
@@ -400,33 +411,34 @@ static void compute(Recorder* r, int kind, int u, const void* params, void* grad
     if (!grad) return;
     float* g = (float*)grad;
     check_write(r, g, unit->padded * sizeof(float), "the backward");
-    for (size_t idx = 0; idx < unit->numel; idx++) g[idx] += part * grad_value(u, idx, r->micro);
+    for (size_t idx = 0; idx < unit->numel; idx++) g[idx] = (add ? g[idx] : 0.0f) + part * grad_value(u, idx, r->micro);
 }
 
 // One micro-step, in gpt2_forward / gpt2_backward's order of calls.
 static void micro_step(Recorder* r, Fsdp* f) {
     const int n = f->n_units;
     void* root = fsdp_forward_pre(f, 0);
-    compute(r, EV_FWD, 0, root, NULL, 0.0f);  // embeddings
+    compute(r, EV_FWD, 0, root, NULL, 0.0f, 0);  // embeddings
     for (int u = 1; u < n; u++) {
         void* p = fsdp_forward_pre(f, u);
-        compute(r, EV_FWD, u, p, NULL, 0.0f);
+        compute(r, EV_FWD, u, p, NULL, 0.0f, 0);
         fsdp_forward_post(f, u);
     }
-    compute(r, EV_FWD, 0, root, NULL, 0.0f);  // final LayerNorm, LM head, loss
+    compute(r, EV_FWD, 0, root, NULL, 0.0f, 0);  // final LayerNorm, LM head, loss
     fsdp_forward_post(f, 0);
 
     root = fsdp_backward_pre(f, 0);
     void* droot = fsdp_grad(f, 0);
+    const int acc = fsdp_grad_accumulates(f);
     fsdp_backward_prefetch(f, n - 1);  // the last block, while the head runs
-    compute(r, EV_BWD, 0, root, droot, 0.5f);  // LM head, final LayerNorm
+    compute(r, EV_BWD, 0, root, droot, 0.5f, acc);  // LM head, final LayerNorm
     for (int u = n - 1; u >= 1; u--) {
         void* p = fsdp_backward_pre(f, u);
         void* g = fsdp_grad(f, u);
-        compute(r, EV_BWD, u, p, g, 1.0f);
+        compute(r, EV_BWD, u, p, g, 1.0f, acc);
         fsdp_backward_post(f, u);
     }
-    compute(r, EV_BWD, 0, root, droot, 0.5f);  // embeddings
+    compute(r, EV_BWD, 0, root, droot, 0.5f, 1);  // embeddings, onto the head's
     fsdp_backward_post(f, 0);
     fsdp_end_micro_step(f);
 }
@@ -789,6 +801,14 @@ static void run_case(const Case* c, Tally* t) {
     CHECK(grad_bad == 0, "this rank's gradient shards hold 4 x the summed gradients of its slices", grad_why);
     CHECK(norm_ok, "the gradient norm is the global one (every rank's shard)", norm_why);
     CHECK(adam_ok, "AdamW visits each owned tensor element once, weight decay on matrices only", adam_why);
+    // Every micro-step takes each unit's buffer once; only its padding is zeroed (the model's
+    // first writes overwrite the rest), and with unsharded accumulation only at the first.
+    size_t padding = 0;
+    for (int u = 0; u < N_UNITS; u++)
+        padding += ((u == 0 ? units[0].padded : f.block_padded) - units[u].numel) * sizeof(float);
+    const size_t takes = (size_t)STEPS * (c->cfg.sync_every_micro_step ? (size_t)c->micro_steps : 1);
+    snprintf(why, sizeof(why), "%zu bytes zeroed, the padding of %zu takes is %zu", r.grad_zeroed, takes, takes * padding);
+    CHECK(r.grad_zeroed == takes * padding, "gradient buffers: only the padding zeroed, once per take", why);
     fsdp_free(&f);
     snprintf(why, sizeof(why), "%ld allocations not released", r.live_allocs);
     CHECK(r.live_allocs == 0, "fsdp_free releases every allocation", why);

@@ -237,7 +237,7 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
     bf16* d_dwpe = dev_upload(to_bf16(dwpe0));
     const size_t sbytes = encoder_backward_scratch_bytes(B, T, V);
     void* scratch = dev_scratch(sbytes);
-    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0);
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 1, 0);
     std::vector<bf16> g_dwte = dev_download(d_dwte, (size_t)V * C), g_dwpe = dev_download(d_dwpe, (size_t)T * C);
     snprintf(name, sizeof name, "encoder_backward dwte B=%d T=%d C=%d V=%d%s", B, T, C, V, one_token ? " (one token id)" : "");
     check_bf16_exact(name, g_dwte, dwte);
@@ -246,13 +246,23 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
     // Determinism: again from the same state.
     dev_set(d_dwte, to_bf16(dwte0));
     dev_set(d_dwpe, to_bf16(dwpe0));
-    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0);
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 1, 0);
     snprintf(name, sizeof name, "encoder_backward deterministic B=%d T=%d C=%d V=%d", B, T, C, V);
     std::vector<bf16> both1 = g_dwte, both2 = dev_download(d_dwte, (size_t)V * C);
     both1.insert(both1.end(), g_dwpe.begin(), g_dwpe.end());
     std::vector<bf16> p2 = dev_download(d_dwpe, (size_t)T * C);
     both2.insert(both2.end(), p2.begin(), p2.end());
     check_bitwise(name, both1, both2);
+    // accumulate 0: dwpe overwritten, never read (NaN there must not show); dwte still added to.
+    std::vector<float> dwte_o = dwte0, dwpe_o((size_t)T * C, 0.0f);
+    encoder_backward(dwte_o.data(), dwpe_o.data(), dout.data(), inp.data(), B, T, C);
+    dev_set(d_dwte, to_bf16(dwte0));
+    dev_set(d_dwpe, to_bf16(std::vector<float>((size_t)T * C, NAN)));
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0, 0);
+    snprintf(name, sizeof name, "encoder_backward overwrite: dwte added to B=%d T=%d C=%d V=%d", B, T, C, V);
+    check_bf16_exact(name, dev_download(d_dwte, (size_t)V * C), dwte_o);
+    snprintf(name, sizeof name, "encoder_backward overwrite: dwpe over NaN B=%d T=%d C=%d", B, T, C);
+    check_bf16_exact(name, dev_download(d_dwpe, (size_t)T * C), dwpe_o);
 
     cudaFree(d_inp); cudaFree(d_wte); cudaFree(d_wpe); cudaFree(d_out); cudaFree(d_dout);
     cudaFree(d_dwte); cudaFree(d_dwpe); cudaFree(scratch);
@@ -330,7 +340,7 @@ static void test_layernorm_backward(Rng& rng, int N, int C) {
     bf16* d_db = dev_upload(to_bf16(db0));
     const size_t sbytes = layernorm_backward_scratch_bytes(N, C);
     void* scratch = dev_scratch(sbytes);
-    layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 0);
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 1, 0);
     std::vector<bf16> g_dinp = dev_download(d_dinp, (size_t)N * C), g_dw = dev_download(d_dw, C), g_db = dev_download(d_db, C);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
     check_bf16(name, g_dinp, dinp);
@@ -342,7 +352,7 @@ static void test_layernorm_backward(Rng& rng, int N, int C) {
     dev_set(d_dinp, to_bf16(dinp0));
     dev_set(d_dw, to_bf16(dw0));
     dev_set(d_db, to_bf16(db0));
-    layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 0);
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 1, 0);
     std::vector<bf16> all1 = g_dinp, all2 = dev_download(d_dinp, (size_t)N * C);
     all1.insert(all1.end(), g_dw.begin(), g_dw.end());
     all1.insert(all1.end(), g_db.begin(), g_db.end());
@@ -351,6 +361,20 @@ static void test_layernorm_backward(Rng& rng, int N, int C) {
     all2.insert(all2.end(), b2.begin(), b2.end());
     snprintf(name, sizeof name, "layernorm_backward deterministic N=%d C=%d", N, C);
     check_bitwise(name, all1, all2);
+
+    // accumulate 0: dweight and dbias overwritten, never read (NaN there must not show).
+    std::vector<float> dinp_o = dinp0, dw_o(C, 0.0f), db_o(C, 0.0f);
+    layernorm_backward(dinp_o.data(), dw_o.data(), db_o.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    dev_set(d_dinp, to_bf16(dinp0));
+    dev_set(d_dw, to_bf16(std::vector<float>(C, NAN)));
+    dev_set(d_db, to_bf16(std::vector<float>(C, NAN)));
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 0, 0);
+    snprintf(name, sizeof name, "layernorm_backward overwrite: dinp N=%d C=%d", N, C);
+    check_bf16(name, dev_download(d_dinp, (size_t)N * C), dinp_o);
+    snprintf(name, sizeof name, "layernorm_backward overwrite: dweight over NaN N=%d C=%d", N, C);
+    check_bf16(name, dev_download(d_dw, C), dw_o);
+    snprintf(name, sizeof name, "layernorm_backward overwrite: dbias over NaN N=%d C=%d", N, C);
+    check_bf16(name, dev_download(d_db, C), db_o);
 
     cudaFree(d_x); cudaFree(d_w); cudaFree(d_dout); cudaFree(d_mean); cudaFree(d_rstd);
     cudaFree(d_dinp); cudaFree(d_dw); cudaFree(d_db); cudaFree(scratch);
@@ -422,14 +446,21 @@ static void test_bias_backward(Rng& rng, int N, int OC) {
     bf16* d_db = dev_upload(to_bf16(db0));
     const size_t sbytes = bias_backward_scratch_bytes(N, OC);
     void* scratch = dev_scratch(sbytes);
-    bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 0);
+    bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 1, 0);
     std::vector<bf16> g1 = dev_download(d_db, OC);
     snprintf(name, sizeof name, "bias_backward N=%d OC=%d", N, OC);
     check_bf16(name, g1, db);
     dev_set(d_db, to_bf16(db0));
-    bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 0);
+    bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 1, 0);
     snprintf(name, sizeof name, "bias_backward deterministic N=%d OC=%d", N, OC);
     check_bitwise(name, g1, dev_download(d_db, OC));
+    // accumulate 0: overwritten, never read (NaN there must not show).
+    std::vector<float> db_o(OC, 0.0f), dweight_o(OC, 0.0f);
+    matmul_backward(NULL, dweight_o.data(), db_o.data(), dout.data(), inp.data(), weight.data(), N, 1, OC);
+    dev_set(d_db, to_bf16(std::vector<float>(OC, NAN)));
+    bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 0, 0);
+    snprintf(name, sizeof name, "bias_backward overwrite over NaN N=%d OC=%d", N, OC);
+    check_bf16(name, dev_download(d_db, OC), db_o);
     cudaFree(d_dout); cudaFree(d_db); cudaFree(scratch);
 }
 

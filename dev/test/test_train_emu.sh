@@ -131,7 +131,7 @@ PYEOF
 make_mutant staged_gather '(\bs->bytes\s*=\s*)W\s*\*\s*(shard_bytes\s*;)' '\1\2'
 # nccl: the bf16 reduce-scatter passes recvcount n / 2 (a valid call, so the shim cannot
 # refuse it: each rank reduces the wrong elements and half its shard stays stale).
-make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*c->bf16_scratch\s*,\s*)n(\s*,\s*ncclBfloat16)' '\1n / 2\2'
+make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*shard_out\s*,\s*)n(\s*,\s*ncclBfloat16)' '\1n / 2\2'
 # nccl, stream ordering (CUDA_NOTES arrows 1/3'): compute does not wait for the collective.
 make_mutant nccl_no_done_wait 'CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, s->done, 0\)\);' ''
 # nccl, stream ordering (arrows 2/3/5): the comm stream does not wait for compute.
@@ -397,11 +397,12 @@ if good nccl_np2; then
 fi
 # The optimizer path's byte ledger and the step's host waits (--profile-step, counted by the
 # backend from its launches). Per element of the rank's shard, from the kernels' operands:
-# zeroing the bf16 gradient slots 2 B per unit element (W of them per shard element), the
-# first fold of a reduced gradient reads its source (W=1: the bf16 slot itself, 2 B; W=2: the
-# fp32 reduce-scatter output, 4 B) and writes the fp32 shard (4 B) with the norm's squares in
-# the same pass, and AdamW reads master, m, v, grad and writes master, m, v and the bf16 shard
-# (16 + 12 + 2 = 30 B): 38 B at W=1, 42 B at W=2. The host waits: the loss read and the norm.
+# the bf16 gradient slots are not zeroed (each weight's first gradient write overwrites; only
+# the padding is zeroed, under 0.05 B here), the first fold of a reduced gradient reads its
+# source (W=1: the bf16 slot itself; W=2: NCCL's bf16 reduce-scatter output: 2 B) and writes
+# the fp32 shard (4 B) with the norm's squares in the same pass, and AdamW reads master, m, v,
+# grad and writes master, m, v and the bf16 shard (16 + 12 + 2 = 30 B): 36 B at any W. The
+# host waits: the loss read and the norm.
 ledger_check() {  # NAME W WANT
     local line waits
     line=$(grep -m1 '^  optimizer path on the compute stream' "$TMP/$1.log")
@@ -412,8 +413,8 @@ ledger_check() {  # NAME W WANT
         not_ok "$TAG --profile-step at W=$2 ($1): want '$3' and 2 host waits, got '$line' / '$waits'"
     fi
 }
-good nccl_again && ledger_check nccl_again 1 "38.0 B per shard element (gradient-slot zeroing 2.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
-good nccl_np2 && ledger_check nccl_np2 2 "42.0 B per shard element (gradient-slot zeroing 4.0, folds + norm 8.0, AdamW + bf16 shard 30.0"
+good nccl_again && ledger_check nccl_again 1 "36.0 B per shard element (gradient-slot zeroing 0.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
+good nccl_np2 && ledger_check nccl_np2 2 "36.0 B per shard element (gradient-slot zeroing 0.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
 good nccl_ref nccl_np2_fp32 && compare "--comm nccl np=2 with --reduce-dtype fp32 vs np=1 (within 1e-2)" \
     "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_np2_fp32/metrics.jsonl" --rtol 0.01
 good nccl_ref nccl_hsdp && compare "--comm nccl np=2 HSDP (shard + replica communicators) vs np=1 (within 1e-2)" \
