@@ -556,6 +556,7 @@ static StepResult train_step(Run* r, int step) {
         double used = model->dev.memory_in_use_mib(&model->dev);
         if (used > r->device_used_mib) r->device_used_mib = used;
     }
+    if (model->dev.step_done) model->dev.step_done(&model->dev);
     res.record.step = completed;
     res.record.loss = loss;
     res.record.norm = norm;
@@ -819,7 +820,7 @@ int main(int argc, char** argv) {
     // Model, engine and device
     int on_cuda = !strcmp(device, "cuda");
     DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
-                          (Recompute)opt.recompute};
+                          (Recompute)opt.recompute, opt.matmul_autotune};
     FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last};
     GPT2* model = &r->model;
     gpt2_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
