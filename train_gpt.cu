@@ -442,9 +442,12 @@ typedef struct {
     float dloss;                      // 1 / tokens per step: the loss is the global mean
     // This rank's rows of every micro-batch of a step, in host memory the device copies from
     // without staging (pinned on cuda): micro-step k's at k * B * T. The uploads run behind
-    // the host; none is overwritten before the step ends with its wait for the device.
-    int *inputs, *targets;
-    float* step_losses;               // this step's losses (read once, when the step is done)
+    // the host, which does not wait for the device inside a step: steps alternate between the
+    // two sets (by the time step n + 2 writes set n's, the host has read step n + 1's
+    // figures, which the device computes after step n's uploads).
+    int *inputs[2], *targets[2];
+    float* step_losses;               // a validation micro-batch's losses
+    int bad_in_a_row;                 // steps skipped for a non-finite loss or gradient norm
     // checkpoints
     char ckpt_root[1100];
     CkptWriter* ckpt_writer;          // whenever there is a checkpoint directory
@@ -468,9 +471,10 @@ static void evaluate(Run* r, int step) {
     double local = 0.0;
     int rounds = r->opt->val_steps * r->grad_accum;
     for (int k = 0; k < rounds; k++) {
-        if (loader_read_micro_batch(&r->val_loader, k, r->pg->world, r->pg->rank, r->B, r->inputs, r->targets, err, sizeof(err)))
+        if (loader_read_micro_batch(&r->val_loader, k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0], err,
+                                    sizeof(err)))
             fatal(r->pg, "%s", err);
-        gpt2_forward(model, r->inputs, r->targets, r->B, r->T, 0.0f);
+        gpt2_forward(model, r->inputs[0], r->targets[0], r->B, r->T, 0.0f);
         gpt2_losses_to_host(model, r->step_losses, r->B, r->T);
         model->dev.kernels.synchronize(&model->dev.kernels);
         for (long i = 0; i < (long)r->B * r->T; i++) local += r->step_losses[i];
@@ -484,94 +488,136 @@ static void evaluate(Run* r, int step) {
 // One optimizer step: grad_accum micro-steps of forward + backward (each unit's gradient
 // reduce-scattered as soon as its backward is done), the loss, the global gradient norm,
 // AdamW on the owned shards. Every rank takes the same decisions (skip, stop).
+//
+// The host never waits for the device inside a step: the loss and the gradient norm are
+// summed, all-reduced and judged on the device (fsdp_step_decide: AdamW reads the clip
+// scale and the skip flag there), and the host reads them one step late. train_step issues
+// step n+1's forward and backward, then waits for step n's figures (done by then, while the
+// device works on step n+1), prints step n's line and checks --max-bad-steps, and only then
+// issues step n+1's update: a run that stops for bad steps never applies the next update.
 
 typedef struct {
-    StepRecord record;
-    int stop_now;        // some rank got a stop signal
-} StepResult;
+    int pending;         // a step whose figures have not been read yet
+    StepRecord record;   // its step, lr, data time (the loss, norm and time come when read)
+    FsdpTraffic traffic;
+    void *mark_begin, *mark_end;  // the step's first and last point in the device's work
+} PendingStep;
 
-static StepResult train_step(Run* r, int step) {
-    const Options* opt = r->opt;
+// Step p's figures (waiting for them if the device is not there yet): its line, and the
+// count of bad steps in a row, which ends the run at --max-bad-steps.
+static void finish_step(Run* r, PendingStep* p) {
+    if (!p->pending) return;
     GPT2* model = &r->model;
-    Fsdp* f = &model->fsdp;
-    StepProfile* prof = &r->profile;
-    char err[1024];
-    int B = r->B, T = r->T, completed = step + 1;
-    StepResult res;
-    memset(&res, 0, sizeof(res));
-    if (r->test_stall && atoi(r->test_stall) == r->pg->rank && strchr(r->test_stall, ':') &&
-        test_hook_at(strchr(r->test_stall, ':') + 1, completed))
-        for (;;) pause();
-
-    double t0 = now_seconds(), data_seconds = 0.0;
-    if (opt->profile_step == completed) profile_begin(prof, &model->dev, f);
-    profile_host(prof);
-    FsdpTraffic before = f->traffic;
-    fsdp_zero_grad(f, r->grad_accum);
-    for (int k = 0; k < r->grad_accum; k++) {
-        // This rank's rows of the global batch: the batch does not depend on W and B.
-        double d0 = now_seconds();
-        int* inputs = r->inputs + (size_t)k * B * T;
-        int* targets = r->targets + (size_t)k * B * T;
-        if (loader_read_micro_batch(&r->train_loader, k, r->pg->world, r->pg->rank, B, inputs, targets, err, sizeof(err)))
-            fatal(r->pg, "%s", err);
-        data_seconds += now_seconds() - d0;
-        gpt2_forward(model, inputs, targets, B, T, r->dloss);
-        gpt2_losses_to_host(model, r->step_losses + (size_t)k * B * T, B, T);
-        gpt2_backward(model, B, T);
-        fsdp_end_micro_step(f);
-        profile_host(prof);
-    }
-    model->dev.kernels.synchronize(&model->dev.kernels);
-    profile_host(prof);
-    double local_loss = 0.0;
-    for (long i = 0; i < (long)r->grad_accum * B * T; i++) local_loss += r->step_losses[i];
-    loader_advance(&r->train_loader, (uint64_t)r->global_seqs);
-    if (r->pg->rank == 0 && test_hook_at(r->test_nan_loss_steps, completed)) local_loss = NAN;
-    if (r->pg->rank == 0 && test_hook_at(r->test_nan_grad_steps, completed)) {
-        float nan = NAN;
-        model->dev.backend.copy_to_device(model->dev.backend.ctx, f->grad_shard, &nan, sizeof(nan));
-    }
-    // One reduction carries the loss and whether any rank was asked to stop, so that every
-    // rank takes the same decision at the same step.
-    double reduced[2] = {local_loss, signals_stop_requested() != 0 ? 1.0 : 0.0};
-    comm_all_reduce_f64(r->pg->world_comm, reduced, 2, COMM_SUM);
-    double loss = reduced[0] / (double)r->total_tokens;
-    res.stop_now = reduced[1] > 0.0;
-    float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);
-    float norm = fsdp_grad_norm(f);
-    // A non-finite loss or norm (identical on every rank) would poison the weights and
-    // Adam's moments: skip the update, keep the schedule's step count.
-    int bad = !isfinite(loss) || !isfinite(norm);
-    if (!bad) fsdp_optimizer_step(f, norm, lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, opt->grad_clip, completed);
-    FsdpTraffic traffic = {f->traffic.gathered - before.gathered, f->traffic.reduce_scattered - before.reduce_scattered,
-                           f->traffic.replica_reduced - before.replica_reduced};
-    double ms = (now_seconds() - t0) * 1000.0;
-    res.record.profiled = profile_active(prof);
-    if (res.record.profiled) {
-        profile_host(prof);  // the end of the step's timeline
-        profile_report(prof, completed, ms, r->pg->rank);
-    }
+    Kernels* k = &model->dev.kernels;
+    const FsdpStepStats* s = fsdp_step_stats_wait(&model->fsdp);
+    p->pending = 0;
+    // The device's time between the step's marks: the copy that just landed comes after the
+    // end mark on the same stream, so both have been reached.
+    p->record.ms = k->mark_ms(k, p->mark_begin, p->mark_end);
+    k->mark_free(k, p->mark_begin);
+    k->mark_free(k, p->mark_end);
     if (model->dev.memory_in_use_mib) {
         double used = model->dev.memory_in_use_mib(&model->dev);
         if (used > r->device_used_mib) r->device_used_mib = used;
     }
-    if (model->dev.step_done) model->dev.step_done(&model->dev);
-    res.record.step = completed;
-    res.record.loss = loss;
-    res.record.norm = norm;
-    res.record.lr = lr;
-    res.record.ms = ms;
-    res.record.data_ms = data_seconds * 1000.0;
+    p->record.loss = s->loss;
+    p->record.norm = s->norm;
+    p->record.skipped = s->skip;
     // cpu: peak resident memory; cuda: GPU memory in use
-    res.record.mem_mib = model->dev.memory_in_use_mib ? r->device_used_mib : (double)peak_rss_bytes() / (1024.0 * 1024.0);
-    res.record.skipped = bad;
-    metrics_step(&r->metrics, &res.record, &traffic);
-    return res;
+    p->record.mem_mib = model->dev.memory_in_use_mib ? r->device_used_mib : (double)peak_rss_bytes() / (1024.0 * 1024.0);
+    metrics_step(&r->metrics, &p->record, &p->traffic);
+    const int completed = p->record.step;
+    r->bad_in_a_row = s->skip ? r->bad_in_a_row + 1 : 0;
+    if (r->bad_in_a_row >= r->opt->max_bad_steps)
+        fatal_agreed(r->pg, "step %d: %d step(s) in a row with a non-finite loss or gradient norm (--max-bad-steps %d); "
+                     "no update was applied for them, so the weights are those after step %d",
+                     completed, r->bad_in_a_row, r->opt->max_bad_steps, completed - r->bad_in_a_row);
 }
 
-// ----------------------------------------------------------------------------------------
-// Checkpoints: every --ckpt-every steps, at the end, and on a stop signal.
+// Issues step `step` (its figures are read by the next train_step or finish_step). Returns
+// whether some rank got a stop signal (every rank returns the same).
+static int train_step(Run* r, int step, PendingStep* prev) {
+    const Options* opt = r->opt;
+    GPT2* model = &r->model;
+    Fsdp* f = &model->fsdp;
+    Kernels* kern = &model->dev.kernels;
+    StepProfile* prof = &r->profile;
+    char err[1024];
+    int B = r->B, T = r->T, completed = step + 1;
+    if (r->test_stall && atoi(r->test_stall) == r->pg->rank && strchr(r->test_stall, ':') &&
+        test_hook_at(strchr(r->test_stall, ':') + 1, completed))
+        for (;;) pause();
+
+    PendingStep cur;
+    memset(&cur, 0, sizeof(cur));
+    double data_seconds = 0.0, t0 = now_seconds();
+    const int profiled = opt->profile_step == completed;
+    if (profiled) {
+        finish_step(r, prev);  // the profile is of this step alone
+        profile_begin(prof, &model->dev, f, model->config.num_layers);
+    }
+    cur.mark_begin = kern->mark(kern);
+    profile_host(prof);
+    FsdpTraffic before = f->traffic;
+    // The token buffers alternate by step: the device may still be uploading the previous
+    // step's when this one's are read.
+    int* inputs_base = r->inputs[completed & 1];
+    int* targets_base = r->targets[completed & 1];
+    fsdp_zero_grad(f, r->grad_accum);
+    for (int k = 0; k < r->grad_accum; k++) {
+        // This rank's rows of the global batch: the batch does not depend on W and B.
+        double d0 = now_seconds();
+        int* inputs = inputs_base + (size_t)k * B * T;
+        int* targets = targets_base + (size_t)k * B * T;
+        if (loader_read_micro_batch(&r->train_loader, k, r->pg->world, r->pg->rank, B, inputs, targets, err, sizeof(err)))
+            fatal(r->pg, "%s", err);
+        data_seconds += now_seconds() - d0;
+        gpt2_forward(model, inputs, targets, B, T, r->dloss);
+        fsdp_add_loss(f, model->acts.losses, (size_t)B * T);
+        gpt2_backward(model, B, T);
+        fsdp_end_micro_step(f);
+        profile_host(prof);
+    }
+    loader_advance(&r->train_loader, (uint64_t)r->global_seqs);
+    if (r->pg->rank == 0 && test_hook_at(r->test_nan_loss_steps, completed)) fsdp_test_poison_loss(f);
+    if (r->pg->rank == 0 && test_hook_at(r->test_nan_grad_steps, completed)) {
+        float nan = NAN;
+        model->dev.backend.copy_to_device(model->dev.backend.ctx, f->grad_shard, &nan, sizeof(nan));
+    }
+    // The previous step's figures: on the device they were ready long ago.
+    finish_step(r, prev);
+    float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);
+    fsdp_step_decide(f, (double)r->total_tokens, opt->grad_clip);
+    fsdp_optimizer_step(f, lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, completed);
+    fsdp_step_stats_fetch(f);
+    cur.mark_end = kern->mark(kern);
+    cur.traffic.gathered = f->traffic.gathered - before.gathered;
+    cur.traffic.reduce_scattered = f->traffic.reduce_scattered - before.reduce_scattered;
+    cur.traffic.replica_reduced = f->traffic.replica_reduced - before.replica_reduced;
+    cur.record.step = completed;
+    cur.record.lr = lr;
+    cur.record.data_ms = data_seconds * 1000.0;
+    cur.record.profiled = profile_active(prof);
+    cur.pending = 1;
+    // Whether any rank was asked to stop: every rank takes the same decision at the same step.
+    double stop = signals_stop_requested() != 0 ? 1.0 : 0.0;
+    comm_all_reduce_f64(r->pg->world_comm, &stop, 1, COMM_SUM);
+    *prev = cur;
+    if (cur.record.profiled) {
+        // The profiled step is read at once (its table after its line), host time included.
+        profile_host(prof);  // the end of the step's timeline
+        finish_step(r, prev);
+        profile_report(prof, completed, (now_seconds() - t0) * 1000.0, r->pg->rank);
+    }
+    if (model->dev.step_done) model->dev.step_done(&model->dev);
+    return stop > 0.0;
+}
+
+static int checkpoint_due(const Run* r, int completed) {
+    const Options* opt = r->opt;
+    return r->ckpt_writer && opt->ckpt_every > 0 &&
+           (completed % opt->ckpt_every == 0 || completed == r->max_steps || completed == opt->stop_at_step);
+}
 
 static void maybe_checkpoint(Run* r, int completed, int stop_now) {
     const Options* opt = r->opt;
@@ -582,8 +628,7 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
     if (stop_now && r->pg->rank == 0)
         printf("stop signal received: %s after step %d\n", r->ckpt_writer ? "saving a checkpoint and exiting" : "exiting (no checkpoint directory: -o or --ckpt-dir)", completed);
     if (!r->ckpt_writer) return;
-    int due = opt->ckpt_every > 0 && (completed % opt->ckpt_every == 0 || completed == r->max_steps || completed == opt->stop_at_step);
-    if (stop_now || due) {
+    if (stop_now || checkpoint_due(r, completed)) {
         r->ckpt_saves++;
         double t0 = now_seconds();
         fsdp_download_state(&r->model.fsdp);  // the checkpoint's pieces point into the host mirror
@@ -863,15 +908,15 @@ int main(int argc, char** argv) {
     mt->flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config.num_layers * config.channels * (double)r->T;
     mt->peak_flops = peak_tflops * 1e12 * pg.world;
 
-    size_t io_bytes = 2 * (size_t)r->grad_accum * r->B * r->T * sizeof(int);
-    size_t step_losses_bytes = (size_t)r->grad_accum * r->B * r->T * sizeof(float);  // host copies of a step's losses
+    size_t io_bytes = 4 * (size_t)r->grad_accum * r->B * r->T * sizeof(int);  // inputs, targets: two sets
+    size_t step_losses_bytes = (size_t)r->B * r->T * sizeof(float);  // host copies of a validation micro-batch's losses
     const FsdpMemory* mm = &model->fsdp.memory;
     size_t device_budget = mm->shard_state + mm->gathered + mm->full_grads + model->acts.total_bytes + device_extra_bytes(&model->dev);
     if (pg.rank == 0) print_setup(r, device, why, threads, peak_tflops, device_budget, io_bytes + step_losses_bytes);
-    r->inputs = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 2);
-    r->targets = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 2);
-    // This step's losses, filled micro-step by micro-step and read once the step is done
-    // (one wait for the device per step).
+    for (int i = 0; i < 2; i++) {
+        r->inputs[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 4);
+        r->targets[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 4);
+    }
     r->step_losses = (float*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_losses_bytes);
     // Everything the budget counts is allocated and touched by now.
     double setup_rss = max_over_ranks_mib(&pg, current_rss_bytes());
@@ -887,32 +932,34 @@ int main(int argc, char** argv) {
 
     // The loop: validation and samples at their steps, then one optimizer step and maybe a
     // checkpoint. The schedule spans max_steps whatever step this job starts from.
+    // A step's figures are read one step late (train_step), and before anything that prints
+    // or saves after it: validation, a sample, a checkpoint, the end.
     int exit_code = 0;
-    int bad_in_a_row = 0;  // steps skipped for a non-finite loss or gradient norm
+    PendingStep pending;
+    memset(&pending, 0, sizeof(pending));
     double run_t0 = now_seconds();
     signals_enter_training();  // a stop signal now ends the run after a step, with a checkpoint
     for (int step = start_step; step <= r->max_steps; step++) {
         int last = step == r->max_steps;
-        if (r->have_val && (step % opt.val_every == 0 || last)) evaluate(r, step);
-        if (opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last))
-            generate_sample(model, &pg, tokenizer, opt.sample_tokens, opt.top_k, opt.temperature, opt.seed, step);
+        int val_now = r->have_val && (step % opt.val_every == 0 || last);
+        int sample_now = opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last);
+        if (val_now || sample_now || last || (opt.stop_at_step && step >= opt.stop_at_step)) finish_step(r, &pending);
+        if (val_now) evaluate(r, step);
+        if (sample_now) generate_sample(model, &pg, tokenizer, opt.sample_tokens, opt.top_k, opt.temperature, opt.seed, step);
         if (last) break;
         if (opt.stop_at_step && step >= opt.stop_at_step) break;
 
-        StepResult res = train_step(r, step);
+        int stop_now = train_step(r, step, &pending);
         int completed = step + 1;
-        bad_in_a_row = res.record.skipped ? bad_in_a_row + 1 : 0;
-        if (bad_in_a_row >= opt.max_bad_steps)
-            fatal_agreed(&pg, "step %d: %d step(s) in a row with a non-finite loss or gradient norm (--max-bad-steps %d); "
-                         "no update was applied for them, so the weights are those after step %d",
-                         completed, bad_in_a_row, opt.max_bad_steps, completed - bad_in_a_row);
-        maybe_checkpoint(r, completed, res.stop_now);
-        if (res.stop_now) {
+        if (stop_now || checkpoint_due(r, completed)) finish_step(r, &pending);
+        maybe_checkpoint(r, completed, stop_now);
+        if (stop_now) {
             // Without a checkpoint a requeued job would start over: that is a failure, not a pause.
             exit_code = r->ckpt_writer ? EXIT_PREEMPTED : 1;
             break;
         }
     }
+    finish_step(r, &pending);
     profile_free(&r->profile);
     if (r->ckpt_writer) {
         int finished = ckpt_writer_finish(r->ckpt_writer, err, sizeof(err));
@@ -938,8 +985,10 @@ int main(int argc, char** argv) {
                     model->layout.num_parameters, r->grad_accum);
 
     metrics_close(mt);
-    model->dev.backend.release_host(model->dev.backend.ctx, r->inputs);
-    model->dev.backend.release_host(model->dev.backend.ctx, r->targets);
+    for (int i = 0; i < 2; i++) {
+        model->dev.backend.release_host(model->dev.backend.ctx, r->inputs[i]);
+        model->dev.backend.release_host(model->dev.backend.ctx, r->targets[i]);
+    }
     model->dev.backend.release_host(model->dev.backend.ctx, r->step_losses);
     if (tokenizer) tokenizer_free(tokenizer);
     loader_close(&r->train_loader);

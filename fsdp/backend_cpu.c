@@ -62,10 +62,13 @@ static void cpu_all_reduce_replicas(void* ctx, float* buf, size_t n) {
     comm_all_reduce_f32_sum(c->pg->replicate_comm, buf, n);
 }
 
-static double cpu_all_reduce_sum(void* ctx, double x) {
+// The world's loss sum (shard group, then replicas) and the shard group's sum of squares
+// (every replica holds the same shards after the HSDP all-reduce), then the decision.
+static void cpu_step_decide(void* ctx, FsdpStepStats* s, double tokens, float grad_clip) {
     CpuBackend* c = (CpuBackend*)ctx;
-    comm_all_reduce_f64(c->pg->shard_comm, &x, 1, COMM_SUM);
-    return x;
+    comm_all_reduce_f64(c->pg->shard_comm, &s->loss_sum, 2, COMM_SUM);
+    if (c->pg->replicate_size > 1) comm_all_reduce_f64(c->pg->replicate_comm, &s->loss_sum, 1, COMM_SUM);
+    fsdp_decide_from_sums(s, tokens, grad_clip);
 }
 
 static void cpu_accumulate(void* ctx, float* dst, const float* src, size_t n) {
@@ -104,7 +107,7 @@ void fsdp_backend_cpu_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops)
     be->reduce_scatter_start = cpu_reduce_scatter_start;
     be->wait = cpu_wait;
     be->all_reduce_replicas = cpu_all_reduce_replicas;
-    be->all_reduce_sum = cpu_all_reduce_sum;
+    be->step_decide = cpu_step_decide;
     be->accumulate = cpu_accumulate;
     be->sum_squares = cpu_sum_squares;
     be->adamw = cpu_adamw;

@@ -5,7 +5,9 @@
 //   NCCL (cfg.use_nccl = 1)  one NCCL communicator per group (shard group; replica group for
 //       HSDP), all collectives on one dedicated, high-priority comm stream, every hand-off
 //       between the compute stream and the comm stream an event. Nothing synchronises the
-//       host inside a step except sum_squares (the host needs the value) and the staged path.
+//       host inside a step: the step's loss and norm are all-reduced and decided on the
+//       device (step_decide), AdamW reads the decision there, and the host reads a copy when
+//       it asks (step_stats_wait: the previous step's, long done). Only the staged path waits.
 //   staged (cfg.use_nccl = 0, `--comm mpi`)  through pinned host buffers over comm/comm.h (MPI
 //       or TCP), so that several ranks may share one GPU (NCCL refuses that). Same numbers as
 //       NCCL up to the order of the reduction.
@@ -36,6 +38,9 @@
 //                                                          the optimizer comes after the waits)
 //   all_reduce_replicas (HSDP): compute --rep_ready--> comm: ncclAllReduce in place
 //                                --rep_done--> compute waits (before the grad norm and AdamW).
+//   step_decide: compute --stats_ready--> comm: ncclAllReduce of (loss sum, sum of squares),
+//                shard group [, the loss over the replica group] --stats_done--> compute
+//                waits, then one thread decides (norm, clip scale, skip) before AdamW.
 // Scratch on the comm stream (the fp32 copy of a full gradient, --reduce-dtype fp32) is ONE
 // buffer shared by every op: the comm stream runs its work in issue order, so the next op's use
 // of the scratch starts after the previous op's last read of it. At world size 1 the same
@@ -54,7 +59,7 @@
 // A pinned buffer is written again only by the next start on the same op slot, which waits for
 // compute first, and so for the H2D copy of the previous wait.
 //
-// Host waits (sum_squares, copies, the staged path, teardown) poll an event with a deadline
+// Host waits (copies, the staged path, teardown) poll an event with a deadline
 // of the process group's timeout (comm_timeout), checking the NCCL communicators'
 // asynchronous errors meanwhile; an error or timeout aborts the communicators
 // (ncclCommAbort) and ends the job with fatal(). NCCL communicators are created non-blocking
@@ -137,12 +142,14 @@ typedef struct {
     ncclComm_t nccl_replica;         // NCCL path, HSDP: the replica group (NULL otherwise)
     cudaEvent_t host_ev;             // host waits
     cudaEvent_t rep_ready, rep_done; // all_reduce_replicas (NCCL)
+    cudaEvent_t stats_ready, stats_done;  // step_decide's all-reduce (NCCL)
+    cudaEvent_t stats_fetched;       // step_stats_fetch's copy has landed
     // device scratch
     float* f32_scratch;              // [max_unit_padded]: NCCL with reduce_fp32, staged always
     void* sumsq_scratch;             // sum_squares_cuda's partials, then one double
     double* d_sumsq;
     // pinned host memory
-    double* h_sumsq;
+    double* h_sumsq;                 // [2]: the staged step_decide's loss sum and sum of squares
     float* h_chunk;                  // staged all_reduce_replicas: chunk buffer
     size_t chunk_elems;
     // --profile-step's byte ledger: what the optimizer path's kernels (gradient folds and
@@ -247,6 +254,7 @@ static inline void cb_nccl_call(CudaBackend* c, ncclComm_t comm, ncclResult_t r,
 // The host waits until everything enqueued on stream s so far has run. Polls an event with
 // the process group's timeout as deadline and watches the NCCL communicators meanwhile (the
 // compute stream may be waiting on a collective that never ends).
+static inline void cb_wait_event(CudaBackend* c, cudaEvent_t ev, const char* what);
 static inline void cb_host_wait(CudaBackend* c, cudaStream_t s, const char* what) {
     if (c->prof.ledger) {  // --profile-step counts the host waits of the step, and names them
         CbCommProfile* p = &c->prof;
@@ -257,11 +265,18 @@ static inline void cb_host_wait(CudaBackend* c, cudaStream_t s, const char* what
         p->host_waits++;
     }
     CB_CUDA(c, cudaEventRecord(c->host_ev, s));
+    cb_wait_event(c, c->host_ev, what);
+}
+
+// The host waits until event ev (recorded earlier) has completed, with the deadline and the
+// NCCL checks of cb_host_wait. (Not counted as a host wait: callers wait on work the device
+// has long moved past, e.g. the previous step's statistics, which does not drain a stream.)
+static inline void cb_wait_event(CudaBackend* c, cudaEvent_t ev, const char* what) {
     const double t0 = cb_now(), timeout = cb_timeout(c);
     double last_check = t0;
     unsigned spins = 0;
     for (;;) {
-        const cudaError_t e = cudaEventQuery(c->host_ev);
+        const cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady)
             fatal(c->pg, "CUDA error while waiting for %s: %s", what, cudaGetErrorString(e));
@@ -552,13 +567,6 @@ static inline void cuda_all_reduce_replicas(void* ctx, float* buf, size_t n) {
     }
 }
 
-// Sum of a host double over the shard group (blocking, host-side: no device work).
-static inline double cuda_all_reduce_sum(void* ctx, double x) {
-    CudaBackend* c = (CudaBackend*)ctx;
-    comm_all_reduce_f64(c->pg->shard_comm, &x, 1, COMM_SUM);
-    return x;
-}
-
 // ----------------------------------------------------------------------------
 // Elementwise work, all on the compute stream
 
@@ -580,23 +588,79 @@ static inline void cuda_fold_grad(void* ctx, float* dst, const void* src, size_t
     cb_count(c, CB_LEDGER_FOLD, (double)n * (double)(src_bytes + sizeof(float) + (first ? 0 : sizeof(float))));
 }
 
-// HOST SYNC: the host waits for the compute stream to reach this point (once per step, for
-// the gradient norm), then the accumulator is cleared for the next step.
-static inline double cuda_folded_sum_squares(void* ctx) {
+// *out (device) <- the folds' sum of squares, which is cleared for the next step. No host wait.
+static inline void cuda_folded_sum_squares(void* ctx, double* out) {
     CudaBackend* c = (CudaBackend*)ctx;
-    CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, c->d_sumsq, sizeof(double), cudaMemcpyDeviceToHost, c->compute));
+    CB_CUDA(c, cudaMemcpyAsync(out, c->d_sumsq, sizeof(double), cudaMemcpyDeviceToDevice, c->compute));
     CB_CUDA(c, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
+}
+
+// *out (device) <- sum of x[n]^2 (HSDP: after the replica all-reduce). No host wait.
+static inline void cuda_sum_squares_into(void* ctx, double* out, const float* x, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    sum_squares_cuda(out, c->sumsq_scratch, sum_squares_scratch_bytes(), x, n, 0, c->compute);
+    cb_count(c, CB_LEDGER_FOLD, 4.0 * (double)n);
+}
+
+// Sum of squares in double, to the host. HOST SYNC (tests; the engine uses the forms above).
+static inline double cuda_sum_squares(void* ctx, const float* x, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    cuda_sum_squares_into(ctx, c->d_sumsq + 1, x, n);  // (the slot after the folds' accumulator)
+    CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, c->d_sumsq + 1, sizeof(double), cudaMemcpyDeviceToHost, c->compute));
     cb_host_wait(c, c->compute, "the gradient's sum of squares");
     return *c->h_sumsq;
 }
 
-// Sum of squares in double. HOST SYNC: the host waits for the compute stream to reach this
-// point (the engine calls it once per step, for the gradient norm).
-static inline double cuda_sum_squares(void* ctx, const float* x, size_t n) {
+// *acc (device) = [*acc +] sum of x[n]: a micro-step's per-token losses. No host wait.
+static inline void cuda_sum_into(void* ctx, double* acc, const float* x, size_t n, int accumulate) {
     CudaBackend* c = (CudaBackend*)ctx;
-    sum_squares_cuda(c->d_sumsq, c->sumsq_scratch, sum_squares_scratch_bytes(), x, n, 0, c->compute);
-    cb_count(c, CB_LEDGER_FOLD, 4.0 * (double)n);
-    return cuda_folded_sum_squares(ctx);  // the same read (and clear) of d_sumsq
+    sum_f32_cuda(acc, c->sumsq_scratch, sum_squares_scratch_bytes(), x, n, accumulate, c->compute);
+}
+
+// The step's decision from the global sums, on the device (one thread): the cpu backend's
+// formula (fsdp_decide_from_sums).
+static __global__ void cb_step_decide_kernel(FsdpStepStats* s, double tokens, float grad_clip) {
+    fsdp_decide_from_sums(s, tokens, grad_clip);
+}
+
+// s (device) holds this rank's loss_sum and sumsq (adjacent doubles): sums both over the
+// shard group and the loss over the replicas (so over the world), then decides. NCCL: on the
+// comm stream between event hand-offs, no host wait. Staged: through pinned memory (one
+// host wait, as the staged path's collectives always cost).
+static inline void cuda_step_decide(void* ctx, FsdpStepStats* s, double tokens, float grad_clip) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    const int shard = c->shard_size > 1, replica = c->pg->replicate_size > 1;
+    if ((shard || replica) && c->cfg.use_nccl) {
+        cb_handoff(c, c->stats_ready);
+        if (shard)
+            cb_nccl_call(c, c->nccl_shard, ncclAllReduce(&s->loss_sum, &s->loss_sum, 2, ncclFloat64, ncclSum, c->nccl_shard,
+                                                         c->comm), "ncclAllReduce (the step's loss and norm, shard group)");
+        if (replica)
+            cb_nccl_call(c, c->nccl_replica, ncclAllReduce(&s->loss_sum, &s->loss_sum, 1, ncclFloat64, ncclSum,
+                                                           c->nccl_replica, c->comm),
+                         "ncclAllReduce (the step's loss, replica group)");
+        CB_CUDA(c, cudaEventRecord(c->stats_done, c->comm));
+        CB_CUDA(c, cudaStreamWaitEvent(c->compute, c->stats_done, 0));
+    } else if (shard || replica) {
+        CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, &s->loss_sum, 2 * sizeof(double), cudaMemcpyDeviceToHost, c->compute));
+        cb_host_wait(c, c->compute, "the staged all-reduce of the step's loss and norm");
+        comm_all_reduce_f64(c->pg->shard_comm, c->h_sumsq, 2, COMM_SUM);
+        if (replica) comm_all_reduce_f64(c->pg->replicate_comm, c->h_sumsq, 1, COMM_SUM);
+        CB_CUDA(c, cudaMemcpyAsync(&s->loss_sum, c->h_sumsq, 2 * sizeof(double), cudaMemcpyHostToDevice, c->compute));
+    }
+    cb_step_decide_kernel<<<1, 1, 0, c->compute>>>(s, tokens, grad_clip);
+    CB_CUDA(c, cudaGetLastError());
+}
+
+// host <- s, queued on compute; cuda_step_stats_wait waits for that copy only.
+static inline void cuda_step_stats_fetch(void* ctx, FsdpStepStats* host, const FsdpStepStats* s) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    CB_CUDA(c, cudaMemcpyAsync(host, s, sizeof(FsdpStepStats), cudaMemcpyDeviceToHost, c->compute));
+    CB_CUDA(c, cudaEventRecord(c->stats_fetched, c->compute));
+}
+static inline void cuda_step_stats_wait(void* ctx) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    cb_wait_event(c, c->stats_fetched, "the step's loss and gradient norm");
 }
 
 // AdamW on the fp32 master / moments. The bf16 shard is refreshed separately, per unit, by
@@ -605,7 +669,7 @@ static inline void cuda_adamw(void* ctx, float* param, float* m, float* v, const
                               float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
     CudaBackend* c = (CudaBackend*)ctx;
     adamw_update_cuda(param, m, v, NULL, grad, n, lr, beta1, beta2, eps, weight_decay, NULL, 0, t, grad_scale, NULL,
-                      c->cfg.seed, 0, c->compute);
+                      NULL, c->cfg.seed, 0, c->compute);
     cb_count(c, CB_LEDGER_ADAMW, 28.0 * (double)n);
 }
 
@@ -614,12 +678,12 @@ static inline void cuda_adamw(void* ctx, float* param, float* m, float* v, const
 // result equals AdamW per tensor followed by the refresh, bit for bit.
 static inline void cuda_adamw_unit(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard,
                                    size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1,
-                                   float beta2, float eps, float weight_decay, int t, float grad_scale,
+                                   float beta2, float eps, float weight_decay, int t, const FsdpStepStats* stats,
                                    uint64_t unit_stream, size_t global_begin) {
     CudaBackend* c = (CudaBackend*)ctx;
     adamw_update_cuda(param, m, v, (bf16*)param_shard, grad, n, lr, beta1, beta2, eps, weight_decay, decay_toggles,
-                      n_toggles, t, grad_scale, NULL, cuda_backend_sr_seed(c->cfg.seed, unit_stream), global_begin,
-                      c->compute);
+                      n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, cuda_backend_sr_seed(c->cfg.seed, unit_stream),
+                      global_begin, c->compute);
     cb_count(c, CB_LEDGER_ADAMW, 30.0 * (double)n);
 }
 
@@ -711,6 +775,7 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
                   c->ops[k].capacity, cfg->max_unit_padded);
     }
     CB_CUDA(c, cudaEventCreateWithFlags(&c->host_ev, cudaEventDisableTiming));
+    CB_CUDA(c, cudaEventCreateWithFlags(&c->stats_fetched, cudaEventDisableTiming));
 
     if (cfg->use_nccl) {
         int least = 0, greatest = 0;
@@ -724,6 +789,8 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
         }
         CB_CUDA(c, cudaEventCreateWithFlags(&c->rep_ready, cudaEventDisableTiming));
         CB_CUDA(c, cudaEventCreateWithFlags(&c->rep_done, cudaEventDisableTiming));
+        CB_CUDA(c, cudaEventCreateWithFlags(&c->stats_ready, cudaEventDisableTiming));
+        CB_CUDA(c, cudaEventCreateWithFlags(&c->stats_done, cudaEventDisableTiming));
         // Every rank creates the shard communicator, then (HSDP) the replica one: the same
         // order everywhere, each init polled to completion before the next NCCL call.
         c->nccl_shard = cb_nccl_create(c, pg->shard_comm, "shard");
@@ -752,7 +819,7 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     c->d_sumsq = (double*)((char*)c->sumsq_scratch + sq);
     // The folds add into it from the first step on (cuda_folded_sum_squares clears it after).
     CB_CUDA(c, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
-    c->h_sumsq = (double*)cb_host_alloc(c, sizeof(double), "the sum of squares");
+    c->h_sumsq = (double*)cb_host_alloc(c, 2 * sizeof(double), "the step's loss and sum of squares");
 
     memset(be, 0, sizeof(*be));
     be->ctx = c;
@@ -772,7 +839,6 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     be->reduce_scatter_start = cuda_reduce_scatter_start;
     be->wait = cuda_wait;
     be->all_reduce_replicas = cuda_all_reduce_replicas;
-    be->all_reduce_sum = cuda_all_reduce_sum;
     be->accumulate = cuda_accumulate;
     be->sum_squares = cuda_sum_squares;
     be->adamw = cuda_adamw;
@@ -780,6 +846,11 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     be->fold_grad = cuda_fold_grad;
     be->folded_sum_squares = cuda_folded_sum_squares;
     be->adamw_unit = cuda_adamw_unit;
+    be->sum_into = cuda_sum_into;
+    be->sum_squares_into = cuda_sum_squares_into;
+    be->step_decide = cuda_step_decide;
+    be->step_stats_fetch = cuda_step_stats_fetch;
+    be->step_stats_wait = cuda_step_stats_wait;
 }
 
 // Waits for both streams (with the deadline), destroys the communicators (collective: every
@@ -806,6 +877,9 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     }
     if (c->rep_ready) CB_CUDA(c, cudaEventDestroy(c->rep_ready));
     if (c->rep_done) CB_CUDA(c, cudaEventDestroy(c->rep_done));
+    if (c->stats_ready) CB_CUDA(c, cudaEventDestroy(c->stats_ready));
+    if (c->stats_done) CB_CUDA(c, cudaEventDestroy(c->stats_done));
+    if (c->stats_fetched) CB_CUDA(c, cudaEventDestroy(c->stats_fetched));
     if (c->comm) CB_CUDA(c, cudaStreamDestroy(c->comm));
     if (c->f32_scratch) CB_CUDA(c, cudaFree(c->f32_scratch));
     if (c->sumsq_scratch) CB_CUDA(c, cudaFree(c->sumsq_scratch));

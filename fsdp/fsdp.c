@@ -101,7 +101,9 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->pieces = (FlatPiece*)calloc((size_t)flat_tensor_count(units, n_units) + 1, sizeof(FlatPiece));
     if (!f->pieces) { snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
     f->n_pieces = flat_owned_pieces(units, n_units, pg->shard_rank, f->pieces);
-    f->fused = be->fold_grad && be->folded_sum_squares && be->adamw_unit;
+    // (It decides the step on the device too: its AdamW reads the decision from there.)
+    f->fused = be->fold_grad && be->folded_sum_squares && be->adamw_unit && be->sum_into && be->sum_squares_into &&
+               be->step_stats_fetch && be->step_stats_wait;
     // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad reads others.
     if (be->reduce_out_bytes != sizeof(float) && (!f->fused || be->reduce_out_bytes != be->param_bytes)) {
         snprintf(err, errlen, "fsdp: a backend whose reduce-scatter writes %zu-byte elements needs fold_grad", be->reduce_out_bytes);
@@ -164,6 +166,16 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
     if (f->fused && build_decay_tables(f, err, errlen)) return 1;
+    // The step's decision: on the device when the backend can (then the host only reads a
+    // copy of it, when it asks), else in host memory by the engine.
+    f->device_decides = f->fused;
+    if (f->device_decides) {
+        f->stats = (FsdpStepStats*)be->alloc(be->ctx, sizeof(FsdpStepStats));
+        f->host_stats = (FsdpStepStats*)be->alloc_host(be->ctx, sizeof(FsdpStepStats));
+    } else {
+        f->stats = f->host_stats = (FsdpStepStats*)calloc(1, sizeof(FsdpStepStats));
+    }
+    if (!f->stats || !f->host_stats) { snprintf(err, errlen, "fsdp: out of memory"); return 1; }
     f->params_dirty = 1;
     f->micro_steps = 1;
     return 0;
@@ -188,6 +200,12 @@ void fsdp_free(Fsdp* f) {
     be->release(be->ctx, f->adam_m);
     be->release(be->ctx, f->adam_v);
     be->release(be->ctx, f->grad_shard);
+    if (f->device_decides) {
+        be->release(be->ctx, f->stats);
+        be->release_host(be->ctx, f->host_stats);
+    } else {
+        free(f->stats);
+    }
     free(f->param_slot); free(f->param_slot_unit); free(f->param_slot_state); free(f->unit_param_slot);
     free(f->grad_slot); free(f->rs_out); free(f->grad_slot_unit); free(f->grad_slot_busy);
     free(f->unit_grad_slot); free(f->shard_offset); free(f->pieces);
@@ -431,16 +449,49 @@ void fsdp_end_micro_step(Fsdp* f) {
     }
 }
 
-float fsdp_grad_norm(Fsdp* f) {
-    notify(f, FSDP_EVENT_OPTIMIZER);
-    double local = f->fused_norm ? f->be.folded_sum_squares(f->be.ctx)
-                                 : f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
-    return (float)sqrt(f->be.all_reduce_sum(f->be.ctx, local));
+// ---------------------------------------------------------------------------------------
+// The step's decision and the optimizer
+
+void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
+    const int accumulate = f->micro_step > 0;  // (called before fsdp_end_micro_step)
+    if (f->device_decides) {
+        f->be.sum_into(f->be.ctx, &f->stats->loss_sum, losses, n, accumulate);
+        return;
+    }
+    double s = accumulate ? f->stats->loss_sum : 0.0;  // in order, as the reference sums
+    for (size_t i = 0; i < n; i++) s += losses[i];
+    f->stats->loss_sum = s;
 }
 
-void fsdp_optimizer_step(Fsdp* f, float norm, float lr, float beta1, float beta2, float eps,
-                         float weight_decay, float grad_clip, int t) {
-    float scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+void fsdp_test_poison_loss(Fsdp* f) {
+    const double nan = NAN;
+    f->be.copy_to_device(f->be.ctx, &f->stats->loss_sum, &nan, sizeof(nan));
+}
+
+void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
+    notify(f, FSDP_EVENT_OPTIMIZER);
+    FsdpStepStats* s = f->stats;
+    if (f->device_decides) {
+        // The sum of squares came with the last folds, else (HSDP: the replica all-reduce
+        // changed the shards after them) one pass over the shard, on the device.
+        if (f->fused_norm) f->be.folded_sum_squares(f->be.ctx, &s->sumsq);
+        else f->be.sum_squares_into(f->be.ctx, &s->sumsq, f->grad_shard, f->total_shard);
+    } else {
+        s->sumsq = f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
+    }
+    f->be.step_decide(f->be.ctx, s, tokens, grad_clip);
+}
+
+void fsdp_step_stats_fetch(Fsdp* f) {
+    if (f->device_decides) f->be.step_stats_fetch(f->be.ctx, f->host_stats, f->stats);
+}
+
+const FsdpStepStats* fsdp_step_stats_wait(Fsdp* f) {
+    if (f->device_decides) f->be.step_stats_wait(f->be.ctx);
+    return f->host_stats;
+}
+
+void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     if (f->fused) {
         // One pass per unit over master, m, v and the gradient, writing the compute-dtype
         // shard as refresh_param_shards would (so there is no refresh pass).
@@ -450,11 +501,14 @@ void fsdp_optimizer_step(Fsdp* f, float norm, float lr, float beta1, float beta2
             f->be.adamw_unit(f->be.ctx, f->master + at, f->adam_m + at, f->adam_v + at, f->grad_shard + at,
                              (char*)f->param_shard + at * f->be.param_bytes, f->units[u].shard,
                              f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
-                             beta2, eps, weight_decay, t, scale, (uint64_t)u, begin);
+                             beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin);
         }
         f->params_dirty = 1;
         return;
     }
+    // The unfused path decides on the host (stats in host memory).
+    if (f->stats->skip) return;
+    const float scale = f->stats->clip_scale;
     for (int i = 0; i < f->n_pieces; i++) {
         const FlatPiece* p = &f->pieces[i];
         const FlatTensor* tensor = &f->units[p->unit].tensors[p->tensor];

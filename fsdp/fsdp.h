@@ -14,14 +14,19 @@
 //     backward: p = fsdp_backward_pre(u); g = fsdp_grad(u) ... fsdp_backward_post(u)  u = n-1..0
 //               (the root's gradient buffer may be taken early: the LM head comes first;
 //               each tensor's first gradient write overwrites g unless fsdp_grad_accumulates)
-//     fsdp_end_micro_step
-//   norm = fsdp_grad_norm(f); fsdp_optimizer_step(f, norm, ...)   (skipped when norm is not finite)
+//     fsdp_add_loss (the micro-step's per-token losses); fsdp_end_micro_step
+//   fsdp_step_decide: the global loss and gradient norm, the clip scale, skip or not
+//   fsdp_optimizer_step: AdamW, which does nothing when the decision was to skip
+//   fsdp_step_stats_fetch ... fsdp_step_stats_wait: the decision's figures on the host
+// With a backend that decides on the device (step_decide: cuda), the host never waits
+// inside a step: the loss and norm reach it when it asks for them, typically one step later.
 // Outside the steps, initialisation, model files and checkpoints read and write the host
 // mirror of the fp32 state (host_master, host_m, host_v): fsdp_upload_state after writing it,
 // fsdp_download_state before reading it. On the CPU the mirror is the state itself.
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "fsdp/flat_unit.h"
@@ -30,6 +35,34 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// One step's statistics and decision. Device memory where the backend decides on the device
+// (fsdp_step_decide), host memory otherwise; the layout is the same on both (loss_sum and
+// sumsq are adjacent: all-reduced as one array of two doubles).
+typedef struct {
+    double loss_sum;   // this rank's sum of per-token losses, then the world's
+    double sumsq;      // this rank's gradient sum of squares, then the shard group's (the global one)
+    double loss;       // loss_sum / the step's tokens
+    float norm;        // sqrt(sumsq), before clipping
+    float clip_scale;  // grad_clip / norm when 0 < grad_clip < norm, else 1
+    int skip;          // loss or norm not finite: the optimizer step changes nothing
+} FsdpStepStats;
+
+#ifdef __host__  // nvcc's (the CPU emulator runs device code on the host: plain functions there)
+#define FSDP_HOST_DEVICE __host__ __device__
+#else
+#define FSDP_HOST_DEVICE
+#endif
+// The decision from the global sums (every backend's step_decide ends with it: the host's
+// and the GPU's are one formula).
+static inline FSDP_HOST_DEVICE void fsdp_decide_from_sums(FsdpStepStats* s, double tokens, float grad_clip) {
+    const double loss = s->loss_sum / tokens;
+    const float norm = (float)sqrt(s->sumsq);
+    s->loss = loss;
+    s->norm = norm;
+    s->clip_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    s->skip = !isfinite(loss) || !isfinite(norm);
+}
 
 // What a device provides. Master weights, Adam moments and gradient shards are fp32 on every
 // device; gathered parameters and full gradients are in the device's compute dtype
@@ -62,8 +95,6 @@ typedef struct FsdpBackend {
     void (*wait)(void* ctx, int op);
     // Sum over the replica groups (HSDP), in place, blocking.
     void (*all_reduce_replicas)(void* ctx, float* buf, size_t n);
-    // Sum of a double over the shard group, blocking.
-    double (*all_reduce_sum)(void* ctx, double x);
     void (*accumulate)(void* ctx, float* dst, const float* src, size_t n);   // dst += src
     double (*sum_squares)(void* ctx, const float* x, size_t n);
     void (*adamw)(void* ctx, float* param, float* m, float* v, const float* grad, size_t n,
@@ -77,7 +108,7 @@ typedef struct FsdpBackend {
     void (*refresh_param_shard)(void* ctx, void* param_shard, const float* master, size_t n,
                                 uint64_t unit_stream, size_t global_begin, int step);
 
-    // Optional fused optimizer path (all three or none; NULL on the CPU, whose reference
+    // Optional fused optimizer path (these and the step decision's below, or none; NULL on the CPU, whose reference
     // order the engine keeps). With it the engine never zeroes the gradient shards, folds
     // each reduced shard in with one pass, and runs one AdamW launch per unit.
     // fold_grad: dst = src (first: the unit's first contribution this step) or dst += src;
@@ -86,14 +117,32 @@ typedef struct FsdpBackend {
     //   itself); with sum_squares, the new values'
     //   squares are added to a device accumulator that folded_sum_squares reads.
     void (*fold_grad)(void* ctx, float* dst, const void* src, size_t src_bytes, size_t n, int first, int sum_squares);
-    // The accumulated sum of squares (this rank's), which is then reset to zero.
-    double (*folded_sum_squares)(void* ctx);
+    // The accumulated sum of squares (this rank's) into *out (device memory), which is then
+    // reset to zero. No host wait.
+    void (*folded_sum_squares)(void* ctx, double* out);
     // AdamW over one unit's whole shard: weight decay on the elements inside decay_toggles'
     // runs (device memory, sorted element indices where decay switches on or off), and the
-    // compute-dtype shard written as refresh_param_shard would round it.
+    // compute-dtype shard written as refresh_param_shard would round it. The gradient is
+    // scaled by stats->clip_scale, and nothing is written when stats->skip (stats: device
+    // memory, read by the kernel: no host wait).
     void (*adamw_unit)(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard, size_t n,
                        const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, int t, float grad_scale, uint64_t unit_stream, size_t global_begin);
+                       float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream,
+                       size_t global_begin);
+
+    // The step's decision: s holds this rank's loss_sum and sumsq (adjacent doubles); sums
+    // loss_sum over the world and sumsq over the shard group, then fsdp_decide_from_sums. On
+    // a GPU (s in device memory) in order on the compute stream, without a host wait.
+    void (*step_decide)(void* ctx, FsdpStepStats* s, double tokens, float grad_clip);
+    // With the fused path (required by it): the step's figures stay on the device.
+    // sum_into: *acc = [*acc +] sum of x[n] (accumulate: add; device memory, deterministic).
+    void (*sum_into)(void* ctx, double* acc, const float* x, size_t n, int accumulate);
+    // *out = sum of x[n]^2 (device memory; the HSDP norm, after the replica all-reduce).
+    void (*sum_squares_into)(void* ctx, double* out, const float* x, size_t n);
+    // host <- s without waiting; step_stats_wait: the host waits until that copy has landed
+    // (by then, usually long ago: the device has moved on to the next step).
+    void (*step_stats_fetch)(void* ctx, FsdpStepStats* host, const FsdpStepStats* s);
+    void (*step_stats_wait)(void* ctx);
 } FsdpBackend;
 
 typedef struct {
@@ -168,6 +217,9 @@ typedef struct {
     int fused;
     int fused_norm;              // the sum of squares comes with the last folds (no HSDP sum after them)
     int alias_params;            // a shard group of one: gathered units are the shards themselves
+    int device_decides;          // the backend has step_decide: stats live in device memory
+    FsdpStepStats* stats;        // this step's (device memory when device_decides)
+    FsdpStepStats* host_stats;   // where fsdp_step_stats_fetch puts them (== stats otherwise)
     unsigned char* unit_folded;  // [n_units]
     uint64_t* decay_toggles;     // device memory, every unit's table back to back
     int* toggle_at;              // [n_units + 1] where unit u's table starts in decay_toggles
@@ -225,12 +277,22 @@ void fsdp_backward_prefetch(Fsdp* f, int u);
 void fsdp_end_micro_step(Fsdp* f);
 // Releases every gathered block unit (after an evaluation-only forward, for instance).
 void fsdp_release_all(Fsdp* f);
-// Global gradient norm (before clipping) over every rank's shard.
-float fsdp_grad_norm(Fsdp* f);
-// Clip to grad_clip (if > 0) given the global norm from fsdp_grad_norm, and run AdamW on
-// the owned shards. t is the 1-based step for bias correction.
-void fsdp_optimizer_step(Fsdp* f, float grad_norm, float lr, float beta1, float beta2, float eps,
-                         float weight_decay, float grad_clip, int t);
+// Adds a micro-step's n per-token losses (device memory) to this rank's loss sum.
+void fsdp_add_loss(Fsdp* f, const float* losses, size_t n);
+// The step's decision from every rank's losses and gradient shards: the loss (over tokens,
+// the step's token count), the global gradient norm before clipping, the clip scale for
+// grad_clip (if > 0), and skip when the loss or norm is not finite (identical on every rank).
+void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip);
+// AdamW on the owned shards with the decision's clip scale, or nothing when it says skip.
+// t is the 1-based step for bias correction.
+void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+// Starts bringing the decision to the host; fsdp_step_stats_wait returns it (waiting only
+// for that copy). Fetch once per step, after fsdp_step_decide, and wait before the next
+// step's fsdp_step_decide.
+void fsdp_step_stats_fetch(Fsdp* f);
+const FsdpStepStats* fsdp_step_stats_wait(Fsdp* f);
+// Test hook: this rank's loss sum becomes NaN (the next decision must skip).
+void fsdp_test_poison_loss(Fsdp* f);
 
 #ifdef __cplusplus
 }

@@ -64,6 +64,7 @@
 //                               element from a table of decayed runs, so one launch covers a
 //                               unit), plus the bf16 parameter copy with stochastic rounding
 //   sum_squares_cuda            out (double, device) = [out +] sum x^2
+//   sum_f32_cuda                out (double, device) = [out +] sum x (same scratch)
 //                               scratch: sum_squares_scratch_bytes() (8 KiB)
 //   fold_grad_cuda              dst (fp32) = or += src (fp32 or bf16), optionally adding the
 //                               new values' sum of squares to a device double (same scratch)
@@ -718,7 +719,9 @@ static __global__ void __launch_bounds__(kFlatThreads)
 adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* grad, size_t n,
              float lr, float beta1, float beta2, float omb1, float omb2, float bc1, float bc2,
              float eps, float weight_decay, const uint64_t* decay_toggles, int n_toggles,
-             float grad_scale, const float* d_grad_scale, uint64_t key, uint64_t global_offset) {
+             float grad_scale, const float* d_grad_scale, const int* d_skip, uint64_t key,
+             uint64_t global_offset) {
+    if (d_skip != NULL && *d_skip) return;  // the step's decision: a non-finite loss or norm
     FLAT_PROLOGUE(n)
     const float scale = d_grad_scale != NULL ? grad_scale * *d_grad_scale : grad_scale;
     // Per element: weight_decay inside the decayed runs of decay_toggles (an odd number of
@@ -764,9 +767,9 @@ adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* gr
 
 #undef FLAT_PROLOGUE
 
-// Per-block partial sums (double) of x^2 over a grid-stride loop whose shape depends only
-// on n: fixed order, deterministic. The finish kernel adds the partials (one block).
-template <bool VEC>
+// Per-block partial sums (double) of x^2 (SQUARE) or x over a grid-stride loop whose shape
+// depends only on n: fixed order, deterministic. The finish kernel adds the partials (one block).
+template <bool VEC, bool SQUARE>
 static __global__ void __launch_bounds__(kSumSqThreads)
 sum_squares_kernel(double* __restrict__ partial, const float* __restrict__ x, size_t n) {
     double acc = 0.0;
@@ -777,7 +780,7 @@ sum_squares_kernel(double* __restrict__ partial, const float* __restrict__ x, si
         float v[8];
         load8_or_n(v, x + i0, full, cnt);
 #pragma unroll
-        for (int k = 0; k < 8; k++) acc += (double)v[k] * (double)v[k];  // exact products
+        for (int k = 0; k < 8; k++) acc += SQUARE ? (double)v[k] * (double)v[k] : (double)v[k];  // exact products
     }
     acc = block_reduce_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
@@ -907,6 +910,7 @@ static inline void cast_f32_to_bf16_sr_cuda(bf16* dst, const float* src, size_t 
 //   g = grad * grad_scale [* *d_grad_scale when d_grad_scale != NULL, e.g. the clip factor
 //   from grad_clip_scale_cuda]; m, v, param updated in place; t is the 1-based step, the
 //   bias corrections 1 - beta^t are computed in double on the host and rounded to float.
+// d_skip (device) != NULL and *d_skip: nothing is read or written (a skipped step).
 // When param_bf16 != NULL, param_bf16[i] = stochastic rounding of the new param[i] with
 // bits sr_bits(sr_key(seed, t), global_offset + i).
 //
@@ -917,8 +921,8 @@ static inline void adamw_update_cuda(float* param, float* m, float* v, bf16* par
                                      const float* grad, size_t n, float lr, float beta1,
                                      float beta2, float eps, float weight_decay,
                                      const uint64_t* decay_toggles, int n_toggles, int t,
-                                     float grad_scale, const float* d_grad_scale, uint64_t seed,
-                                     size_t global_offset, cudaStream_t stream) {
+                                     float grad_scale, const float* d_grad_scale, const int* d_skip,
+                                     uint64_t seed, size_t global_offset, cudaStream_t stream) {
     CUDA_REQUIRE(t >= 1, "t = %d: the step count is 1-based", t);
     if (n == 0) return;
     const float bc1 = (float)(1.0 - pow((double)beta1, (double)t));
@@ -928,11 +932,11 @@ static inline void adamw_update_cuda(float* param, float* m, float* v, bf16* par
     if (all_aligned16(param, m, v, grad, param_bf16)) {
         adamw_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(
             param, m, v, param_bf16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
-            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, key, global_offset);
+            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset);
     } else {
         adamw_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(
             param, m, v, param_bf16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
-            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, key, global_offset);
+            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset);
     }
     CUDA_LAUNCH_CHECK();
 }
@@ -941,8 +945,9 @@ static inline size_t sum_squares_scratch_bytes(void) { return kSumSqMaxBlocks * 
 
 // *out = sum of x[i]^2 in double (accumulate != 0: *out += that sum). out is device memory;
 // nothing is read back to the host. Deterministic for a given n.
-static inline void sum_squares_cuda(double* out, void* scratch, size_t scratch_bytes, const float* x,
-                                    size_t n, int accumulate, cudaStream_t stream) {
+template <bool SQUARE>
+static inline void sum_f32_launch(double* out, void* scratch, size_t scratch_bytes, const float* x, size_t n,
+                                  int accumulate, cudaStream_t stream) {
     CUDA_REQUIRE(scratch != NULL && scratch_bytes >= sum_squares_scratch_bytes() && is_aligned16(scratch),
                  "scratch of %zu bytes (16-byte aligned) needed, got %zu",
                  sum_squares_scratch_bytes(), scratch_bytes);
@@ -950,11 +955,21 @@ static inline void sum_squares_cuda(double* out, void* scratch, size_t scratch_b
     if (blocks < 1) blocks = 1;
     if (blocks > (size_t)kSumSqMaxBlocks) blocks = kSumSqMaxBlocks;
     double* partial = (double*)scratch;
-    if (is_aligned16(x)) sum_squares_kernel<true><<<(unsigned)blocks, kSumSqThreads, 0, stream>>>(partial, x, n);
-    else sum_squares_kernel<false><<<(unsigned)blocks, kSumSqThreads, 0, stream>>>(partial, x, n);
+    if (is_aligned16(x)) sum_squares_kernel<true, SQUARE><<<(unsigned)blocks, kSumSqThreads, 0, stream>>>(partial, x, n);
+    else sum_squares_kernel<false, SQUARE><<<(unsigned)blocks, kSumSqThreads, 0, stream>>>(partial, x, n);
     CUDA_LAUNCH_CHECK();
     sum_squares_finish_kernel<<<1, kSumSqMaxBlocks, 0, stream>>>(out, partial, (int)blocks, accumulate);
     CUDA_LAUNCH_CHECK();
+}
+static inline void sum_squares_cuda(double* out, void* scratch, size_t scratch_bytes, const float* x,
+                                    size_t n, int accumulate, cudaStream_t stream) {
+    sum_f32_launch<true>(out, scratch, scratch_bytes, x, n, accumulate, stream);
+}
+// *out = sum of x[i] in double (accumulate != 0: *out += that sum): e.g. a micro-step's
+// per-token losses, left on the device. Same scratch and determinism as sum_squares_cuda.
+static inline void sum_f32_cuda(double* out, void* scratch, size_t scratch_bytes, const float* x, size_t n,
+                                int accumulate, cudaStream_t stream) {
+    sum_f32_launch<false>(out, scratch, scratch_bytes, x, n, accumulate, stream);
 }
 
 // dst[n] (fp32) = src (first) or dst += src, src fp32 or bf16 (src_bf16): a reduced gradient

@@ -78,6 +78,10 @@ struct Kernels {
     void* (*mark)(Kernels* k);
     double (*mark_ms)(Kernels* k, void* from, void* to);
     void (*mark_free)(Kernels* k, void* m);
+    // --profile-step: kernel launches this process has issued since counting started, on any
+    // stream (cuda: CUPTI, kernels/cuda_launches.cuh), or -1 where they are not counted. NULL
+    // on a device without kernel launches (cpu).
+    long long (*launches)(Kernels* k);
 };
 
 // The cpu device's table (fp32, kernels/cpu_kernels.h).

@@ -11,6 +11,7 @@
 #include "kernels/cuda_attention.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_launches.cuh"
 #include "kernels/cuda_matmul.cuh"
 #include "kernels/kernels.h"
 
@@ -36,6 +37,7 @@ typedef struct {
     size_t host_row_cap;
     int vocab;                 // real vocabulary (the embedding backward sorts ids in [0, vocab))
     size_t device_bytes;       // everything this device state cudaMalloc'ed (budget)
+    LaunchCounter launch_count;  // --profile-step's kernel launches (CUPTI)
 } CudaKernels;
 
 static CudaKernels* cuda_of(Kernels* k) { return (CudaKernels*)k->impl; }
@@ -137,6 +139,10 @@ static double cuda_op_mark_ms(Kernels* k, void* from, void* to) {
     return ms;
 }
 static void cuda_op_mark_free(Kernels* k, void* m) { CUDA_CHECK(cudaEventDestroy((cudaEvent_t)m)); }
+static long long cuda_op_launches(Kernels* k) {
+    const LaunchCounter* c = &cuda_of(k)->launch_count;
+    return c->active ? c->launches : -1;
+}
 
 // The largest scratch any kernel takes for a B x T micro-batch (smaller forwards, e.g. the
 // sampler's B = 1, need less). Everything runs in order on one stream: one buffer serves all.
@@ -205,6 +211,7 @@ static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)
     k->mark = cuda_op_mark;
     k->mark_ms = cuda_op_mark_ms;
     k->mark_free = cuda_op_mark_free;
+    k->launches = cuda_op_launches;
 }
 
 static void kernels_cuda_free(Kernels* k) {
@@ -214,6 +221,10 @@ static void kernels_cuda_free(Kernels* k) {
     CUDA_CHECK(cudaFree(cd->scratch));
     for (int i = 0; i < 2; i++) CUDA_CHECK(cudaFree(cd->tokens[i]));
     CUDA_CHECK(cudaFreeHost(cd->host_row));
+    launch_counter_stop(&cd->launch_count);
+#if defined(FSDP_HAVE_CUPTI) && !defined(FSDP_CUPTI_EMULATED)
+    if (cd->launch_count.lib) dlclose(cd->launch_count.lib);
+#endif
     free(cd);
     k->impl = NULL;
 }
@@ -230,6 +241,17 @@ static void kernels_cuda_set_matmul_autotune(Kernels* k, int mode, int report) {
 }
 static const char* kernels_cuda_matmul_autotune_name(const Kernels* k) {
     return matmul_autotune_name(((const CudaKernels*)k->impl)->mm.autotune);
+}
+// --profile-step: count kernel launches from now (0 and *why_not when they cannot be), or stop.
+static int kernels_cuda_count_launches(Kernels* k, int on, const char** why_not) {
+    LaunchCounter* c = &cuda_of(k)->launch_count;
+    if (!on) {
+        launch_counter_stop(c);
+        return 0;
+    }
+    const int started = launch_counter_start(c);
+    *why_not = c->why_not;
+    return started;
 }
 // The tuning's summary line, once, when shapes were tuned since the last call (the first step's).
 static void kernels_cuda_matmul_report(Kernels* k) { matmul_autotune_report(&((CudaKernels*)k->impl)->mm); }

@@ -77,7 +77,11 @@ static double cuda_memory_in_use_mib(const Device* d) {
     return used > st->baseline_used ? (double)(used - st->baseline_used) / (1024.0 * 1024.0) : 0.0;
 }
 
-static void cuda_profile_start(Device* d) { fsdp_backend_cuda_profile_start(&d->backend); }
+static void cuda_profile_start(Device* d) {
+    fsdp_backend_cuda_profile_start(&d->backend);
+    const char* why_not = "";
+    if (!kernels_cuda_count_launches(&d->kernels, 1, &why_not)) fprintf(stderr, "warning: --profile-step: kernel launches not counted: %s\n", why_not);
+}
 
 static void cuda_profile_finish(Device* d, size_t shard_elements, char* lines, size_t n) {
     double ms[CB_PROF_KINDS] = {0}, ledger[CB_LEDGER_KINDS] = {0};
@@ -86,6 +90,7 @@ static void cuda_profile_finish(Device* d, size_t shard_elements, char* lines, s
     fsdp_backend_cuda_ledger(&d->backend, ledger);
     const int host_waits = fsdp_backend_cuda_host_waits(&d->backend, waits, sizeof(waits));
     fsdp_backend_cuda_profile_finish(&d->backend, ms, count);
+    kernels_cuda_count_launches(&d->kernels, 0, NULL);
     const double per = shard_elements ? 1.0 / (double)shard_elements : 0.0;
     size_t at = (size_t)snprintf(lines, n, "host waits in the step (backend): %d%s%s%s\n  optimizer path on the compute stream, "
                                  "counted from the launches: %.1f B per shard element (gradient-slot zeroing %.1f, folds + norm "

@@ -5,8 +5,10 @@
 // time from one mark to the next is charged to the first one's phase. On cuda the marks are
 // events on the model's stream, so a phase's time is the GPU's, waits included: "fsdp waits"
 // is the compute stream waiting for all-gathers and reduce-scatters (communication that
-// compute did not hide), "host" the GPU idle while the host reads the loss and reduces it
-// over the ranks. With NCCL the device also times each collective on its comm stream.
+// compute did not hide), "host" the training loop's own work (data, the stop-signal
+// agreement). With NCCL the device also times each collective on its comm stream. Where the
+// device counts kernel launches (cuda: CUPTI), each phase's launches are counted too: the
+// launches issued between its marks.
 #ifndef FSDP_TRAIN_PROFILE_H
 #define FSDP_TRAIN_PROFILE_H
 
@@ -23,10 +25,12 @@ typedef struct {
     int n, cap;
     void** marks;        // the device's marks, in order
     unsigned char* what; // phase * 2 + backward, per mark
+    long long* launches; // kernel launches issued before each mark (-1: not counted)
+    int layers;          // transformer blocks (the per-block launch count)
 } StepProfile;
 
-// Starts profiling: hooks the device's kernels and the engine's calls.
-void profile_begin(StepProfile* p, Device* d, Fsdp* f);
+// Starts profiling: hooks the device's kernels and the engine's calls. layers: the model's.
+void profile_begin(StepProfile* p, Device* d, Fsdp* f, int layers);
 // The training loop's own work starts (reading the loss, reductions). No-op when off.
 void profile_host(StepProfile* p);
 // Ends the profiled step: unhooks, waits for the device, prints rank 0's breakdown (host_ms:

@@ -333,6 +333,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     const cublasLtMatmulDescOpaque_t desc = *d;
     const cublasLtMatrixLayoutOpaque_t LA = *la, LB = *lb, LC = *lc, LO = *lo;
     const bool flip = kind == kAlgoUlp || (kind == kAlgoNoisy && (g_noisy_calls++ & 1));
+    emu::report_launch(1, "cublasLtMatmul");  // at least one kernel (cuLaunchKernel)
     emu::enqueue_compute(stream, "cublasLtMatmul", [=]() {
         if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
         matmul_run(desc, alpha, A, LA, B, LB, beta, C, LC, D, LO, k, bias, bias_type, gelu_aux, dgelu_aux, aux_type, flip);

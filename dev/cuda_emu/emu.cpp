@@ -2,6 +2,14 @@
 // device memory, launches, the runtime API and the PTX instructions. See emu.h for what is
 // (and is not) emulated.
 #include "emu.h"
+#include "include/cupti.h"
+
+// The CUPTI shim's subscriber (one at a time; see report_launch).
+struct CUpti_Subscriber_st {
+    CUpti_CallbackFunc callback;
+    void* userdata;
+    bool active, driver, runtime;
+};
 
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -1116,10 +1124,27 @@ static void run_kernel(const char* name, dim3 grid, dim3 block, size_t smem_req,
 // The launch is checked now (the runtime reports a bad configuration at the launch, through
 // cudaGetLastError); the grid runs when its stream gets to it, with the arguments captured
 // in body.
+// The CUPTI shim: one subscriber (a process-wide registration, as CUPTI's), called back on
+// the host thread that launches.
+static CUpti_Subscriber_st cupti_sub;
+
+void report_launch(int domain, const char* what) {
+    if (!cupti_sub.active) return;
+    if ((domain == CUPTI_CB_DOMAIN_DRIVER_API && !cupti_sub.driver) || (domain == CUPTI_CB_DOMAIN_RUNTIME_API && !cupti_sub.runtime))
+        return;
+    const CUpti_CallbackId cbid = domain == CUPTI_CB_DOMAIN_DRIVER_API ? CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
+                                                                       : CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000;
+    for (int site = CUPTI_API_ENTER; site <= CUPTI_API_EXIT; site++) {
+        CUpti_CallbackData d = {(CUpti_ApiCallbackSite)site, what};
+        cupti_sub.callback(cupti_sub.userdata, (CUpti_CallbackDomain)domain, cbid, &d);
+    }
+}
+
 void launch_impl(const char* name, const void* fn, dim3 grid, dim3 block, size_t smem_req, cudaStream_t st,
                  unsigned max_threads, std::function<void()> body) {
     if (kname) die("kernel %s launched from inside a kernel (dynamic parallelism is not emulated)", name);
     stats.launches++;
+    report_launch(CUPTI_CB_DOMAIN_RUNTIME_API, "cudaLaunchKernel");
     const unsigned long long n = (unsigned long long)block.x * block.y * block.z;
     cudaError_t err = cudaSuccess;
     if (n == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
@@ -1388,3 +1413,32 @@ void ptx(const char* text, std::initializer_list<AsmArg> args) {
 }
 
 }  // namespace emu
+
+// ----------------------------------------------------------------------------
+// The CUPTI shim (include/cupti.h)
+
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata) {
+    if (!subscriber || !callback) return CUPTI_ERROR_INVALID_PARAMETER;
+    if (emu::cupti_sub.active) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    emu::cupti_sub = {callback, userdata, true, false, false};
+    *subscriber = &emu::cupti_sub;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber, CUpti_CallbackDomain domain) {
+    if (subscriber != &emu::cupti_sub || !emu::cupti_sub.active) return CUPTI_ERROR_INVALID_PARAMETER;
+    if (domain == CUPTI_CB_DOMAIN_DRIVER_API) emu::cupti_sub.driver = enable != 0;
+    else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) emu::cupti_sub.runtime = enable != 0;
+    else return CUPTI_ERROR_INVALID_PARAMETER;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
+    if (subscriber != &emu::cupti_sub || !emu::cupti_sub.active) return CUPTI_ERROR_INVALID_PARAMETER;
+    emu::cupti_sub = {};
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiGetResultString(CUptiResult result, const char** str) {
+    *str = result == CUPTI_SUCCESS ? "CUPTI_SUCCESS"
+         : result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+                                                                    : "CUPTI_ERROR_INVALID_PARAMETER";
+    return CUPTI_SUCCESS;
+}

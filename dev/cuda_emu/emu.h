@@ -256,6 +256,10 @@ void enqueue_compute(cudaStream_t s, const char* what, std::function<void()> wor
 // Emulated devices: EMU_DEVICE_COUNT (default 1). Each process has its own memory, so with N
 // set, N local ranks each "own" a device (what NCCL requires); they share the host's memory.
 int device_count();
+// A kernel launch for the CUPTI shim's subscriber (include/cupti.h), if any: domain 1 driver
+// (cuLaunchKernel: a cuBLASLt matmul, an NCCL collective), 2 runtime (cudaLaunchKernel: a
+// launch_impl), called back at its enter and exit.
+void report_launch(int domain, const char* what);
 
 void syncthreads();
 // A warp collective: deposits `bytes` of `in` for this lane, waits for all 32 lanes (same

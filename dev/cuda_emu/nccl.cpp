@@ -587,6 +587,7 @@ ncclResult_t collective(int kind, const void* sendbuff, void* recvbuff, size_t c
     std::shared_ptr<State> keep = c->st;
     s.outstanding.fetch_add(1);
     emu::enqueue(stream, fn, [keep, o]() { run_op(keep, o); });
+    emu::report_launch(1, fn);  // NCCL launches a kernel per collective (cuLaunchKernelEx)
     // Non-blocking: every other call answers "still being enqueued" for one poll, so that the
     // caller's ncclInProgress handling runs too.
     if (!c->blocking && (c->calls++ & 1)) {

@@ -8,7 +8,7 @@
 //
 // Checks, for each path (and both reduce dtypes where it matters): all-gather (several ops in
 // flight, waited in another order, one in place), reduce-scatter (bf16 and fp32 reduction;
-// `full` left unchanged), all_reduce_replicas (several staging chunks), all_reduce_sum,
+// `full` left unchanged), all_reduce_replicas (several staging chunks), step_decide (loss, norm, skip),
 // accumulate, sum_squares, adamw (vs the CPU twin), refresh_param_shard (stochastic rounding:
 // bitwise equal to a host computation and independent of how the range is split), alloc / zero
 // / host copies, and an ordering stress: kernels write a gather's source and destination slot,
@@ -301,13 +301,38 @@ static void test_replicas(Setup* s) {
     else check(false, name, "max err %.3g, %zu of %zu wrong (first at %zu)", max_err, bad, n, first);
     CUDA_CHECK(cudaFree(buf));
 
-    // all_reduce_sum over the shard group: ranks base .. base + S - 1 contribute rank + 1.
-    const double x = s->be.all_reduce_sum(s->be.ctx, (double)g_pg.rank + 1.0);
+    // step_decide: the loss sum over the world, the sum of squares over the shard group (ranks
+    // base .. base + S - 1), then the decision, all on the device; the host reads it through
+    // step_stats_fetch / step_stats_wait. Rank r contributes loss r + 1 and squares 4 (r + 1).
     const int base = s->pg->replicate_rank * s->pg->shard_size;
-    double ref = 0.0;
-    for (int r = 0; r < s->pg->shard_size; r++) ref += (double)(base + r) + 1.0;
-    snprintf(name, sizeof name, "%s: all_reduce_sum", s->label);
-    check(x == ref, name, "got %g, expected %g", x, ref);
+    double want_loss = 0.0, want_sq = 0.0;
+    for (int r = 0; r < g_pg.world; r++) want_loss += (double)r + 1.0;
+    for (int r = 0; r < s->pg->shard_size; r++) want_sq += 4.0 * ((double)(base + r) + 1.0);
+    FsdpStepStats* d_stats = (FsdpStepStats*)s->be.alloc(s->be.ctx, sizeof(FsdpStepStats));
+    FsdpStepStats* h_stats = (FsdpStepStats*)s->be.alloc_host(s->be.ctx, sizeof(FsdpStepStats));
+    for (int poison = 0; poison < 2; poison++) {
+        FsdpStepStats mine;
+        memset(&mine, 0, sizeof(mine));
+        mine.loss_sum = (double)g_pg.rank + 1.0;
+        mine.sumsq = 4.0 * ((double)g_pg.rank + 1.0);
+        if (poison && g_pg.rank == g_pg.world - 1) mine.loss_sum = NAN;  // one rank's loss: every rank skips
+        s->be.copy_to_device(s->be.ctx, d_stats, &mine, sizeof(mine));
+        const float clip = 1.0f;
+        s->be.step_decide(s->be.ctx, d_stats, 10.0, clip);
+        s->be.step_stats_fetch(s->be.ctx, h_stats, d_stats);
+        s->be.step_stats_wait(s->be.ctx);
+        const float norm = (float)sqrt(want_sq);
+        const bool ok = poison ? (h_stats->skip == 1 && isnan(h_stats->loss))
+                               : (h_stats->loss_sum == want_loss && h_stats->sumsq == want_sq &&
+                                  h_stats->loss == want_loss / 10.0 && h_stats->norm == norm &&
+                                  h_stats->clip_scale == clip / norm && h_stats->skip == 0);
+        snprintf(name, sizeof name, "%s: step_decide%s", s->label, poison ? " with one rank's loss NaN: skip" : "");
+        check(ok, name, "loss sum %g (want %g), squares %g (want %g), loss %g, norm %g, clip scale %g, skip %d",
+              h_stats->loss_sum, want_loss, h_stats->sumsq, want_sq, h_stats->loss, (double)h_stats->norm,
+              (double)h_stats->clip_scale, h_stats->skip);
+    }
+    s->be.release(s->be.ctx, d_stats);
+    s->be.release_host(s->be.ctx, h_stats);
 }
 
 // ----------------------------------------------------------------------------
@@ -655,8 +680,10 @@ static void test_engine(const ProcessGroup* pg, int use_nccl, int reduce_fp32, i
                 }
                 fsdp_end_micro_step(f);
             }
-            norms[e] = fsdp_grad_norm(f);
-            fsdp_optimizer_step(f, norms[e], 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step);
+            fsdp_step_decide(f, 1.0, 1.0f);
+            fsdp_optimizer_step(f, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+            fsdp_step_stats_fetch(f);
+            norms[e] = fsdp_step_stats_wait(f)->norm;
         }
         const double rel = fabs((double)norms[0] - (double)norms[1]) / (fabs((double)norms[0]) + 1e-30);
         if (rel > norm_err || rel != rel) norm_err = rel;

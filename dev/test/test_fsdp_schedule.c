@@ -285,7 +285,7 @@ static void rec_all_reduce_replicas(void* ctx, float* buf, size_t n) {
     violation((Recorder*)ctx, "a replica all-reduce with one replica group");
 }
 
-// The engine's one use is the gradient norm: this rank's sum of squares plus the peers'.
+// The gradient norm's sum over the shard group: this rank's sum of squares plus the peers'.
 static double rec_all_reduce_sum(void* ctx, double x) {
     Recorder* r = (Recorder*)ctx;
     for (int u = 0; u < N_UNITS; u++) {
@@ -299,6 +299,12 @@ static double rec_all_reduce_sum(void* ctx, double x) {
         }
     }
     return x;
+}
+
+// The decision: the gradient norm's sum as above (no loss in these steps).
+static void rec_step_decide(void* ctx, FsdpStepStats* s, double tokens, float grad_clip) {
+    s->sumsq = rec_all_reduce_sum(ctx, s->sumsq);
+    fsdp_decide_from_sums(s, tokens, grad_clip);
 }
 
 static void rec_accumulate(void* ctx, float* dst, const float* src, size_t n) {
@@ -354,7 +360,7 @@ static void recorder_backend(FsdpBackend* be, Recorder* r) {
     be->reduce_scatter_start = rec_reduce_scatter_start;
     be->wait = rec_wait;
     be->all_reduce_replicas = rec_all_reduce_replicas;
-    be->all_reduce_sum = rec_all_reduce_sum;
+    be->step_decide = rec_step_decide;
     be->accumulate = rec_accumulate;
     be->sum_squares = rec_sum_squares;
     be->adamw = rec_adamw;
@@ -744,13 +750,14 @@ static void run_case(const Case* c, Tally* t) {
         int bad = check_grad_shards(&r, c, why, sizeof(why));
         if (bad && !grad_bad) snprintf(grad_why, sizeof(grad_why), "step %d: %d elements wrong, first %s", s, bad, why);
         grad_bad += bad;
-        float norm = fsdp_grad_norm(&f);
+        fsdp_step_decide(&f, 1.0, 1.0f);
+        const float norm = f.stats->norm;
         double want = expected_norm(c, units);
         if (norm_ok && !(fabs(norm - want) <= 1e-6 * want)) {
             snprintf(norm_why, sizeof(norm_why), "step %d: %.9g, expected %.9g", s, (double)norm, want);
             norm_ok = 0;
         }
-        fsdp_optimizer_step(&f, norm, lr, 0.9f, 0.95f, 1e-8f, weight_decay, 1.0f, s + 1);
+        fsdp_optimizer_step(&f, lr, 0.9f, 0.95f, 1e-8f, weight_decay, s + 1);
         no_op_in_flight(&r, "fsdp_optimizer_step");
         if (adam_ok && !check_adamw(&r, weight_decay, adam_why, sizeof(adam_why))) adam_ok = 0;
     }

@@ -44,6 +44,7 @@ static double forward_backward(GPT2* model, const int* inputs, const int* target
     fsdp_zero_grad(&model->fsdp, 1);
     gpt2_forward(model, inputs, targets, B, T, 1.0f / (float)(B * T));
     double loss = mean_loss(model, B, T);
+    fsdp_add_loss(&model->fsdp, model->acts.losses, (size_t)B * T);
     gpt2_backward(model, B, T);
     fsdp_end_micro_step(&model->fsdp);
     return loss;
@@ -109,8 +110,10 @@ static int run_dump(int argc, char** argv) {
                 }
             }
         }
-        norms[s] = fsdp_grad_norm(&model.fsdp);
-        fsdp_optimizer_step(&model.fsdp, norms[s], lr, beta1, beta2, eps, wd, clip, s + 1);
+        fsdp_step_decide(&model.fsdp, (double)B * T, clip);
+        fsdp_optimizer_step(&model.fsdp, lr, beta1, beta2, eps, wd, s + 1);
+        fsdp_step_stats_fetch(&model.fsdp);
+        norms[s] = fsdp_step_stats_wait(&model.fsdp)->norm;
     }
 
     FILE* fp = fopen(out_path, "wb");

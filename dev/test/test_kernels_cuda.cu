@@ -559,7 +559,7 @@ static void test_adamw(Rng& rng) {
     for (int t = 1; t <= 3; t++) {
         adamw_update(p.data(), m.data(), v.data(), grads[t - 1].data(), n, lr, b1, b2, eps, wd, t, gs);
         dev_set(s.g, grads[t - 1]);
-        adamw_update_cuda(s.p, s.m, s.v, s.pb, s.g, n, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, seed, goff, 0);
+        adamw_update_cuda(s.p, s.m, s.v, s.pb, s.g, n, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, NULL, seed, goff, 0);
     }
     std::vector<float> gp = dev_download(s.p, n), gm = dev_download(s.m, n), gv = dev_download(s.v, n);
     std::vector<bf16> gpb = dev_download(s.pb, n);
@@ -594,12 +594,23 @@ static void test_adamw(Rng& rng) {
         float* d_scale = dev_upload(std::vector<float>{gs});
         for (int t = 1; t <= 3; t++) {
             dev_set(s2.g, grads[t - 1]);
-            adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, NULL, 0, t, 1.0f, d_scale, seed, goff, 0);
+            adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, NULL, 0, t, 1.0f, d_scale, NULL, seed, goff, 0);
         }
         check_bitwise("adamw_update deterministic, device grad scale (param)", dev_download(s2.p, n), gp);
         check_bitwise("adamw_update deterministic, device grad scale (bf16 copy)", dev_download(s2.pb, n), gpb);
+        // The device's skip flag (a step decided as non-finite): nothing changes, even with a
+        // NaN gradient.
+        int* d_skip = dev_upload(std::vector<int>{1});
+        std::vector<float> nan_grad = grads[0];
+        nan_grad[7] = NAN;
+        dev_set(s2.g, nan_grad);
+        adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, NULL, 0, 4, 1.0f, d_scale, d_skip, seed,
+                          goff, 0);
+        check_bitwise("adamw_update with the device skip flag set changes nothing (param)", dev_download(s2.p, n), gp);
+        check_bitwise("adamw_update with the device skip flag set changes nothing (bf16 copy)", dev_download(s2.pb, n), gpb);
         adam_free(s2);
         cudaFree(d_scale);
+        cudaFree(d_skip);
     }
     // Independent of the split: [0, k) and [k, n) with the matching global offsets (k not a
     // multiple of 8: the second launch runs unaligned, on the scalar path).
@@ -607,9 +618,9 @@ static void test_adamw(Rng& rng) {
         AdamState s3 = adam_upload(p0, m0, v0, grads[0]);
         for (int t = 1; t <= 3; t++) {
             dev_set(s3.g, grads[t - 1]);
-            adamw_update_cuda(s3.p, s3.m, s3.v, s3.pb, s3.g, k, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, seed, goff, 0);
+            adamw_update_cuda(s3.p, s3.m, s3.v, s3.pb, s3.g, k, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, NULL, seed, goff, 0);
             adamw_update_cuda(s3.p + k, s3.m + k, s3.v + k, s3.pb + k, s3.g + k, n - k, lr, b1, b2, eps,
-                              wd, NULL, 0, t, gs, NULL, seed, goff + k, 0);
+                              wd, NULL, 0, t, gs, NULL, NULL, seed, goff + k, 0);
         }
         char name[200];
         snprintf(name, sizeof name, "adamw_update split at %zu equals one launch (param, m, v)", k);
@@ -636,11 +647,11 @@ static void test_adamw(Rng& rng) {
             dev_set(su.g, grads[t - 1]);
             dev_set(sr.g, grads[t - 1]);
             adamw_update_cuda(su.p, su.m, su.v, su.pb, su.g, n, lr, b1, b2, eps, wd, d_toggles, (int)toggles.size(), t, gs,
-                              NULL, seed, goff, 0);
+                              NULL, NULL, seed, goff, 0);
             for (size_t r = 0; r + 1 < cuts.size(); r++) {
                 const size_t a = cuts[r], len = cuts[r + 1] - a;
                 adamw_update_cuda(sr.p + a, sr.m + a, sr.v + a, sr.pb + a, sr.g + a, len, lr, b1, b2, eps, r % 2 ? wd : 0.0f,
-                                  NULL, 0, t, gs, NULL, seed, goff + a, 0);
+                                  NULL, 0, t, gs, NULL, NULL, seed, goff + a, 0);
             }
         }
         std::vector<float> a = dev_download(su.p, n), b = dev_download(sr.p, n);
@@ -799,6 +810,19 @@ static void test_sum_squares(Rng& rng, size_t n, int misalign) {
     const double again = dev_download(d_out, 1)[0];
     snprintf(name, sizeof name, "sum_squares deterministic n=%zu%s", n, misalign ? " unaligned" : "");
     report(memcmp(&again, &got, sizeof got) == 0, name, "%.17g vs %.17g", again, got);
+    // The plain sum (per-token losses): against a double sum in order, and accumulating.
+    double ref_sum = 0.0;
+    for (size_t i = 0; i < n; i++) ref_sum += x[i];
+    sum_f32_cuda(d_out, scratch, sbytes, d_x + misalign, n, 0, 0);
+    const double sum = dev_download(d_out, 1)[0];
+    snprintf(name, sizeof name, "sum_f32 n=%zu%s", n, misalign ? " unaligned" : "");
+    double sum_mag = 0.0;
+    for (size_t i = 0; i < n; i++) sum_mag += fabs(x[i]);
+    report(fabs(sum - ref_sum) <= 1e-12 * (sum_mag > 0 ? sum_mag : 1.0), name, "got %.17g, want %.17g", sum, ref_sum);
+    sum_f32_cuda(d_out, scratch, sbytes, d_x + misalign, n, 1, 0);
+    const double twice = dev_download(d_out, 1)[0];
+    snprintf(name, sizeof name, "sum_f32 accumulate n=%zu%s", n, misalign ? " unaligned" : "");
+    report(twice == sum + sum, name, "got %.17g, want %.17g", twice, sum + sum);
     cudaFree(d_x); cudaFree(d_out); cudaFree(scratch);
 }
 

@@ -198,7 +198,11 @@ touch "$TMP/shm_marker"
   cuda cuda_save 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --stop-at-step 2
   cuda cuda_resume 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --resume auto
   nccl nccl_ref 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_ref"
-  nccl nccl_save 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --stop-at-step 2 ) &
+  nccl nccl_save 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --stop-at-step 2
+  # The step's decision on the device: a NaN loss at step 2 skips that update (AdamW reads the
+  # skip flag); at steps 2 and 3 with --max-bad-steps 2 the run stops before step 4's update.
+  FSDP_TEST_NAN_LOSS_STEPS=2 nccl nccl_nan 1 -b 2 -o "$TMP/nccl_nan"
+  FSDP_TEST_NAN_LOSS_STEPS=2,3 nccl nccl_nan_stop 1 -b 2 --max-bad-steps 2 -o "$TMP/nccl_nan_stop" ) &
 lane=$!
 ( [ -x $SELF ] && timeout -k 5 120 $SELF >"$TMP/nccl_selftest.log" 2>&1; echo $? >"$TMP/nccl_selftest.rc"
   # The backend test: 1 rank (nccl and staged paths), 2 ranks staged, 2 ranks nccl + HSDP.
@@ -426,18 +430,50 @@ fi
 # the padding is zeroed, under 0.05 B here), the first fold of a reduced gradient reads its
 # source (W=1: the bf16 slot itself; W=2: NCCL's bf16 reduce-scatter output: 2 B) and writes
 # the fp32 shard (4 B) with the norm's squares in the same pass, and AdamW reads master, m, v,
-# grad and writes master, m, v and the bf16 shard (16 + 12 + 2 = 30 B): 36 B at any W. The
-# host waits: the loss read and the norm.
+# grad and writes master, m, v and the bf16 shard (16 + 12 + 2 = 30 B): 36 B at any W. No
+# host wait inside the step: the loss and norm are all-reduced and judged on the device and
+# read one step late.
 ledger_check() {  # NAME W WANT
     local line waits
     line=$(grep -m1 '^  optimizer path on the compute stream' "$TMP/$1.log")
     waits=$(grep -m1 '^  host waits in the step' "$TMP/$1.log")
-    if grep -qF "$3" <<<"$line" && grep -qF 'host waits in the step (backend): 2 (the model'"'"'s stream x 1, the gradient'"'"'s sum of squares x 1)' <<<"$waits"; then
+    if grep -qF "$3" <<<"$line" && grep -qxF '  host waits in the step (backend): 0' <<<"$waits"; then
         ok "$TAG --profile-step at W=$2 ($1): ${line#*launches: }; ${waits#  }"
     else
-        not_ok "$TAG --profile-step at W=$2 ($1): want '$3' and 2 host waits, got '$line' / '$waits'"
+        not_ok "$TAG --profile-step at W=$2 ($1): want '$3' and 0 host waits, got '$line' / '$waits'"
     fi
 }
+if good nccl_nan; then
+    skipped=$(grep '^step ' "$TMP/nccl_nan.log" | grep 'update skipped' | awk '{print $2}' | tr '\n' ' ')
+    [ "$skipped" = "2/4 " ] && ok "$TAG cuda, NaN loss at step 2 (device-side decision): step 2's update skipped, the run goes on" ||
+        not_ok "$TAG cuda, NaN loss at step 2: skipped steps '$skipped' (want 2/4)"
+fi
+rc=$(cat "$TMP/nccl_nan_stop.rc" 2>/dev/null || echo missing)
+msg=$(grep -m1 -o 'step 3: 2 step(s) in a row with a non-finite loss.*' "$TMP/nccl_nan_stop.log" | cut -c1-200)
+if [ "$rc" != 0 ] && [ "$rc" != missing ] && grep -q 'weights are those after step 1' <<<"$msg" && ! grep -q '^step    4' "$TMP/nccl_nan_stop.log"; then
+    ok "$TAG cuda, NaN loss at steps 2 and 3, --max-bad-steps 2: stops at step 3 (status $rc): $msg"
+else
+    not_ok "$TAG cuda, NaN loss at steps 2 and 3, --max-bad-steps 2: status $rc, '$msg'"
+fi
+# Kernel launches (CUPTI's callback API; the emulator's shim reports each launch, cuBLASLt
+# matmul and NCCL collective): the per-phase column adds up to the step's total, and a block's
+# forward is 7 launches (LayerNorm, the residual add fused with the second LayerNorm, the QKV,
+# attention-projection, FC (GELU in its epilogue) and FC-projection GEMMs, one attention
+# kernel) plus the final LayerNorm's one launch shared by the L = 2 blocks: 7.5.
+launch_check() {  # NAME
+    local line total sum fwd
+    line=$(grep -m1 '^  kernel launches in the step' "$TMP/$1.log")
+    total=$(sed -n 's/.*in the step: \([0-9]*\) on every stream.*/\1/p' <<<"$line")
+    fwd=$(sed -n 's/.*per transformer block: forward \([0-9.]*\),.*/\1/p' <<<"$line")
+    sum=$(sed -n '/^profile of step/,/^  kernel launches/p' "$TMP/$1.log" | grep -oE '[0-9]+ launches$' | awk '{ s += $1 } END { print s + 0 }')
+    if [ -n "$total" ] && [ "$total" -gt 0 ] && [ "$total" = "$sum" ] && [ "$fwd" = 7.5 ]; then
+        ok "$TAG --profile-step counts kernel launches ($1): ${line#  }"
+    else
+        not_ok "$TAG --profile-step kernel launches ($1): total '$total', phases add to '$sum', per-block forward '$fwd' (want 7.5): '$line'"
+    fi
+}
+good nccl_again && launch_check nccl_again
+good nccl_np2 && launch_check nccl_np2
 good nccl_again && ledger_check nccl_again 1 "36.0 B per shard element (gradient-slot zeroing 0.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
 good nccl_np2 && ledger_check nccl_np2 2 "36.0 B per shard element (gradient-slot zeroing 0.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
 good nccl_ref nccl_np2_fp32 && compare "--comm nccl np=2 with --reduce-dtype fp32 vs np=1 (within 1e-2)" \
