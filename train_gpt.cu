@@ -580,10 +580,7 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     }
     loader_advance(&r->train_loader, (uint64_t)r->global_seqs);
     if (r->pg->rank == 0 && test_hook_at(r->test_nan_loss_steps, completed)) fsdp_test_poison_loss(f);
-    if (r->pg->rank == 0 && test_hook_at(r->test_nan_grad_steps, completed)) {
-        float nan = NAN;
-        model->dev.backend.copy_to_device(model->dev.backend.ctx, f->grad_shard, &nan, sizeof(nan));
-    }
+    if (r->pg->rank == 0 && test_hook_at(r->test_nan_grad_steps, completed)) fsdp_test_poison_grad(f);
     // The previous step's figures: on the device they were ready long ago.
     finish_step(r, prev);
     float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);

@@ -468,17 +468,25 @@ void fsdp_test_poison_loss(Fsdp* f) {
     f->be.copy_to_device(f->be.ctx, &f->stats->loss_sum, &nan, sizeof(nan));
 }
 
+void fsdp_test_poison_grad(Fsdp* f) {
+    const float nan = NAN;
+    f->be.copy_to_device(f->be.ctx, f->grad_shard, &nan, sizeof(nan));
+    f->test_norm_from_shards = 1;
+}
+
 void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
     notify(f, FSDP_EVENT_OPTIMIZER);
     FsdpStepStats* s = f->stats;
     if (f->device_decides) {
         // The sum of squares came with the last folds, else (HSDP: the replica all-reduce
         // changed the shards after them) one pass over the shard, on the device.
-        if (f->fused_norm) f->be.folded_sum_squares(f->be.ctx, &s->sumsq);
-        else f->be.sum_squares_into(f->be.ctx, &s->sumsq, f->grad_shard, f->total_shard);
+        if (f->fused_norm) f->be.folded_sum_squares(f->be.ctx, &s->sumsq);  // (and cleared for the next step)
+        if (!f->fused_norm || f->test_norm_from_shards)
+            f->be.sum_squares_into(f->be.ctx, &s->sumsq, f->grad_shard, f->total_shard);
     } else {
         s->sumsq = f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
     }
+    f->test_norm_from_shards = 0;
     f->be.step_decide(f->be.ctx, s, tokens, grad_clip);
 }
 

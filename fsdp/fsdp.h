@@ -220,6 +220,7 @@ typedef struct {
     int device_decides;          // the backend has step_decide: stats live in device memory
     FsdpStepStats* stats;        // this step's (device memory when device_decides)
     FsdpStepStats* host_stats;   // where fsdp_step_stats_fetch puts them (== stats otherwise)
+    int test_norm_from_shards;   // fsdp_test_poison_grad: this step's norm from the shards
     unsigned char* unit_folded;  // [n_units]
     uint64_t* decay_toggles;     // device memory, every unit's table back to back
     int* toggle_at;              // [n_units + 1] where unit u's table starts in decay_toggles
@@ -291,8 +292,11 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
 // step's fsdp_step_decide.
 void fsdp_step_stats_fetch(Fsdp* f);
 const FsdpStepStats* fsdp_step_stats_wait(Fsdp* f);
-// Test hook: this rank's loss sum becomes NaN (the next decision must skip).
+// Test hooks: this rank's loss sum becomes NaN; or its first gradient-shard element does, and
+// this step's norm is counted from the shards (as a NaN gradient reaching the folds would
+// make it). Either way the next decision must skip.
 void fsdp_test_poison_loss(Fsdp* f);
+void fsdp_test_poison_grad(Fsdp* f);
 
 #ifdef __cplusplus
 }

@@ -199,9 +199,10 @@ touch "$TMP/shm_marker"
   cuda cuda_resume 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --resume auto
   nccl nccl_ref 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_ref"
   nccl nccl_save 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --stop-at-step 2
-  # The step's decision on the device: a NaN loss at step 2 skips that update (AdamW reads the
-  # skip flag); at steps 2 and 3 with --max-bad-steps 2 the run stops before step 4's update.
-  FSDP_TEST_NAN_LOSS_STEPS=2 nccl nccl_nan 1 -b 2 -o "$TMP/nccl_nan"
+  # The step's decision on the device: a NaN loss at step 2, a NaN gradient at step 4 skip those
+  # updates (AdamW reads the skip flag; the weights stay finite); at steps 2 and 3 with
+  # --max-bad-steps 2 the run stops before step 4's update.
+  FSDP_TEST_NAN_LOSS_STEPS=2 FSDP_TEST_NAN_GRAD_STEPS=4 nccl nccl_nan 1 -b 2 -o "$TMP/nccl_nan"
   FSDP_TEST_NAN_LOSS_STEPS=2,3 nccl nccl_nan_stop 1 -b 2 --max-bad-steps 2 -o "$TMP/nccl_nan_stop" ) &
 lane=$!
 ( [ -x $SELF ] && timeout -k 5 120 $SELF >"$TMP/nccl_selftest.log" 2>&1; echo $? >"$TMP/nccl_selftest.rc"
@@ -445,8 +446,12 @@ ledger_check() {  # NAME W WANT
 }
 if good nccl_nan; then
     skipped=$(grep '^step ' "$TMP/nccl_nan.log" | grep 'update skipped' | awk '{print $2}' | tr '\n' ' ')
-    [ "$skipped" = "2/4 " ] && ok "$TAG cuda, NaN loss at step 2 (device-side decision): step 2's update skipped, the run goes on" ||
-        not_ok "$TAG cuda, NaN loss at step 2: skipped steps '$skipped' (want 2/4)"
+    val=$(grep '^val loss' "$TMP/nccl_nan.log" | tail -n 1)
+    if [ "$skipped" = "2/4 4/4 " ] && grep -qE '^val loss [0-9]+\.[0-9]+ \(step 4\)' <<<"$val"; then
+        ok "$TAG cuda, NaN loss at step 2, NaN gradient at step 4 (device-side decision): both updates skipped, weights finite ($val)"
+    else
+        not_ok "$TAG cuda, NaN loss at step 2, NaN gradient at step 4: skipped steps '$skipped' (want 2/4 4/4), last '$val'"
+    fi
 fi
 rc=$(cat "$TMP/nccl_nan_stop.rc" 2>/dev/null || echo missing)
 msg=$(grep -m1 -o 'step 3: 2 step(s) in a row with a non-finite loss.*' "$TMP/nccl_nan_stop.log" | cut -c1-200)
