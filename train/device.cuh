@@ -15,7 +15,10 @@
 #include <string.h>
 
 #include "fsdp/backend_cpu.h"
+#include "fsdp/backend_sim.h"
+#include "kernels/kernels_sim.h"
 #include "train/device.h"
+#include "train/plan.h"
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include "fsdp/backend_cuda.cuh"
@@ -188,11 +191,44 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
 }
 #endif  // __CUDACC__
 
+static void sim_close(Device* d) { fsdp_backend_sim_free(&d->backend); }
+
+// The sim device (--plan): the cpu's engine and dtypes for the cpu profile, else the cuda
+// device's (bf16, fused optimizer path, host mirror), with costs instead of work. Its own
+// buffers are the cuda device's, estimated: the cuBLASLt workspace is exact
+// (MATMUL_WORKSPACE_BYTES), the kernel scratch and token buffers approximate (a few MiB).
+static void sim_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, const FsdpConfig* fcfg,
+                     const ModelLayout* m, int B, int T) {
+    const SimProfile* p = o->sim;
+    const int gpn = o->gpus_per_node;
+    SimBackendConfig bc = {p->fp32, o->reduce_fp32, pg->shard_size, pg->replicate_size,
+                           plan_link(p, gpn, 1, pg->shard_size), plan_link(p, gpn, pg->shard_size, pg->replicate_size)};
+    fsdp_backend_sim_init(&d->backend, o->sim_clock, &bc, fsdp_max_ops(fcfg, m->n_units));
+    kernels_sim_init(&d->kernels, o->sim_clock, m->config.padded_vocab_size, p->fp32 ? sizeof(float) : 2);
+    d->name = "sim";
+    snprintf(d->description, sizeof(d->description), "%s (simulated): %.0f TFLOP/s, %.0f GB/s, %.0f GiB, NVLink %.0f GB/s, network %.0f GB/s, %d GPU(s) per node",
+             p->name, p->tflops, p->hbm_gbs, p->mem_gib, p->nvlink_gbs, p->ib_gbs, gpn);
+    if (!p->fp32) {
+        size_t N = (size_t)B * T, padded = 0;
+        for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > padded) padded = m->units[u].padded;
+        d->device_lines[0] = (MemoryLine){"collective buffers (estimated)", (o->reduce_fp32 ? padded * sizeof(float) : 0) + 8448};
+        d->device_lines[1] = (MemoryLine){"cuBLASLt workspace", (size_t)32 << 20};
+        d->device_lines[2] = (MemoryLine){"kernel scratch, tokens (estimated)", 5 * ((N * sizeof(int) + 255) / 256 * 256) +
+                                          (size_t)2 * 64 * m->config.channels * 4 * sizeof(float)};
+        d->n_device_lines = 3;
+    }
+    d->close = sim_close;
+}
+
 // The device `o` asks for (NULL: the cpu), sized for micro-batches of B x T of model m and
 // the engine's op slots under fcfg. Errors end the job (fatal) with one line.
 static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, const FsdpConfig* fcfg,
                         const ModelLayout* m, int B, int T) {
     memset(d, 0, sizeof(*d));
+    if (o && o->sim) {
+        sim_open(d, o, pg, fcfg, m, B, T);
+        return;
+    }
     if (o && o->cuda) {
 #ifdef __CUDACC__
         cuda_open(d, o, pg, fcfg, m, B, T);

@@ -9,6 +9,7 @@
 #include "comm/process_group.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_sim.h"
 #include "model/gpt2.h"
 
 #ifdef __cplusplus
@@ -29,6 +30,11 @@ typedef struct {
     int gelu_fusion;           // cuda: 0 none, 1 forward, 2 forward + backward (cuda_matmul.cuh)
     uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
     Recompute recompute;       // cuda, selective: the forward's GELU must be recomputable exactly
+    // --plan: the sim device (kernels_sim.h, fsdp/backend_sim.h) modelling this profile
+    // (train/plan.h) instead of a real one; its tables advance sim_clock. NULL otherwise.
+    const struct SimProfile* sim;
+    SimClock* sim_clock;
+    int gpus_per_node;         // sim: which groups stay on NVLink
 } DeviceOptions;
 
 // A line of the memory budget: what, and how many bytes.
@@ -36,7 +42,7 @@ typedef struct { const char* what; size_t bytes; } MemoryLine;
 
 typedef struct Device Device;
 struct Device {
-    const char* name;          // "cpu" or "cuda"
+    const char* name;          // "cpu", "cuda" or "sim"
     Kernels kernels;
     FsdpBackend backend;
     char gpu_name[256];        // the GPU's (the peak-FLOPs table knows GPUs by name); "" on the cpu
