@@ -789,14 +789,22 @@ static void plan_step(GPT2* model, int grad_accum) {
 
 // Plans world size W into row (printing the setup and budget lines when detail). 0, or 1
 // after one error line.
-static int plan_one(const Options* opt, const GPT2Config* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
+// The flags that depend on the world size, as check_run_flags checks them. 0, or 1 after one
+// error line.
+static int plan_check_world(const Options* opt, int world) {
     ParseError e;
     if (check_batch_split(opt, world, &e)) { fprintf(stderr, "error: --plan at world size %d: %s\n", world, e.msg); return 1; }
-    int S = opt->shard_group_size ? opt->shard_group_size : world;
-    if (world % S != 0) {
-        fprintf(stderr, "error: --plan at world size %d: --shard-group-size %d does not divide it\n", world, S);
+    if (opt->shard_group_size && world % opt->shard_group_size != 0) {
+        fprintf(stderr, "error: --plan at world size %d: --shard-group-size %d does not divide it\n", world, opt->shard_group_size);
         return 1;
     }
+    return 0;
+}
+
+// Plans world size W (checked by plan_check_world) into row, printing the setup and budget
+// lines when detail.
+static void plan_one(const Options* opt, const GPT2Config* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
+    int S = opt->shard_group_size ? opt->shard_group_size : world;
     // Rank 0 of the virtual world (no transport: nothing is sent).
     ProcessGroup pg;
     memset(&pg, 0, sizeof(pg));
@@ -821,7 +829,7 @@ static int plan_one(const Options* opt, const GPT2Config* config, const SimProfi
                           (Recompute)opt->recompute, prof, &clock, opt->gpus_per_node};
     FsdpConfig fcfg = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last};
     GPT2* model = (GPT2*)calloc(1, sizeof(GPT2));
-    if (!model) { fprintf(stderr, "error: --plan: out of host memory\n"); return 1; }
+    if (!model) fatal(&pg, "--plan: out of host memory");
     gpt2_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
     model->fsdp.on_event = plan_on_event;
     model->fsdp.on_event_ctx = &clock;
@@ -865,7 +873,6 @@ static int plan_one(const Options* opt, const GPT2Config* config, const SimProfi
     row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
     gpt2_free(model);
     free(model);
-    return 0;
 }
 
 static int plan_main(const Options* opt, const GPT2Config* config) {
@@ -883,9 +890,10 @@ static int plan_main(const Options* opt, const GPT2Config* config) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
+    for (int i = 0; i < n; i++) if (plan_check_world(opt, worlds[i])) return 1;  // before any output
     PlanRow rows[PLAN_MAX_WORLDS];
     for (int i = 0; i < n; i++) {
-        if (plan_one(opt, config, &prof, worlds[i], i == 0, &rows[i])) return 1;
+        plan_one(opt, config, &prof, worlds[i], i == 0, &rows[i]);
         if (i == 0) plan_print_detail(&rows[0], &prof);
     }
     if (n > 1) plan_print_scaling(rows, n, &prof, opt->total_batch_tokens > 0);

@@ -234,14 +234,16 @@ void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fix
     else
         printf("held fixed: the micro-batch per rank (%d x %d, one accumulation step): the global batch grows with W\n", rows[0].B,
                rows[0].T);
-    printf("  %7s %6s %6s %11s %10s %10s %10s %11s %11s %6s %9s  %s\n", "world", "shard", "accum", "tokens/step", "step ms",
-           "compute", "exposed", "comm busy", "tokens/s", "MFU", "mem GiB", "limited by");
+    printf("(ms per step; exposed: compute waiting for collectives; comm LB: this rank's bytes over the fastest link)\n");
+    printf("  %7s %6s %6s %11s %10s %10s %10s %11s %10s %11s %6s %9s  %s\n", "world", "shard", "accum", "tokens/step", "step ms",
+           "compute", "exposed", "comm busy", "comm LB", "tokens/s", "MFU", "mem GiB", "limited by");
     for (int i = 0; i < n; i++) {
         const PlanRow* r = &rows[i];
         double share;
         const char* lim = plan_limiter(r, &share);
-        printf("  %7d %6d %6d %11ld %10.2f %10.2f %10.2f %11.2f %11.0f %5.1f%% %9.2f  %s\n", r->world, r->shard_size, r->grad_accum,
-               r->tokens_per_step, r->step_s * 1e3, sum3(r->busy) * 1e3, sum3(r->exposed) * 1e3, sum3(r->comm_busy) * 1e3,
-               plan_tokens_per_s(r), 100.0 * plan_mfu(r, p), r->budget_bytes / 1073741824.0, lim);
+        printf("  %7d %6d %6d %11ld %10.2f %10.2f %10.2f %11.2f %10.2f %11.0f %5.1f%% %9.2f  %s\n", r->world, r->shard_size,
+               r->grad_accum, r->tokens_per_step, r->step_s * 1e3, sum3(r->busy) * 1e3, sum3(r->exposed) * 1e3,
+               sum3(r->comm_busy) * 1e3, r->comm_lower_bound_s * 1e3, plan_tokens_per_s(r), 100.0 * plan_mfu(r, p),
+               r->budget_bytes / 1073741824.0, lim);
     }
 }
