@@ -878,6 +878,8 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
 static int plan_main(const Options* opt, const GPT2Config* config) {
     if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
     char err[1024];
+    // The cpu profile measures this machine with the threads a rank would have (--threads).
+    if (opt->threads) { omp_set_num_threads(opt->threads); openblas_set_num_threads(opt->threads); }
     SimProfile prof;
     if (plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
     if (opt->seq_len > config->max_seq_len) {

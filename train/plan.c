@@ -1,11 +1,13 @@
 #include "train/plan.h"
 
+#include <cblas.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // ---------------------------------------------------------------------------------------
 // Device profiles. Compute, memory and link figures are the vendors' datasheets (dense, no
@@ -35,12 +37,65 @@ static const SimProfile builtin[] = {
     // dense), 180 GB HBM3e at 8 TB/s, fifth-generation NVLink 1.8 TB/s; 8x 400 Gb/s
     // ConnectX-7 for 8 GPUs.
     {"b200", 0, 2250.0, 8000.0, 180.0, 900.0, 50.0, GPU_DEFAULTS},
-    // The cpu device (fp32, OpenBLAS): nominal figures of a small server core count, for
-    // memory budgets and the schedule's shape; its times are not a measurement.
-    {"cpu", 1, 0.1, 20.0, 16.0, 5.0, 1.25, .nvlink_latency_us = 5.0, .ib_latency_us = 20.0, .launch_us = 2.0,
-     .matmul_eff = 0.8, .attention_eff = 0.3, .vector_eff = 0.3, .mem_eff = 0.8},
+    // The cpu device (fp32, OpenBLAS): tflops and hbm_gbs are measured on this machine when
+    // the profile is chosen (cpu_measure below); the rest are assumptions: the matmul rate
+    // is sgemm's, measured (efficiency 1); the reference attention and vector kernels are
+    // plain loops, far from sgemm's rate; collectives between ranks of one host go through
+    // MPI's shared memory.
+    {"cpu", 1, 0.0, 0.0, 16.0, 5.0, 1.25, .nvlink_latency_us = 5.0, .ib_latency_us = 20.0, .launch_us = 2.0,
+     .matmul_eff = 1.0, .attention_eff = 0.1, .vector_eff = 0.1, .mem_eff = 1.0},
 };
 #define N_BUILTIN (sizeof(builtin) / sizeof(builtin[0]))
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// --sim-device cpu: this machine's fp32 rates with the threads OpenMP/OpenBLAS have now, in
+// about 2 s: sgemm of 1024^3 (the size of a small model's matmuls: its rate is what the
+// cpu device's matmuls reach) for 1 s, then a parallel streaming copy of 64 MiB arrays
+// (read + write counted) for 1 s. Fails only when out of memory.
+static int cpu_measure(SimProfile* p, char* err, size_t errlen) {
+    const int n = 1024;
+    const size_t copy_n = (size_t)16 << 20;  // floats: 64 MiB per array, beyond the caches
+    float* a = (float*)malloc((size_t)n * n * sizeof(float));
+    float* b = (float*)malloc((size_t)n * n * sizeof(float));
+    float* c = (float*)malloc((size_t)n * n * sizeof(float));
+    float* src = (float*)malloc(copy_n * sizeof(float));
+    float* dst = (float*)malloc(copy_n * sizeof(float));
+    if (!a || !b || !c || !src || !dst) {
+        free(a); free(b); free(c); free(src); free(dst);
+        snprintf(err, errlen, "--sim-device cpu: out of host memory for the microbenchmark");
+        return 1;
+    }
+    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = (float)(i % 7) * 0.01f; b[i] = (float)(i % 5) * 0.02f; c[i] = 0.0f; }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);  // warm-up
+    double t0 = seconds_now(), t = 0.0;
+    long iters = 0;
+    do {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        iters++;
+        t = seconds_now() - t0;
+    } while (t < 1.0);
+    p->tflops = 2.0 * n * (double)n * n * iters / t / 1e12;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < copy_n; i++) { src[i] = (float)i; dst[i] = 0.0f; }
+    t0 = seconds_now();
+    iters = 0;
+    do {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < copy_n; i++) dst[i] = src[i] + 1.0f;
+        iters++;
+        t = seconds_now() - t0;
+    } while (t < 1.0);
+    p->hbm_gbs = 2.0 * copy_n * sizeof(float) * (double)iters / t / 1e9;
+    volatile float sink = c[1] + dst[copy_n - 1];  // keep the work
+    (void)sink;
+    free(a); free(b); free(c); free(src); free(dst);
+    return 0;
+}
 
 const char* plan_profile_names(void) { return "a100-40, a100-80, h100, h200, b200, cpu"; }
 
@@ -91,6 +146,7 @@ static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* er
             snprintf(keep, sizeof(keep), "%s", p->name);
             for (size_t i = 0; i < N_BUILTIN; i++)
                 if (!strcmp(builtin[i].name, val)) { *p = builtin[i]; found = 1; }
+            if (found && p->tflops <= 0 && cpu_measure(p, err, errlen)) return 1;
             if (!found) { snprintf(err, errlen, "--sim-device %s:%d: like=%s: not a built-in device (%s)", path, lineno, val, plan_profile_names()); return 1; }
             snprintf(p->name, sizeof(p->name), "%s", keep);
             liked = 1;
@@ -129,8 +185,11 @@ static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* er
 }
 
 int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errlen) {
-    for (size_t i = 0; i < N_BUILTIN; i++)
-        if (!strcmp(builtin[i].name, name_or_file)) { *p = builtin[i]; return 0; }
+    for (size_t i = 0; i < N_BUILTIN; i++) {
+        if (strcmp(builtin[i].name, name_or_file)) continue;
+        *p = builtin[i];
+        return p->tflops > 0 ? 0 : cpu_measure(p, err, errlen);
+    }
     FILE* fp = fopen(name_or_file, "r");
     if (!fp) {
         snprintf(err, errlen, "--sim-device '%s': not a built-in device (%s) nor a readable profile file (%s)", name_or_file,

@@ -31,8 +31,8 @@ typedef struct SimProfile {
     double matmul_eff, attention_eff, vector_eff, mem_eff;  // fractions of peak reached
 } SimProfile;
 
-// NAME is a built-in profile (plan_profile_names), else a key=value file (README: "Planning a
-// run"). 0, or 1 with one line in err naming the flag, file and line.
+// NAME is a built-in profile (plan_profile_names; "cpu" measures this machine, ~2 s, with
+// the OpenMP/BLAS threads set now), else a key=value file (README: "Planning a run"). 0, or 1 with one line in err naming the flag, file and line.
 int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errlen);
 const char* plan_profile_names(void);   // "a100-40, a100-80, h100, h200, b200, cpu"
 // --plan-world "8,64,512": 1 .. PLAN_MAX_WORLDS sizes, each >= 1. 0, or 1 with err.
