@@ -16,14 +16,18 @@ row_field() { awk -v row="$2" -v col="$3" '$1 == row && NF >= 5 && $2 ~ /^[0-9.]
 
 # 1. The plan's budget = a real cpu run's, for several flag sets (the cpu profile models the
 #    cpu device: fp32, host memory). np 1 and 2 (sharded: other shard sizes and padding).
+#    The first check uses the built-in cpu profile (which measures the machine, ~2 s); the
+#    others a profile file of the same dtype (dtype=fp32), to keep the test quick.
 tiny=(--layers 4 --channels 64 --heads 2 --max-seq 64 -t 32)
+printf '# the cpu device, nominal rates\ndtype=fp32\ntflops=0.1\nhbm_gbs=20\nmem_gib=16\n' >"$out/fp32.prof"
+sim=cpu
 check_budget() {
     local name=$1 np=$2; shift 2
     local real="$out/real_$name.log" plan="$out/plan_$name.log"
     if ! run_np "$np" $TG --device cpu "${tiny[@]}" "$@" -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD" >"$real" 2>&1; then
         not_ok "budget $name: the real run failed: $(tail -n 2 "$real" | tr '\n' ' ')"; return
     fi
-    if ! $TG --plan --sim-device cpu --plan-world "$np" "${tiny[@]}" "$@" >"$plan" 2>&1; then
+    if ! $TG --plan --sim-device "$sim" --plan-world "$np" "${tiny[@]}" "$@" >"$plan" 2>&1; then
         not_ok "budget $name: --plan failed: $(tail -n 2 "$plan" | tr '\n' ' ')"; return
     fi
     if [ -z "$(budget_lines "$real")" ]; then not_ok "budget $name: no budget lines in the real run"; return; fi
@@ -34,6 +38,7 @@ check_budget() {
     fi
 }
 check_budget "recompute-none-prefetch1" 1 -b 2 --recompute none --prefetch 1
+sim=$out/fp32.prof
 check_budget "recompute-full-prefetch0" 1 -b 2 --recompute full --prefetch 0
 check_budget "selective-accum-nosync"   1 -b 1 -d 128 --recompute selective --no-grad-sync-until-last
 check_budget "np2-units2-reshard0"      2 -b 2 --fsdp-unit-layers 2 --reshard-after-forward 0
