@@ -104,11 +104,6 @@ void print_usage(void) {
 "                               that long ends the job: a stalled or dead rank [600]\n"
 "      --max-bad-steps N        a step with a non-finite loss or gradient norm is skipped (no update);\n"
 "                               N such steps in a row end the run [10]\n"
-"signals\n"
-"      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
-"      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue. Before\n"
-"      the first step (setup: nothing to save yet) either ends the process at once, with status\n"
-"      128 + the signal (143 for SIGTERM, 138 for SIGUSR1).\n"
 "planning (no data, no allocation, no GPU: the run's schedule on a simulated device)\n"
 "      --plan                   print the memory budget per rank (the same figures a real run prints),\n"
 "                               FLOPs per token, bytes per parameter and time per phase, step time,\n"
@@ -119,6 +114,11 @@ void print_usage(void) {
 "      --sim-device NAME|FILE   a100-40, a100-80, h100, h200, b200, cpu, or a KEY=VALUE profile file\n"
 "                               (README: Planning a run) [h100]\n"
 "      --gpus-per-node N        ranks per node: a group within one node uses NVLink, else the network [8]\n"
+"signals\n"
+"      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
+"      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue. Before\n"
+"      the first step (setup: nothing to save yet) either ends the process at once, with status\n"
+"      128 + the signal (143 for SIGTERM, 138 for SIGUSR1).\n"
 "  -h, --help                   this text\n");
 }
 
