@@ -213,8 +213,19 @@ static void sim_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, 
         for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > padded) padded = m->units[u].padded;
         d->device_lines[0] = (MemoryLine){"collective buffers (estimated)", (o->reduce_fp32 ? padded * sizeof(float) : 0) + 8448};
         d->device_lines[1] = (MemoryLine){"cuBLASLt workspace", (size_t)32 << 20};
-        d->device_lines[2] = (MemoryLine){"kernel scratch, tokens (estimated)", 5 * ((N * sizeof(int) + 255) / 256 * 256) +
-                                          (size_t)2 * 64 * m->config.channels * 4 * sizeof(float)};
+        // cuda_kernels_scratch_bytes' largest terms (one buffer serves every kernel): the
+        // flash attention backward's D and dQ slices (attention_backward_scratch_bytes: R(T)
+        // rows per (b, head), key blocks of 128), the LayerNorm and bias backward partial sums
+        // (up to 512 and 256 row blocks), the embedding backward's sort (its CUB temp guessed
+        // at 2N ints); plus the two token buffers.
+        const size_t C = (size_t)m->config.channels, NH = (size_t)m->config.num_heads, ints = (N * sizeof(int) + 255) / 256 * 256;
+        const size_t j = ((size_t)T + 127) / 128, R = j * (size_t)T - 128 * (j * (j > 0 ? j - 1 : 0) / 2);
+        const size_t ln_blocks = N / 16 < 1 ? 1 : N / 16 > 512 ? 512 : N / 16, b_blocks = N / 32 < 1 ? 1 : N / 32 > 256 ? 256 : N / 32;
+        size_t scratch = ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256 + ((size_t)B * C * R * sizeof(float) + 255) / 256 * 256;
+        if (2 * ln_blocks * C * sizeof(float) > scratch) scratch = 2 * ln_blocks * C * sizeof(float);
+        if (b_blocks * 4 * C * sizeof(float) > scratch) scratch = b_blocks * 4 * C * sizeof(float);
+        if (5 * ints > scratch) scratch = 5 * ints;
+        d->device_lines[2] = (MemoryLine){"kernel scratch, tokens (estimated)", scratch + 2 * ints};
         d->n_device_lines = 3;
     }
     d->close = sim_close;

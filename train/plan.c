@@ -305,4 +305,7 @@ void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fix
                sum3(r->comm_busy) * 1e3, r->comm_lower_bound_s * 1e3, plan_tokens_per_s(r), 100.0 * plan_mfu(r, p),
                r->budget_bytes / 1073741824.0, lim);
     }
+    double share;
+    const char* lim = plan_limiter(&rows[n - 1], &share);
+    printf("limited by at %d ranks: %s (%.0f%% of the step)\n", rows[n - 1].world, lim, 100.0 * share);
 }
