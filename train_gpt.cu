@@ -556,6 +556,7 @@ static StepResult train_step(Run* r, int step) {
         double used = model->dev.memory_in_use_mib(&model->dev);
         if (used > r->device_used_mib) r->device_used_mib = used;
     }
+    if (model->dev.step_done) model->dev.step_done(&model->dev);
     res.record.step = completed;
     res.record.loss = loss;
     res.record.norm = norm;
@@ -826,7 +827,7 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     memset(&clock, 0, sizeof(clock));
     clock.costs = plan_costs(prof);
     DeviceOptions dopt = {0, opt->comm, opt->reduce_fp32, opt->attention, opt->gelu_fusion, opt->seed,
-                          (Recompute)opt->recompute, prof, &clock, opt->gpus_per_node};
+                          (Recompute)opt->recompute, opt->matmul_autotune, prof, &clock, opt->gpus_per_node};
     FsdpConfig fcfg = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last};
     GPT2* model = (GPT2*)calloc(1, sizeof(GPT2));
     if (!model) fatal(&pg, "--plan: out of host memory");
@@ -978,7 +979,7 @@ int main(int argc, char** argv) {
     // Model, engine and device
     int on_cuda = !strcmp(device, "cuda");
     DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
-                          (Recompute)opt.recompute, NULL, NULL, 0};
+                          (Recompute)opt.recompute, opt.matmul_autotune, NULL, NULL, 0};
     FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last};
     GPT2* model = &r->model;
     gpt2_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);

@@ -18,14 +18,72 @@
 //
 // The context (MatmulContext) owns the cuBLASLt handle, ONE workspace of
 // MATMUL_WORKSPACE_BYTES allocated at init, and a fixed table of MATMUL_PLAN_CACHE plans
-// (descriptor + layouts + the heuristic's algorithm) keyed by everything the heuristic
-// depends on (shapes, leading dimensions, transposes, types, epilogue, pointer alignments).
-// A training step issues the same few dozen shapes every layer, so after the first step no
-// heuristic query is made. When the table is full, further shapes are planned per call and
-// their descriptors destroyed right after the (asynchronous) launch: always correct, never
-// an unbounded allocation. The cache is host state: a context is used by one host thread,
-// and, because of the shared workspace, by one stream at a time (or streams ordered with
-// events).
+// (descriptor + layouts + the algorithm in use) keyed by everything the heuristic depends on
+// (shapes, leading dimensions, transposes, types, epilogue, pointer alignments; not alpha or
+// beta). A training step issues the same few dozen shapes every layer, so after the first
+// step no heuristic query is made. When the table is full, further shapes are planned per
+// call (never tuned) and their descriptors destroyed right after the (asynchronous) launch:
+// always correct, never an unbounded allocation. The cache is host state: a context is used
+// by one host thread, and, because of the shared workspace, by one stream at a time (or
+// streams ordered with events).
+//
+// Algorithm choice (matmul_set_autotune, MatmulTuneMode). A new shape asks the heuristic
+// for up to MATMUL_MAX_CANDIDATES algorithms (one query per shape: heuristic_queries).
+//   - Candidates that fail at run time (cublasLtMatmul returns an error: nothing ran) are
+//     skipped, never fatal (failed_candidates); only when every one fails is the shape "not
+//     runnable" (a GELU epilogue then falls back to the kernels, see below; a plain GEMM
+//     exits naming the problem, as when the heuristic finds nothing).
+//   - MATMUL_TUNE_OFF: the first candidate that runs is kept: the heuristic's first, as
+//     cuBLASLt would pick with one result requested.
+//   - MATMUL_TUNE_EXACT (the default on a GPU): the first call of the shape times every
+//     candidate (below) and keeps the fastest among those whose output is BITWISE EQUAL to
+//     the heuristic's first's on that call's operands. Why: algorithms differ in how they
+//     split and order the K reduction (split-K, stream-K, another MMA shape), which changes
+//     the last bits, and timings are noisy, so "the fastest" can differ from run to run; a
+//     run must repeat bit for bit on one machine (the determinism tests compare losses
+//     bitwise). Among algorithms that give the heuristic's first's bits (same reduction
+//     order: other tile shapes, stages, swizzles, cluster shapes), any choice gives the same
+//     results, so timing noise can change the speed but never the numbers, and a run trains
+//     exactly as MATMUL_TUNE_OFF does (and every rank computes what it would untuned). The
+//     equality is checked on one call's real operands (a 64-bit hash of every output bit),
+//     not proven for all inputs: an algorithm with another reduction order that agreed on
+//     all of the thousands to millions of outputs of real activations is not a practical
+//     case. What this leaves on the table: faster algorithms with another reduction order.
+//   - MATMUL_TUNE_FASTEST: the fastest of all candidates. Bits may differ from
+//     MATMUL_TUNE_OFF, between GPUs, and between runs (timing noise): for benchmarking, not
+//     for runs that must repeat.
+//   In both timed modes a candidate replaces the heuristic's first only when it is
+//   MATMUL_TUNE_MARGIN faster (a noise-level gain is not worth a change). Under the CPU
+//   emulator (FSDP_CUBLASLT_EMULATED, defined by dev/cuda_emu/include/cublasLt.h) timings
+//   mean nothing, so the default there is MATMUL_TUNE_OFF; the emulator's tests turn tuning
+//   on explicitly to check its logic (its fake cuBLASLt can return failing, slow and
+//   other-bits candidates: EMU_CUBLASLT_ALGOS in dev/cuda_emu/cublaslt.cpp).
+//
+// How a candidate is timed without touching the real call's results: every candidate runs
+// twice untimed (each output hashed on the device: a candidate whose two outputs differ,
+// e.g. one that reduces with atomics, is never chosen, in either timed mode), then
+// MATMUL_TUNE_REPS times between cudaEvents, on the caller's stream (the real operands: the
+// same memory traffic as the real call); the host waits once per shape (ctx->host_wait when
+// set: the caller's deadline-aware wait), reads the events (the fastest repetition counts)
+// and the hashes; THEN the real call runs once with the chosen algorithm, on the real
+// operands, like any later call. Where the candidates write:
+//   - beta == 0 and D overlaps no input (every call train_gpt makes with beta 0): into the
+//     real D (and the real aux for GELU_AUX). The real call, issued after them on the same
+//     stream, overwrites all of it, reading only inputs the candidates did not write, so
+//     what remains is exactly the real call's result. No extra memory.
+//   - beta != 0 (accumulation: D = AB + D, e.g. every weight gradient) or D overlapping an
+//     input: running candidates on the real D would add AB to it several times. They run on
+//     a scratch copy instead: a transient cudaMalloc of D's extent (at the same alignment
+//     modulo 256 as the real D, which the algorithm was chosen for), refilled from the real D
+//     before each untimed run so that every hash is of the same computation,
+//     freed after the shape's wait. The real D is only read. If the scratch cannot be
+//     allocated, the shape is not tuned (untuned_shapes) and keeps the heuristic's first.
+//     The aux of GELU_AUX (never a C input: always fully overwritten) goes to the real aux.
+// Tuning costs one host wait per new shape and, on the scratch path, a cudaMalloc/cudaFree
+// (which synchronises the device): in the first step only. matmul_autotune_report() prints
+// one summary line ("matmul: tuned 14 shapes ...") when tuning ran (never under the emulator,
+// where it is off, unless a test turns it on); matmul_context_destroy() calls it, and
+// ctx->tune_report = 0 silences it (all ranks but one).
 //
 // Pointers: any alignment works (the heuristic is told the actual alignment of every
 // pointer, capped at 256 bytes); 16-byte aligned pointers and leading dimensions that are
@@ -59,6 +117,21 @@
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)  // 32 MiB: plenty on Ampere/Hopper
 #define MATMUL_PLAN_CACHE 64                         // distinct GEMM shapes kept planned
+#define MATMUL_MAX_CANDIDATES 8                      // algorithms asked of the heuristic per shape
+#define MATMUL_TUNE_REPS 3                           // timed runs per candidate (after an untimed one)
+#define MATMUL_TUNE_MARGIN 0.02                      // how much faster than the heuristic's first to switch
+
+// How a new shape's algorithm is chosen (see the top).
+typedef enum {
+    MATMUL_TUNE_OFF = 0,      // the first candidate that runs: the heuristic's first
+    MATMUL_TUNE_EXACT = 1,    // the fastest with the heuristic's first's bits (repeatable)
+    MATMUL_TUNE_FASTEST = 2,  // the fastest (bits may change between runs)
+} MatmulTuneMode;
+#ifdef FSDP_CUBLASLT_EMULATED  // the CPU emulator's fake cuBLASLt: no meaningful timings
+#define MATMUL_TUNE_DEFAULT MATMUL_TUNE_OFF
+#else
+#define MATMUL_TUNE_DEFAULT MATMUL_TUNE_EXACT
+#endif
 
 // Any cuBLAS(Lt) call: on failure one line with the status name, file:line and the call.
 #define CUBLASLT_CHECK(call)                                                              \
@@ -109,8 +182,16 @@ typedef struct {
     MatmulKey key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t layoutA, layoutB, layoutD;  // cuBLAS's A, B, D (see mm_plan_layouts)
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo;   // the algorithm in use
+    int ncandidates;             // usable algorithms the heuristic returned
+    int chosen;                  // which of them is in use (0: the heuristic's first)
+    int tuned;                   // 1: chosen by timing (then the times below are set)
+    float first_ms, best_ms;     // per run: the heuristic's first (that ran), the chosen one
 } MatmulPlan;
+
+#define MM_HASH_THREADS 256
+#define MM_HASH_MAX_BLOCKS 256
+#define MM_HASH_SLOTS (4 * MM_HASH_MAX_BLOCKS)  // per candidate: D's and aux's partial hashes, twice
 
 typedef struct {
     cublasLtHandle_t handle;
@@ -121,6 +202,27 @@ typedef struct {
     long long heuristic_queries;  // how many times the heuristic ran (for tests / logging)
     int fuse_gelu_forward;   // GELU_AUX(_BIAS) epilogue in matmul_forward_cuda
     int fuse_gelu_backward;  // DGELU epilogue in matmul_backward_dinp_cuda
+    // Algorithm choice (see the top)
+    int autotune;            // MatmulTuneMode
+    int tune_report;         // 1 (default): matmul_autotune_report prints; 0 on the ranks that stay quiet
+    // The host wait of the tuning (once per new shape); NULL: cudaStreamSynchronize.
+    void (*host_wait)(void* ctx, cudaStream_t s, const char* what);
+    void* host_wait_ctx;
+    long long tuned_shapes;          // shapes whose candidates were timed
+    long long untuned_shapes;        // shapes a timed mode could not tune (no scratch memory)
+    long long timed_candidates;      // candidates timed, over all tuned shapes
+    long long other_bits_candidates; // timed candidates whose output differed from the first's
+    long long unrepeatable_candidates;  // timed candidates whose two untimed runs differed
+    long long failed_candidates;     // candidates whose cublasLtMatmul returned an error
+    double tune_ratio_min, tune_ratio_max;  // per tuned shape: first's time / chosen's time
+    double tune_first_ms, tune_best_ms;     // sums over the tuned shapes (one run of each)
+    long long reported_shapes;       // tuned_shapes at the last matmul_autotune_report
+    // Tuning's resources, made at the first tuning: events, the hashes' partial sums
+    // (device, and pinned host memory they are copied to).
+    int tune_ready;
+    cudaEvent_t tune_ev[MATMUL_MAX_CANDIDATES][MATMUL_TUNE_REPS + 1];
+    unsigned long long* tune_hash_dev;   // [MATMUL_MAX_CANDIDATES][MM_HASH_SLOTS]
+    unsigned long long* tune_hash_host;  // the same, pinned
 } MatmulContext;
 
 // ----------------------------------------------------------------------------
@@ -133,6 +235,8 @@ static inline void matmul_context_init(MatmulContext* ctx) {
     ctx->workspace_bytes = MATMUL_WORKSPACE_BYTES;
     CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
     ctx->fuse_gelu_forward = ctx->fuse_gelu_backward = 1;
+    ctx->autotune = MATMUL_TUNE_DEFAULT;
+    ctx->tune_report = 1;
 }
 
 // 0: no GELU epilogue, 1: the forward's, 2: the forward's and the backward's (see the top).
@@ -140,6 +244,43 @@ static inline void matmul_set_gelu_fusion(MatmulContext* ctx, int level) {
     CUDA_REQUIRE(level >= 0 && level <= 2, "matmul: GELU fusion level %d (expected 0, 1 or 2)", level);
     ctx->fuse_gelu_forward = level >= 1;
     ctx->fuse_gelu_backward = level >= 2;
+}
+
+// mode: a MatmulTuneMode, or -1 for the build's default (MATMUL_TUNE_DEFAULT: exact on a GPU,
+// off under the emulator). Applies to shapes planned from now on.
+static inline void matmul_set_autotune(MatmulContext* ctx, int mode) {
+    CUDA_REQUIRE(mode >= -1 && mode <= 2, "matmul: autotune mode %d (expected 0, 1 or 2)", mode);
+    ctx->autotune = mode < 0 ? MATMUL_TUNE_DEFAULT : mode;
+}
+
+static inline const char* matmul_autotune_name(int mode) {
+    return mode == MATMUL_TUNE_OFF ? "off" : mode == MATMUL_TUNE_EXACT ? "exact" : "fastest";
+}
+
+// The summary of the tuning so far in buf; 0 (and buf "") when no shape was tuned.
+static inline int matmul_autotune_summary(const MatmulContext* ctx, char* buf, size_t n) {
+    if (n) buf[0] = '\0';
+    if (ctx->tuned_shapes == 0) return 0;
+    snprintf(buf, n,
+             "matmul: tuned %lld shapes, mode %s (best vs heuristic's first: %.2fx-%.2fx per shape, %.2fx "
+             "in total; %lld candidates timed, %lld with other bits, %lld not repeatable, %lld failed%s)",
+             ctx->tuned_shapes, matmul_autotune_name(ctx->autotune), ctx->tune_ratio_min, ctx->tune_ratio_max,
+             ctx->tune_best_ms > 0 ? ctx->tune_first_ms / ctx->tune_best_ms : 1.0, ctx->timed_candidates,
+             ctx->other_bits_candidates, ctx->unrepeatable_candidates, ctx->failed_candidates,
+             ctx->untuned_shapes ? "; some shapes untuned: no scratch memory" : "");
+    return 1;
+}
+
+// Prints the summary line (stdout) if shapes were tuned since the last report and
+// ctx->tune_report. The caller may call it after the first step; the context's destroy does.
+static inline void matmul_autotune_report(MatmulContext* ctx) {
+    if (ctx->tuned_shapes == ctx->reported_shapes) return;
+    ctx->reported_shapes = ctx->tuned_shapes;
+    char line[512];
+    if (ctx->tune_report && matmul_autotune_summary(ctx, line, sizeof(line))) {
+        printf("%s\n", line);
+        fflush(stdout);
+    }
 }
 
 static inline void mm_plan_destroy(MatmulPlan* p) {
@@ -151,7 +292,14 @@ static inline void mm_plan_destroy(MatmulPlan* p) {
 
 // Call when no matmul issued through ctx is still running (e.g. after a stream sync).
 static inline void matmul_context_destroy(MatmulContext* ctx) {
+    matmul_autotune_report(ctx);
     for (int i = 0; i < ctx->nplans; i++) mm_plan_destroy(&ctx->plans[i]);
+    if (ctx->tune_ready) {
+        for (int c = 0; c < MATMUL_MAX_CANDIDATES; c++)
+            for (int r = 0; r <= MATMUL_TUNE_REPS; r++) CUDA_CHECK(cudaEventDestroy(ctx->tune_ev[c][r]));
+        CUDA_CHECK(cudaFree(ctx->tune_hash_dev));
+        CUDA_CHECK(cudaFreeHost(ctx->tune_hash_host));
+    }
     if (ctx->workspace) CUDA_CHECK(cudaFree(ctx->workspace));
     if (ctx->handle) CUBLASLT_CHECK(cublasLtDestroy(ctx->handle));
     memset(ctx, 0, sizeof(*ctx));
@@ -284,9 +432,11 @@ static inline void mm_describe(char* buf, size_t n, const MatmulGemm* g) {
              (long long)mm_alignment(g->D));
 }
 
-// Fills p (descriptor, layouts, algorithm). Returns 0 when the heuristic has no algorithm
-// for this problem (p is then released), 1 on success.
-static inline int mm_plan_create(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g) {
+// Fills p (descriptor, layouts) and cand[0..n) with the heuristic's usable algorithms, best
+// first; returns n (at most MATMUL_MAX_CANDIDATES). 0: the heuristic has no algorithm for
+// this problem (p is then released).
+static inline int mm_plan_create(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g,
+                                 cublasLtMatmulAlgo_t* cand) {
     mm_make_key(&p->key, g);
     mm_plan_layouts(p, g);
     mm_set_pointers(p, g);
@@ -300,19 +450,221 @@ static inline int mm_plan_create(MatmulContext* ctx, MatmulPlan* p, const Matmul
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-    cublasLtMatmulHeuristicResult_t result;
-    memset(&result, 0, sizeof(result));
+    cublasLtMatmulHeuristicResult_t results[MATMUL_MAX_CANDIDATES];
+    memset(results, 0, sizeof(results));
     int returned = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, p->desc, p->layoutA, p->layoutB,
-                                                             p->layoutD, p->layoutD, pref, 1, &result, &returned);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, p->desc, p->layoutA, p->layoutB, p->layoutD,
+                                                             p->layoutD, pref, MATMUL_MAX_CANDIDATES, results, &returned);
     ctx->heuristic_queries++;
     CUBLASLT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (st != CUBLAS_STATUS_SUCCESS || returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
-        mm_plan_destroy(p);
+    int n = 0;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        for (int i = 0; i < returned && i < MATMUL_MAX_CANDIDATES; i++)
+            if (results[i].state == CUBLAS_STATUS_SUCCESS) cand[n++] = results[i].algo;
+    }
+    if (n == 0) mm_plan_destroy(p);
+    p->ncandidates = n;
+    p->chosen = 0;
+    p->tuned = 0;
+    p->first_ms = p->best_ms = 0.0f;
+    return n;
+}
+
+// One cuBLASLt call of plan p's problem with algorithm algo; D (C too) may be another buffer
+// than g->D of the same layout (the tuning's scratch).
+static inline cublasStatus_t mm_launch(MatmulContext* ctx, const MatmulPlan* p, const MatmulGemm* g, void* D,
+                                       const cublasLtMatmulAlgo_t* algo, cudaStream_t stream) {
+    const float alpha = g->alpha, beta = g->beta;
+    return cublasLtMatmul(ctx->handle, p->desc, &alpha, g->B, p->layoutA, g->A, p->layoutB, &beta, D, p->layoutD, D,
+                          p->layoutD, algo, ctx->workspace, ctx->workspace_bytes, stream);
+}
+
+// ----------------------------------------------------------------------------
+// Tuning (see the top): time the candidates of a new shape, keep the fastest allowed
+
+// Bytes spanned by a row-major [rows, cols] matrix with leading dimension ld (elements of
+// `elem` bytes), times a strided batch.
+static inline size_t mm_extent_bytes(int64_t rows, int64_t cols, int64_t ld, int batch, long long stride, size_t elem) {
+    return (size_t)((rows - 1) * ld + cols + (int64_t)(batch - 1) * stride) * elem;
+}
+static inline int mm_overlap(const void* a, size_t na, const void* b, size_t nb) {
+    if (!a || !b || !na || !nb) return 0;
+    const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return a0 < b0 + nb && b0 < a0 + na;
+}
+
+// Per-block partial hashes of n 16-bit words: the sum (mod 2^64) of a mix of every word with
+// its index, so the result depends on every bit and position but not on the order of the
+// sum (the host adds the partials). Grid-stride, no atomics.
+static __global__ void __launch_bounds__(MM_HASH_THREADS)
+mm_hash_kernel(unsigned long long* __restrict__ partial, const uint16_t* __restrict__ x, size_t n,
+               unsigned long long salt) {
+    __shared__ unsigned long long mm_hash_buf[MM_HASH_THREADS];
+    unsigned long long h = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        h += splitmix64_mix(salt + ((unsigned long long)i << 16) + x[i]);
+    mm_hash_buf[threadIdx.x] = h;
+    __syncthreads();
+    for (int w = MM_HASH_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) mm_hash_buf[threadIdx.x] += mm_hash_buf[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = mm_hash_buf[0];
+}
+static inline int mm_hash_blocks(size_t words) {
+    const size_t b = ceil_div(words, (size_t)MM_HASH_THREADS * 16);
+    return b < 1 ? 1 : b > MM_HASH_MAX_BLOCKS ? MM_HASH_MAX_BLOCKS : (int)b;
+}
+static inline void mm_hash_launch(unsigned long long* partial, const void* p, size_t bytes, unsigned long long salt,
+                                  cudaStream_t stream) {
+    const size_t words = bytes / 2;
+    mm_hash_kernel<<<mm_hash_blocks(words), MM_HASH_THREADS, 0, stream>>>(partial, (const uint16_t*)p, words, salt);
+    CUDA_LAUNCH_CHECK();
+}
+
+// The events and hash buffers, made once. 0 when they cannot be (the shape is not tuned).
+static inline int mm_tune_resources(MatmulContext* ctx) {
+    if (ctx->tune_ready) return 1;
+    const size_t bytes = (size_t)MATMUL_MAX_CANDIDATES * MM_HASH_SLOTS * sizeof(unsigned long long);
+    if (cudaMalloc((void**)&ctx->tune_hash_dev, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ctx->tune_hash_dev = NULL;
         return 0;
     }
-    p->algo = result.algo;
+    if (cudaMallocHost((void**)&ctx->tune_hash_host, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        CUDA_CHECK(cudaFree(ctx->tune_hash_dev));
+        ctx->tune_hash_dev = NULL;
+        return 0;
+    }
+    for (int c = 0; c < MATMUL_MAX_CANDIDATES; c++)
+        for (int r = 0; r <= MATMUL_TUNE_REPS; r++) CUDA_CHECK(cudaEventCreate(&ctx->tune_ev[c][r]));
+    ctx->tune_ready = 1;
     return 1;
+}
+
+static inline void mm_host_wait(MatmulContext* ctx, cudaStream_t stream) {
+    if (ctx->host_wait) ctx->host_wait(ctx->host_wait_ctx, stream, "the matmul algorithm timing");
+    else CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+// Times the n candidates of plan p (a new shape) on g's operands and returns the index of
+// the one to use, or -1 when the shape is not tuned (no scratch memory, or no candidate
+// ran): the caller then keeps the first that runs. g's results are not touched (see the top:
+// the real call runs after this, and alone decides what D and aux hold).
+static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g, const cublasLtMatmulAlgo_t* cand,
+                          int n, cudaStream_t stream) {
+    if (!mm_tune_resources(ctx) || p->key.alignD < 2) {  // (the hash reads 16-bit words)
+        ctx->untuned_shapes++;
+        return -1;
+    }
+    const size_t delem = g->d_type == CUDA_R_32F ? 4 : 2;
+    const size_t d_bytes = mm_extent_bytes(g->M, g->N, g->ldd, g->batch, g->strideD, delem);
+    const size_t a_bytes = g->transA ? mm_extent_bytes(g->K, g->M, g->lda, g->batch, g->strideA, 2)
+                                     : mm_extent_bytes(g->M, g->K, g->lda, g->batch, g->strideA, 2);
+    const size_t b_bytes = g->transB ? mm_extent_bytes(g->N, g->K, g->ldb, g->batch, g->strideB, 2)
+                                     : mm_extent_bytes(g->K, g->N, g->ldb, g->batch, g->strideB, 2);
+    const int writes_aux = g->epilogue == MATMUL_EPI_GELU_AUX || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS;
+    const int reads_aux = g->epilogue == MATMUL_EPI_DGELU;
+    const size_t aux_bytes = g->aux ? mm_extent_bytes(g->M, g->N, g->ldaux, 1, 0, 2) : 0;
+    const int d_is_input = mm_overlap(g->D, d_bytes, g->A, a_bytes) || mm_overlap(g->D, d_bytes, g->B, b_bytes) ||
+                           mm_overlap(g->D, d_bytes, g->bias, g->bias ? (size_t)g->N * 2 : 0) ||
+                           (reads_aux && mm_overlap(g->D, d_bytes, g->aux, aux_bytes));
+    // Where the candidates write D: the real D when the real call will overwrite it from
+    // inputs they cannot have changed, else a scratch copy (see the top).
+    void* scratch = NULL;
+    void* D = g->D;
+    const int refill = g->beta != 0.0f;
+    if (g->beta != 0.0f || d_is_input) {
+        if (cudaMalloc(&scratch, d_bytes + 256) != cudaSuccess) {
+            (void)cudaGetLastError();
+            ctx->untuned_shapes++;
+            return -1;
+        }
+        D = (char*)scratch + ((uintptr_t)g->D & 255);  // the real D's alignment
+    }
+    // Per candidate: two untimed runs, each hashed (a candidate must give the same bits
+    // twice to be chosen: no algorithm whose results vary from call to call, e.g. by
+    // atomics), then the timed runs.
+    int ran[MATMUL_MAX_CANDIDATES];
+    for (int c = 0; c < n; c++) {
+        ran[c] = 0;
+        unsigned long long* h = ctx->tune_hash_dev + (size_t)c * MM_HASH_SLOTS;
+        int u = 0;
+        for (; u < 2; u++) {
+            if (refill) CUDA_CHECK(cudaMemcpyAsync(D, g->D, d_bytes, cudaMemcpyDeviceToDevice, stream));
+            if (mm_launch(ctx, p, g, D, &cand[c], stream) != CUBLAS_STATUS_SUCCESS) break;
+            mm_hash_launch(h + (2 * u) * MM_HASH_MAX_BLOCKS, D, d_bytes, 0x6d6d44ull, stream);
+            if (writes_aux) mm_hash_launch(h + (2 * u + 1) * MM_HASH_MAX_BLOCKS, g->aux, aux_bytes, 0x6d6d41ull, stream);
+        }
+        if (u < 2) {
+            ctx->failed_candidates++;
+            continue;
+        }
+        CUDA_CHECK(cudaEventRecord(ctx->tune_ev[c][0], stream));
+        int r = 0;
+        for (; r < MATMUL_TUNE_REPS; r++) {
+            if (mm_launch(ctx, p, g, D, &cand[c], stream) != CUBLAS_STATUS_SUCCESS) break;
+            CUDA_CHECK(cudaEventRecord(ctx->tune_ev[c][r + 1], stream));
+        }
+        if (r < MATMUL_TUNE_REPS) ctx->failed_candidates++;
+        else ran[c] = 1;
+    }
+    const size_t hash_bytes = (size_t)n * MM_HASH_SLOTS * sizeof(unsigned long long);
+    CUDA_CHECK(cudaMemcpyAsync(ctx->tune_hash_host, ctx->tune_hash_dev, hash_bytes, cudaMemcpyDeviceToHost, stream));
+    mm_host_wait(ctx, stream);
+    if (scratch) CUDA_CHECK(cudaFree(scratch));
+
+    const int d_blocks = mm_hash_blocks(d_bytes / 2), aux_blocks = mm_hash_blocks(aux_bytes / 2);
+    unsigned long long hash[MATMUL_MAX_CANDIDATES][4];  // D, aux of the first run; D, aux of the second
+    int repeats[MATMUL_MAX_CANDIDATES];
+    float ms[MATMUL_MAX_CANDIDATES];
+    int first = -1;
+    for (int c = 0; c < n; c++) {
+        if (!ran[c]) continue;
+        const unsigned long long* h = ctx->tune_hash_host + (size_t)c * MM_HASH_SLOTS;
+        for (int k = 0; k < 4; k++) {
+            hash[c][k] = 0;
+            const int blocks = k % 2 == 0 ? d_blocks : writes_aux ? aux_blocks : 0;
+            for (int b = 0; b < blocks; b++) hash[c][k] += h[k * MM_HASH_MAX_BLOCKS + b];
+        }
+        repeats[c] = hash[c][0] == hash[c][2] && hash[c][1] == hash[c][3];
+        ms[c] = 0.0f;
+        for (int r = 0; r < MATMUL_TUNE_REPS; r++) {  // the fastest repetition
+            float t = 0.0f;
+            CUDA_CHECK(cudaEventElapsedTime(&t, ctx->tune_ev[c][r], ctx->tune_ev[c][r + 1]));
+            if (r == 0 || t < ms[c]) ms[c] = t;
+        }
+        if (first < 0) first = c;
+    }
+    if (first < 0) return -1;  // nothing ran: the caller's fallback says so
+    int best = first, timed = 0;
+    for (int c = 0; c < n; c++) {
+        if (!ran[c]) continue;
+        timed++;
+        const int same_bits = hash[c][0] == hash[first][0] && hash[c][1] == hash[first][1];
+        if (!same_bits) ctx->other_bits_candidates++;
+        if (!repeats[c]) ctx->unrepeatable_candidates++;
+        // Never one whose bits vary; in the exact mode, only the first's bits (and if the
+        // first's own bits vary, nothing but the first: as untuned).
+        if (c == first || !repeats[c] || !repeats[first]) continue;
+        if (!same_bits && ctx->autotune == MATMUL_TUNE_EXACT) continue;
+        if (ms[c] < ms[best]) best = c;
+    }
+    // A noise-level gain over the heuristic's first is no reason to switch.
+    if (best != first && !(ms[best] * (1.0 + MATMUL_TUNE_MARGIN) < ms[first])) best = first;
+    const double ratio = ms[best] > 0.0f ? (double)ms[first] / ms[best] : 1.0;
+    if (ctx->tuned_shapes == 0 || ratio < ctx->tune_ratio_min) ctx->tune_ratio_min = ratio;
+    if (ctx->tuned_shapes == 0 || ratio > ctx->tune_ratio_max) ctx->tune_ratio_max = ratio;
+    ctx->tuned_shapes++;
+    ctx->timed_candidates += timed;
+    ctx->tune_first_ms += ms[first];
+    ctx->tune_best_ms += ms[best];
+    p->tuned = 1;
+    p->first_ms = ms[first];
+    p->best_ms = ms[best];
+    return best;
 }
 
 static inline void mm_validate(const MatmulGemm* g) {
@@ -337,30 +689,46 @@ static inline void mm_validate(const MatmulGemm* g) {
     CUDA_REQUIRE(!has_aux || g->d_type == CUDA_R_16BF, "matmul: GELU epilogues need a bf16 output");
 }
 
-// Runs g on stream. Returns 0 (and does nothing) when cuBLASLt has no algorithm for it.
+// Runs g on stream. Returns 0 (and does nothing) when cuBLASLt has no algorithm for it (the
+// heuristic found none, or every candidate failed at run time).
 static inline int matmul_gemm_try_cuda(MatmulContext* ctx, const MatmulGemm* g, cudaStream_t stream) {
     mm_validate(g);
     MatmulKey key;
     mm_make_key(&key, g);
-    MatmulPlan* plan = NULL;
     for (int i = 0; i < ctx->nplans; i++) {
-        if (memcmp(&ctx->plans[i].key, &key, sizeof(key)) == 0) { plan = &ctx->plans[i]; break; }
+        MatmulPlan* plan = &ctx->plans[i];
+        if (memcmp(&plan->key, &key, sizeof(key)) != 0) continue;
+        mm_set_pointers(plan, g);
+        CUBLASLT_CHECK(mm_launch(ctx, plan, g, g->D, &plan->algo, stream));
+        return 1;
     }
+    // A new shape: plan it, choose its algorithm, run it.
     MatmulPlan scratch_plan;  // used when the table is full
-    int transient = 0;
-    if (!plan) {
-        plan = ctx->nplans < MATMUL_PLAN_CACHE ? &ctx->plans[ctx->nplans] : &scratch_plan;
-        transient = plan == &scratch_plan;
-        if (!mm_plan_create(ctx, plan, g)) return 0;
-        if (!transient) ctx->nplans++;
+    MatmulPlan* plan = ctx->nplans < MATMUL_PLAN_CACHE ? &ctx->plans[ctx->nplans] : &scratch_plan;
+    const int transient = plan == &scratch_plan;
+    cublasLtMatmulAlgo_t cand[MATMUL_MAX_CANDIDATES];
+    const int n = mm_plan_create(ctx, plan, g, cand);
+    if (n == 0) return 0;
+    const int tuned = !transient && ctx->autotune != MATMUL_TUNE_OFF && n > 1 ? mm_tune(ctx, plan, g, cand, n, stream) : -1;
+    // The real call: the tuned choice, else (or should it fail) the candidates in the
+    // heuristic's order; the first that runs is kept.
+    int chosen = -1;
+    for (int k = -1; k < n && chosen < 0; k++) {
+        const int c = k < 0 ? tuned : k;
+        if (c < 0 || (k >= 0 && c == tuned)) continue;
+        if (mm_launch(ctx, plan, g, g->D, &cand[c], stream) == CUBLAS_STATUS_SUCCESS) chosen = c;
+        else ctx->failed_candidates++;
     }
-    mm_set_pointers(plan, g);
-    const float alpha = g->alpha, beta = g->beta;
-    CUBLASLT_CHECK(cublasLtMatmul(ctx->handle, plan->desc, &alpha, g->B, plan->layoutA, g->A, plan->layoutB,
-                                  &beta, g->D, plan->layoutD, g->D, plan->layoutD, &plan->algo,
-                                  ctx->workspace, ctx->workspace_bytes, stream));
+    if (chosen < 0) {
+        mm_plan_destroy(plan);
+        return 0;
+    }
+    plan->algo = cand[chosen];
+    plan->chosen = chosen;
+    if (chosen != tuned) plan->tuned = 0;
     // The launch has captured everything it needs from the host descriptors.
     if (transient) mm_plan_destroy(plan);
+    else ctx->nplans++;
     return 1;
 }
 
@@ -369,7 +737,8 @@ static inline void matmul_gemm_cuda(MatmulContext* ctx, const MatmulGemm* g, cud
     if (!matmul_gemm_try_cuda(ctx, g, stream)) {
         char desc[512];
         mm_describe(desc, sizeof(desc), g);
-        fprintf(stderr, "matmul: cuBLASLt heuristic returned no algorithm for %s\n", desc);
+        fprintf(stderr, "matmul: cuBLASLt has no algorithm that runs %s (the heuristic found none, or each "
+                        "of its candidates failed)\n", desc);
         exit(1);
     }
 }

@@ -166,6 +166,8 @@ static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)
     cd->vocab = s->vocab;
     matmul_context_init(&cd->mm);
     matmul_set_gelu_fusion(&cd->mm, gelu_fusion);
+    cd->mm.host_wait = host_wait;  // the algorithm timing's one wait per new shape
+    cd->mm.host_wait_ctx = host_wait_ctx;
     if (recomputable_gelu) cd->mm.fuse_gelu_forward = 0;
     cd->device_bytes += cd->mm.workspace_bytes;
     cd->scratch_bytes = cuda_kernels_scratch_bytes(s, attention);
@@ -219,5 +221,17 @@ static void kernels_cuda_free(Kernels* k) {
 // Device memory the table allocated (cuBLASLt workspace, kernel scratch, token buffers), and
 // the cuBLASLt workspace's part of it.
 static size_t kernels_cuda_device_bytes(const Kernels* k) { return ((const CudaKernels*)k->impl)->device_bytes; }
+// --matmul-autotune: mode is a MatmulTuneMode or -1 (the build's default); report: whether this
+// rank prints the tuning's summary line after the first step.
+static void kernels_cuda_set_matmul_autotune(Kernels* k, int mode, int report) {
+    CudaKernels* cd = (CudaKernels*)k->impl;
+    matmul_set_autotune(&cd->mm, mode);
+    cd->mm.tune_report = report;
+}
+static const char* kernels_cuda_matmul_autotune_name(const Kernels* k) {
+    return matmul_autotune_name(((const CudaKernels*)k->impl)->mm.autotune);
+}
+// The tuning's summary line, once, when shapes were tuned since the last call (the first step's).
+static void kernels_cuda_matmul_report(Kernels* k) { matmul_autotune_report(&((CudaKernels*)k->impl)->mm); }
 static size_t kernels_cuda_workspace_bytes(const Kernels* k) { return ((const CudaKernels*)k->impl)->mm.workspace_bytes; }
 #endif

@@ -1,154 +1,315 @@
 #!/usr/bin/env bash
-# One command for a GPU machine: build, GPU tests, GPU benchmarks, in under 8 minutes.
+# One command for a lent GPU machine, made to fit one 10-minute call: checks the GPU, builds,
+# tests and benchmarks train_gpt's cuda device within DEVICE_CHECK_BUDGET seconds [480].
 #
 #   bash scripts/device_check.sh          # summary + logs in $OUT, else ./device_check_out
 #
-# Parts, in order, each under `timeout` (capped by what is left of the time budget); a part
-# that fails or times out is recorded and the next one still runs:
-#   1. make -j16 GPU_ARCH=90 all                     (GPU_ARCH overrides: "80 90", ...)
-#   2. build/test_*_cuda                             every kernel against its CPU twin
-#   3. dev/bench/bench_gpu.sh d12 (124M, T=1024)   train_gpt vs PyTorch FSDP2: tok/s, MFU, memory
-#   4. dev/test/test_train_gpu.sh                    train_gpt --device cuda end to end
-#   5. dev/bench/bench_gpu.sh d48 (1.5B, T=1024), if time is left
-# (The d12 benchmark comes before the end-to-end tests so that a slow machine still measures
-# the d12 target; the tests' many short runs would otherwise eat its time.)
-# Ends with summary.txt (also printed): one line per part, PASS/FAIL/TIMEOUT/SKIP, and the
-# benchmark figures; every log is in logs.tar.gz beside it. Exit status 0 when every part that ran passed.
+# Parts, in order. Each runs under `timeout`: its own cap, cut so that it ends inside the
+# budget with time left for the summary; what a part leaves running is killed after it, and
+# a part that fails or times out is recorded and the next one still runs.
+#   1. gpu               nvidia-smi; the CUDA version the driver supports against nvcc's release.
+#                        No GPU visible: FAIL, and every later part is SKIPped at once.
+#   2. build             make -j GPU_ARCH=90 WERROR= train_gpt build/test_*_cuda (only what the
+#                        parts below run; WERROR= so that this machine's compiler warnings do not
+#                        stop it); if that fails and there is an mpicc, build_nompi: the same
+#                        with NO_MPI=1 (an MPI from a pip wheel may be unable to build).
+#   3. test_*_cuda       each kernel test program (every kernel against its CPU twin), each
+#                        under DEVICE_CHECK_TEST_TIMEOUT seconds [90].
+#   4. bench_d48         train_gpt alone (dev/bench/bench_gpu.sh, BENCH_TORCH=0): d48 (1.5B),
+#                        B=16 (8 if 16 runs out of GPU memory; said in the summary), T=1024, 10
+#                        steps + 1 with --profile-step: tok/s and MFU (target >= 50%).
+#   5. bench_d12         d12 (124M) against PyTorch FSDP2 on the same GPU (bench_gpu.sh): the
+#                        target is >= 1.1x its tok/s. For both benchmarks the summary has
+#                        bench_gpu.sh's table and targets, the profile table and its largest row
+#                        (the limiting phase).
+#   6. attention_timing  flash, flash1 and cublas attention at GPT-2 size (B=4, T=1024, 12 heads
+#                        of 64), forward and backward: the timings test_attention_cuda prints after
+#                        its checks, taken from part 3's log (the program is run again only when
+#                        part 3 did not get that far), with flash's speed-up over the other two.
+#   7. e2e               dev/test/test_train_gpu.sh, the groups DEVICE_CHECK_GPU_TESTS names
+#                        ["ref determinism resume": cuda vs cpu losses, bitwise repeat, resume].
+#   8. memcheck_*        compute-sanitizer --tool memcheck on test_attention_cuda and
+#                        test_backend_cuda, sharing the time left; SKIP without compute-sanitizer.
+# summary.txt (also printed) has one line per part, PASS/FAIL/SKIP/TIMEOUT, with its figures
+# under it; every log is in logs.tar.gz beside it (the device tool brings back a few files
+# only). Exit status 0 when no part failed or timed out.
+#
+# Data: Tiny Shakespeare from $FSDP_DATA, data/ or ../shared/data; without it, shards of random
+# tokens (throughput does not depend on the text; the end-to-end checks compare runs).
 # Before calling it on a machine without network, run `bash scripts/device_deps.sh fetch` here
-# and carry .deps (and data/tinyshakespeare) with the call.
-# Environment: OUT (output folder), GPU_ARCH [90], DEVICE_CHECK_BUDGET seconds [470],
-#   FSDP_DATA (where tinyshakespeare/ is); dev/bench/bench_gpu.sh's own variables pass through
-#   (BENCH_B_D12 [32], BENCH_B_D48 [8] micro-batches, BENCH_STEPS, BENCH_TIMEOUT_TORCH, ...).
+# and carry .deps (and data/tinyshakespeare) with the call: this script sources
+# `scripts/device_deps.sh use` before it builds.
+# Environment: OUT, GPU_ARCH [90], DEVICE_CHECK_BUDGET [480], DEVICE_CHECK_TEST_TIMEOUT [90],
+#   DEVICE_CHECK_GPU_TESTS, DEVICE_CHECK_MIN_PART [10] (a part with less time left than this
+#   is skipped), FSDP_DATA; bench_gpu.sh's own variables pass through (BENCH_B_D12 [32],
+#   BENCH_B_D48 [16 here], BENCH_STEPS, BENCH_TIMEOUT_TORCH, ...).
 set -u
-cd "$(dirname "$0")/.."
+shopt -s nullglob
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 OUT_DIR=${OUT:-$ROOT/device_check_out}
 LOGS=$OUT_DIR/logs
-mkdir -p "$LOGS"
+WORK=$OUT_DIR/work  # scratch (random shards, the end-to-end runs): deleted at the end
+rm -rf "$LOGS" "$WORK"
+mkdir -p "$LOGS" "$WORK" || exit 1
 SUMMARY=$OUT_DIR/summary.txt
 : >"$SUMMARY"
 START=$(date +%s)
-BUDGET=${DEVICE_CHECK_BUDGET:-470}
+BUDGET=${DEVICE_CHECK_BUDGET:-480}
+TEST_TIMEOUT=${DEVICE_CHECK_TEST_TIMEOUT:-90}
+MIN_PART=${DEVICE_CHECK_MIN_PART:-10}
+for v in BUDGET TEST_TIMEOUT MIN_PART; do
+    [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "device_check: $v must be a whole number of seconds (got '${!v}')" >&2; exit 2; }
+done
 GPU_ARCH=${GPU_ARCH:-90}
+KILL_AFTER=5               # after a part's timeout, SIGKILL this much later
+RESERVE=$((KILL_AFTER + 2))  # kept back from every part: its kill, the summary, the archive
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 FAILED=0
+NO_GPU=""  # the reason every part after the first is skipped
 
 elapsed() { echo $(( $(date +%s) - START )); }
 left() { echo $(( BUDGET - $(elapsed) )); }
 note() { echo "$*" | tee -a "$SUMMARY"; }
-
-# part NAME CAP CMD...: runs CMD with a timeout of min(CAP, time left - 5 s), output in
-# logs/NAME.log; records PASS / FAIL (status) / TIMEOUT / SKIP (no time left). Returns CMD's status.
-part() {
-    local name=$1 cap=$2; shift 2
-    local t=$(( $(left) - 5 ))
-    [ "$t" -gt "$cap" ] && t=$cap
-    if [ "$t" -lt 20 ]; then note "SKIP    $name (no time left: $(elapsed) s of $BUDGET s used)"; return 99; fi
-    local t0=$(date +%s) rc
-    timeout -k 10 "$t" "$@" >"$LOGS/$name.log" 2>&1; rc=$?
-    local secs=$(( $(date +%s) - t0 ))
-    if [ $rc -eq 0 ]; then note "PASS    $name (${secs} s)"
-    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then note "TIMEOUT $name (after ${t} s; log: logs/$name.log)"; FAILED=1
-    else note "FAIL    $name (status $rc, ${secs} s; log: logs/$name.log)"; FAILED=1; fi
-    return $rc
+# indent: the lines read, shortened and indented, under their part's line.
+indent() { cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"; }
+# record STATUS NAME DETAIL: a part's line. FAIL and TIMEOUT make the exit status 1.
+record() {
+    note "$(printf '%-7s %s' "$1" "$2") ($3)"
+    case $1 in FAIL|TIMEOUT) FAILED=1 ;; esac
+}
+# part_limit CAP: the timeout a part starting now gets.
+part_limit() {
+    local t=$(( $(left) - RESERVE ))
+    [ "$t" -gt "$1" ] && t=$1
+    echo "$t"
+}
+# end_leftovers TAG: kills what a part left running. The part's command and all it starts
+# carry TAG in their environment; an inner `timeout` (bench_gpu.sh's, the end-to-end tests')
+# puts its command in a process group of its own, out of reach of the part's timeout.
+end_leftovers() {
+    local pids
+    pids=$(grep -lzxF "DEVICE_CHECK_PART=$1" /proc/[0-9]*/environ </dev/null 2>/dev/null | cut -d/ -f3)
+    if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null; fi
+    return 0
+}
+# run_part NAME CAP CMD...: CMD under a timeout of part_limit CAP, output in logs/NAME.log;
+# sets RC (124: timed out), SECS and LIMIT. Returns 1, with NAME recorded as SKIP, when there
+# is no GPU or the budget leaves it no time, or less than MIN_PART seconds.
+run_part() {
+    local name=$1 cap=$2 t0 tag="$1.$$"; shift 2
+    if [ -n "$NO_GPU" ]; then record SKIP "$name" "$NO_GPU"; return 1; fi
+    LIMIT=$(part_limit "$cap")
+    # Not worth starting when the budget has cut it below MIN_PART (a cap chosen that short runs).
+    if [ "$LIMIT" -le 0 ] || { [ "$LIMIT" -lt "$cap" ] && [ "$LIMIT" -lt "$MIN_PART" ]; }; then
+        record SKIP "$name" "no time left: $(elapsed) s of $BUDGET s used"; return 1
+    fi
+    t0=$(date +%s)
+    env DEVICE_CHECK_PART="$tag" timeout -k "$KILL_AFTER" "$LIMIT" "$@" >"$LOGS/$name.log" 2>&1
+    RC=$?
+    SECS=$(( $(date +%s) - t0 ))
+    end_leftovers "$tag"
+    [ "$RC" = 137 ] && RC=124  # killed after the timeout's SIGTERM went unheeded
+    return 0
+}
+# verdict NAME [DETAIL]: PASS, TIMEOUT or FAIL from RC.
+verdict() {
+    local d=${2:+, $2}
+    case $RC in
+        0) record PASS "$1" "$SECS s$d" ;;
+        124) record TIMEOUT "$1" "a time limit was hit: $SECS s of its $LIMIT s$d; log: logs/$1.log" ;;
+        *) record FAIL "$1" "status $RC, $SECS s$d; log: logs/$1.log" ;;
+    esac
+}
+# built NAME FILE: FILE can be run; else NAME is recorded as SKIP (without a GPU, run_part
+# records the skip, with that reason).
+built() {
+    if [ -n "$NO_GPU" ] || [ -x "$2" ]; then return 0; fi
+    record SKIP "$1" "$2 not built"
+    return 1
+}
+# ver_ge A B: version A >= version B (major.minor)
+ver_ge() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, "."); split(b, y, "."); exit !(x[1] > y[1] || (x[1] == y[1] && x[2] + 0 >= y[2] + 0)) }'; }
+counts() { echo "$(grep -c '^ok - ' "$1") ok, $(grep -c '^not ok - ' "$1") not ok"; }
+# judge NAME [DETAIL [all]]: the verdict of a program printing ok / not ok lines (logs/NAME.log):
+# SKIP when it skipped itself ("ok - ... # skip REASON"), FAIL when a check failed even if it
+# exited 0 (test_train_gpu.sh does), else from RC; then its not ok lines (or all, with "all").
+judge() {
+    local log=$LOGS/$1.log
+    if [ "$RC" = 0 ] && grep -q '^ok - .*# skip' "$log"; then
+        record SKIP "$1" "$(grep -m1 '^ok - .*# skip' "$log" | sed 's/.*# skip *//' | cut -c1-200)"
+        return
+    fi
+    [ "$RC" = 0 ] && grep -q '^not ok - ' "$log" && RC=1
+    verdict "$1" "${2:+$2: }$(counts "$log")"
+    if [ "${3:-}" = all ]; then grep -E '^(not )?ok - ' "$log" | indent; else grep '^not ok - ' "$log" | head -n 10 | indent; fi
 }
 
-note "fsdp.c device check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET} s"
-note "host: $(hostname), $(nproc) CPUs; git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')"
-note "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 2 | tr '\n' ';')"
-note "nvcc: $(nvcc --version 2>/dev/null | grep -m1 -o 'release [0-9.]*' || echo 'not found')"
+note "fsdp.c device check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget $BUDGET s"
+rev=$(git rev-parse --short HEAD 2>/dev/null)  # a copy of the tree may come without .git
+note "host: $(hostname), $(nproc) CPUs; git: ${rev:-?}${rev:+$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')}"
 
-# Data: Tiny Shakespeare for the tests (and the benchmarks). Looked for in $FSDP_DATA,
-# data/, ../shared/data; without it the tests cannot run, and the benchmarks use a shard of
-# random tokens (throughput does not depend on the text).
-DATA=""
-for d in "${FSDP_DATA:-}" "$ROOT/data" "$ROOT/../shared/data" "$ROOT/shared/data"; do
-    if [ -n "$d" ] && [ -f "$d/tinyshakespeare/tiny_shakespeare_train.bin" ] && [ -f "$d/tinyshakespeare/tiny_shakespeare_val.bin" ]; then
-        DATA=$(cd "$d" && pwd); break
-    fi
-done
-if [ -n "$DATA" ]; then
-    note "data: $DATA/tinyshakespeare"
-    BENCH_SHARD=$DATA/tinyshakespeare/tiny_shakespeare_train.bin
+# 1. The GPU and the toolkit. A binary from an nvcc newer than the driver's CUDA major version
+# does not start; a newer minor version runs (minor-version compatibility) as long as nothing
+# needs the driver to compile PTX, which sm_90 code does not.
+smi=$(timeout 20 nvidia-smi 2>&1); smi_rc=$?
+echo "$smi" >"$LOGS/nvidia-smi.log"
+[ "$smi_rc" = 124 ] && smi="nvidia-smi did not answer within 20 s"  # a hung driver: ask no more
+gpus=0
+[ "$smi_rc" = 124 ] || gpus=$(timeout 20 nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$gpus" = 0 ]; then
+    NO_GPU="no GPU visible"
+    record FAIL gpu "no GPU visible: $(head -n 1 <<<"$smi" | cut -c1-200); the other parts are skipped"
 else
-    note "data: Tiny Shakespeare not found (FSDP_DATA, data/, ../shared/data): GPU end-to-end tests will fail; benchmarks use random tokens"
-    BENCH_SHARD=$OUT_DIR/random_tokens.bin
-    python3 - "$BENCH_SHARD" <<'PY'
-import random, struct, sys
-n = 1 << 20
-random.seed(0)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
-PY
+    gpu=$(timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n 1)
+    drv=$(grep -o 'CUDA Version: *[0-9.]*' <<<"$smi" | grep -o '[0-9.]*$')
+    rel=$(timeout 20 nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+    what="$gpus GPU(s), $gpu; CUDA ${drv:-?} (driver), nvcc ${rel:-not found}${rel:+ ($(command -v nvcc))}"
+    if [ -z "$rel" ]; then record FAIL gpu "$what: nothing can be built for the GPU"
+    elif [ -z "$drv" ]; then record PASS gpu "$what: the driver's CUDA version not shown, not compared"
+    elif ver_ge "$drv" "$rel"; then record PASS gpu "$what"
+    elif [ "${drv%%.*}" = "${rel%%.*}" ]; then record PASS gpu "$what: nvcc is newer, runs by minor-version compatibility"
+    else record FAIL gpu "$what: the driver is too old for nvcc's programs"; fi
 fi
-export FSDP_DATA=${DATA:-$OUT_DIR/no_data}
 
-# 1. Build. A GPU image may lack MPI (then the Makefile builds with NO_MPI=1 and the tests start
-# ranks with scripts/launch_local.sh) and our Debian libraries (then they come from the .deb
-# files in .deps/debs, carried along: scripts/device_deps.sh).
-if [ -f scripts/device_deps.sh ]; then
-    source scripts/device_deps.sh use >"$LOGS/deps.log" 2>&1 || true
-    note "libraries: $(tail -n 1 "$LOGS/deps.log" | cut -c1-200)"
-fi
-note "mpi: $(command -v mpicc >/dev/null && echo "mpicc found: MPI build" || echo "no mpicc: NO_MPI build, ranks via scripts/launch_local.sh")"
-note "nccl: $(scripts/find_nccl.sh "$(command -v nvcc)" | grep . || echo "the CUDA toolkit's or the system's") (scripts/find_nccl.sh)"
-if ! part build 260 make -j16 GPU_ARCH="$GPU_ARCH" all; then
-    grep -m5 -E 'error:|\*\*\*|not found' "$LOGS/build.log" | cut -c1-300 | tee -a "$SUMMARY"
-    # An mpicc that cannot build (an incomplete MPI, e.g. from a pip wheel) should not cost
-    # the whole check: the build without MPI needs none of it.
-    if command -v mpicc >/dev/null && part build_nompi 200 make -j16 GPU_ARCH="$GPU_ARCH" NO_MPI=1 all; then
-        note "built without MPI instead (make NO_MPI=1): ranks via scripts/launch_local.sh"
+# Data: Tiny Shakespeare for the end-to-end tests and the benchmarks, else random tokens.
+BENCH_SHARD=""
+if [ -z "$NO_GPU" ]; then
+    DATA=""
+    for d in "${FSDP_DATA:-}" "$ROOT/data" "$ROOT/../shared/data" "$ROOT/shared/data"; do
+        if [ -n "$d" ] && [ -f "$d/tinyshakespeare/tiny_shakespeare_train.bin" ] && [ -f "$d/tinyshakespeare/tiny_shakespeare_val.bin" ]; then
+            DATA=$(cd "$d" && pwd); break
+        fi
+    done
+    if [ -n "$DATA" ]; then
+        note "data: $DATA/tinyshakespeare"
     else
-        note "build failed: the remaining parts use whatever binaries exist"
-        [ -f "$LOGS/build_nompi.log" ] && grep -m5 -E 'error:|\*\*\*|not found' "$LOGS/build_nompi.log" | cut -c1-300 | tee -a "$SUMMARY"
+        DATA=$WORK/data
+        mkdir -p "$DATA/tinyshakespeare"
+        note "data: Tiny Shakespeare not found (FSDP_DATA, data/, ../shared/data): random tokens in its place"
+        python3 - "$DATA/tinyshakespeare" <<'PY'
+import random, struct, sys
+random.seed(0)
+for name, n in (("train", 1 << 20), ("val", 1 << 16)):
+    with open("%s/tiny_shakespeare_%s.bin" % (sys.argv[1], name), "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
+PY
+    fi
+    export FSDP_DATA=$DATA
+    BENCH_SHARD=$DATA/tinyshakespeare/tiny_shakespeare_train.bin
+fi
+
+# 2. Build what the parts run. A GPU image may lack MPI (then the Makefile builds with NO_MPI=1
+# and the tests start ranks with scripts/launch_local.sh) and our Debian libraries (then they
+# come from the .deb files in .deps/debs, carried along: scripts/device_deps.sh).
+KERNEL_TESTS=()
+for src in dev/test/test_*_cuda.cu; do KERNEL_TESTS+=("$(basename "$src" .cu)"); done
+TARGETS=(train_gpt "${KERNEL_TESTS[@]/#/build/}")
+if [ -z "$NO_GPU" ]; then
+    if [ -f scripts/device_deps.sh ]; then
+        source scripts/device_deps.sh use >"$LOGS/deps.log" 2>&1
+        note "libraries: $(tail -n 1 "$LOGS/deps.log" | cut -c1-200)"
+    fi
+    note "mpi: $(command -v mpicc >/dev/null && echo "mpicc found: MPI build" || echo "no mpicc: NO_MPI build, ranks via scripts/launch_local.sh")"
+    note "nccl: $(scripts/find_nccl.sh "$(command -v nvcc)" | grep . || echo "the CUDA toolkit's or the system's") (scripts/find_nccl.sh)"
+fi
+build_errors() { grep -m5 -E 'error:|\*\*\*|not found' "$LOGS/$1.log" | indent; }
+MAKE_ARGS=(-j"$(nproc)" GPU_ARCH="$GPU_ARCH" WERROR= "${TARGETS[@]}")
+if run_part build 240 make "${MAKE_ARGS[@]}"; then
+    verdict build "make ${MAKE_ARGS[*]}"
+    if [ "$RC" != 0 ]; then
+        build_errors build
+        # An mpicc that cannot build should not cost the whole check.
+        if [ "$RC" != 124 ] && command -v mpicc >/dev/null && run_part build_nompi 200 make NO_MPI=1 "${MAKE_ARGS[@]}"; then
+            verdict build_nompi "make NO_MPI=1: ranks via scripts/launch_local.sh"
+            [ "$RC" = 0 ] || build_errors build_nompi
+        fi
     fi
 fi
-[ -x ./train_gpt ] && note "train_gpt loads: $(ldd ./train_gpt | grep -oE '(libnccl|libcublasLt|libmpi)[^ ]* => [^ ]*' | tr '\n' ' ')"
-
-# 2. Kernel tests (each prints ok / not ok lines).
-shopt -s nullglob
-for bin in build/test_*_cuda; do
-    name=$(basename "$bin")
-    part "$name" 100 "$bin"
-    note "        $(grep -c '^ok - ' "$LOGS/$name.log") ok, $(grep -c '^not ok - ' "$LOGS/$name.log") not ok"
-    grep '^not ok - ' "$LOGS/$name.log" | head -n 10 | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
-done
-
-# 3, 5. Benchmarks against PyTorch FSDP2 on the same GPU and batch (dev/bench/bench_gpu.sh:
-# train_gpt's tok/s, MFU and memory, the baseline's, the ratio and the issue's targets).
-export BENCH_DATA=$BENCH_SHARD
-# bench_summary LOG: the benchmark's table and verdicts (or, when it was cut short, the
-# figures it said on the way), and train_gpt's step profile.
-bench_summary() {
-    { if grep -q '^model  *B  *T  *implementation' "$1"; then
-          sed -n '/^model  *B  *T  *implementation/,/^GPU mem:/p' "$1" | grep -v '^GPU mem:'
-      else
-          grep -E '^  (train_gpt|pytorch)[: ]' "$1"
-      fi
-      sed -n '/^  profile of step/,/^  train_gpt\|^+ /p' "$1" | grep -v '^  train_gpt\|^+ '
-    } | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
-}
-part bench_d12 240 bash dev/bench/bench_gpu.sh d12 "$LOGS/bench"
-bench_summary "$LOGS/bench_d12.log"
-
-# 4. End-to-end GPU tests (its runs' logs go to logs/gpu_e2e/).
-export GPU_TEST_LOGS=$LOGS/gpu_e2e
-export TEST_TMP=$OUT_DIR/tmp_gpu_e2e
-rm -rf "$TEST_TMP"; mkdir -p "$TEST_TMP"
-part test_train_gpu 200 bash dev/test/test_train_gpu.sh
-if grep -q '^not ok - ' "$LOGS/test_train_gpu.log"; then FAILED=1; fi
-note "        $(grep -c '^ok - ' "$LOGS/test_train_gpu.log") ok, $(grep -c '^not ok - ' "$LOGS/test_train_gpu.log") not ok"
-grep -E '^(not )?ok - ' "$LOGS/test_train_gpu.log" | cut -c1-300 | sed 's/^/        /' | tee -a "$SUMMARY"
-
-if [ "$(left)" -gt 120 ]; then
-    part bench_d48 $(( $(left) - 10 )) bash dev/bench/bench_gpu.sh d48 "$LOGS/bench"
-    bench_summary "$LOGS/bench_d48.log"
-else
-    note "SKIP    bench_d48 (only $(left) s left)"
+if [ -x ./train_gpt ] && [ -z "$NO_GPU" ]; then
+    libs=$(ldd ./train_gpt 2>/dev/null | grep -oE '(libnccl|libcublasLt|libmpi)[^ ]* => [^ ]*' | tr '\n' ' ')
+    note "train_gpt loads: ${libs:-none of libnccl, libcublasLt, libmpi}"
 fi
 
-note "total $(elapsed) s; $([ $FAILED = 0 ] && echo 'every part that ran passed' || echo 'SOME PARTS FAILED')"
-# The device tool brings back at most 8 files, 2 folders deep: everything else in one archive.
-tar czf "$OUT_DIR/logs.tar.gz" -C "$OUT_DIR" logs && rm -rf "$LOGS" "$OUT_DIR/tmp_gpu_e2e"
+# 3. Kernel tests: each prints ok / not ok lines (and "# skip" when it finds no usable GPU).
+for n in "${KERNEL_TESTS[@]}"; do
+    built "$n" "build/$n" && run_part "$n" "$TEST_TIMEOUT" "build/$n" && judge "$n"
+done
+
+# 4, 5. Benchmarks (dev/bench/bench_gpu.sh). It gets BENCH_BUDGET inside the part's limit, so
+# that its own run timeouts end it first and its table is always written.
+[ -n "$BENCH_SHARD" ] && export BENCH_DATA=$BENCH_SHARD
+# bench MODEL CAP VAR=VALUE...: bench_gpu.sh MODEL as part bench_MODEL, then its figures.
+bench() {
+    local m=$1 cap=$2 name=bench_$1 b; shift 2
+    built "$name" ./train_gpt || return
+    b=$(( $(part_limit "$cap") - RESERVE ))
+    [ "$b" -lt 1 ] && b=1
+    run_part "$name" "$cap" env BENCH_BUDGET="$b" "$@" bash dev/bench/bench_gpu.sh "$m" "$LOGS/$name" || return
+    verdict "$name"
+    local log=$LOGS/$name.log
+    { grep -E '^  (train_gpt|pytorch): ' "$log"          # the figures (and notes) as they came
+      sed -n '/^model  *B  *T  *implementation/,/^GPU mem:/p' "$log" | grep -v '^GPU mem:\|^$'  # table, targets, limiting phase
+      awk '/^  profile of step/ { p = 1; print; next } p && /^    / { print; next } { p = 0 }' "$log"
+    } | indent
+}
+bench d48 150 BENCH_TORCH=0 BENCH_B_D48="${BENCH_B_D48:-16}" BENCH_WARMUP=0 BENCH_STEPS=10
+bench d12 240
+
+# 6. Flash against flash1 and cublas at GPT-2 size: test_attention_cuda's last lines.
+timings() { grep -E '^# attention (flash|flash1|cublas) ' "$1" 2>/dev/null; }
+ATT_LOG=$LOGS/test_attention_cuda.log
+if [ -z "$NO_GPU" ] && [ "$(timings "$ATT_LOG" | wc -l)" -ge 3 ]; then
+    record PASS attention_timing "from test_attention_cuda's run above"
+elif built attention_timing build/test_attention_cuda && run_part attention_timing 90 build/test_attention_cuda; then
+    ATT_LOG=$LOGS/attention_timing.log
+    # Its checks were judged in part 3: here only whether the timings came.
+    if [ "$(timings "$ATT_LOG" | wc -l)" -ge 3 ]; then record PASS attention_timing "$SECS s, test_attention_cuda run again"
+    elif [ "$RC" = 124 ]; then verdict attention_timing "no timings printed"
+    else record FAIL attention_timing "status $RC, $SECS s: no timings printed; log: logs/attention_timing.log"; fi
+else
+    ATT_LOG=/dev/null
+fi
+if [ "$(timings "$ATT_LOG" | wc -l)" -ge 3 ]; then
+    { timings "$ATT_LOG" | sed 's/^# //'
+      timings "$ATT_LOG" | awk '{ for (i = 1; i + 2 <= NF; i++) if ($(i + 2) == "ms") { if ($i == "forward") f[$3] = $(i + 1); if ($i == "backward") b[$3] = $(i + 1) } }
+          END { if (f["flash"] > 0 && b["flash"] > 0)
+                  printf "flash speed-up (the other ms / flash ms): over flash1 forward %.2fx, backward %.2fx; over cublas forward %.2fx, backward %.2fx\n",
+                         f["flash1"] / f["flash"], b["flash1"] / b["flash"], f["cublas"] / f["flash"], b["cublas"] / b["flash"] }'
+    } | indent
+fi
+
+# 7. End to end: train_gpt --device cuda on a small model (its runs' logs go to logs/e2e/).
+GPU_TESTS_RUN=${DEVICE_CHECK_GPU_TESTS:-ref determinism resume}
+if built e2e ./train_gpt &&
+   run_part e2e 150 env GPU_TESTS="$GPU_TESTS_RUN" GPU_TEST_RUN_TIMEOUT=60 GPU_TEST_LOGS="$LOGS/e2e" TEST_TMP="$WORK/e2e" \
+       bash dev/test/test_train_gpu.sh; then
+    judge e2e "GPU_TESTS=\"$GPU_TESTS_RUN\"" all
+fi
+
+# 8. compute-sanitizer's memcheck, on the time left (it slows kernels many times over).
+# On PATH, or beside nvcc (the toolkit's bin/ holds both; PATH may name only nvcc's link).
+SANITIZER=$(command -v compute-sanitizer)
+NVCC_DIR=$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent/nvcc)")")
+[ -z "$SANITIZER" ] && [ -x "$NVCC_DIR/compute-sanitizer" ] && SANITIZER=$NVCC_DIR/compute-sanitizer
+MEMCHECK=(test_attention_cuda test_backend_cuda)
+for i in "${!MEMCHECK[@]}"; do
+    n=${MEMCHECK[$i]} name=memcheck_${MEMCHECK[$i]}
+    if [ -z "$NO_GPU" ] && [ -z "$SANITIZER" ]; then record SKIP "$name" "compute-sanitizer not found"; continue; fi
+    share=$(( ( $(left) - RESERVE ) / (${#MEMCHECK[@]} - i) ))  # the rest, shared with those still to run
+    built "$name" "build/$n" && run_part "$name" "$share" "$SANITIZER" --tool memcheck --error-exitcode 86 "build/$n" || continue
+    log=$LOGS/$name.log
+    if grep -q 'Device not supported' "$log"; then
+        record SKIP "$name" "compute-sanitizer: $(grep -m1 'Device not supported' "$log" | cut -c1-200)"
+        continue
+    fi
+    errs=$(grep -o 'ERROR SUMMARY: [0-9]* error' "$log" | tail -n 1 | grep -o '[0-9][0-9]*')
+    verdict "$name" "memcheck: ${errs:-no summary, ?} error(s); the program's own checks: $(counts "$log")"
+    grep '^========= ' "$log" | grep -v 'COMPUTE-SANITIZER\|ERROR SUMMARY' | head -n 8 | indent
+done
+
+note "total $(elapsed) s of $BUDGET s; $([ $FAILED = 0 ] && echo 'no part failed or timed out' || echo 'SOME PARTS FAILED OR TIMED OUT')"
+tar czf "$OUT_DIR/logs.tar.gz" -C "$OUT_DIR" logs && rm -rf "$LOGS"
+rm -rf "$WORK"
 exit $FAILED

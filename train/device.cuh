@@ -103,6 +103,8 @@ static void cuda_profile_finish(Device* d, size_t shard_elements, char* lines, s
                  ms[CB_PROF_REDUCE], count[CB_PROF_REDUCE], ms[CB_PROF_REPLICA], count[CB_PROF_REPLICA]);
 }
 
+static void cuda_step_done(Device* d) { kernels_cuda_matmul_report(&d->kernels); }
+
 static void cuda_close(Device* d) {
     CudaDeviceState* st = (CudaDeviceState*)d->impl;
     kernels_cuda_free(&d->kernels);
@@ -167,16 +169,19 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     const int recomputable_gelu = o->recompute == RECOMPUTE_SELECTIVE;
     kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, attention, o->gelu_fusion, recomputable_gelu,
                       &shape);
+    kernels_cuda_set_matmul_autotune(&d->kernels, o->matmul_autotune, pg->rank == 0);
 
     d->name = "cuda";
     d->impl = st;
     snprintf(d->gpu_name, sizeof(d->gpu_name), "%s", prop.name);
     snprintf(d->description, sizeof(d->description),
-             "GPU %d of %d: %s, %.1f GiB, sm_%d%d | collectives %s (%s), reduce %s | attention %s, gelu fusion %d%s", gpu, gpus,
+             "GPU %d of %d: %s, %.1f GiB, sm_%d%d | collectives %s (%s), reduce %s | attention %s, gelu fusion %d%s, "
+             "matmul autotune %s", gpu, gpus,
              prop.name, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
              bc.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why, o->reduce_fp32 ? "fp32" : "bf16",
              attention_impl_name(attention), o->gelu_fusion,
-             recomputable_gelu && o->gelu_fusion > 0 ? " (backward only: selective recompute)" : "");
+             recomputable_gelu && o->gelu_fusion > 0 ? " (backward only: selective recompute)" : "",
+             kernels_cuda_matmul_autotune_name(&d->kernels));
     size_t workspace = kernels_cuda_workspace_bytes(&d->kernels);
     d->device_lines[0] = (MemoryLine){"collective buffers (backend)", fsdp_backend_cuda_device_bytes(&d->backend)};
     d->device_lines[1] = (MemoryLine){"cuBLASLt workspace", workspace};
@@ -186,6 +191,7 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     d->n_host_lines = 1;
     d->memory_in_use_mib = cuda_memory_in_use_mib;
     d->profile_start = cuda_profile_start;
+    d->step_done = cuda_step_done;
     d->profile_finish = cuda_profile_finish;
     d->close = cuda_close;
 }

@@ -30,6 +30,7 @@ typedef struct {
     int gelu_fusion;           // cuda: 0 none, 1 forward, 2 forward + backward (cuda_matmul.cuh)
     uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
     Recompute recompute;       // cuda, selective: the forward's GELU must be recomputable exactly
+    int matmul_autotune;       // cuda: MatmulTuneMode, -1 the build's default (cuda_matmul.cuh)
     // --plan: the sim device (kernels_sim.h, fsdp/backend_sim.h) modelling this profile
     // (train/plan.h) instead of a real one; its tables advance sim_clock. NULL otherwise.
     const struct SimProfile* sim;
@@ -60,6 +61,9 @@ struct Device {
     // shard (shard_elements). finish writes lines for the table ("" when there is nothing).
     void (*profile_start)(Device* d);
     void (*profile_finish)(Device* d, size_t shard_elements, char* lines, size_t n);
+    // After each step (NULL: nothing to do): cuda prints the matmul tuning's summary once,
+    // after the first step, where the new GEMM shapes were tuned.
+    void (*step_done)(Device* d);
     void (*close)(Device* d);
 };
 

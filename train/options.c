@@ -83,6 +83,11 @@ void print_usage(void) {
 "      --gelu-fusion 0|1|2      cuda: the GELU in cuBLASLt's matmul epilogue: 0 never (a kernel of its\n"
 "                               own), 1 forward, 2 forward and backward; where cuBLASLt has no such\n"
 "                               algorithm, the run says so and uses the kernel [2]\n"
+"      --matmul-autotune auto|0|1|2   cuda: how cuBLASLt's algorithm is chosen for each new GEMM shape\n"
+"                               (once, in the first step): 0 the heuristic's first; 1 the fastest of\n"
+"                               up to 8 candidates that gives the same bits as the first (runs repeat\n"
+"                               bit for bit); 2 the fastest (bits may change between runs) [auto: 1,\n"
+"                               0 under the CPU emulator]\n"
 "      --recompute none|selective|full   activation recompute in the backward: selective rebuilds the\n"
 "                               LayerNorm and GELU outputs, full reruns each block's forward from its\n"
 "                               input; same results bit for bit, less activation memory (cuda,\n"
@@ -156,7 +161,7 @@ enum {
     OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
-    OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE,
+    OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_MATMUL_AUTOTUNE,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE,
 };
 
@@ -177,6 +182,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->comm = "auto";
     o->attention = "auto";
     o->gelu_fusion = 2;
+    o->matmul_autotune = -1;
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
     o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
@@ -219,6 +225,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"comm", required_argument, 0, OPT_COMM}, {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
         {"attention", required_argument, 0, OPT_ATTENTION},
         {"gelu-fusion", required_argument, 0, OPT_GELU_FUSION},
+        {"matmul-autotune", required_argument, 0, OPT_MATMUL_AUTOTUNE},
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"plan", no_argument, 0, OPT_PLAN}, {"plan-world", required_argument, 0, OPT_PLAN_WORLD},
         {"sim-device", required_argument, 0, OPT_SIM_DEVICE}, {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},
@@ -338,6 +345,11 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_GELU_FUSION:
             r = parse_int("--gelu-fusion", optarg, 0, 2, &o->gelu_fusion, e);
             if (!o->cuda_only_flag) o->cuda_only_flag = "--gelu-fusion";
+            break;
+        case OPT_MATMUL_AUTOTUNE:
+            if (!strcmp(optarg, "auto")) o->matmul_autotune = -1;
+            else r = parse_int("--matmul-autotune", optarg, 0, 2, &o->matmul_autotune, e);
+            if (!o->cuda_only_flag) o->cuda_only_flag = "--matmul-autotune";
             break;
         // --plan
         case OPT_PLAN: o->plan = 1; break;

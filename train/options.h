@@ -44,6 +44,7 @@ typedef struct {
     const char* attention;       // cuda: "auto", "flash", "flash1" or "cublas"
     int recompute;               // --recompute: 0 none, 1 selective, 2 full (train/device.h's Recompute)
     int gelu_fusion;             // cuda: --gelu-fusion
+    int matmul_autotune;         // cuda: --matmul-autotune, -1 auto (cuda_matmul.cuh's MatmulTuneMode)
     int threads;
     int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
     int ckpt_every, ckpt_keep, ckpt_async, stop_at_step;

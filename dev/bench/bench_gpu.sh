@@ -11,19 +11,23 @@
 #   bash dev/bench/bench_gpu.sh [d12|d48|all] [OUTDIR]     # from anywhere, after `make`
 #
 # OUTDIR (default out/bench_gpu) gets MODEL_train_gpt.log, MODEL_pytorch.log and summary.txt
-# (at most 5 files: it fits the device machine's $OUT). Without a GPU it prints one line
-# saying it was skipped and exits 0. It does not build: run `make` first (nvcc needed for
-# --device cuda); a train_gpt without the cuda device is reported in the table and the
-# baseline still runs.
+# (and MODEL_bB_oom_train_gpt.log for a batch that ran out of memory). Without a GPU it prints
+# one line saying it was skipped and exits 0. It does not build: run `make` first (nvcc
+# needed for --device cuda); a train_gpt without the cuda device is reported in the table and
+# the baseline still runs. Exit status: 0; 1 when a run failed; 124 when none failed but one
+# timed out or found no time left in BENCH_BUDGET.
 #
 # Batches (one rank, no gradient accumulation: --total-batch-tokens = B x T):
 #   d12: B=32, T=1024 (32768 tokens per step)
 #   d48: B=8,  T=1024 (8192 tokens per step): weights, fp32 master, gradients and Adam state
 #        take ~25 GiB in either program and activations ~25-40 GiB at B=8, well inside an
 #        H200's ~139 GiB (B=16 should fit too; BENCH_B_D48=16 tries it).
+# A train_gpt run that says "out of memory" is run again at half the batch (the row and a
+# note say so; the baseline then runs at that batch too).
 # train_gpt runs one step more, profiled (--profile-step): the table of where its time went
 # (matmuls, attention, layernorms, waits for FSDP communication, optimizer) is printed too,
-# and that step is left out of train_gpt's average (its event marks cost time of their own).
+# with its largest row named as the limiting phase, and that step is left out of train_gpt's
+# average (its event marks cost time of their own).
 # Steps: BENCH_WARMUP (5) untimed + BENCH_STEPS (20) timed for PyTorch (compilation happens
 # in the warmup); train_gpt runs the same warmup + steps (+ the profiled one) and its printed
 # "average step .. over N steps after the first" is used (it allocates everything before
@@ -49,6 +53,10 @@
 #   BENCH_STEPS, BENCH_WARMUP            timed and untimed steps (20, 5)
 #   BENCH_PEAK_TFLOPS    per-GPU peak for MFU (989)
 #   BENCH_TIMEOUT_C, BENCH_TIMEOUT_TORCH seconds per run (120, 180: at most 10 minutes for all)
+#   BENCH_BUDGET         seconds for the whole script (default none): each run's timeout is
+#                        cut to what is left of it, so that a caller's own limit (e.g.
+#                        scripts/device_check.sh's) never stops the script before its table
+#   BENCH_TORCH=0        no baseline (the d48 target needs train_gpt's MFU only)
 #   BENCH_TORCH_FALLBACK=0               no retry of a failed baseline (default: retry once
 #                        without torch.compile, then without FSDP2; the row is labelled)
 #   BENCH_TORCH_ARGS     extra arguments for the baseline (e.g. "--sdpa cudnn")
@@ -84,6 +92,8 @@ TO_T=${BENCH_TIMEOUT_TORCH:-180}
 # shellcheck disable=SC2034  # read as B_$m below
 B_d12=${BENCH_B_D12:-32} B_d48=${BENCH_B_D48:-8}
 for v in T STEPS TO_C TO_T B_d12 B_d48; do posint "$v" "${!v}"; done
+BUDGET=${BENCH_BUDGET:-0}
+[[ "$BUDGET" =~ ^[0-9]+$ ]] || die "BENCH_BUDGET must be a whole number of seconds"
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be >= 0"
 [[ "$PEAK" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "BENCH_PEAK_TFLOPS must be a number"
 read -r -a TORCH_EXTRA <<< "${BENCH_TORCH_ARGS:-}"
@@ -153,10 +163,26 @@ field() {  # key, RESULT line -> value
   echo "n/a"
 }
 quoted() { local q; printf -v q '%q ' "$@"; echo "${q% }"; }
+# limit SECONDS: a run's timeout, cut to what is left of BENCH_BUDGET (less the 5 s that
+# --kill-after may add); 0 when nothing is left.
+limit() {
+  local t=$1 left=$((BUDGET - SECONDS - 5))
+  if ((BUDGET > 0 && left < t)); then t=$((left > 0 ? left : 0)); fi
+  echo "$t"
+}
+# limiting LOG: the largest row of train_gpt's --profile-step table ("phase, ms, share").
+limiting() {
+  awk '/^profile of step/ { p = 1; next }
+       p && / interval\(s\)$/ { for (i = 2; i < NF && $i != "ms"; i++) ;
+                                 name = $1; for (j = 2; j < i - 1; j++) name = name " " $j
+                                 if ($(i - 1) + 0 > best) { best = $(i - 1) + 0; out = name ", " $(i - 1) " ms, " $(i + 1) " of the step" } }
+       p && /^step / { exit }
+       END { if (out != "") print out }' "$1"
+}
 last_line() { grep -v '^\s*$' "$1" 2> /dev/null | tail -n 1 | cut -c1-160; }
 
 declare -a ROWS=() VERDICTS=()
-status=0
+status=0 timed_out=0
 
 for m in "${MODELS[@]}"; do
   read -r L C NH <<< "$(preset "$m")"
@@ -166,19 +192,34 @@ for m in "${MODELS[@]}"; do
 
   # ---- train_gpt --------------------------------------------------------------------------
   clog="$OUTDIR/${m}_train_gpt.log"
-  c_tps="n/a"; c_ms="n/a"; c_mfu="n/a"; c_mem="n/a"; c_tens="n/a"; c_note=""
+  c_tps="n/a"; c_ms="n/a"; c_mfu="n/a"; c_mem="n/a"; c_tens="n/a"; c_note=""; oom_note=""
   if [[ ! -x ./train_gpt ]]; then
     c_note="not built (run make)"; echo "train_gpt: $c_note" > "$clog"
+  elif [[ $(limit "$TO_C") == 0 ]]; then
+    c_note="not run: no time left in BENCH_BUDGET (${BUDGET}s)"; echo "train_gpt: $c_note" > "$clog"; timed_out=1
   else
-    cmd=(timeout --kill-after=10 "$TO_C" ./train_gpt --device cuda -m "$m" -b "$B" -t "$T" -d $((B * T))
-         -x $((WARMUP + STEPS + 1)) -i "$DATA" -j "" --val-every 0 --sample-every 0 -l 6e-4
-         --lr-decay constant --peak-tflops "$PEAK" -o "$TMP/${m}_train_gpt"
-         --profile-step $((WARMUP + STEPS + 1)) "${C_EXTRA[@]}")
-    say "+ $(quoted "${cmd[@]}")"
-    t0=$SECONDS
-    "${cmd[@]}" > "$clog" 2>&1
-    rc=$?
-    say "  train_gpt exit $rc after $((SECONDS - t0)) s (log: $clog)"
+    while :; do
+      to=$(limit "$TO_C")
+      cmd=(timeout --kill-after=5 "$to" ./train_gpt --device cuda -m "$m" -b "$B" -t "$T" -d $((B * T))
+           -x $((WARMUP + STEPS + 1)) -i "$DATA" -j "" --val-every 0 --sample-every 0 -l 6e-4
+           --lr-decay constant --peak-tflops "$PEAK" -o "$TMP/${m}_b${B}_train_gpt"
+           --profile-step $((WARMUP + STEPS + 1)) "${C_EXTRA[@]}")
+      say "+ $(quoted "${cmd[@]}")"
+      t0=$SECONDS
+      "${cmd[@]}" > "$clog" 2>&1
+      rc=$?
+      say "  train_gpt exit $rc after $((SECONDS - t0)) s (log: $clog)"
+      # Too large a batch for the GPU: half of it, if there is time for another run.
+      if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 && $B -gt 1 && $(limit "$TO_C") != 0 ]] &&
+         grep -qi 'out of memory' "$clog"; then
+        mv "$clog" "$OUTDIR/${m}_b${B}_oom_train_gpt.log"
+        oom_note="B=$B ran out of GPU memory (${m}_b${B}_oom_train_gpt.log): B=$((B / 2)) instead"
+        say "  train_gpt: $oom_note"
+        B=$((B / 2))
+        continue
+      fi
+      break
+    done
     avg=$(grep -E '^average step [0-9.]+ ms \([0-9.]+ tok/s\)' "$clog" | tail -n 1)
     if [[ $rc -eq 0 && -n "$avg" ]]; then
       c_ms=$(sed -E 's/^average step ([0-9.]+) ms.*/\1/' <<< "$avg")
@@ -197,15 +238,21 @@ for m in "${MODELS[@]}"; do
       # Said now, not only in the final table: a caller that cuts the baseline short keeps it.
       say "  train_gpt: $c_tps tok/s, $c_ms ms/step, MFU $c_mfu, GPU mem $c_mem"
     elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
-      c_note="timed out after ${TO_C}s"; status=1
+      c_note="timed out after ${to}s"; timed_out=1
     elif grep -qE -- "--device cuda[:]|--device.*(cuda|cpu)" "$clog" && ! grep -qE '^step +[0-9]+/' "$clog"; then
       c_note="--device cuda refused: $(last_line "$clog")"
     else
       c_note="failed (exit $rc): $(last_line "$clog")"; status=1
     fi
     [[ -n "$c_note" ]] && say "  train_gpt: $c_note"
+    c_note=${oom_note}${oom_note:+${c_note:+; }}$c_note
     # Where the last step's time went (--profile-step): what limits the throughput.
     sed -n '/^profile of step/,/^step /p' "$clog" | grep -v '^step ' | while IFS= read -r line; do say "  $line"; done
+    lim=$(limiting "$clog")
+    if [[ -n "$lim" ]]; then
+      say "  limiting phase: $lim"
+      VERDICTS+=("$m limiting phase (largest row of train_gpt's profiled step): $lim")
+    fi
   fi
   ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' "$m" "$B" "$T" "train_gpt (cuda)" "$c_tps" "$c_ms" "$c_mfu" "$c_mem" "$c_tens")")
   [[ -n "$c_note" ]] && ROWS+=("      -> train_gpt: $c_note")
@@ -216,9 +263,17 @@ for m in "${MODELS[@]}"; do
   t_tps="n/a"; t_ms="n/a"; t_mfu="n/a"; t_mem="n/a"; t_tens="n/a"; t_label="pytorch-fsdp2, compile default"; t_note=""
   variants=("" "--no-compile" "--no-fsdp --no-compile")
   nvar=3; [[ "${BENCH_TORCH_FALLBACK:-1}" == 0 ]] && nvar=1
+  t_timeout=0
+  if [[ "${BENCH_TORCH:-1}" == 0 ]]; then nvar=0; t_label="pytorch"; t_note="not run (BENCH_TORCH=0)"; fi
   for ((k = 0; k < nvar; k++)); do
     read -r -a vargs <<< "${variants[$k]}"
-    cmd=(timeout --kill-after=10 "$TO_T" env PYTHONUNBUFFERED=1 "$PYTHON" dev/bench/torch_gpt2_fsdp2.py
+    to=$(limit "$TO_T")
+    if [[ $to == 0 ]]; then
+      t_note="not run: no time left in BENCH_BUDGET (${BUDGET}s)"; t_timeout=1
+      say "  pytorch: $t_note"
+      break
+    fi
+    cmd=(timeout --kill-after=5 "$to" env PYTHONUNBUFFERED=1 "$PYTHON" dev/bench/torch_gpt2_fsdp2.py
          --model "$m" -b "$B" -t "$T" --steps "$STEPS" --warmup "$WARMUP" --data "$DATA"
          --peak-tflops "$PEAK" --reduce-dtype bf16 "${vargs[@]}" "${TORCH_EXTRA[@]}")
     say "+ $(quoted "${cmd[@]}")"
@@ -241,14 +296,14 @@ for m in "${MODELS[@]}"; do
       break
     fi
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then
-      t_note="timed out after ${TO_T}s ($(last_line "$tlog"))"
+      t_note="timed out after ${to}s ($(last_line "$tlog"))"; t_timeout=1
       say "  pytorch: $t_note"
       break  # a retry would not fit the time
     fi
     t_note="failed (exit $rc): $(last_line "$tlog")"
     say "  pytorch: $t_note"
   done
-  [[ "$t_tps" == n/a ]] && status=1
+  if ((t_timeout)); then timed_out=1; elif ((nvar > 0)) && [[ "$t_tps" == n/a ]]; then status=1; fi
   ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' "$m" "$B" "$T" "$t_label" "$t_tps" "$t_ms" "$t_mfu" "$t_mem" "$t_tens")")
   [[ -n "$t_note" ]] && ROWS+=("      -> pytorch: $t_note")
 
@@ -271,4 +326,5 @@ say "GPU mem: device memory in use above the process's CUDA context (cudaMemGetI
 say "  pytorch's at the end of the run (its caching allocator keeps what it reserved, so this is its peak too)."
 say "tensors: train_gpt's printed memory budget (all it allocates, before step 0); pytorch's"
 say "  torch.cuda.max_memory_allocated (the peak of live tensors, without the allocator's cached blocks)."
+((status == 0 && timed_out)) && status=124
 exit $status

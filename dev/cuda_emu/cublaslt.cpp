@@ -6,6 +6,20 @@
 //   value (after the bias) to aux (m x n, ld = EPILOGUE_AUX_LD) and stores gelu() of it;
 //   DGELU multiplies by gelu'(aux). GELU is the tanh approximation. EMU_CUBLASLT_NO_GELU=1
 //   makes the heuristic find no algorithm for the GELU epilogues.
+// The heuristic returns several algorithms (up to the number requested), best first, so that
+// callers' choice among candidates runs here too. Which ones: EMU_CUBLASLT_ALGOS, a comma-
+// separated list, one entry per candidate, read at every heuristic call (default
+// "ok,ok,ok,ok": four interchangeable algorithms). An entry is KIND or KIND:MS:
+//   ok      computes as described below;
+//   ulp     the same, then flips the lowest bit of every element of D: an algorithm whose
+//           bits differ (another reduction order), for tests that must tell them apart;
+//   fail    cublasLtMatmul refuses it (CUBLAS_STATUS_NOT_SUPPORTED, nothing runs): a
+//           candidate that fails at run time;
+//   nogelu  like ok, but refused for the GELU_AUX(_BIAS) / DGELU epilogues;
+//   noisy   like ulp on every other call of a noisy candidate (the process's 2nd, 4th, ...),
+//           like ok on the others: an algorithm whose bits vary from call to call;
+//   :MS     the device thread spends MS more milliseconds on each call (the events, which
+//           measure host time, see a slower algorithm).
 // Strict where cuBLASLt is: attribute sizes, ld >= rows, operand shapes, C == D in place
 // only with the same layout, supported types (A, B bf16; C, D bf16 or fp32; fp32 compute
 // and scale). Extra checks: every operand lies inside one device buffer, and its pointer
@@ -21,6 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 struct cublasLtContext { int unused; };
@@ -40,6 +57,11 @@ struct cublasLtMatrixLayoutOpaque_t {
 };
 struct cublasLtMatmulPreferenceOpaque_t { uint64_t workspace = 0; uint32_t align[4] = {256, 256, 256, 256}; };
 static const uint64_t kAlgoMagic = 0x656d75616c676f31ull;  // "emualgo1"
+// cublasLtMatmulAlgo_t.data: [0] kAlgoMagic, [1..4] the alignments promised to the heuristic
+// (A, B, C, D), [5] the candidate's index in the heuristic's list, [6] its kind, [7] its
+// extra milliseconds per call.
+enum AlgoKind { kAlgoOk = 0, kAlgoUlp, kAlgoFail, kAlgoNoGelu, kAlgoNoisy };
+static std::atomic<uint64_t> g_noisy_calls{0};
 
 static cublasStatus_t bad(cublasStatus_t st, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 static cublasStatus_t bad(cublasStatus_t st, const char* fmt, ...) {
@@ -178,12 +200,54 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
         *returned = 0;
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    res->algo.data[0] = kAlgoMagic;
-    for (int i = 0; i < 4; i++) res->algo.data[1 + i] = p->align[i];
-    res->state = CUBLAS_STATUS_SUCCESS;
-    res->wavesCount = 1.0f;
-    *returned = 1;
-    return CUBLAS_STATUS_SUCCESS;
+    const char* spec = getenv("EMU_CUBLASLT_ALGOS");
+    if (!spec || !*spec) spec = "ok,ok,ok,ok";
+    int n = 0;
+    for (const char* q = spec; *q && n < requested;) {
+        const char* end = strchr(q, ',');
+        const size_t len = end ? (size_t)(end - q) : strlen(q);
+        char entry[32];
+        if (len == 0 || len >= sizeof entry) {
+            fprintf(stderr, "EMU: EMU_CUBLASLT_ALGOS=\"%s\": an empty or too long entry\n", spec);
+            abort();
+        }
+        memcpy(entry, q, len);
+        entry[len] = '\0';
+        uint64_t ms = 0;
+        char* colon = strchr(entry, ':');
+        if (colon) {
+            char* rest = NULL;
+            ms = strtoull(colon + 1, &rest, 10);
+            *colon = '\0';
+            if (rest == colon + 1 || *rest) {
+                fprintf(stderr, "EMU: EMU_CUBLASLT_ALGOS=\"%s\": bad milliseconds in an entry\n", spec);
+                abort();
+            }
+        }
+        uint64_t kind;
+        if (!strcmp(entry, "ok")) kind = kAlgoOk;
+        else if (!strcmp(entry, "ulp")) kind = kAlgoUlp;
+        else if (!strcmp(entry, "fail")) kind = kAlgoFail;
+        else if (!strcmp(entry, "nogelu")) kind = kAlgoNoGelu;
+        else if (!strcmp(entry, "noisy")) kind = kAlgoNoisy;
+        else {
+            fprintf(stderr, "EMU: EMU_CUBLASLT_ALGOS=\"%s\": unknown kind \"%s\" (ok, ulp, fail, nogelu, noisy)\n",
+                    spec, entry);
+            abort();
+        }
+        memset(&res[n], 0, sizeof res[n]);
+        res[n].algo.data[0] = kAlgoMagic;
+        for (int i = 0; i < 4; i++) res[n].algo.data[1 + i] = p->align[i];
+        res[n].algo.data[5] = (uint64_t)n;
+        res[n].algo.data[6] = kind;
+        res[n].algo.data[7] = ms;
+        res[n].state = CUBLAS_STATUS_SUCCESS;
+        res[n].wavesCount = 1.0f;
+        n++;
+        q = end ? end + 1 : q + len;
+    }
+    *returned = n;
+    return n > 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 static float load(const void* p, cudaDataType t, size_t i) {
@@ -209,7 +273,7 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
                        const cublasLtMatrixLayoutOpaque_t& LA, const void* B, const cublasLtMatrixLayoutOpaque_t& LB,
                        float beta, const void* C, const cublasLtMatrixLayoutOpaque_t& LC, void* D,
                        const cublasLtMatrixLayoutOpaque_t& LO, uint64_t k, bool bias, cudaDataType bias_type,
-                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type);
+                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type, bool flip);
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A,
                               cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta_p,
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t lo,
@@ -247,12 +311,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     }
     if (C == D && (lc->ld != lo->ld || lc->stride != lo->stride))
         return bad(CUBLAS_STATUS_INVALID_VALUE, "in place (C == D) with different C and D layouts");
+    uint64_t kind = kAlgoOk, delay_ms = 0;
     if (algo) {
         if (algo->data[0] != kAlgoMagic) return bad(CUBLAS_STATUS_INVALID_VALUE, "algo not from the heuristic");
         for (int i = 0; i < 4; i++)
             if ((uintptr_t)ptrs[i] % algo->data[1 + i])
                 return bad(CUBLAS_STATUS_INVALID_VALUE, "operand %c at %p is less aligned than the %llu bytes promised to the heuristic",
                            "ABCD"[i], ptrs[i], (unsigned long long)algo->data[1 + i]);
+        kind = algo->data[6];
+        delay_ms = algo->data[7];
+        if (kind == kAlgoFail || (kind == kAlgoNoGelu && (gelu_aux || dgelu_aux)))
+            return bad(CUBLAS_STATUS_NOT_SUPPORTED, "candidate %llu of the heuristic's list fails (EMU_CUBLASLT_ALGOS)",
+                       (unsigned long long)algo->data[5]);
     }
     if (workspace_bytes && !emu::device_range_ok(workspace, workspace_bytes))
         return bad(CUBLAS_STATUS_INVALID_VALUE, "workspace is not %zu bytes of device memory", workspace_bytes);
@@ -262,8 +332,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     // product is computed when the stream gets to it.
     const cublasLtMatmulDescOpaque_t desc = *d;
     const cublasLtMatrixLayoutOpaque_t LA = *la, LB = *lb, LC = *lc, LO = *lo;
+    const bool flip = kind == kAlgoUlp || (kind == kAlgoNoisy && (g_noisy_calls++ & 1));
     emu::enqueue_compute(stream, "cublasLtMatmul", [=]() {
-        matmul_run(desc, alpha, A, LA, B, LB, beta, C, LC, D, LO, k, bias, bias_type, gelu_aux, dgelu_aux, aux_type);
+        if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        matmul_run(desc, alpha, A, LA, B, LB, beta, C, LC, D, LO, k, bias, bias_type, gelu_aux, dgelu_aux, aux_type, flip);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -273,7 +345,7 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
                        const cublasLtMatrixLayoutOpaque_t& LA, const void* B, const cublasLtMatrixLayoutOpaque_t& LB,
                        float beta, const void* C, const cublasLtMatrixLayoutOpaque_t& LC, void* D,
                        const cublasLtMatrixLayoutOpaque_t& LO, uint64_t k, bool bias, cudaDataType bias_type,
-                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type) {
+                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type, bool flip) {
     const cublasLtMatmulDescOpaque_t* d = &desc;
     const cublasLtMatrixLayoutOpaque_t *la = &LA, *lb = &LB, *lc = &LC, *lo = &LO;
     const uint64_t m = lo->rows, n = lo->cols;
@@ -309,6 +381,10 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
                 }
                 if (dgelu_aux) v *= dgelu(load(d->aux, aux_type, i + j * d->aux_ld));
                 store(D, lo->type, od + i + j * lo->ld, v);
+                if (flip) {  // the "ulp" candidate: the lowest bit of the stored value
+                    if (lo->type == CUDA_R_16BF) ((uint16_t*)D)[od + i + j * lo->ld] ^= 1u;
+                    else ((uint32_t*)D)[od + i + j * lo->ld] ^= 1u;
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# dev/bench/bench_gpu.sh's bookkeeping without a GPU: the first GPU session must not lose its
-# figures to a parsing slip. The script runs from a copy of the tree with stand-ins:
+# dev/bench/bench_gpu.sh's and scripts/device_check.sh's bookkeeping without a GPU: the first
+# GPU session must not lose its figures, or its one call, to a parsing slip or a hung part.
+# bench_gpu.sh runs from a copy of the tree with stand-ins:
 #   - nvidia-smi: one "NVIDIA H200";
 #   - ./train_gpt: the real cpu train_gpt on a 2-layer model (the benchmark's model, batch and
 #     device flags replaced; its step count, data, output folder, --peak-tflops and
@@ -11,7 +12,9 @@
 # Checked: exit 0; the train_gpt row's tok/s and ms/step are its log's "average step" figures;
 # the pytorch row carries the stub's figures and compile setting; the ratio is their quotient;
 # each model's target line; the profile table is copied; the fallback to --no-compile is
-# taken and labelled; a failing train_gpt gives exit 1 with its last line in the table.
+# taken and labelled; a failing train_gpt gives exit 1 with its last line in the table; the
+# limiting phase is the profile's largest row; an out-of-memory batch is halved and labelled.
+# device_check.sh: see the second half below.
 set -u
 source dev/test/lib.sh
 T=$TEST_TMP
@@ -24,6 +27,7 @@ cat > "$T/bin/nvidia-smi" <<'EOF'
 #!/usr/bin/env bash
 case "$*" in
     -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-stub)" ;;
+    "") echo "| NVIDIA-SMI 580.159.04    Driver Version: 580.159.04    CUDA Version: ${STUB_DRIVER_CUDA:-13.0} |" ;;
     *) echo "NVIDIA H200, 143771 MiB, 580.159.04" ;;
 esac
 EOF
@@ -34,7 +38,8 @@ cat > "$ROOT/train_gpt" <<EOF
 args=()
 while [ \$# -gt 0 ]; do
     case "\$1" in
-        --device|-m|-b|-t|-d) shift 2 ;;
+        -b) [ "\$2" -gt "\${STUB_OOM_ABOVE_B:-999}" ] && { echo "CUDA error at train/device.cuh:140: out of memory (cudaMalloc(&p, n))" >&2; exit 1; }; shift 2 ;;
+        --device|-m|-t|-d) shift 2 ;;
         *) args+=("\$1"); shift ;;
     esac
 done
@@ -44,6 +49,8 @@ cat > "$T/bin/python-stub" <<'EOF'
 #!/usr/bin/env bash
 # Stand-in for PyTorch: the version query, and dev/bench/torch_gpt2_fsdp2.py's RESULT line.
 if [ "$1" = -c ]; then echo "2.11.0+cu130 cuda 13.0 available"; exit 0; fi
+if [ "$1" = - ]; then cat > /dev/null; exit 0; fi  # scripts/find_nccl.sh's probe: no NCCL wheel
+[ -n "${STUB_TORCH_HANG:-}" ] && exec sleep 60
 compile=default
 case " $* " in *" --no-compile "*) compile=off ;; esac
 if [ "$compile" = default ] && [ -n "${STUB_COMPILE_FAILS:-}" ]; then echo "torch._dynamo: stub compile failure" >&2; exit 1; fi
@@ -118,4 +125,366 @@ if [ "$(cat "$T/cfail.rc")" = 1 ] && grep -q -- '-> train_gpt: failed (exit 3): 
     ok "bench_gpu.sh: a failing train_gpt gives status 1 and its error in the table; the baseline still runs"
 else
     not_ok "bench_gpu.sh with a failing train_gpt: status $(cat "$T/cfail.rc"): $(sed -n '/^model /,$p' "$T/cfail/summary.txt" | tr '\n' '|' | cut -c1-300)"
+fi
+
+# The limiting phase: the largest row of train_gpt's profile table (found here independently).
+lim_want=$(sed -n '/^profile of step/,/^step /p' "$T/all/d12_train_gpt.log" | grep ' interval(s)$' |
+    awk '{ for (i = 1; $i != "ms"; i++) ; n = $1; for (j = 2; j < i - 1; j++) n = n " " $j; print $(i - 1), n ", " $(i - 1) " ms, " $(i + 1) }' |
+    sort -g -r | head -n 1 | cut -d' ' -f2-)
+if [ -n "$lim_want" ] && grep -qxF "d12 limiting phase (largest row of train_gpt's profiled step): $lim_want of the step" "$s"; then
+    ok "bench_gpu.sh names the limiting phase: the profile's largest row ($lim_want)"
+else
+    not_ok "bench_gpu.sh limiting phase: want '$lim_want', got '$(grep 'limiting phase' "$s" | head -n 1)'"
+fi
+
+# Out of GPU memory: the batch is halved until it fits, and said; BENCH_TORCH=0 runs no baseline.
+bench d48 "$T/oom" STUB_OOM_ABOVE_B=4 BENCH_B_D48=16 BENCH_TORCH=0
+o="$T/oom/summary.txt"
+if [ "$(cat "$T/oom.rc")" = 0 ] && [ -n "$(row "$T/oom" 'd48 +4 ' 'train_gpt \(cuda\) +[0-9]')" ] &&
+   grep -q -- '-> train_gpt: B=8 ran out of GPU memory (d48_b8_oom_train_gpt.log): B=4 instead' "$o" &&
+   grep -q '^  train_gpt: B=16 ran out of GPU memory' "$o" && [ -f "$T/oom/d48_b16_oom_train_gpt.log" ] &&
+   grep -q -- '-> pytorch: not run (BENCH_TORCH=0)' "$o" && ! grep -q '^+ .*torch_gpt2_fsdp2' "$o" &&
+   grep -qE '^d48 target \(train_gpt >= 50% MFU\): [0-9.]+%, (met|NOT met)$' "$o"; then
+    ok "bench_gpu.sh: out of memory at B=16 and 8 -> B=4, said in the table; BENCH_TORCH=0 runs no baseline"
+else
+    not_ok "bench_gpu.sh out-of-memory fallback: status $(cat "$T/oom.rc"): $(grep -E 'B=|pytorch|target' "$o" | tr '\n' '|' | cut -c1-400)"
+fi
+
+# BENCH_BUDGET cuts a hanging baseline's timeout to fit (train_gpt fails at once, so the
+# baseline's share does not depend on this machine's speed).
+t0=$(date +%s)
+bench d12 "$T/budget" STUB_TRAIN_FAILS=1 STUB_TORCH_HANG=1 BENCH_TIMEOUT_TORCH=100 BENCH_BUDGET=8
+took=$(( $(date +%s) - t0 ))
+if [ "$(cat "$T/budget.rc")" = 1 ] && [ "$took" -le 9 ] && grep -qE -- '-> pytorch: timed out after [1-3]s' "$T/budget/summary.txt"; then
+    ok "bench_gpu.sh: BENCH_BUDGET=8 cuts a hanging baseline's 100 s timeout (done after $took s)"
+else
+    not_ok "bench_gpu.sh BENCH_BUDGET: status $(cat "$T/budget.rc") after $took s: $(grep pytorch "$T/budget/summary.txt" | tail -n 2 | tr '\n' ' ')"
+fi
+
+# ---- scripts/device_check.sh, end to end ------------------------------------------------
+# It runs from a copy of the tree (its own scripts, bench_gpu.sh, placeholders for the
+# dev/test/test_*_cuda.cu it derives its targets from) with stand-ins on PATH:
+#   - nvidia-smi as above (or one failing as without a driver), nvcc, mpicc; the CUDA versions
+#     of driver and nvcc are STUB_DRIVER_CUDA and STUB_NVCC_RELEASE [13.0];
+#   - make: "builds" the targets it is given by copying stubs in (a target it has none for
+#     fails as make does; STUB_MAKE_MPI_FAILS=1: fails unless NO_MPI=1), and logs its arguments;
+#   - build/test_*_cuda: ok / not ok lines by name (test_backend_cuda has a failing check;
+#     test_attention_cuda prints the three implementations' timings); STUB_KERNELS_HANG=1
+#     makes test_kernels_cuda hang after leaving a process behind in a session of its own,
+#     STUB_KERNELS_SKIP=1 skip itself as without a GPU, STUB_ALL_HANG=1 every program hang;
+#   - train_gpt: step lines, a cuda-style profile table (its largest row differs per model),
+#     "average step" and peak memory lines, of figures fixed per model; STUB_D48_OOM_ABOVE_B: d48 out of memory above that B;
+#   - dev/test/test_train_gpu.sh: logs the GPU_TESTS it got and checks the data it was given
+#     (STUB_E2E_FAIL=1: one more check, failed, and status 0 all the same, as the real one);
+#   - compute-sanitizer (only where asked for): memcheck's lines, 2 errors in test_backend_cuda;
+#     STUB_SAN_UNSUPPORTED=1: refuses the device, as seen on gVisor.
+DC=$T/dc
+mkdir -p "$DC/bin" "$DC/san" "$DC/nogpu" "$DC/stubs/build"
+cat > "$DC/bin/nvcc" <<'EOF2'
+#!/usr/bin/env bash
+echo "Cuda compilation tools, release ${STUB_NVCC_RELEASE:-13.0}, V${STUB_NVCC_RELEASE:-13.0}.88"
+EOF2
+printf '#!/usr/bin/env bash\nexit 0\n' > "$DC/bin/mpicc"
+cat > "$DC/nogpu/nvidia-smi" <<'EOF2'
+#!/usr/bin/env bash
+echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+exit 9
+EOF2
+cat > "$DC/bin/make" <<'EOF2'
+#!/usr/bin/env bash
+echo "$*" >> "$STUB_STATE/make.args"
+if [ -n "${STUB_MAKE_MPI_FAILS:-}" ] && [[ " $* " != *" NO_MPI=1 "* ]]; then
+    echo "comm/comm_mpi.c:3:10: fatal error: mpi.h: No such file or directory"; exit 2
+fi
+for a in "$@"; do
+    case "$a" in
+        -*|*=*) ;;
+        train_gpt) cp "$STUB_DIR/train_gpt" train_gpt ;;
+        build/test_*_cuda) mkdir -p build && cp "$STUB_DIR/kernel_test" "$a" ;;
+        *) echo "make: *** No rule to make target '$a'.  Stop."; exit 2 ;;
+    esac
+done
+EOF2
+cat > "$DC/stubs/kernel_test" <<'EOF2'
+#!/usr/bin/env bash
+n=$(basename "$0")
+[ -n "${STUB_ALL_HANG:-}" ] && exec sleep 60
+echo "# device: NVIDIA H200 (sm_90)"
+echo "ok - $n check 1"
+echo "ok - $n check 2"
+case "$n" in
+    test_attention_cuda)
+        echo "ok - attention flash vs flash1 B=4 T=1024 NH=12 hs=64"
+        for r in "flash 0.400 1.000" "flash1 0.500 1.500" "cublas 0.800 2.400"; do
+            set -- $r
+            echo "# attention $1 B=4 T=1024 NH=12 hs=64: forward $2 ms (100.0 TFLOP/s causal), backward $3 ms (100.0 TFLOP/s at 2.5x forward flops)"
+        done ;;
+    test_backend_cuda) echo "not ok - reduce-scatter off by 3.1e-02 (stub)"; exit 1 ;;
+    test_kernels_cuda)
+        [ -n "${STUB_KERNELS_SKIP:-}" ] && echo "ok - cuda kernels # skip no GPU"
+        if [ -n "${STUB_KERNELS_HANG:-}" ]; then
+            setsid bash -c 'echo $$ > "$STUB_STATE/leftover.pid"; exec sleep 60' < /dev/null > /dev/null 2>&1 &
+            sleep 60
+        fi ;;
+esac
+exit 0
+EOF2
+cat > "$DC/stubs/train_gpt" <<'EOF2'
+#!/usr/bin/env bash
+# train_gpt --device cuda -m MODEL -b B -t T -x STEPS --profile-step P ...: figures per model.
+m=""; b=0; t=0; x=0; p=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -m) m=$2; shift ;; -b) b=$2; shift ;; -t) t=$2; shift ;; -x) x=$2; shift ;; --profile-step) p=$2; shift ;;
+    esac
+    shift
+done
+[ -n "${STUB_TRAIN_HANG:-}" ] && exec sleep 60
+if [ "$m" = d48 ] && [ "$b" -gt "${STUB_D48_OOM_ABOVE_B:-999}" ]; then
+    echo "CUDA error at train/device.cuh:140: out of memory (cudaMalloc(&p, n))" >&2; exit 1
+fi
+case "$m" in
+    d12) n=124475904; tps=412345; rows=("attention|backward|21.500|31.2|12" "matmul (transformer blocks)|backward|20.100|29.1|48"
+                                       "matmul (lm head)|forward|9.900|14.3|1") ;;
+    d48) n=1557686400; tps=51234; rows=("matmul (transformer blocks)|backward|301.200|37.1|192" "matmul (transformer blocks)|forward|150.100|18.5|192"
+                                       "attention|backward|120.400|14.8|48") ;;
+esac
+ms=$(awk -v b="$b" -v t="$t" -v r="$tps" 'BEGIN { printf "%.1f", 1000 * b * t / r }')
+echo "fsdp.c train_gpt | device cuda (requested) | 1 rank(s) via single (mpi), 16 thread(s) each"
+echo "NVIDIA H200: sm_90, 132 SMs, 143771 MiB | peak 989 TFLOP/s"
+echo "model: stand-in $m: $n parameters"
+for ((s = 1; s <= x; s++)); do
+    if [ "$s" = "$p" ]; then
+        echo "profile of step $s (rank 0, cuda device; the stream's time between marks): $ms ms, $ms ms on the host clock"
+        for r in "${rows[@]}"; do
+            IFS='|' read -r name dir rms pct cnt <<< "$r"
+            printf '  %-30s %-8s %10s ms %5s%%  %5d interval(s)\n' "$name" "$dir" "$rms" "$pct" "$cnt"
+        done
+        echo "  host waits in the step (backend): 0"
+    fi
+    echo "step $(printf '%4d' "$s")/$x | loss 10.9 | norm 1.0 | lr 6.00e-04 | $ms ms | $tps tok/s | mfu 50.0% | mem 90000 MiB | eta 1s"
+done
+echo "average step $ms ms ($tps tok/s) over $((x - 2)) steps after the first (not the profiled one); data loading 0.010 ms of it (0.00%, rank 0)"
+echo "peak GPU memory per rank: 91234.5 MiB measured (max over ranks; cudaMemGetInfo above the context), budget 90000.0 MiB"
+EOF2
+cat > "$DC/stubs/test_train_gpu.sh" <<'EOF2'
+#!/usr/bin/env bash
+echo "GPU_TESTS=${GPU_TESTS:-} RUN_TIMEOUT=${GPU_TEST_RUN_TIMEOUT:-}" > "$STUB_STATE/e2e.env"
+for f in train val; do
+    s="$FSDP_DATA/tinyshakespeare/tiny_shakespeare_$f.bin"
+    [ "$(head -c 4 "$s" 2>/dev/null | od -An -tu4 | tr -d ' ')" = 20240520 ] && echo "ok - $f shard there" || echo "not ok - no $f shard: $s"
+done
+echo "ok - cuda vs cpu (stub)"
+[ -n "${STUB_E2E_FAIL:-}" ] && echo "not ok - two identical cuda runs: losses differ (stub)"
+exit 0
+EOF2
+cat > "$DC/san/compute-sanitizer" <<'EOF2'
+#!/usr/bin/env bash
+# compute-sanitizer --tool memcheck --error-exitcode N PROGRAM
+code=0
+while [[ "$1" == --* ]]; do [ "$1" = --error-exitcode ] && code=$2; shift 2; done
+echo "========= COMPUTE-SANITIZER"
+if [ -n "${STUB_SAN_UNSUPPORTED:-}" ]; then
+    echo "========= Error: Device not supported"; echo "CUDA error at x.cu:1: unknown error"; exit 1
+fi
+"$@"; rc=$?
+if [ "$(basename "$1")" = test_backend_cuda ]; then
+    echo "========= Invalid __global__ write of size 4 bytes"
+    echo "=========     at reduce_scatter_kernel+0x40"
+    echo "========= ERROR SUMMARY: 2 errors"; exit "$code"
+fi
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+EOF2
+chmod +x "$DC"/bin/* "$DC"/nogpu/* "$DC"/san/* "$DC"/stubs/*
+
+# check RUN [VAR=VALUE...]: device_check.sh from a fresh copy, its output in $DC/RUN/ (out/,
+# state/, log, rc, wall: seconds it took).
+check() {
+    local d=$DC/$1 t0; shift
+    mkdir -p "$d/root/scripts" "$d/root/dev/bench" "$d/root/dev/test" "$d/state"
+    cp scripts/device_check.sh scripts/find_nccl.sh scripts/device_deps.sh "$d/root/scripts/"
+    cp dev/bench/bench_gpu.sh "$d/root/dev/bench/"
+    cp "$DC/stubs/test_train_gpu.sh" "$d/root/dev/test/"
+    for f in dev/test/test_*_cuda.cu; do : > "$d/root/$f"; done
+    t0=$(date +%s)
+    env PATH="$DC/bin:$T/bin:$PATH" PYTHON="$T/bin/python-stub" STUB_DIR="$DC/stubs" STUB_STATE="$d/state" \
+        OUT="$d/out" FSDP_DATA="$FSDP_DATA" "$@" timeout 120 bash "$d/root/scripts/device_check.sh" > "$d/log" 2>&1
+    echo $? > "$d/rc"
+    echo $(( $(date +%s) - t0 )) > "$d/wall"
+    mkdir -p "$d/logs" && tar xzf "$d/out/logs.tar.gz" -C "$d/logs" 2>/dev/null
+}
+# alive PID: PID runs (a zombie, killed but not yet reaped by its adoptive parent, does not).
+alive() { [ -r "/proc/$1/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat"; }
+# parts RUN: the part names of its summary's lines, in order.
+parts() { grep -E '^(PASS|FAIL|SKIP|TIMEOUT) ' "$DC/$1/out/summary.txt" | awk '{ print $2 }' | tr '\n' ' '; }
+# line RUN STATUS PART: that part's line, if it has that status.
+line() { grep -E "^$2 +$3 \(" "$DC/$1/out/summary.txt"; }
+ALL_PARTS="gpu build test_attention_cuda test_backend_cuda test_kernels_cuda bench_d48 bench_d12 attention_timing e2e memcheck_test_attention_cuda memcheck_test_backend_cuda "
+
+# A: the whole check. A failing kernel test, a hanging one (under a 1 s timeout), d48 out of memory at
+# B=16, an end-to-end check failing, a compute-sanitizer that does not support the device.
+check A DEVICE_CHECK_BUDGET=120 DEVICE_CHECK_TEST_TIMEOUT=1 STUB_KERNELS_HANG=1 STUB_D48_OOM_ABOVE_B=8 STUB_E2E_FAIL=1 \
+    STUB_SAN_UNSUPPORTED=1 PATH="$DC/san:$DC/bin:$T/bin:$PATH"
+A=$DC/A/out/summary.txt
+if [ "$(parts A)" = "$ALL_PARTS" ] && [ "$(cat "$DC/A/rc")" = 1 ] && [ -f "$DC/A/out/logs.tar.gz" ] &&
+   [ "$(ls "$DC/A/out")" = "$(printf 'logs.tar.gz\nsummary.txt')" ] && [ -z "$(grep -vxF -f "$DC/A/log" "$A")" ]; then
+    ok "device_check.sh: the parts in order ($(parts A | wc -w)), status 1, summary printed; \$OUT holds summary.txt and logs.tar.gz only"
+else
+    not_ok "device_check.sh: parts '$(parts A)' (want '$ALL_PARTS'), status $(cat "$DC/A/rc"), \$OUT: $(ls "$DC/A/out" | tr '\n' ' '): $(tail -n 3 "$DC/A/log" | tr '\n' '|' | cut -c1-300)"
+fi
+if line A PASS test_attention_cuda | grep -q '3 ok, 0 not ok' &&
+   line A FAIL test_backend_cuda | grep -q 'status 1, .*2 ok, 1 not ok' && grep -q '^        not ok - reduce-scatter off by 3.1e-02 (stub)$' "$A" &&
+   line A TIMEOUT test_kernels_cuda | grep -q 'a time limit was hit: [0-9]* s of its 1 s' &&
+   [ -s "$DC/A/state/leftover.pid" ] && ! alive "$(cat "$DC/A/state/leftover.pid")" &&
+   line A SKIP memcheck_test_attention_cuda | grep -q 'compute-sanitizer: ========= Error: Device not supported' &&
+   line A SKIP memcheck_test_backend_cuda > /dev/null; then
+    ok "device_check.sh: kernel tests PASS / FAIL (its not ok line shown) / TIMEOUT (what it left running killed); memcheck on an unsupported device: SKIP"
+else
+    not_ok "device_check.sh kernel tests: $(grep -E '^[A-Z]+ +(test_|memcheck)' "$A" | tr '\n' '|' | cut -c1-400); leftover $(cat "$DC/A/state/leftover.pid" 2>/dev/null) $(alive "$(cat "$DC/A/state/leftover.pid" 2>/dev/null)" && echo alive)"
+fi
+# The figures: those of the logs (in logs.tar.gz), as bench_gpu.sh and the stand-ins made them.
+l48=$DC/A/logs/logs/bench_d48/d48_train_gpt.log
+avg48=$(grep '^average step' "$l48" 2>/dev/null | sed -E 's/^average step ([0-9.]+) ms \(([0-9.]+) tok\/s\).*/\2 tok\/s, \1 ms\/step/')
+mfu48=$(awk 'BEGIN { printf "%.1f%%", 100 * 51234 * (6 * 1557686400 + 6 * 48 * 1600 * 1024) / 989e12 }')
+if [ -n "$avg48" ] && line A PASS bench_d48 > /dev/null && grep -q "^          train_gpt: $avg48, MFU $mfu48, GPU mem 89.1 GiB\$" "$A" &&
+   grep -qE '^        d48 +8  1024  train_gpt \(cuda\) +51234 ' "$A" && [ -f "$DC/A/logs/logs/bench_d48/d48_b16_oom_train_gpt.log" ] &&
+   grep -q -- '-> train_gpt: B=16 ran out of GPU memory (d48_b16_oom_train_gpt.log): B=8 instead' "$A" &&
+   grep -q "^        d48 target (train_gpt >= 50% MFU): $mfu48, met\$" "$A" &&
+   grep -q "^        d48 limiting phase (largest row of train_gpt's profiled step): matmul (transformer blocks) backward, 301.200 ms, 37.1% of the step\$" "$A" &&
+   grep -q '^            matmul (transformer blocks)    forward     150.100 ms' "$A"; then
+    ok "device_check.sh: d48 at B=8 after B=16 ran out of memory: $avg48, MFU $mfu48 as in its log; limiting phase and profile table"
+else
+    not_ok "device_check.sh d48: log says '$avg48' (MFU $mfu48); summary: $(sed -n '/bench_d48/,/bench_d12/p' "$A" | grep -E 'train_gpt|d48|limiting' | tr '\n' '|' | cut -c1-500)"
+fi
+l12=$DC/A/logs/logs/bench_d12/d12_train_gpt.log
+tps12=$(grep '^average step' "$l12" 2>/dev/null | sed -E 's/.*\(([0-9.]+) tok\/s\).*/\1/')
+r12=$(awk -v a="$tps12" 'BEGIN { printf "%.2fx", a / 500 }')
+if [ -n "$tps12" ] && line A PASS bench_d12 > /dev/null && grep -qE "^        d12 +32  1024  train_gpt \(cuda\) +$tps12 " "$A" &&
+   grep -qE "^        d12 +32  1024  pytorch-fsdp2, compile default +500 " "$A" &&
+   grep -q "^        d12 target (train_gpt >= 1.1x pytorch tok/s): $r12, met\$" "$A" &&
+   grep -q "^        d12 limiting phase (largest row of train_gpt's profiled step): attention backward, 21.500 ms, 31.2% of the step\$" "$A"; then
+    ok "device_check.sh: d12 against the baseline: $tps12 tok/s from its log, ratio $r12, target and limiting phase"
+else
+    not_ok "device_check.sh d12: log tok/s '$tps12'; summary: $(sed -n '/bench_d12/,/attention_timing/p' "$A" | grep -E 'd12' | tr '\n' '|' | cut -c1-500)"
+fi
+if line A PASS attention_timing | grep -q "from test_attention_cuda's run above" &&
+   grep -q '^        attention flash1 B=4 T=1024 NH=12 hs=64: forward 0.500 ms' "$A" &&
+   grep -q '^        flash speed-up (the other ms / flash ms): over flash1 forward 1.25x, backward 1.50x; over cublas forward 2.00x, backward 2.40x$' "$A" &&
+   line A FAIL e2e | grep -q 'status 1, .*GPU_TESTS="ref determinism resume": 3 ok, 1 not ok' &&
+   grep -q '^        not ok - two identical cuda runs: losses differ (stub)$' "$A" &&
+   [ "$(cat "$DC/A/state/e2e.env")" = "GPU_TESTS=ref determinism resume RUN_TIMEOUT=60" ]; then
+    ok "device_check.sh: flash / flash1 / cublas timings and speed-ups from test_attention_cuda's log; e2e with GPU_TESTS, a failed check (status 0) is FAIL"
+else
+    not_ok "device_check.sh timings / e2e: $(sed -n '/attention_timing/,/memcheck/p' "$A" | tr '\n' '|' | cut -c1-500); e2e got: $(cat "$DC/A/state/e2e.env" 2>/dev/null)"
+fi
+
+# D: a driver older than nvcc (FAIL, the rest goes on), the MPI build fails (then NO_MPI=1), a kernel test skips itself, no Tiny Shakespeare
+# (random tokens), a hanging baseline (bench_gpu.sh's own timeout: TIMEOUT), compute-sanitizer.
+check D DEVICE_CHECK_BUDGET=120 STUB_DRIVER_CUDA=12.8 STUB_NVCC_RELEASE=13.1 STUB_KERNELS_SKIP=1 STUB_MAKE_MPI_FAILS=1 FSDP_DATA="$DC/none" BENCH_TIMEOUT_TORCH=1 STUB_TORCH_HANG=1 PATH="$DC/san:$DC/bin:$T/bin:$PATH"
+D=$DC/D/out/summary.txt
+if [ "$(parts D)" = "gpu build build_nompi ${ALL_PARTS#gpu build }" ] && line D FAIL build | grep -q 'status 2' &&
+   grep -q '^        comm/comm_mpi.c:3:10: fatal error: mpi.h' "$D" && line D PASS build_nompi > /dev/null &&
+   [ "$(sed -n 2p "$DC/D/state/make.args")" = "NO_MPI=1 $(head -n 1 "$DC/D/state/make.args")" ] &&
+   grep -q '^data: Tiny Shakespeare not found .*random tokens' "$D" && line D PASS e2e | grep -q '3 ok, 0 not ok' &&
+   line D SKIP test_kernels_cuda | grep -qx 'SKIP    test_kernels_cuda (no GPU)' &&
+   line D PASS bench_d48 > /dev/null && grep -qE '^        d48 +16  1024  train_gpt' "$D" &&
+   line D TIMEOUT bench_d12 > /dev/null && grep -q -- '-> pytorch: timed out after 1s' "$D" &&
+   line D PASS memcheck_test_attention_cuda | grep -q 'memcheck: 0 error(s)' &&
+   line D FAIL memcheck_test_backend_cuda | grep -q 'status 86, .*memcheck: 2 error(s)' && grep -q '^        ========= Invalid __global__ write' "$D"; then
+    ok "device_check.sh: MPI build fails -> NO_MPI=1; a self-skipped test is SKIP; random-token shards; a baseline's timeout is TIMEOUT; memcheck PASS and FAIL (2 errors)"
+else
+    not_ok "device_check.sh D: parts '$(parts D)': $(grep -E '^[A-Z]+ |^data' "$D" | tr '\n' '|' | cut -c1-600)"
+fi
+
+# B: everything hangs, budget 12 s: the first kernel test takes what is left, the rest are
+# skipped, and the whole stays inside the budget.
+check B DEVICE_CHECK_BUDGET=12 DEVICE_CHECK_MIN_PART=2 STUB_NVCC_RELEASE=13.1 STUB_ALL_HANG=1 STUB_TRAIN_HANG=1
+B=$DC/B/out/summary.txt
+nskip=$(grep -c '^SKIP .*(no time left: ' "$B")
+if [ "$(parts B)" = "$ALL_PARTS" ] && line B TIMEOUT test_attention_cuda > /dev/null && [ "$nskip" = 6 ] &&
+   [ "$(grep -c '^SKIP    memcheck_test_[a-z]*_cuda (compute-sanitizer not found)$' "$B")" = 2 ] &&
+   [ "$(cat "$DC/B/wall")" -le 12 ] && grep -qE '^total ([0-9]|1[0-2]) s of 12 s; SOME PARTS FAILED' "$B"; then
+    ok "device_check.sh: budget 12 s with every part hanging: done in $(cat "$DC/B/wall") s, a TIMEOUT and $nskip parts skipped for time; no compute-sanitizer: SKIP"
+else
+    not_ok "device_check.sh B: $(cat "$DC/B/wall") s; parts '$(parts B)'; $(grep -E '^[A-Z]+ |^total' "$B" | cut -c1-80 | tr '\n' '|')"
+fi
+
+# C: no GPU visible: a FAIL saying so at once, every other part SKIP, nothing built.
+check C PATH="$DC/nogpu:$DC/bin:$T/bin:$PATH"
+C=$DC/C/out/summary.txt
+if [ "$(parts C)" = "$ALL_PARTS" ] && line C FAIL gpu | grep -q "no GPU visible: NVIDIA-SMI has failed" &&
+   [ "$(grep -c '^SKIP .*(no GPU visible)$' "$C")" = 10 ] && [ ! -e "$DC/C/state/make.args" ] &&
+   [ "$(cat "$DC/C/rc")" = 1 ] && [ "$(cat "$DC/C/wall")" -le 3 ]; then
+    ok "device_check.sh: no GPU visible: FAIL gpu and 10 parts skipped in $(cat "$DC/C/wall") s, status 1, nothing built"
+else
+    not_ok "device_check.sh C: status $(cat "$DC/C/rc") after $(cat "$DC/C/wall") s: $(grep -E '^[A-Z]+ ' "$C" | cut -c1-80 | tr '\n' '|')"
+fi
+
+# The GPU line (runs A, B, D) and A's one build.
+margs=$(cat "$DC/A/state/make.args" 2>/dev/null)
+want_t="train_gpt$(for f in dev/test/test_*_cuda.cu; do printf ' build/%s' "$(basename "$f" .cu)"; done)"
+if [ "$(wc -l < "$DC/A/state/make.args")" = 1 ] && [[ "$margs" == "-j"*" GPU_ARCH=90 WERROR= $want_t" ]] &&
+   line A PASS gpu | grep -qF "(1 GPU(s), NVIDIA H200, 143771 MiB, 580.159.04; CUDA 13.0 (driver), nvcc 13.0 ($DC/bin/nvcc))" &&
+   line B PASS gpu | grep -q 'nvcc 13.1 .*: nvcc is newer, runs by minor-version compatibility)$' &&
+   line D FAIL gpu | grep -q 'CUDA 12.8 (driver), nvcc 13.1 .*: the driver is too old for nvcc.s programs)$' && line A PASS build > /dev/null; then
+    ok "device_check.sh: the driver's CUDA against nvcc's (equal, newer minor, older major); one targeted build: make $margs"
+else
+    not_ok "device_check.sh build: make called with '$margs' (want '-jN GPU_ARCH=90 WERROR= $want_t'); $(grep -hE '^[A-Z]+ +(gpu|build) ' "$A" "$DC/B/out/summary.txt" "$DC/D/out/summary.txt" | tr '\n' '|')"
+fi
+
+# test_train_gpu.sh's GPU_TESTS: the checks of the groups named and no others, from a copy of
+# the tree with the fake nvidia-smi and a stand-in train_gpt (launched by launch_local.sh, as a
+# build without MPI) that writes the same losses on every device and run, a checkpoint at
+# --stop-at-step, the steps after it on --resume, and the lines the checks look for.
+TG=$T/ttg
+mkdir -p "$TG/dev/test" "$TG/scripts"
+cp dev/test/test_train_gpu.sh dev/test/lib.sh dev/test/compare_losses.py "$TG/dev/test/"
+cp scripts/launch_local.sh "$TG/scripts/"
+cat > "$TG/train_gpt" <<'EOF2'
+#!/usr/bin/env bash
+o=""; x=20; stop=0; resume=""; sample=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -o) o=$2; shift ;; -x) x=$2; shift ;; --stop-at-step) stop=$2; shift ;; --resume) resume=$2; shift ;; -s) sample=$2; shift ;;
+    esac
+    shift
+done
+first=1 last=$x
+[ -n "$resume" ] && first=11
+[ "$stop" -gt 0 ] && last=$stop
+if [ -n "$o" ]; then
+    mkdir -p "$o"
+    for ((s = first; s <= last; s++)); do echo "{\"step\":$s,\"loss\":$((1000 - s)).5}" >> "$o/metrics.jsonl"; done
+    if [ "$stop" -gt 0 ]; then
+        ck=$(printf '%s/ckpt/step_%08d' "$o" "$stop")
+        mkdir -p "$ck" && echo '{}' > "$ck/manifest.json"
+    fi
+fi
+[ "$sample" -gt 0 ] && echo "sample (step $sample): stand-in"
+echo "val loss 9.9"
+echo "peak GPU memory per rank: 600.0 MiB measured (max over ranks; cudaMemGetInfo above the context), budget 500.0 MiB"
+EOF2
+chmod +x "$TG/train_gpt"
+# ttg GROUPS: test_train_gpu.sh's ok / not ok lines with GPU_TESTS=GROUPS, names only.
+ttg() {
+    (cd "$TG" && env PATH="$T/bin:$PATH" PYTHON=python3 GPU_TESTS="$1" TEST_TMP="$TG/tmp_${1// /_}" \
+        timeout 60 bash dev/test/test_train_gpu.sh 2>&1) | grep -E '^(not )?ok - ' | sed -E 's/ \(.*//; s/: .*//' | tr '\n' '|'
+}
+got1=$(ttg "ref determinism resume")
+want1="ok - sampling on cuda|ok - validation on cuda|ok - GPU memory|ok - cuda vs cpu, 20 steps from the same init|ok - two identical cuda runs|ok - cuda|"
+got2=$(ttg "cross variants")
+want2="ok - cuda checkpoint resumed on the cpu|ok - cpu checkpoint resumed on cuda|ok - --attention cublas vs flash|ok - --reduce-dtype fp32 vs bf16|ok - --gelu-fusion 0 vs 2|"
+if [ "$got1" = "$want1" ] && [ "$got2" = "$want2" ]; then
+    ok "test_train_gpu.sh: GPU_TESTS=\"ref determinism resume\" runs those 6 checks, \"cross variants\" those 5"
+else
+    not_ok "test_train_gpu.sh GPU_TESTS: 'ref determinism resume' gave '$got1' (want '$want1'); 'cross variants' gave '$got2' (want '$want2')"
+fi
+
+# test_train_gpu.sh refuses a group it does not know (a typo would check nothing).
+out=$(GPU_TESTS="ref determinsm" bash dev/test/test_train_gpu.sh 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "^not ok - GPU_TESTS: unknown group 'determinsm'" <<<"$out"; then
+    ok "test_train_gpu.sh: GPU_TESTS with an unknown group is refused"
+else
+    not_ok "test_train_gpu.sh GPU_TESTS='ref determinsm': status $rc: $(head -c 200 <<<"$out")"
 fi

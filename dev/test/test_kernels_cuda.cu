@@ -20,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <string>
 #include <vector>
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_matmul.cuh"
 
 // ----------------------------------------------------------------------------
 // Tolerances
@@ -870,6 +872,387 @@ static void test_casts(Rng& rng, size_t n, int misalign) {
     cudaFree(d_x); cudaFree(d_b); cudaFree(d_y);
 }
 
+
+// ----------------------------------------------------------------------------
+// cuBLASLt algorithm choice (kernels/cuda_matmul.cuh): candidates, timing, the plan cache
+//
+// The same GEMMs (GPT-2's linear layers in every form the model uses: bias, GELU and DGELU
+// epilogues, accumulation with beta = 1 into bf16 and fp32, and a strided batch) run through
+// contexts that choose differently. Everywhere: tuning in the exact mode gives the untuned
+// bits, on the operands it was timed on and on others (the cached plans); each shape is
+// planned, timed and waited for once; accumulating calls add their product once. Under the
+// emulator, whose fake cuBLASLt can return failing, slow and other-bits candidates
+// (EMU_CUBLASLT_ALGOS, dev/cuda_emu/cublaslt.cpp), also: which candidate each mode picks,
+// that a failing one is skipped, that a GELU epilogue none of whose candidates runs falls
+// back to the kernels, the default (tuning off), and the full plan table.
+
+struct MmOperands {
+    int N, C, OC;
+    std::vector<float> inp, w, bias, dout, pre_c, dinp0;  // the bf16 values, as fp32
+    bf16 *d_inp, *d_w, *d_bias, *d_dout, *d_pre_c;
+};
+static MmOperands mm_operands(Rng& rng, int N, int C, int OC) {
+    MmOperands o;
+    o.N = N; o.C = C; o.OC = OC;
+    o.inp = rand_bf16(rng, (size_t)N * C, 1.0f);
+    o.w = rand_bf16(rng, (size_t)OC * C, 1.0f);
+    o.bias = rand_bf16(rng, OC, 1.0f);
+    o.dout = rand_bf16(rng, (size_t)N * OC, 1.0f);
+    o.pre_c = rand_bf16(rng, (size_t)N * C, 2.0f);
+    o.dinp0 = rand_bf16(rng, (size_t)N * C, 4.0f);
+    o.d_inp = dev_upload(to_bf16(o.inp));
+    o.d_w = dev_upload(to_bf16(o.w));
+    o.d_bias = dev_upload(to_bf16(o.bias));
+    o.d_dout = dev_upload(to_bf16(o.dout));
+    o.d_pre_c = dev_upload(to_bf16(o.pre_c));
+    return o;
+}
+static void mm_operands_free(MmOperands& o) {
+    cudaFree(o.d_inp); cudaFree(o.d_w); cudaFree(o.d_bias); cudaFree(o.d_dout); cudaFree(o.d_pre_c);
+}
+
+struct MmOut {
+    const char* name;
+    bool f32;
+    std::vector<uint8_t> bytes;
+    std::vector<float> values() const {
+        const size_t n = bytes.size() / (f32 ? 4 : 2);
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; i++) {
+            if (f32) memcpy(&v[i], &bytes[i * 4], 4);
+            else { bf16 b; memcpy(&b, &bytes[i * 2], 2); v[i] = bf16_to_float(b); }
+        }
+        return v;
+    }
+};
+static MmOut mm_fetch(const char* name, const void* d, size_t n, bool f32) {
+    MmOut o;
+    o.name = name;
+    o.f32 = f32;
+    o.bytes = dev_download((const uint8_t*)d, n * (f32 ? 4 : 2));
+    return o;
+}
+
+static int g_mm_waits = 0;
+static void mm_test_wait(void* ctx, cudaStream_t s, const char* what) {
+    (void)ctx; (void)what;
+    g_mm_waits++;
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+// A context choosing by `mode` (quiet, waiting through mm_test_wait).
+static MatmulContext* mm_context(int mode) {
+    MatmulContext* mm = (MatmulContext*)malloc(sizeof(MatmulContext));
+    matmul_context_init(mm);
+    matmul_set_autotune(mm, mode);
+    mm->tune_report = 0;
+    mm->host_wait = mm_test_wait;
+    return mm;
+}
+static void mm_context_free(MatmulContext* mm) {
+    matmul_context_destroy(mm);
+    free(mm);
+}
+
+// Every form of GEMM the model issues, on o, on stream s; the outputs, in a fixed order.
+static std::vector<MmOut> mm_run_ops(MatmulContext* mm, const MmOperands& o, cudaStream_t s) {
+    const int N = o.N, C = o.C, OC = o.OC;
+    std::vector<MmOut> outs;
+    bf16* out = dev_alloc<bf16>((size_t)N * OC);
+    bf16* gout = dev_alloc<bf16>((size_t)N * OC);
+    bf16* gpre = dev_alloc<bf16>((size_t)N * OC);
+    bf16* dacc = dev_upload(to_bf16(o.dinp0));
+    bf16* dinp = dev_alloc<bf16>((size_t)N * C);
+    bf16* dgelu = dev_alloc<bf16>((size_t)N * C);
+    bf16* dw16 = dev_alloc<bf16>((size_t)OC * C);
+    float* dw32 = dev_alloc<float>((size_t)OC * C);
+    const int BM = 16, BN = 40, BATCH = 3;  // batch of [16, C] @ [40, C]^T, alpha 0.5
+    float* bat = dev_alloc<float>((size_t)BATCH * BM * BN);
+    CUDA_CHECK(cudaMemset(out, 0xff, (size_t)N * OC * 2));  // NaN: must be overwritten
+    CUDA_CHECK(cudaMemset(gout, 0xff, (size_t)N * OC * 2));
+    CUDA_CHECK(cudaMemset(gpre, 0xff, (size_t)N * OC * 2));
+    CUDA_CHECK(cudaMemset(dinp, 0xff, (size_t)N * C * 2));
+    CUDA_CHECK(cudaMemset(dgelu, 0xff, (size_t)N * C * 2));
+    CUDA_CHECK(cudaMemset(bat, 0xff, (size_t)BATCH * BM * BN * 4));
+    CUDA_CHECK(cudaMemset(dw16, 0, (size_t)OC * C * 2));
+    CUDA_CHECK(cudaMemset(dw32, 0, (size_t)OC * C * 4));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    matmul_forward_cuda(mm, out, NULL, o.d_inp, o.d_w, o.d_bias, N, C, OC, s);
+    matmul_forward_cuda(mm, gout, gpre, o.d_inp, o.d_w, o.d_bias, N, C, OC, s);
+    // The dinp shape first with beta = 1 (its candidates are timed on a scratch copy), then
+    // overwriting (the plan is cached: beta is not part of the key).
+    matmul_backward_dinp_cuda(mm, dacc, o.d_dout, o.d_w, NULL, N, C, OC, 1, s);
+    matmul_backward_dinp_cuda(mm, dinp, o.d_dout, o.d_w, NULL, N, C, OC, 0, s);
+    matmul_backward_dinp_cuda(mm, dgelu, o.d_dout, o.d_w, o.d_pre_c, N, C, OC, 0, s);
+    for (int k = 0; k < 2; k++) {
+        matmul_backward_dweight_cuda(mm, dw16, CUDA_R_16BF, o.d_dout, o.d_inp, N, C, OC, 1, s);
+        matmul_backward_dweight_cuda(mm, dw32, CUDA_R_32F, o.d_dout, o.d_inp, N, C, OC, 1, s);
+    }
+    MatmulGemm g = mm_gemm_init();
+    g.M = BM; g.N = BN; g.K = C;
+    g.A = o.d_inp; g.lda = C; g.strideA = (long long)BM * C;
+    g.B = o.d_w; g.ldb = C; g.transB = 1; g.strideB = (long long)BN * C;
+    g.D = bat; g.ldd = BN; g.d_type = CUDA_R_32F; g.strideD = (long long)BM * BN;
+    g.batch = BATCH;
+    g.alpha = 0.5f;
+    matmul_gemm_cuda(mm, &g, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    outs.push_back(mm_fetch("forward + bias", out, (size_t)N * OC, false));
+    outs.push_back(mm_fetch("forward + bias + GELU", gout, (size_t)N * OC, false));
+    outs.push_back(mm_fetch("forward pre-GELU", gpre, (size_t)N * OC, false));
+    outs.push_back(mm_fetch("dinp accumulated (beta 1)", dacc, (size_t)N * C, false));
+    outs.push_back(mm_fetch("dinp", dinp, (size_t)N * C, false));
+    outs.push_back(mm_fetch("dinp + GELU backward", dgelu, (size_t)N * C, false));
+    outs.push_back(mm_fetch("dweight bf16 accumulated twice", dw16, (size_t)OC * C, false));
+    outs.push_back(mm_fetch("dweight fp32 accumulated twice", dw32, (size_t)OC * C, true));
+    outs.push_back(mm_fetch("batched GEMM", bat, (size_t)BATCH * BM * BN, true));
+    cudaFree(out); cudaFree(gout); cudaFree(gpre); cudaFree(dacc); cudaFree(dinp); cudaFree(dgelu);
+    cudaFree(dw16); cudaFree(dw32); cudaFree(bat);
+    return outs;
+}
+
+// "" when a and b are bitwise equal output for output, else which output first differs.
+static std::string mm_first_difference(const std::vector<MmOut>& a, const std::vector<MmOut>& b) {
+    if (a.size() != b.size()) return "different output counts";
+    for (size_t i = 0; i < a.size(); i++)
+        if (a[i].bytes != b[i].bytes) return a[i].name;
+    return "";
+}
+#ifdef FSDP_CUBLASLT_EMULATED
+// Every plan: how many candidates, which is in use, whether it was timed. "" when as expected.
+static std::string mm_plans_are(const MatmulContext* mm, int ncand, int chosen, int tuned) {
+    char buf[200] = "";
+    for (int i = 0; i < mm->nplans; i++) {
+        const MatmulPlan* p = &mm->plans[i];
+        if (p->ncandidates != ncand || p->chosen != chosen || p->tuned != tuned) {
+            snprintf(buf, sizeof buf, "plan %d of %d: %d candidates, #%d in use, tuned %d (want %d, #%d, %d)", i,
+                     mm->nplans, p->ncandidates, p->chosen, p->tuned, ncand, chosen, tuned);
+            return buf;
+        }
+    }
+    return "";
+}
+#endif
+
+static void test_matmul_autotune(Rng& rng) {
+    const int N = 64, C = 96, OC = 160;
+    MmOperands X = mm_operands(rng, N, C, OC), Y = mm_operands(rng, N, C, OC);
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    char det[400];
+
+    // Untuned reference outputs, and their accuracy (the accumulations against the CPU twin).
+    MatmulContext* off = mm_context(MATMUL_TUNE_OFF);
+    const std::vector<MmOut> offX = mm_run_ops(off, X, s), offY = mm_run_ops(off, Y, s);
+    {
+        std::vector<float> dinp = X.dinp0, dw((size_t)OC * C, 0.0f);
+        matmul_backward(dinp.data(), dw.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
+        matmul_backward(NULL, dw.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
+        check_bf16("matmul (untuned) dinp accumulated onto its input, beta 1", to_bf16(offX[3].values()), dinp);
+        check_close("matmul (untuned) dweight fp32 accumulated twice", offX[7].values(), dw, 1e-5,
+                    1e-5 * max_abs(dw));
+    }
+
+    // Exact mode: the untuned bits, on the operands it timed (X) and on others (Y); each
+    // shape planned, timed and waited for once.
+    {
+        MatmulContext* ex = mm_context(MATMUL_TUNE_EXACT);
+        g_mm_waits = 0;
+        const std::vector<MmOut> exX = mm_run_ops(ex, X, s);
+        const long long q1 = ex->heuristic_queries, t1 = ex->tuned_shapes, c1 = ex->timed_candidates;
+        const int w1 = g_mm_waits;
+        const std::vector<MmOut> exY = mm_run_ops(ex, Y, s);
+        const std::string dx = mm_first_difference(exX, offX), dy = mm_first_difference(exY, offY);
+        if (dx.empty() && dy.empty())
+            snprintf(det, sizeof det, "%zu outputs, on the operands timed and on others", exX.size());
+        else
+            snprintf(det, sizeof det, "%s%s%s%s differs", dx.empty() ? "" : "timed operands: ", dx.c_str(),
+                     dy.empty() ? "" : "; other operands: ", dy.c_str());
+        report(dx.empty() && dy.empty(), "matmul autotune exact: every output bitwise equal to the untuned one", "%s", det);
+        char summary[512];
+        const int said = matmul_autotune_summary(ex, summary, sizeof summary);
+        snprintf(det, sizeof det, "%d plans, %lld heuristic queries (%lld after the first pass), %lld shapes tuned "
+                 "(%lld), %lld candidates timed (%lld), %d host waits (%d)", ex->nplans, ex->heuristic_queries, q1,
+                 ex->tuned_shapes, t1, ex->timed_candidates, c1, g_mm_waits, w1);
+        bool once = ex->heuristic_queries == ex->nplans && q1 == ex->nplans && ex->tuned_shapes == t1 &&
+                    ex->timed_candidates == c1 && g_mm_waits == w1 && w1 == t1 && ex->untuned_shapes == 0 &&
+                    said == (t1 > 0);
+#ifdef FSDP_CUBLASLT_EMULATED  // the fake's default: four interchangeable candidates per shape
+        once = once && ex->nplans == 7 && t1 == 7 && c1 == 4 * 7 && ex->other_bits_candidates == 0 &&
+               ex->unrepeatable_candidates == 0;
+#endif
+        report(once, "matmul autotune: each shape planned, timed and waited for once", det);
+        if (said) printf("# %s\n", summary);
+        mm_context_free(ex);
+    }
+    // Fastest mode: within bf16 rounding of the untuned outputs (bits may differ).
+    {
+        MatmulContext* fa = mm_context(MATMUL_TUNE_FASTEST);
+        const std::vector<MmOut> faX = mm_run_ops(fa, X, s);
+        double worst = 0.0;
+        for (size_t i = 0; i < faX.size(); i++) {
+            const std::vector<float> a = faX[i].values(), b = offX[i].values();
+            const double mx = fmax(max_abs(b), 1e-30);
+            for (size_t j = 0; j < a.size(); j++) worst = fmax(worst, fabs((double)a[j] - b[j]) / mx);
+        }
+        report(worst <= 1e-2, "matmul autotune fastest: outputs within bf16 rounding of the untuned ones",
+               "max err %.2e of max|untuned|, tol 1e-2", worst);
+        mm_context_free(fa);
+    }
+
+#ifdef FSDP_CUBLASLT_EMULATED
+    // The default under the emulator: no timing, nothing to report.
+    {
+        MatmulContext* dflt = (MatmulContext*)malloc(sizeof(MatmulContext));
+        matmul_context_init(dflt);
+        const std::vector<MmOut> o = mm_run_ops(dflt, X, s);
+        char summary[512];
+        const bool quiet = !matmul_autotune_summary(dflt, summary, sizeof summary);
+        snprintf(det, sizeof det, "mode %s, %lld shapes tuned, %d plans", matmul_autotune_name(dflt->autotune),
+                 dflt->tuned_shapes, dflt->nplans);
+        report(dflt->autotune == MATMUL_TUNE_OFF && dflt->tuned_shapes == 0 && quiet &&
+               mm_first_difference(o, offX).empty() && mm_plans_are(dflt, 4, 0, 0).empty(),
+               "matmul autotune is off by default under the emulator", det);
+        mm_context_free(dflt);
+    }
+    // Candidates: #0 fails at run time, #1 slow (20 ms), #2 fast (4 ms), #3 fastest with other
+    // bits, #4 medium (12 ms). Off keeps #1 (the first that runs), exact #2, fastest #3.
+    setenv("EMU_CUBLASLT_ALGOS", "fail,ok:20,ok:4,ulp,ok:12", 1);
+    for (int mode = MATMUL_TUNE_OFF; mode <= MATMUL_TUNE_FASTEST; mode++) {
+        MatmulContext* mm = mm_context(mode);
+        g_mm_waits = 0;
+        const std::vector<MmOut> oX = mm_run_ops(mm, X, s), oY = mm_run_ops(mm, Y, s);
+        const int want = mode == MATMUL_TUNE_OFF ? 1 : mode == MATMUL_TUNE_EXACT ? 2 : 3;
+        const int timed = mode != MATMUL_TUNE_OFF;
+        const std::string plans = mm_plans_are(mm, 5, want, timed);
+        const long long P = mm->nplans;
+        const bool counts = P == 7 && mm->heuristic_queries == P && mm->failed_candidates == P &&
+                            mm->tuned_shapes == (timed ? P : 0) && mm->timed_candidates == (timed ? 4 * P : 0) &&
+                            mm->other_bits_candidates == (timed ? P : 0) && g_mm_waits == (timed ? P : 0);
+        bool bits;
+        std::string what;
+        if (mode != MATMUL_TUNE_FASTEST) {
+            what = mm_first_difference(oX, offX) + mm_first_difference(oY, offY);
+            bits = what.empty();
+        } else {  // #3: every element of D one bit off the exact result (the aux is exact)
+            bits = true;
+            for (size_t i = 0; i < oX.size(); i++) {
+                const size_t es = oX[i].f32 ? 4 : 2;
+                const bool aux = !strcmp(oX[i].name, "forward pre-GELU");
+                for (size_t j = 0; j < oX[i].bytes.size(); j += es) {
+                    const bool flipped = (oX[i].bytes[j] ^ offX[i].bytes[j]) == 1 &&
+                                         !memcmp(&oX[i].bytes[j + 1], &offX[i].bytes[j + 1], es - 1);
+                    const bool same = !memcmp(&oX[i].bytes[j], &offX[i].bytes[j], es);
+                    // Two accumulated calls flip twice with a sum between: only outputs of one
+                    // call are checked bit for bit.
+                    const bool single = strstr(oX[i].name, "twice") == NULL;
+                    if (single && !(aux ? same : flipped)) { bits = false; what = oX[i].name; break; }
+                }
+                if (!bits) break;
+            }
+        }
+        char summary[512];
+        const int said = matmul_autotune_summary(mm, summary, sizeof summary);
+        const bool gain = !timed || (said && mm->tune_ratio_min > 2.0);
+        char ratios[64] = "";
+        if (timed) snprintf(ratios, sizeof ratios, ", first/chosen %.2fx-%.2fx", mm->tune_ratio_min, mm->tune_ratio_max);
+        snprintf(det, sizeof det, "%s%s%lld plans, %lld queries, %lld failed, %lld tuned, %lld timed, %lld other bits, "
+                 "%d waits%s; %s%s", plans.c_str(), plans.empty() ? "" : "; ", P, mm->heuristic_queries,
+                 mm->failed_candidates, mm->tuned_shapes, mm->timed_candidates, mm->other_bits_candidates, g_mm_waits,
+                 ratios, bits ? "bits as expected" : "unexpected bits in ", what.c_str());
+        char name[160];
+        snprintf(name, sizeof name, "matmul autotune %s picks candidate #%d of [fail, 20 ms, 4 ms, 4 ms other bits, "
+                 "12 ms], skips the failing one", matmul_autotune_name(mode), want);
+        report(plans.empty() && counts && bits && gain, name, det);
+        if (said) printf("# %s\n", summary);
+        mm_context_free(mm);
+    }
+
+    // A candidate whose bits vary from call to call (#1, the fastest: it matches the first
+    // on its first run) is chosen in neither timed mode.
+    setenv("EMU_CUBLASLT_ALGOS", "ok:20,noisy,ok:4", 1);
+    for (int mode = MATMUL_TUNE_EXACT; mode <= MATMUL_TUNE_FASTEST; mode++) {
+        MatmulContext* mm = mm_context(mode);
+        const std::vector<MmOut> oX = mm_run_ops(mm, X, s);
+        const std::string plans = mm_plans_are(mm, 3, 2, 1), what = mm_first_difference(oX, offX);
+        snprintf(det, sizeof det, "%s%s%d plans, %lld not repeatable, %lld other bits; %s%s", plans.c_str(),
+                 plans.empty() ? "" : "; ", mm->nplans, mm->unrepeatable_candidates, mm->other_bits_candidates,
+                 what.empty() ? "bitwise equal to untuned" : "differs from untuned: ", what.c_str());
+        char name[160];
+        snprintf(name, sizeof name, "matmul autotune %s never picks a candidate whose bits vary between calls",
+                 matmul_autotune_name(mode));
+        report(plans.empty() && what.empty() && mm->unrepeatable_candidates == mm->nplans, name, det);
+        mm_context_free(mm);
+    }
+    unsetenv("EMU_CUBLASLT_ALGOS");
+
+    // A GELU epilogue none of whose candidates runs (or none found: EMU_CUBLASLT_NO_GELU)
+    // falls back to the GELU kernels, as with fusion off; plain GEMMs keep running.
+    {
+        MatmulContext* unf = mm_context(MATMUL_TUNE_OFF);
+        matmul_set_gelu_fusion(unf, 0);
+        unsetenv("EMU_CUBLASLT_ALGOS");
+        const std::vector<MmOut> ref = mm_run_ops(unf, X, s);
+        mm_context_free(unf);
+        for (int no_gelu = 0; no_gelu < 2; no_gelu++) {
+            if (no_gelu) setenv("EMU_CUBLASLT_NO_GELU", "1", 1);
+            else setenv("EMU_CUBLASLT_ALGOS", "nogelu,nogelu:1", 1);
+            MatmulContext* mm = mm_context(MATMUL_TUNE_EXACT);
+            const std::vector<MmOut> o = mm_run_ops(mm, X, s);
+            const std::string d = mm_first_difference(o, ref);
+            snprintf(det, sizeof det, "fusion after: forward %d, backward %d; %s%s", mm->fuse_gelu_forward,
+                     mm->fuse_gelu_backward, d.empty() ? "bitwise equal to fusion off" : "differs from fusion off: ",
+                     d.c_str());
+            report(d.empty() && !mm->fuse_gelu_forward && !mm->fuse_gelu_backward,
+                   no_gelu ? "matmul autotune: GELU epilogues the heuristic has nothing for fall back to the kernels"
+                           : "matmul autotune: GELU epilogues whose every candidate fails fall back to the kernels",
+                   det);
+            mm_context_free(mm);
+            unsetenv("EMU_CUBLASLT_NO_GELU");
+            unsetenv("EMU_CUBLASLT_ALGOS");
+        }
+    }
+
+    // A full plan table: the 65th shape is planned per call, untimed, and still skips the
+    // failing candidate.
+    {
+        setenv("EMU_CUBLASLT_ALGOS", "fail,ok", 1);
+        MatmulContext* mm = mm_context(MATMUL_TUNE_EXACT);
+        bf16* out = dev_alloc<bf16>((size_t)N * OC);
+        for (int rows = 1; rows <= MATMUL_PLAN_CACHE; rows++)
+            matmul_forward_cuda(mm, out, NULL, X.d_inp, X.d_w, NULL, rows, C, OC, s);
+        const long long q = mm->heuristic_queries, t = mm->tuned_shapes, f = mm->failed_candidates;
+        std::vector<MmOut> got;
+        for (int k = 0; k < 2; k++) {
+            CUDA_CHECK(cudaMemsetAsync(out, 0xff, (size_t)N * OC * 2, s));
+            matmul_forward_cuda(mm, out, NULL, X.d_inp, X.d_w, NULL, N, C, OC - 8, s);
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            got.push_back(mm_fetch("forward", out, (size_t)N * (OC - 8), false));
+        }
+        unsetenv("EMU_CUBLASLT_ALGOS");
+        MatmulContext* ref = mm_context(MATMUL_TUNE_OFF);
+        CUDA_CHECK(cudaMemsetAsync(out, 0xff, (size_t)N * OC * 2, s));
+        matmul_forward_cuda(ref, out, NULL, X.d_inp, X.d_w, NULL, N, C, OC - 8, s);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        const MmOut want = mm_fetch("forward", out, (size_t)N * (OC - 8), false);
+        snprintf(det, sizeof det, "%d plans, %lld tuned; beyond the table: %lld queries, %lld tuned, %lld failed "
+                 "for 2 calls", mm->nplans, t, mm->heuristic_queries - q, mm->tuned_shapes - t,
+                 mm->failed_candidates - f);
+        report(mm->nplans == MATMUL_PLAN_CACHE && t == MATMUL_PLAN_CACHE && mm->heuristic_queries - q == 2 &&
+               mm->tuned_shapes == t && mm->failed_candidates - f == 2 && got[0].bytes == want.bytes &&
+               got[1].bytes == want.bytes, "matmul autotune: shapes beyond the plan table run untimed", det);
+        mm_context_free(ref);
+        mm_context_free(mm);
+        cudaFree(out);
+    }
+#else
+    printf("# matmul autotune: the checks of candidates that fail, are slow or differ need the emulator's fake cuBLASLt\n");
+#endif
+    mm_context_free(off);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    mm_operands_free(X);
+    mm_operands_free(Y);
+}
 // ----------------------------------------------------------------------------
 
 int main(void) {
@@ -937,6 +1320,8 @@ int main(void) {
     test_casts(rng, 100003, 0);
     test_casts(rng, 1001, 1);
     test_casts(rng, 5, 0);
+
+    test_matmul_autotune(rng);
 
     CUDA_CHECK(cudaDeviceSynchronize());
     printf("# cuda kernels: %d passed, %d failed\n", n_passed, n_failed);

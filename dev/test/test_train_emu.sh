@@ -223,6 +223,10 @@ cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
 EMU_CUBLASLT_NO_GELU=1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
 cuda cuda_recompute_full 1 -b 2 --recompute full -o "$TMP/cuda_recompute_full"
 cuda cuda_recompute_sel 1 -b 2 --gelu-fusion 0 --recompute selective -o "$TMP/cuda_recompute_sel"
+# cuBLASLt's candidates per shape: the heuristic's first slower, the second faster with other
+# bits, the third faster with the first's bits.
+EMU_CUBLASLT_ALGOS=ok:3,ulp,ok cuda cuda_tune_exact 1 -b 2 -s 4 -g 8 --matmul-autotune 1 -o "$TMP/cuda_tune_exact"
+EMU_CUBLASLT_ALGOS=ok:3,ulp,ok cuda cuda_tune_fastest 1 -b 2 -s 4 -g 8 --matmul-autotune 2 -o "$TMP/cuda_tune_fastest"
 nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again" --profile-step 3
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
@@ -352,6 +356,27 @@ good cuda_ref cuda_accum && compare "cuda 2 micro-steps with --no-grad-sync-unti
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_accum/metrics.jsonl" --rtol 0.01
 good cuda_ref cuda_cublas && compare "cuda --attention cublas vs flash (within 2%)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_cublas/metrics.jsonl" --rtol 0.02
+# --matmul-autotune: the exact mode switches to the faster candidate with the same bits and
+# trains bitwise as untuned; the fastest mode takes the other-bits one (close, not equal).
+if good cuda_ref cuda_tune_exact cuda_tune_fastest; then
+    for run in cuda_tune_exact cuda_tune_fastest; do
+        line=$(grep -m1 '^matmul: tuned [1-9][0-9]* shapes' "$TMP/$run.log")
+        if [ -n "$line" ] && ! grep -q '^matmul: tuned' "$TMP/cuda_ref.log"; then
+            ok "$TAG $run prints its tuning once (the default run does not): ${line:0:200}"
+        else
+            not_ok "$TAG $run: no 'matmul: tuned N shapes' line, or the untuned run printed one: '$line'"
+        fi
+    done
+    compare "cuda --matmul-autotune 1 (a faster same-bits algorithm chosen) == untuned (bitwise)" \
+        "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_tune_exact/metrics.jsonl" --exact
+    compare "cuda --matmul-autotune 2 (an other-bits algorithm chosen) vs untuned (within 1e-2)" \
+        "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_tune_fastest/metrics.jsonl" --rtol 0.01
+    if cmp -s <(grep -o '"loss":[^,]*' "$TMP/cuda_ref/metrics.jsonl") <(grep -o '"loss":[^,]*' "$TMP/cuda_tune_fastest/metrics.jsonl"); then
+        not_ok "$TAG cuda --matmul-autotune 2: losses bitwise equal to untuned: the other-bits candidate was not chosen"
+    else
+        ok "$TAG cuda --matmul-autotune 2: losses differ from untuned in the last bits (the fastest, other-bits candidate was chosen)"
+    fi
+fi
 good cuda_ref cuda_flash1 && compare "cuda --attention flash1 vs flash (within 2%)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_flash1/metrics.jsonl" --rtol 0.02
 good cuda_ref cuda_gelu0 && compare "cuda --gelu-fusion 0 (GELU kernels) vs 2 (cuBLASLt epilogues) (within 1e-2)" \

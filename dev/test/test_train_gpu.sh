@@ -15,9 +15,20 @@
 #   - --attention cublas vs flash, --reduce-dtype fp32 vs bf16, --gelu-fusion 0 vs 2: within 2%;
 #   - sampling and validation run on cuda; the measured peak GPU memory agrees with the
 #     printed budget (at least it, at most max(512 MiB, 10%) above it).
-# Every run is bounded by `timeout`; a failing run is reported and the others still run.
+# Every run is bounded by `timeout` (GPU_TEST_RUN_TIMEOUT seconds [180]); a failing run is
+# reported and the others still run.
+#
+# GPU_TESTS selects groups of checks (default: all), e.g. GPU_TESTS="ref determinism resume" as
+# scripts/device_check.sh runs them; the cuda reference run is always made:
+#   ref          cuda vs cpu, sampling, validation, measured memory vs budget
+#   determinism  two identical cuda runs
+#   resume       save + resume on cuda
+#   cross        checkpoints across devices (cuda -> cpu, cpu -> cuda)
+#   ranks        np=2 with --comm mpi, np=1 mpi vs nccl, HSDP
+#   accum        gradient accumulation with and without --no-grad-sync-until-last
+#   variants     --attention cublas, --reduce-dtype fp32, --gelu-fusion 0
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
 source dev/test/lib.sh
 out=${TEST_TMP:-$(mktemp -d)}
@@ -26,6 +37,13 @@ PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
 
 skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
+GROUPS_ALL="ref determinism resume cross ranks accum variants"
+for g in ${GPU_TESTS:-}; do  # a misspelt group would otherwise pass by checking nothing
+    [[ " $GROUPS_ALL " == *" $g "* ]] || { not_ok "GPU_TESTS: unknown group '$g' (groups: $GROUPS_ALL)"; exit 1; }
+done
+want() { [ -z "${GPU_TESTS:-}" ] || [[ " $GPU_TESTS " == *" $1 "* ]]; }
+RUN_TIMEOUT=${GPU_TEST_RUN_TIMEOUT:-180}
+
 [ -x ./train_gpt ] || skip "train_gpt not built"
 command -v nvidia-smi >/dev/null 2>&1 || skip "no GPU (nvidia-smi not found)"
 nvidia-smi -L >/dev/null 2>&1 || skip "no GPU (nvidia-smi -L fails)"
@@ -45,7 +63,7 @@ common=(--layers 2 --channels 128 --heads 2 --max-seq 64 -t 64 -x 20 -l 1e-3 -u 
 # (unless ARGS give another -o). 0 when it exited 0.
 run() {
     local name=$1 np=$2; shift 2
-    if ! timeout -k 5 180 "${launch[@]}" "$np" ./train_gpt "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
+    if ! timeout -k 5 "$RUN_TIMEOUT" "${launch[@]}" "$np" ./train_gpt "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
         not_ok "$name: run failed: $(grep -m2 -iE 'error|fault|abort' "$out/$name.log" | tr '\n' ' ' | cut -c1-300) $(tail -n 2 "$out/$name.log" | tr '\n' ' ' | cut -c1-200)"
         return 1
     fi
@@ -53,7 +71,7 @@ run() {
 compare() { "$PY" dev/test/compare_losses.py "$@"; }
 
 # Probe: does this build/machine give a cuda device at all?
-probe=$(timeout 120 ./train_gpt --device cuda --layers 1 --channels 64 --heads 1 --max-seq 16 -t 16 -b 1 -x 1 -v 0 \
+probe=$(timeout "$RUN_TIMEOUT" ./train_gpt --device cuda --layers 1 --channels 64 --heads 1 --max-seq 16 -t 16 -b 1 -x 1 -v 0 \
         -i "$TRAIN_SHARD" 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -q -- '--device cuda:' <<<"$probe"; then
     skip "no GPU ($(grep -m1 -- '--device cuda:' <<<"$probe" | cut -c1-160))"
@@ -62,10 +80,12 @@ if [ $rc -ne 0 ]; then
     not_ok "1-step cuda probe run failed (status $rc): $(tail -n 3 <<<"$probe" | tr '\n' ' ' | cut -c1-400)"
 fi
 
-# The references: 20 steps on each device, same seed (so the same initial weights).
-run cpu_ref 1 --device cpu -b 4 -o "$out/cpu_ref" && cpu_ok=1 || cpu_ok=0
+# The references: 20 steps on each device, same seed (so the same initial weights). The cpu
+# one only where a group compares against it.
+cpu_ok=0
+if want ref || want cross; then run cpu_ref 1 --device cpu -b 4 -o "$out/cpu_ref" && cpu_ok=1; fi
 run cuda_ref 1 --device cuda -b 4 -o "$out/cuda_ref" -s 10 -g 8 && cuda_ok=1 || cuda_ok=0
-if [ $cuda_ok = 1 ]; then
+if want ref && [ $cuda_ok = 1 ]; then
     grep -q '^sample (step 10)' "$out/cuda_ref.log" && ok "sampling on cuda" || not_ok "sampling on cuda: no sample printed"
     grep -q '^val loss' "$out/cuda_ref.log" && ok "validation on cuda" || not_ok "validation on cuda: no val loss printed"
     # The measured peak must agree with the printed budget: at least the budget (all of it is
@@ -81,59 +101,75 @@ if [ $cuda_ok = 1 ]; then
             not_ok "GPU memory: measured peak and budget differ by ${check#* } MiB (allowed: 0 to max(512 MiB, 10%)): $mem"
     fi
 fi
-[ $cpu_ok = 1 ] && [ $cuda_ok = 1 ] && compare "cuda vs cpu, 20 steps from the same init (bf16 vs fp32)" \
+want ref && [ $cpu_ok = 1 ] && [ $cuda_ok = 1 ] && compare "cuda vs cpu, 20 steps from the same init (bf16 vs fp32)" \
     "$out/cpu_ref/metrics.jsonl" "$out/cuda_ref/metrics.jsonl" --rtol 0.02
 
 # Determinism: the same cuda run again.
-run cuda_again 1 --device cuda -b 4 -o "$out/cuda_again" -s 10 -g 8 && [ $cuda_ok = 1 ] &&
-    compare "two identical cuda runs: bitwise equal losses" "$out/cuda_ref/metrics.jsonl" "$out/cuda_again/metrics.jsonl" --exact
+if want determinism; then
+    run cuda_again 1 --device cuda -b 4 -o "$out/cuda_again" -s 10 -g 8 && [ $cuda_ok = 1 ] &&
+        compare "two identical cuda runs: bitwise equal losses" "$out/cuda_ref/metrics.jsonl" "$out/cuda_again/metrics.jsonl" --exact
+fi
 
 # Resume on cuda: save at 10, resume, compare steps 11..20 bitwise with the uninterrupted run.
-run cuda_save 1 --device cuda -b 4 -o "$out/cuda_split" --ckpt-every 10 --stop-at-step 10 &&
-run cuda_resume 1 --device cuda -b 4 -o "$out/cuda_split" --ckpt-every 10 --resume auto && [ $cuda_ok = 1 ] &&
-    compare "cuda: save at step 10 + resume == uninterrupted (bitwise)" "$out/cuda_ref/metrics.jsonl" \
-        "$out/cuda_split/metrics.jsonl" --exact --from-step 11
+# (The saved checkpoint is what `cross` resumes on the cpu.)
+saved=0
+if want resume || want cross; then
+    run cuda_save 1 --device cuda -b 4 -o "$out/cuda_split" --ckpt-every 10 --stop-at-step 10 && saved=1
+fi
+if want resume && [ $saved = 1 ]; then
+    run cuda_resume 1 --device cuda -b 4 -o "$out/cuda_split" --ckpt-every 10 --resume auto && [ $cuda_ok = 1 ] &&
+        compare "cuda: save at step 10 + resume == uninterrupted (bitwise)" "$out/cuda_ref/metrics.jsonl" \
+            "$out/cuda_split/metrics.jsonl" --exact --from-step 11
+fi
 
 # Across devices: the cuda checkpoint on the cpu, a cpu checkpoint on cuda.
-if [ -f "$out/cuda_split/ckpt/step_00000010/manifest.json" ]; then
-    run cuda_to_cpu 1 --device cpu -b 4 -o "$out/cuda_to_cpu" --resume "$out/cuda_split/ckpt/step_00000010" && [ $cuda_ok = 1 ] &&
-        compare "cuda checkpoint resumed on the cpu (within 2%)" "$out/cuda_ref/metrics.jsonl" \
-            "$out/cuda_to_cpu/metrics.jsonl" --rtol 0.02 --from-step 11
+if want cross; then
+    if [ -f "$out/cuda_split/ckpt/step_00000010/manifest.json" ]; then
+        run cuda_to_cpu 1 --device cpu -b 4 -o "$out/cuda_to_cpu" --resume "$out/cuda_split/ckpt/step_00000010" && [ $cuda_ok = 1 ] &&
+            compare "cuda checkpoint resumed on the cpu (within 2%)" "$out/cuda_ref/metrics.jsonl" \
+                "$out/cuda_to_cpu/metrics.jsonl" --rtol 0.02 --from-step 11
+    fi
+    run cpu_save 1 --device cpu -b 4 -o "$out/cpu_split" --ckpt-every 10 --stop-at-step 10 &&
+    run cpu_to_cuda 1 --device cuda -b 4 -o "$out/cpu_to_cuda" --resume "$out/cpu_split/ckpt/step_00000010" && [ $cpu_ok = 1 ] &&
+        compare "cpu checkpoint resumed on cuda (within 2%)" "$out/cpu_ref/metrics.jsonl" \
+            "$out/cpu_to_cuda/metrics.jsonl" --rtol 0.02 --from-step 11
 fi
-run cpu_save 1 --device cpu -b 4 -o "$out/cpu_split" --ckpt-every 10 --stop-at-step 10 &&
-run cpu_to_cuda 1 --device cuda -b 4 -o "$out/cpu_to_cuda" --resume "$out/cpu_split/ckpt/step_00000010" && [ $cpu_ok = 1 ] &&
-    compare "cpu checkpoint resumed on cuda (within 2%)" "$out/cpu_ref/metrics.jsonl" \
-        "$out/cpu_to_cuda/metrics.jsonl" --rtol 0.02 --from-step 11
 
-# Two ranks on one GPU (NCCL refuses that: --comm mpi stages through host memory). The same
-# global batch: 2 x 2 sequences instead of 1 x 4.
-run cuda_np2 2 --device cuda --comm mpi -b 2 -d 256 -o "$out/cuda_np2" && [ $cuda_ok = 1 ] &&
-    compare "np=2 on one GPU with --comm mpi vs np=1 (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
-        "$out/cuda_np2/metrics.jsonl" --rtol 0.01
-run cuda_np1_mpi 1 --device cuda --comm mpi -b 4 -o "$out/cuda_np1_mpi" && [ $cuda_ok = 1 ] &&
-    compare "np=1 with --comm mpi vs nccl (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
-        "$out/cuda_np1_mpi/metrics.jsonl" --rtol 0.01
+if want ranks; then
+    # Two ranks on one GPU (NCCL refuses that: --comm mpi stages through host memory). The same
+    # global batch: 2 x 2 sequences instead of 1 x 4.
+    run cuda_np2 2 --device cuda --comm mpi -b 2 -d 256 -o "$out/cuda_np2" && [ $cuda_ok = 1 ] &&
+        compare "np=2 on one GPU with --comm mpi vs np=1 (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
+            "$out/cuda_np2/metrics.jsonl" --rtol 0.01
+    run cuda_np1_mpi 1 --device cuda --comm mpi -b 4 -o "$out/cuda_np1_mpi" && [ $cuda_ok = 1 ] &&
+        compare "np=1 with --comm mpi vs nccl (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
+            "$out/cuda_np1_mpi/metrics.jsonl" --rtol 0.01
+    # HSDP on one GPU: 2 replicas of a 1-rank shard group (the replica all-reduce, staged).
+    run cuda_hsdp 2 --device cuda --comm mpi -b 2 -d 256 --shard-group-size 1 -o "$out/cuda_hsdp" && [ $cuda_ok = 1 ] &&
+        compare "np=2 HSDP (shard groups of 1) on one GPU vs np=1 (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
+            "$out/cuda_hsdp/metrics.jsonl" --rtol 0.01
+fi
 
-# HSDP on one GPU: 2 replicas of a 1-rank shard group (the replica all-reduce, staged).
-run cuda_hsdp 2 --device cuda --comm mpi -b 2 -d 256 --shard-group-size 1 -o "$out/cuda_hsdp" && [ $cuda_ok = 1 ] &&
-    compare "np=2 HSDP (shard groups of 1) on one GPU vs np=1 (within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
-        "$out/cuda_hsdp/metrics.jsonl" --rtol 0.01
 # Gradient accumulation (2 micro-steps): reduce-scatter every micro-step vs only on the last
 # (bf16 gradients accumulated unsharded).
-run cuda_accum 1 --device cuda -b 4 -d 512 -o "$out/cuda_accum" &&
-run cuda_accum_nosync 1 --device cuda -b 4 -d 512 --no-grad-sync-until-last -o "$out/cuda_accum_nosync" &&
-    compare "gradient accumulation: --no-grad-sync-until-last vs every micro-step (within 1e-2)" \
-        "$out/cuda_accum/metrics.jsonl" "$out/cuda_accum_nosync/metrics.jsonl" --rtol 0.01
+if want accum; then
+    run cuda_accum 1 --device cuda -b 4 -d 512 -o "$out/cuda_accum" &&
+    run cuda_accum_nosync 1 --device cuda -b 4 -d 512 --no-grad-sync-until-last -o "$out/cuda_accum_nosync" &&
+        compare "gradient accumulation: --no-grad-sync-until-last vs every micro-step (within 1e-2)" \
+            "$out/cuda_accum/metrics.jsonl" "$out/cuda_accum_nosync/metrics.jsonl" --rtol 0.01
+fi
 
-# The reference attention path and fp32 gradient reductions.
-run cuda_cublas 1 --device cuda -b 4 --attention cublas -o "$out/cuda_cublas" && [ $cuda_ok = 1 ] &&
-    compare "--attention cublas vs flash (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_cublas/metrics.jsonl" --rtol 0.02
-run cuda_fp32red 1 --device cuda -b 4 --reduce-dtype fp32 -o "$out/cuda_fp32red" && [ $cuda_ok = 1 ] &&
-    compare "--reduce-dtype fp32 vs bf16 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_fp32red/metrics.jsonl" --rtol 0.02
-# The GELU as kernels of its own instead of cuBLASLt epilogues (and whether the reference run
-# had to fall back: it says so on stderr).
-run cuda_gelu0 1 --device cuda -b 4 --gelu-fusion 0 -o "$out/cuda_gelu0" && [ $cuda_ok = 1 ] &&
-    compare "--gelu-fusion 0 vs 2 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_gelu0/metrics.jsonl" --rtol 0.02
+if want variants; then
+    # The reference attention path and fp32 gradient reductions.
+    run cuda_cublas 1 --device cuda -b 4 --attention cublas -o "$out/cuda_cublas" && [ $cuda_ok = 1 ] &&
+        compare "--attention cublas vs flash (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_cublas/metrics.jsonl" --rtol 0.02
+    run cuda_fp32red 1 --device cuda -b 4 --reduce-dtype fp32 -o "$out/cuda_fp32red" && [ $cuda_ok = 1 ] &&
+        compare "--reduce-dtype fp32 vs bf16 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_fp32red/metrics.jsonl" --rtol 0.02
+    # The GELU as kernels of its own instead of cuBLASLt epilogues.
+    run cuda_gelu0 1 --device cuda -b 4 --gelu-fusion 0 -o "$out/cuda_gelu0" && [ $cuda_ok = 1 ] &&
+        compare "--gelu-fusion 0 vs 2 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_gelu0/metrics.jsonl" --rtol 0.02
+fi
+# Whether the reference run had to fall back from the GELU epilogues: it says so on stderr.
 grep -h 'cuBLASLt has no algorithm' "$out"/*.log 2>/dev/null | sort -u | head -3 | sed 's/^/# /'
 
 # Keep the logs where a caller asked for them (scripts/device_check.sh).

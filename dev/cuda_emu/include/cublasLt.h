@@ -4,6 +4,10 @@
 #pragma once
 #include <stdint.h>
 
+// Code built against this fake (its timings mean nothing) can tell: kernels/cuda_matmul.cuh
+// does not time cuBLASLt's candidate algorithms by default when this is defined.
+#define FSDP_CUBLASLT_EMULATED 1
+
 #include "cuda_runtime.h"
 
 typedef enum {
