@@ -745,15 +745,49 @@ static Tokenizer* load_sample_tokenizer(const Options* opt, const ProcessGroup* 
     return tokenizer;
 }
 
+// The memory budget per rank: what the run allocates for its whole life, computed once from
+// the built model, for the run's setup lines and for --plan (the same figures by construction).
+typedef struct {
+    size_t device;       // device memory: engine state, slots, activations, the device's own buffers
+    size_t host_extra;   // host buffers of a step's tokens and losses (the cpu's total counts them)
+} MemoryBudget;
+
+static MemoryBudget memory_budget(const GPT2* model, int grad_accum, int B, int T) {
+    const FsdpMemory* mm = &model->fsdp.memory;
+    MemoryBudget b;
+    b.device = mm->shard_state + mm->gathered + mm->full_grads + model->acts.total_bytes + device_extra_bytes(&model->dev);
+    size_t io_bytes = 4 * (size_t)grad_accum * B * T * sizeof(int);  // inputs, targets: two sets (by step parity)
+    size_t step_losses_bytes = (size_t)B * T * sizeof(float);        // a validation micro-batch's losses
+    b.host_extra = io_bytes + step_losses_bytes;
+    return b;
+}
+
+static void print_memory_budget(const GPT2* model, const MemoryBudget* b) {
+    const FsdpMemory* mm = &model->fsdp.memory;
+    int on_gpu = !model->dev.backend.host_is_device;  // the budget is device memory, apart from the host's
+    printf("memory budget per rank%s:\n", on_gpu ? " (GPU memory)" : "");
+    // (on cuda the shards also hold the bf16 copy of the parameters)
+    print_memory_line("sharded params + grads + Adam m, v", mm->shard_state);
+    print_memory_line("gathered parameter slots", mm->gathered);
+    print_memory_line("full-gradient slots", mm->full_grads);
+    print_memory_line("activations", model->acts.total_bytes);
+    for (int i = 0; i < model->dev.n_device_lines; i++) print_memory_line(model->dev.device_lines[i].what, model->dev.device_lines[i].bytes);
+    if (on_gpu) {
+        print_memory_line("total", b->device);
+        print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
+        for (int i = 0; i < model->dev.n_host_lines; i++) print_memory_line(model->dev.host_lines[i].what, model->dev.host_lines[i].bytes);
+    } else {
+        print_memory_line("total", b->device + b->host_extra);
+    }
+}
+
 // What the run is, and the memory budget per rank, before the first step.
 static void print_setup(const Run* r, const char* device, const char* why, int threads, double peak_tflops,
-                        size_t device_budget, size_t host_extra) {
+                        const MemoryBudget* budget) {
     const Options* opt = r->opt;
     const ProcessGroup* pg = r->pg;
     const GPT2* model = &r->model;
     const GPT2Config* c = &model->config;
-    const FsdpMemory* mm = &model->fsdp.memory;
-    int on_gpu = !model->dev.backend.host_is_device;  // the budget is device memory, apart from the host's
     printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg->world,
            pg->launcher, pg->transport, threads);
     if (model->dev.description[0])
@@ -768,21 +802,151 @@ static void print_setup(const Run* r, const char* device, const char* why, int t
            pg->world, r->grad_accum, r->total_tokens, r->max_steps);
     printf("train data: %d shard(s), %zu sequences per epoch%s\n", r->train_loader.n_shards, r->train_loader.windows_per_epoch,
            opt->shuffle ? ", shuffled" : "");
-    printf("memory budget per rank%s:\n", on_gpu ? " (GPU memory)" : "");
-    // (on cuda the shards also hold the bf16 copy of the parameters)
-    print_memory_line("sharded params + grads + Adam m, v", mm->shard_state);
-    print_memory_line("gathered parameter slots", mm->gathered);
-    print_memory_line("full-gradient slots", mm->full_grads);
-    print_memory_line("activations", model->acts.total_bytes);
-    for (int i = 0; i < model->dev.n_device_lines; i++) print_memory_line(model->dev.device_lines[i].what, model->dev.device_lines[i].bytes);
-    if (on_gpu) {
-        print_memory_line("total", device_budget);
-        print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
-        for (int i = 0; i < model->dev.n_host_lines; i++) print_memory_line(model->dev.host_lines[i].what, model->dev.host_lines[i].bytes);
-    } else {
-        print_memory_line("total", device_budget + host_extra);
-    }
+    print_memory_budget(model, budget);
     fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------------------
+// --plan: the run's schedule on the sim device (train/plan.h). One process plays rank 0 of a
+// virtual world of W ranks: the same model build, engine, gathers, waits and optimizer passes
+// as a real run, with kernels and collectives that only advance a clock.
+
+static void plan_on_event(void* ctx, FsdpEvent e) {
+    ((SimClock*)ctx)->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
+}
+
+// One optimizer step as train_step runs it, less the data (and the host's sum of losses on
+// the fp32 profile): the same engine and model schedule calls, the step's decision included.
+// The sim reads no token.
+static void plan_step(GPT2* model, int grad_accum) {
+    Fsdp* f = &model->fsdp;
+    fsdp_zero_grad(f, grad_accum);
+    for (int k = 0; k < grad_accum; k++) {
+        gpt2_forward(model, NULL, NULL, model->B, model->T, 1.0f);
+        // (the bf16 profiles' loss sum is one small kernel; the fp32 one sums on the host, and
+        // the sim's losses are not memory)
+        if (f->device_decides) fsdp_add_loss(f, model->acts.losses, (size_t)model->B * model->T);
+        gpt2_backward(model, model->B, model->T);
+        fsdp_end_micro_step(f);
+    }
+    fsdp_step_decide(f, (double)model->B * model->T * grad_accum, 1.0f);
+    fsdp_optimizer_step(f, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    fsdp_step_stats_fetch(f);
+}
+
+// Plans world size W into row (printing the setup and budget lines when detail). 0, or 1
+// after one error line.
+// The flags that depend on the world size, as check_run_flags checks them. 0, or 1 after one
+// error line.
+static int plan_check_world(const Options* opt, int world) {
+    ParseError e;
+    if (check_batch_split(opt, world, &e)) { fprintf(stderr, "error: --plan at world size %d: %s\n", world, e.msg); return 1; }
+    if (opt->shard_group_size && world % opt->shard_group_size != 0) {
+        fprintf(stderr, "error: --plan at world size %d: --shard-group-size %d does not divide it\n", world, opt->shard_group_size);
+        return 1;
+    }
+    return 0;
+}
+
+// Plans world size W (checked by plan_check_world) into row, printing the setup and budget
+// lines when detail.
+static void plan_one(const Options* opt, const GPT2Config* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
+    int S = opt->shard_group_size ? opt->shard_group_size : world;
+    // Rank 0 of the virtual world (no transport: nothing is sent).
+    ProcessGroup pg;
+    memset(&pg, 0, sizeof(pg));
+    pg.world = world;
+    pg.local_world = world < opt->gpus_per_node ? world : opt->gpus_per_node;
+    pg.launcher = "plan";
+    pg.transport = "sim";
+    pg.shard_size = S;
+    pg.replicate_size = world / S;
+    memset(row, 0, sizeof(*row));
+    row->world = world;
+    row->shard_size = S;
+    row->replicas = world / S;
+    row->B = opt->batch_size;
+    row->T = opt->seq_len;
+    batch_split(opt, world, &row->tokens_per_step, &row->grad_accum);
+
+    SimClock clock;
+    memset(&clock, 0, sizeof(clock));
+    clock.costs = plan_costs(prof);
+    DeviceOptions dopt = {0, opt->comm, opt->reduce_fp32, opt->attention, opt->gelu_fusion, opt->seed,
+                          (Recompute)opt->recompute, opt->matmul_autotune, prof, &clock, opt->gpus_per_node};
+    FsdpConfig fcfg = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last};
+    GPT2* model = (GPT2*)calloc(1, sizeof(GPT2));
+    if (!model) fatal(&pg, "--plan: out of host memory");
+    gpt2_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
+    model->fsdp.on_event = plan_on_event;
+    model->fsdp.on_event_ctx = &clock;
+    const MemoryBudget budget = memory_budget(model, row->grad_accum, row->B, row->T);
+    row->budget_bytes = budget.device;
+    row->num_parameters = model->layout.num_parameters;
+    row->model_flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config->num_layers * config->channels * (double)row->T;
+    if (detail) {
+        printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, model->dev.description);
+        printf("model: %d layers, %d heads, %d channels, max_seq %d, vocab %d (padded %d): %zu parameters\n", config->num_layers,
+               config->num_heads, config->channels, config->max_seq_len, config->vocab_size, config->padded_vocab_size,
+               model->layout.num_parameters);
+        printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s, recompute %s\n",
+               model->layout.n_units - 1, opt->unit_layers, S, world / S, opt->prefetch, opt->reshard_after_forward,
+               opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step",
+               opt->recompute == RECOMPUTE_FULL ? "full" : opt->recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
+        printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step\n", row->B, row->T, world,
+               row->grad_accum, row->tokens_per_step);
+        print_memory_budget(model, &budget);
+    }
+    // A first step settles the slots (as every later step finds them); the second is timed.
+    clock.phase = SIM_FORWARD;
+    plan_step(model, row->grad_accum);
+    sim_clock_reset(&clock);
+    clock.compute = clock.comm = clock.compute > clock.comm ? clock.compute : clock.comm;
+    const double t0 = clock.compute;
+    clock.phase = SIM_FORWARD;
+    plan_step(model, row->grad_accum);
+    row->step_s = clock.compute - t0;
+    for (int i = 0; i < SIM_PHASES; i++) {
+        row->busy[i] = clock.busy[i];
+        row->exposed[i] = clock.exposed[i];
+        row->comm_busy[i] = clock.comm_busy[i];
+        row->comm_bytes[i] = clock.comm_bytes[i];
+        row->mem_bytes[i] = clock.mem_bytes[i];
+        row->flops[i] = clock.flops[i];
+    }
+    for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
+    row->kernels = clock.kernels;
+    double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
+    row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
+    gpt2_free(model);
+    free(model);
+}
+
+static int plan_main(const Options* opt, const GPT2Config* config) {
+    if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
+    char err[1024];
+    // The cpu profile measures this machine with the threads a rank would have (--threads).
+    if (opt->threads) { omp_set_num_threads(opt->threads); openblas_set_num_threads(opt->threads); }
+    SimProfile prof;
+    if (plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
+    if (opt->seq_len > config->max_seq_len) {
+        fprintf(stderr, "error: --seq-len %d exceeds the model's %d positions (--max-seq)\n", opt->seq_len, config->max_seq_len);
+        return 1;
+    }
+    int worlds[PLAN_MAX_WORLDS], n = 1;
+    worlds[0] = opt->gpus_per_node;
+    if (opt->plan_world && plan_parse_world(opt->plan_world, worlds, &n, err, sizeof(err))) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) if (plan_check_world(opt, worlds[i])) return 1;  // before any output
+    PlanRow rows[PLAN_MAX_WORLDS];
+    for (int i = 0; i < n; i++) {
+        plan_one(opt, config, &prof, worlds[i], i == 0, &rows[i]);
+        if (i == 0) plan_print_detail(&rows[0], &prof);
+    }
+    if (n > 1) plan_print_scaling(rows, n, &prof, opt->total_batch_tokens > 0);
+    return 0;
 }
 
 // ----------------------------------------------------------------------------------------
@@ -804,6 +968,7 @@ int main(int argc, char** argv) {
         if (launcher_rank() == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         return 1;
     }
+    if (opt.plan) return plan_main(&opt, &config);  // no ranks, data or device: the sim (train/plan.h)
 
     ProcessGroup pg;
     char err[1024];
@@ -828,9 +993,7 @@ int main(int argc, char** argv) {
     r->pg = &pg;
     r->B = opt.batch_size;
     r->T = opt.seq_len;
-    long local_tokens = (long)r->B * r->T * pg.world;
-    r->total_tokens = opt.total_batch_tokens > 0 ? opt.total_batch_tokens : local_tokens;
-    r->grad_accum = (int)(r->total_tokens / local_tokens);
+    batch_split(&opt, pg.world, &r->total_tokens, &r->grad_accum);
     r->global_seqs = r->total_tokens / r->T;
     r->test_nan_loss_steps = getenv("FSDP_TEST_NAN_LOSS_STEPS");
     r->test_nan_grad_steps = getenv("FSDP_TEST_NAN_GRAD_STEPS");
@@ -862,7 +1025,7 @@ int main(int argc, char** argv) {
     // Model, engine and device
     int on_cuda = !strcmp(device, "cuda");
     DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
-                          (Recompute)opt.recompute, opt.matmul_autotune};
+                          (Recompute)opt.recompute, opt.matmul_autotune, NULL, NULL, 0};
     FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last};
     GPT2* model = &r->model;
     gpt2_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
@@ -905,16 +1068,15 @@ int main(int argc, char** argv) {
     mt->flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config.num_layers * config.channels * (double)r->T;
     mt->peak_flops = peak_tflops * 1e12 * pg.world;
 
-    size_t io_bytes = 4 * (size_t)r->grad_accum * r->B * r->T * sizeof(int);  // inputs, targets: two sets
-    size_t step_losses_bytes = (size_t)r->B * r->T * sizeof(float);  // host copies of a validation micro-batch's losses
-    const FsdpMemory* mm = &model->fsdp.memory;
-    size_t device_budget = mm->shard_state + mm->gathered + mm->full_grads + model->acts.total_bytes + device_extra_bytes(&model->dev);
-    if (pg.rank == 0) print_setup(r, device, why, threads, peak_tflops, device_budget, io_bytes + step_losses_bytes);
+    const MemoryBudget budget = memory_budget(model, r->grad_accum, r->B, r->T);
+    const size_t device_budget = budget.device;
+    if (pg.rank == 0) print_setup(r, device, why, threads, peak_tflops, &budget);
+    const size_t step_tokens = (size_t)r->grad_accum * r->B * r->T;  // the host buffers the budget's host_extra counts
     for (int i = 0; i < 2; i++) {
-        r->inputs[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 4);
-        r->targets[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, io_bytes / 4);
+        r->inputs[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_tokens * sizeof(int));
+        r->targets[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_tokens * sizeof(int));
     }
-    r->step_losses = (float*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_losses_bytes);
+    r->step_losses = (float*)model->dev.backend.alloc_host(model->dev.backend.ctx, (size_t)r->B * r->T * sizeof(float));
     // Everything the budget counts is allocated and touched by now.
     double setup_rss = max_over_ranks_mib(&pg, current_rss_bytes());
     if (pg.rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);

@@ -15,7 +15,10 @@
 #include <string.h>
 
 #include "fsdp/backend_cpu.h"
+#include "fsdp/backend_sim.h"
+#include "kernels/kernels_sim.h"
 #include "train/device.h"
+#include "train/plan.h"
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include "fsdp/backend_cuda.cuh"
@@ -199,11 +202,55 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
 }
 #endif  // __CUDACC__
 
+static void sim_close(Device* d) { fsdp_backend_sim_free(&d->backend); }
+
+// The sim device (--plan): the cpu's engine and dtypes for the cpu profile, else the cuda
+// device's (bf16, fused optimizer path, host mirror), with costs instead of work. Its own
+// buffers are the cuda device's, estimated: the cuBLASLt workspace is exact
+// (MATMUL_WORKSPACE_BYTES), the kernel scratch and token buffers approximate (a few MiB).
+static void sim_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, const FsdpConfig* fcfg,
+                     const ModelLayout* m, int B, int T) {
+    const SimProfile* p = o->sim;
+    const int gpn = o->gpus_per_node;
+    SimBackendConfig bc = {p->fp32, o->reduce_fp32, pg->shard_size, pg->replicate_size,
+                           plan_link(p, gpn, 1, pg->shard_size), plan_link(p, gpn, pg->shard_size, pg->replicate_size)};
+    fsdp_backend_sim_init(&d->backend, o->sim_clock, &bc, fsdp_max_ops(fcfg, m->n_units));
+    kernels_sim_init(&d->kernels, o->sim_clock, m->config.padded_vocab_size, p->fp32 ? sizeof(float) : 2);
+    d->name = "sim";
+    snprintf(d->description, sizeof(d->description), "%s (simulated): %.3g TFLOP/s, memory %.0f GB/s and %.0f GiB, links %.0f GB/s in a node and %.0f GB/s across, %d rank(s) per node",
+             p->name, p->tflops, p->hbm_gbs, p->mem_gib, p->nvlink_gbs, p->ib_gbs, gpn);
+    if (!p->fp32) {
+        size_t N = (size_t)B * T, padded = 0;
+        for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > padded) padded = m->units[u].padded;
+        d->device_lines[0] = (MemoryLine){"collective buffers (estimated)", (o->reduce_fp32 ? padded * sizeof(float) : 0) + 8448};
+        d->device_lines[1] = (MemoryLine){"cuBLASLt workspace", (size_t)32 << 20};
+        // cuda_kernels_scratch_bytes' largest terms (one buffer serves every kernel): the
+        // flash attention backward's D and dQ slices (attention_backward_scratch_bytes: R(T)
+        // rows per (b, head), key blocks of 128), the LayerNorm and bias backward partial sums
+        // (up to 512 and 256 row blocks), the embedding backward's sort (its CUB temp guessed
+        // at 2N ints); plus the two token buffers.
+        const size_t C = (size_t)m->config.channels, NH = (size_t)m->config.num_heads, ints = (N * sizeof(int) + 255) / 256 * 256;
+        const size_t j = ((size_t)T + 127) / 128, R = j * (size_t)T - 128 * (j * (j > 0 ? j - 1 : 0) / 2);
+        const size_t ln_blocks = N / 16 < 1 ? 1 : N / 16 > 512 ? 512 : N / 16, b_blocks = N / 32 < 1 ? 1 : N / 32 > 256 ? 256 : N / 32;
+        size_t scratch = ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256 + ((size_t)B * C * R * sizeof(float) + 255) / 256 * 256;
+        if (2 * ln_blocks * C * sizeof(float) > scratch) scratch = 2 * ln_blocks * C * sizeof(float);
+        if (b_blocks * 4 * C * sizeof(float) > scratch) scratch = b_blocks * 4 * C * sizeof(float);
+        if (5 * ints > scratch) scratch = 5 * ints;
+        d->device_lines[2] = (MemoryLine){"kernel scratch, tokens (estimated)", scratch + 2 * ints};
+        d->n_device_lines = 3;
+    }
+    d->close = sim_close;
+}
+
 // The device `o` asks for (NULL: the cpu), sized for micro-batches of B x T of model m and
 // the engine's op slots under fcfg. Errors end the job (fatal) with one line.
 static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, const FsdpConfig* fcfg,
                         const ModelLayout* m, int B, int T) {
     memset(d, 0, sizeof(*d));
+    if (o && o->sim) {
+        sim_open(d, o, pg, fcfg, m, B, T);
+        return;
+    }
     if (o && o->cuda) {
 #ifdef __CUDACC__
         cuda_open(d, o, pg, fcfg, m, B, T);

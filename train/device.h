@@ -9,6 +9,7 @@
 #include "comm/process_group.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_sim.h"
 #include "model/gpt2.h"
 
 #ifdef __cplusplus
@@ -30,6 +31,11 @@ typedef struct {
     uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
     Recompute recompute;       // cuda, selective: the forward's GELU must be recomputable exactly
     int matmul_autotune;       // cuda: MatmulTuneMode, -1 the build's default (cuda_matmul.cuh)
+    // --plan: the sim device (kernels_sim.h, fsdp/backend_sim.h) modelling this profile
+    // (train/plan.h) instead of a real one; its tables advance sim_clock. NULL otherwise.
+    const struct SimProfile* sim;
+    SimClock* sim_clock;
+    int gpus_per_node;         // sim: which groups stay on NVLink
 } DeviceOptions;
 
 // A line of the memory budget: what, and how many bytes.
@@ -37,7 +43,7 @@ typedef struct { const char* what; size_t bytes; } MemoryLine;
 
 typedef struct Device Device;
 struct Device {
-    const char* name;          // "cpu" or "cuda"
+    const char* name;          // "cpu", "cuda" or "sim"
     Kernels kernels;
     FsdpBackend backend;
     char gpu_name[256];        // the GPU's (the peak-FLOPs table knows GPUs by name); "" on the cpu

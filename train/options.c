@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/plan.h"
+
 void print_usage(void) {
     printf(
 "usage: train_gpt [options]     (launch several ranks with mpirun -np N or srun)\n"
@@ -108,6 +110,16 @@ void print_usage(void) {
 "                               that long ends the job: a stalled or dead rank [600]\n"
 "      --max-bad-steps N        a step with a non-finite loss or gradient norm is skipped (no update);\n"
 "                               N such steps in a row end the run [10]\n"
+"planning (no data, no allocation, no GPU: the run's schedule on a simulated device)\n"
+"      --plan                   print the memory budget per rank (the same figures a real run prints),\n"
+"                               FLOPs per token, bytes per parameter and time per phase, step time,\n"
+"                               tokens/s, MFU and the limiting resource, for the other flags as given\n"
+"                               (-b is still per rank, -d still all ranks), then exit\n"
+"      --plan-world W[,W...]    world sizes to plan, e.g. 8,64,512 (a scaling table when several;\n"
+"                               the first one in detail) [--gpus-per-node: one node]\n"
+"      --sim-device NAME|FILE   a100-40, a100-80, h100, h200, b200, cpu, or a KEY=VALUE profile file\n"
+"                               (README: Planning a run) [h100]\n"
+"      --gpus-per-node N        ranks per node: a group within one node uses NVLink, else the network [8]\n"
 "signals\n"
 "      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
 "      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue. Before\n"
@@ -151,6 +163,7 @@ enum {
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
     OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_MATMUL_AUTOTUNE,
+    OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
@@ -174,6 +187,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
     o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
+    o->sim_device = "h100"; o->gpus_per_node = 8;
 
     static const struct option longopts[] = {
         {"train-data", required_argument, 0, 'i'}, {"val-data", required_argument, 0, 'j'},
@@ -214,10 +228,13 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"gelu-fusion", required_argument, 0, OPT_GELU_FUSION},
         {"matmul-autotune", required_argument, 0, OPT_MATMUL_AUTOTUNE},
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
+        {"plan", no_argument, 0, OPT_PLAN}, {"plan-world", required_argument, 0, OPT_PLAN_WORLD},
+        {"sim-device", required_argument, 0, OPT_SIM_DEVICE}, {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
     int ch, r = 0, val_given = 0;
+    const char* plan_only = NULL;  // the first --plan-only flag given
     long seed = 0;
     while ((ch = getopt_long(argc, argv, ":i:j:o:m:e:b:t:d:x:l:u:q:c:v:s:g:h", longopts, NULL)) != -1) {
         switch (ch) {
@@ -335,6 +352,20 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             else r = parse_int("--matmul-autotune", optarg, 0, 2, &o->matmul_autotune, e);
             if (!o->cuda_only_flag) o->cuda_only_flag = "--matmul-autotune";
             break;
+        // --plan
+        case OPT_PLAN: o->plan = 1; break;
+        case OPT_PLAN_WORLD: {
+            int worlds[PLAN_MAX_WORLDS], n;
+            r = plan_parse_world(optarg, worlds, &n, e->msg, sizeof(e->msg));
+            o->plan_world = optarg;
+            if (!plan_only) plan_only = "--plan-world";
+            break;
+        }
+        case OPT_SIM_DEVICE: o->sim_device = optarg; if (!plan_only) plan_only = "--sim-device"; break;
+        case OPT_GPUS_PER_NODE:
+            r = parse_int("--gpus-per-node", optarg, 1, 4096, &o->gpus_per_node, e);
+            if (!plan_only) plan_only = "--gpus-per-node";
+            break;
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
         default: snprintf(e->msg, sizeof(e->msg), "unknown option '%s'", argv[optind - 1]); return 1;
@@ -342,6 +373,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         if (r) return 1;
     }
     if (optind < argc) { snprintf(e->msg, sizeof(e->msg), "unexpected argument '%s'", argv[optind]); return 1; }
+    if (plan_only && !o->plan) { snprintf(e->msg, sizeof(e->msg), "%s applies to --plan only", plan_only); return 1; }
     // The default validation shard belongs to the default training data: with other data
     // and no -j it would validate on Tiny Shakespeare (or fail on a file the user never named).
     if (!val_given && strcmp(o->train_data, DEFAULT_TRAIN_DATA) != 0) o->val_data = NULL;
@@ -370,6 +402,12 @@ int check_batch_split(const Options* o, int world, ParseError* e) {
         return 1;
     }
     return 0;
+}
+
+void batch_split(const Options* o, int world, long* total_tokens, int* grad_accum) {
+    long local = (long)o->batch_size * o->seq_len * world;
+    *total_tokens = o->total_batch_tokens > 0 ? o->total_batch_tokens : local;
+    *grad_accum = (int)(*total_tokens / local);
 }
 
 int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e) {

@@ -57,6 +57,11 @@ typedef struct {
     int max_bad_steps;
     float peak_tflops;
     int profile_step;            // 0: off
+    // --plan (train/plan.h): print what the run would need and do, on a simulated device
+    int plan;
+    const char* plan_world;      // NULL: one node (--gpus-per-node ranks)
+    const char* sim_device;      // a built-in profile or a profile file [h100]
+    int gpus_per_node;           // [8]
 } Options;
 
 typedef struct { char msg[512]; } ParseError;
@@ -68,6 +73,9 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e);
 // seq-len x world, and the quotient (gradient accumulation steps) must fit an int. 0, or 1
 // with the message in e. Call once the world size is known, before dividing.
 int check_batch_split(const Options* o, int world, ParseError* e);
+// The split itself (after check_batch_split): tokens per optimizer step over all ranks, and
+// the accumulation steps of batch x seq-len per rank that make it up.
+void batch_split(const Options* o, int world, long* total_tokens, int* grad_accum);
 // Resolves the model shape from the flags or the --init-from file (whose version, 3 or 5, it
 // returns). 0 or an error in e.
 int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e);

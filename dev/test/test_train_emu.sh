@@ -290,6 +290,21 @@ if good cuda_ref; then
         fi
     done
 fi
+# --plan (train/plan.h) with a GPU profile models the cuda device's engine: its budget lines
+# for the engine's state, slots, activations and the host mirror equal the emulated NCCL
+# runs' (bf16 shards, fused optimizer, reduce in bf16 or fp32); only the device's own buffers
+# (cuBLASLt workspace, kernel scratch, collective buffers) are the plan's estimates.
+engine_lines() { sed -n '/^memory budget per rank/,/^  host: fp32 mirror/p' "$1" | grep -E '^  (sharded|gathered|full-gradient|activations|host: fp32)'; }
+for cfg in "nccl_ref 1 -b 2" "nccl_np2 2 -b 1 -d 64" "nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32" "nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1"; do
+    set -- $cfg; name=$1 np=$2; shift 2
+    good $name >/dev/null || continue
+    ./train_gpt --plan --sim-device h100 --plan-world $np "${common[@]}" "$@" >"$TMP/plan_$name.log" 2>&1
+    if [ -n "$(engine_lines "$TMP/$name.log")" ] && diff <(engine_lines "$TMP/$name.log") <(engine_lines "$TMP/plan_$name.log") >/dev/null; then
+        ok "$TAG --plan's engine budget lines equal the $name run's ($(engine_lines "$TMP/plan_$name.log" | wc -l) lines)"
+    else
+        not_ok "$TAG --plan vs $name budget: $(diff <(engine_lines "$TMP/$name.log") <(engine_lines "$TMP/plan_$name.log") | tr '\n' ' ' | cut -c1-300)"
+    fi
+done
 # Activation recompute: rebuilt with the forward's kernels on the same inputs, so bitwise the
 # run that keeps everything (selective's GELU output is the GELU kernel's, so against
 # --gelu-fusion 0); and the budget's activations line shrinks.

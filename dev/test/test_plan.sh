@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# train_gpt --plan (train/plan.h): the memory budget it predicts is the one a real run prints
+# (the same function computes both; checked against real cpu runs), the simulated timeline
+# honours the schedule's dependencies, communication never beats the alpha-beta bound, bad
+# --sim-device / --plan-world values get one clear line and a non-zero exit, and a d48 plan
+# takes well under a second without touching model-sized memory.
+set -u
+source dev/test/lib.sh
+out=$TEST_TMP
+TG=./train_gpt
+
+# budget_lines LOG: the "memory budget per rank" block up to its total line.
+budget_lines() { sed -n '/^memory budget per rank/,/^  total /p' "$1"; }
+# field LOG ROW COL: column COL (1-based, after the label) of the "  ROW ..." line of the time table.
+row_field() { awk -v row="$2" -v col="$3" '$1 == row && NF >= 5 && $2 ~ /^[0-9.]+$/ { print $(col + 1); exit }' "$1"; }
+
+# 1. The plan's budget = a real cpu run's, for several flag sets (the cpu profile models the
+#    cpu device: fp32, host memory). np 1 and 2 (sharded: other shard sizes and padding).
+#    The first check uses the built-in cpu profile (which measures the machine, ~2 s); the
+#    others a profile file of the same dtype (dtype=fp32), to keep the test quick.
+tiny=(--layers 4 --channels 64 --heads 2 --max-seq 64 -t 32)
+printf '# the cpu device, nominal rates\ndtype=fp32\ntflops=0.1\nhbm_gbs=20\nmem_gib=16\n' >"$out/fp32.prof"
+sim=cpu
+check_budget() {
+    local name=$1 np=$2; shift 2
+    local real="$out/real_$name.log" plan="$out/plan_$name.log"
+    if ! run_np "$np" $TG --device cpu "${tiny[@]}" "$@" -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD" >"$real" 2>&1; then
+        not_ok "budget $name: the real run failed: $(tail -n 2 "$real" | tr '\n' ' ')"; return
+    fi
+    if ! $TG --plan --sim-device "$sim" --plan-world "$np" "${tiny[@]}" "$@" >"$plan" 2>&1; then
+        not_ok "budget $name: --plan failed: $(tail -n 2 "$plan" | tr '\n' ' ')"; return
+    fi
+    if [ -z "$(budget_lines "$real")" ]; then not_ok "budget $name: no budget lines in the real run"; return; fi
+    if diff <(budget_lines "$real") <(budget_lines "$plan") >"$out/diff_$name" 2>&1; then
+        ok "budget $name: --plan prints the real run's budget ($(budget_lines "$plan" | awk '/total/ {print $2, $3}'))"
+    else
+        not_ok "budget $name: --plan differs from the real run: $(tr '\n' ' ' <"$out/diff_$name" | head -c 300)"
+    fi
+}
+check_budget "recompute-none-prefetch1" 1 -b 2 --recompute none --prefetch 1
+sim=$out/fp32.prof
+check_budget "recompute-full-prefetch0" 1 -b 2 --recompute full --prefetch 0
+check_budget "selective-accum-nosync"   1 -b 1 -d 128 --recompute selective --no-grad-sync-until-last
+check_budget "np2-units2-reshard0"      2 -b 2 --fsdp-unit-layers 2 --reshard-after-forward 0
+check_budget "np2-hsdp"                 2 -b 2 --shard-group-size 1
+
+# 2. Dependencies. With a link of 1 MB/s the collectives dominate: the step (compute clock)
+#    cannot end before the comm stream's total busy time, since every collective is waited for.
+printf 'like=h100\nnvlink_gbs=0.001\nib_gbs=0.001\n' >"$out/slow_link.prof"
+if $TG --plan -m d4 -b 2 -t 256 --plan-world 8 --sim-device "$out/slow_link.prof" >"$out/slow.log" 2>&1; then
+    step=$(row_field "$out/slow.log" step 3); busy=$(row_field "$out/slow.log" step 4); compute=$(row_field "$out/slow.log" step 1)
+    if awk -v s="$step" -v b="$busy" -v c="$compute" 'BEGIN { exit !(s >= b && s >= c && b > 0) }'; then
+        ok "slow link: step $step ms >= collectives' busy time $busy ms and compute $compute ms"
+    else
+        not_ok "slow link: step '$step' ms < collectives' busy '$busy' ms or compute '$compute' ms"
+    fi
+else
+    not_ok "slow link: --plan failed: $(tail -n 2 "$out/slow.log" | tr '\n' ' ')"
+fi
+# Communication comparable to compute: prefetch 0 waits for every gather, prefetch 1 hides
+# them behind the previous unit's compute.
+printf 'like=h100\nnvlink_gbs=90\n' >"$out/mid_link.prof"
+exposed_at() {
+    $TG --plan -m d12 -b 4 -t 1024 --plan-world 8 --sim-device "$out/mid_link.prof" --prefetch "$1" >"$out/prefetch$1.log" 2>&1 &&
+        row_field "$out/prefetch$1.log" step 2
+}
+e0=$(exposed_at 0); e1=$(exposed_at 1)
+c1=$(row_field "$out/prefetch1.log" step 1); b1=$(row_field "$out/prefetch1.log" step 4)
+if [ -n "$e0" ] && [ -n "$e1" ] && awk -v a="$e0" -v b="$e1" 'BEGIN { exit !(a > b) }'; then
+    ok "prefetch 0 exposes more communication than prefetch 1 ($e0 ms vs $e1 ms; compute $c1 ms, comm busy $b1 ms)"
+else
+    not_ok "prefetch 0 vs 1: exposed '$e0' ms vs '$e1' ms"
+fi
+
+# 3. Scaling: every world's communication is at least the bandwidth bound (its bytes over
+#    the fastest link), and a larger world never predicts less communication per rank.
+if $TG --plan -m d12 -b 8 -t 1024 --plan-world 8,16,64,512 --sim-device h100 >"$out/scale.log" 2>&1; then
+    if awk '/^  +world +shard/ { t = 1; next }
+            t && NF >= 13 { n++; busy = $8; lb = $9
+                           if (busy + 1e-9 < lb) { print "world " $1 ": comm " busy " ms < bound " lb " ms"; bad = 1 }
+                           if (n > 1 && busy + 1e-9 < prev) { print "world " $1 ": comm " busy " ms < " prev " ms at a smaller world"; bad = 1 }
+                           prev = busy }
+            END { if (n != 4) { print "expected 4 rows, got " n; bad = 1 }; exit bad }' "$out/scale.log" >"$out/scale.why"; then
+        ok "scaling 8..512: comm per rank >= the alpha-beta bandwidth bound and non-decreasing in W ($(awk '/^  +world/ {t=1; next} t && NF >= 13 {printf "%s:%s ", $1, $8}' "$out/scale.log")ms)"
+    else
+        not_ok "scaling: $(tr '\n' ' ' <"$out/scale.why")"
+    fi
+else
+    not_ok "scaling: --plan failed: $(tail -n 2 "$out/scale.log" | tr '\n' ' ')"
+fi
+# HSDP: replicas across nodes add an all-reduce; the shard group stays on NVLink.
+if $TG --plan -m d12 -b 8 -t 1024 --plan-world 64 --shard-group-size 8 --sim-device h100 >"$out/hsdp.log" 2>&1 &&
+   grep -q "shard group 8 x 8 replica(s)" "$out/hsdp.log"; then
+    ok "HSDP plan: shard group 8 x 8 replicas"
+else
+    not_ok "HSDP plan: $(tail -n 2 "$out/hsdp.log" | tr '\n' ' ')"
+fi
+
+# 4. Bad values: one line naming the flag (and file:line), non-zero exit.
+one_line_error() {
+    local name=$1 pattern=$2; shift 2
+    local o rc
+    o=$("$@" 2>&1); rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <<<"$o")" -eq 1 ] && grep -qE -- "$pattern" <<<"$o"; then
+        ok "$name ($o)"
+    else
+        not_ok "$name: exit $rc, output: $(head -c 300 <<<"$o" | tr '\n' '|')"
+    fi
+}
+printf 'like=h100\nbogus_key=3\n' >"$out/bad_key.prof"
+printf 'tflops=100\nhbm_gbs=fast\nmem_gib=80\n' >"$out/bad_value.prof"
+printf 'tflops 100\n' >"$out/no_equals.prof"
+printf 'tflops=100\n' >"$out/incomplete.prof"
+printf 'like=h100\nmatmul_eff=1.5\n' >"$out/bad_eff.prof"
+one_line_error "unknown --sim-device name"  "^error: --sim-device 'h300': not a built-in device" $TG --plan --sim-device h300
+one_line_error "profile: unknown key"       "bad_key.prof:2: unknown key 'bogus_key'" $TG --plan --sim-device "$out/bad_key.prof"
+one_line_error "profile: bad value"         "bad_value.prof:2: hbm_gbs: expected a positive number, got 'fast'" $TG --plan --sim-device "$out/bad_value.prof"
+one_line_error "profile: no KEY=VALUE"      "no_equals.prof:1: expected KEY=VALUE" $TG --plan --sim-device "$out/no_equals.prof"
+one_line_error "profile: missing keys"      "incomplete.prof: needs tflops, hbm_gbs and mem_gib" $TG --plan --sim-device "$out/incomplete.prof"
+one_line_error "profile: efficiency > 1"    "bad_eff.prof:2: matmul_eff: an efficiency is a fraction" $TG --plan --sim-device "$out/bad_eff.prof"
+one_line_error "--plan-world not a number"  "^error: --plan-world: expected a comma-separated list" $TG --plan --plan-world 8,x
+one_line_error "--plan-world 0"             "^error: --plan-world: expected a comma-separated list" $TG --plan --plan-world 0
+one_line_error "--plan-world trailing comma" "^error: --plan-world: a trailing comma" $TG --plan --plan-world 8,
+one_line_error "--plan-world without --plan" "^error: --plan-world applies to --plan only" $TG --plan-world 8
+one_line_error "--plan: batch split at W"   "^error: --plan at world size 64: --total-batch-tokens 131072 is not a multiple" \
+    $TG --plan -m d4 -b 4 -t 1024 -d 131072 --plan-world 8,64
+
+# 5. d48 on h200 at 8, 64, 512 ranks: timed (printed; the bound is loose for a shared machine),
+#    and the process stays small (the model's 18 GB of state is never allocated): its peak
+#    RSS is within 64 MiB of a d1 plan's (the CUDA build's libraries alone take ~200 MiB).
+/usr/bin/time -f "%M" -o "$out/d1.rss" $TG --plan -m d1 -b 1 -t 64 >/dev/null 2>&1
+base_kib=$(tail -n 1 "$out/d1.rss")
+start=$(date +%s%N)
+if /usr/bin/time -f "%M" -o "$out/d48.rss" $TG --plan -m d48 -b 16 -t 1024 --plan-world 8,64,512 --sim-device h200 >"$out/d48.log" 2>&1; then
+    ms=$(( ($(date +%s%N) - start) / 1000000 )); rss_kib=$(tail -n 1 "$out/d48.rss")
+    if [ "$ms" -lt 5000 ] && [ "$rss_kib" -lt $((base_kib + 65536)) ] && grep -q "^limited by: " "$out/d48.log"; then
+        ok "d48 --plan at 8,64,512 ranks: $ms ms, peak RSS $((rss_kib / 1024)) MiB (a d1 plan: $((base_kib / 1024)) MiB) ($(grep -m1 '^limited by' "$out/d48.log"))"
+    else
+        not_ok "d48 --plan: $ms ms (bound 5000), peak RSS $rss_kib KiB (bound: a d1 plan's $base_kib KiB + 65536)"
+    fi
+else
+    not_ok "d48 --plan failed: $(tail -n 2 "$out/d48.log" | tr '\n' ' ')"
+fi

@@ -1,0 +1,68 @@
+// The sim device's kernel table (train_gpt --plan): the model schedule runs unchanged, but
+// each kernel only advances a virtual clock by its modelled cost instead of computing.
+// Nothing is read or written through the table's pointers (the sim's allocations are fake
+// addresses that are never dereferenced), so a 1.5B model plans in a few megabytes.
+//
+// Cost of one kernel, from its real shapes: the FLOPs it does and the bytes it moves,
+//   time = max(FLOPs / (peak x efficiency of its kind), bytes / (bandwidth x efficiency))
+//          + launch overhead,
+// the roofline of the device (train/plan.c gives the figures per device profile).
+//
+// The clock (SimClock) is shared with the sim FSDP backend (fsdp/backend_sim.c): two
+// streams, compute and comm. A collective starts on the comm stream once the compute stream
+// has issued it; a wait for it moves the compute clock to the collective's end.
+#ifndef FSDP_KERNELS_KERNELS_SIM_H
+#define FSDP_KERNELS_KERNELS_SIM_H
+
+#include <stddef.h>
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// What the step is doing, for the per-phase table (set by the engine's events).
+typedef enum { SIM_FORWARD, SIM_BACKWARD, SIM_OPTIMIZER, SIM_PHASES } SimPhase;
+// What bounds a kernel's time: its FLOPs (matmul-like or attention), its bytes, or the launch.
+typedef enum { SIM_BOUND_MATMUL, SIM_BOUND_ATTENTION, SIM_BOUND_MEMORY, SIM_BOUND_LAUNCH, SIM_BOUNDS } SimBound;
+// The rate a kernel's FLOPs run at.
+typedef enum { SIM_WORK_MATMUL, SIM_WORK_ATTENTION, SIM_WORK_VECTOR } SimWork;
+
+// The device's compute figures (train/plan.c's profiles).
+typedef struct {
+    double peak_flops;      // dense FLOP/s in the compute dtype
+    double mem_bw;          // bytes/s of device memory
+    double matmul_eff;      // fractions of peak_flops reached by matmuls, attention, vector kernels
+    double attention_eff;
+    double vector_eff;
+    double mem_eff;         // fraction of mem_bw a streaming kernel reaches
+    double launch_s;        // per-kernel overhead (launch, or the host's call on a cpu)
+} SimCosts;
+
+typedef struct {
+    SimCosts costs;
+    double compute, comm;             // the two streams' clocks, seconds
+    SimPhase phase;
+    // Accumulated since the last sim_clock_reset:
+    double busy[SIM_PHASES];          // compute-stream time in kernels
+    double exposed[SIM_PHASES];       // compute-stream time spent waiting for collectives
+    double comm_busy[SIM_PHASES];     // comm-stream time in collectives (issued in that phase)
+    double comm_bytes[SIM_PHASES];    // bytes this rank received or sent in them
+    double mem_bytes[SIM_PHASES];     // device-memory bytes the kernels moved
+    double flops[SIM_PHASES];
+    double bound_time[SIM_BOUNDS];    // kernel time by what bounds it (launch: the overheads)
+    long kernels;
+} SimClock;
+
+void sim_clock_reset(SimClock* c);
+// One kernel on the compute stream: advances the clock, returns its time.
+double sim_kernel(SimClock* c, SimWork work, double flops, double bytes);
+
+// The table over clock (which outlives it). act_bytes: 4 models the cpu device's fp32
+// activations (and its GELU scratch), 2 the cuda device's bf16.
+void kernels_sim_init(Kernels* k, SimClock* clock, int padded_vocab, size_t act_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

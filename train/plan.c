@@ -1,0 +1,311 @@
+#include "train/plan.h"
+
+#include <cblas.h>
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+// ---------------------------------------------------------------------------------------
+// Device profiles. Compute, memory and link figures are the vendors' datasheets (dense, no
+// sparsity; NVLink's "GB/s" is both directions together, so per direction it is half; the
+// network is one NIC per GPU as in the DGX/HGX systems). Memory is the datasheet's "GB",
+// which is what nvidia-smi shows in GiB give or take 1% (H100 80GB: 81559 MiB).
+// Latencies, launch overhead and efficiencies are assumptions of the model, not datasheet
+// figures: NCCL ring steps of a few microseconds, cuBLASLt reaching ~70% of the tensor
+// cores on large GEMMs, FlashAttention-2-style kernels ~40%, streaming kernels ~80% of HBM.
+// A profile file overrides any of them (README: "Planning a run").
+#define GPU_DEFAULTS .nvlink_latency_us = 3.0, .ib_latency_us = 8.0, .launch_us = 3.0, \
+                     .matmul_eff = 0.70, .attention_eff = 0.40, .vector_eff = 0.50, .mem_eff = 0.80
+static const SimProfile builtin[] = {
+    // NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS (624 with sparsity),
+    // A100 40GB SXM 1,555 GB/s HBM2, 80GB SXM 2,039 GB/s HBM2e, NVLink 600 GB/s; DGX A100
+    // datasheet: 8x 200 Gb/s HDR InfiniBand (ConnectX-6) for 8 GPUs = 25 GB/s per GPU.
+    {"a100-40", 0, 312.0, 1555.0, 40.0, 300.0, 25.0, GPU_DEFAULTS},
+    {"a100-80", 0, 312.0, 2039.0, 80.0, 300.0, 25.0, GPU_DEFAULTS},
+    // NVIDIA H100 Tensor Core GPU datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity (989
+    // dense), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s; DGX H100: 8x 400 Gb/s ConnectX-7
+    // (NDR) = 50 GB/s per GPU.
+    {"h100", 0, 989.0, 3350.0, 80.0, 450.0, 50.0, GPU_DEFAULTS},
+    // NVIDIA H200 Tensor Core GPU datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity,
+    // 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s; HGX H200 with 400 Gb/s ConnectX-7 per GPU.
+    {"h200", 0, 989.0, 4800.0, 141.0, 450.0, 50.0, GPU_DEFAULTS},
+    // NVIDIA DGX B200 / HGX B200 datasheets: BF16 4.5 PFLOPS with sparsity per GPU (2.25
+    // dense), 180 GB HBM3e at 8 TB/s, fifth-generation NVLink 1.8 TB/s; 8x 400 Gb/s
+    // ConnectX-7 for 8 GPUs.
+    {"b200", 0, 2250.0, 8000.0, 180.0, 900.0, 50.0, GPU_DEFAULTS},
+    // The cpu device (fp32, OpenBLAS): tflops and hbm_gbs are measured on this machine when
+    // the profile is chosen (cpu_measure below); the rest are assumptions: the matmul rate
+    // is sgemm's, measured (efficiency 1); the reference attention and vector kernels are
+    // plain loops, far from sgemm's rate; collectives between ranks of one host go through
+    // MPI's shared memory.
+    {"cpu", 1, 0.0, 0.0, 16.0, 5.0, 1.25, .nvlink_latency_us = 5.0, .ib_latency_us = 20.0, .launch_us = 2.0,
+     .matmul_eff = 1.0, .attention_eff = 0.1, .vector_eff = 0.1, .mem_eff = 1.0},
+};
+#define N_BUILTIN (sizeof(builtin) / sizeof(builtin[0]))
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// --sim-device cpu: this machine's fp32 rates with the threads OpenMP/OpenBLAS have now, in
+// about 2 s: sgemm of 1024^3 (the size of a small model's matmuls: its rate is what the
+// cpu device's matmuls reach) for 1 s, then a parallel streaming copy of 64 MiB arrays
+// (read + write counted) for 1 s. Fails only when out of memory.
+static int cpu_measure(SimProfile* p, char* err, size_t errlen) {
+    const int n = 1024;
+    const size_t copy_n = (size_t)16 << 20;  // floats: 64 MiB per array, beyond the caches
+    float* a = (float*)malloc((size_t)n * n * sizeof(float));
+    float* b = (float*)malloc((size_t)n * n * sizeof(float));
+    float* c = (float*)malloc((size_t)n * n * sizeof(float));
+    float* src = (float*)malloc(copy_n * sizeof(float));
+    float* dst = (float*)malloc(copy_n * sizeof(float));
+    if (!a || !b || !c || !src || !dst) {
+        free(a); free(b); free(c); free(src); free(dst);
+        snprintf(err, errlen, "--sim-device cpu: out of host memory for the microbenchmark");
+        return 1;
+    }
+    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = (float)(i % 7) * 0.01f; b[i] = (float)(i % 5) * 0.02f; c[i] = 0.0f; }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);  // warm-up
+    double t0 = seconds_now(), t = 0.0;
+    long iters = 0;
+    do {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        iters++;
+        t = seconds_now() - t0;
+    } while (t < 1.0);
+    p->tflops = 2.0 * n * (double)n * n * iters / t / 1e12;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < copy_n; i++) { src[i] = (float)i; dst[i] = 0.0f; }
+    t0 = seconds_now();
+    iters = 0;
+    do {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < copy_n; i++) dst[i] = src[i] + 1.0f;
+        iters++;
+        t = seconds_now() - t0;
+    } while (t < 1.0);
+    p->hbm_gbs = 2.0 * copy_n * sizeof(float) * (double)iters / t / 1e9;
+    volatile float sink = c[1] + dst[copy_n - 1];  // keep the work
+    (void)sink;
+    free(a); free(b); free(c); free(src); free(dst);
+    return 0;
+}
+
+const char* plan_profile_names(void) { return "a100-40, a100-80, h100, h200, b200, cpu"; }
+
+static int positive(const char* s, double* out) {
+    char* end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v <= 0) return 1;
+    *out = v;
+    return 0;
+}
+
+// A profile file: lines KEY=VALUE, '#' comments, blank lines. like=NAME starts from a
+// built-in profile; without it tflops, hbm_gbs and mem_gib are required and the rest take
+// the GPU defaults above.
+static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* err, size_t errlen) {
+    static const SimProfile gpu = {"", 0, 0, 0, 0, 300.0, 25.0, GPU_DEFAULTS};
+    *p = gpu;
+    const char* base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    snprintf(p->name, sizeof(p->name), "%s", base);
+    struct { const char* key; double* v; } keys[] = {
+        {"tflops", &p->tflops}, {"hbm_gbs", &p->hbm_gbs}, {"mem_gib", &p->mem_gib}, {"nvlink_gbs", &p->nvlink_gbs},
+        {"ib_gbs", &p->ib_gbs}, {"nvlink_latency_us", &p->nvlink_latency_us}, {"ib_latency_us", &p->ib_latency_us},
+        {"launch_us", &p->launch_us}, {"matmul_eff", &p->matmul_eff}, {"attention_eff", &p->attention_eff},
+        {"vector_eff", &p->vector_eff}, {"mem_eff", &p->mem_eff}};
+    const int n_keys = (int)(sizeof(keys) / sizeof(keys[0]));
+    int seen_required = 0, liked = 0;
+    char line[512];
+    for (int lineno = 1; fgets(line, sizeof(line), fp); lineno++) {
+        char* s = line;
+        char* hash = strchr(s, '#');
+        if (hash) *hash = '\0';
+        while (isspace((unsigned char)*s)) s++;
+        size_t len = strlen(s);
+        while (len > 0 && isspace((unsigned char)s[len - 1])) s[--len] = '\0';
+        if (!*s) continue;
+        char* eq = strchr(s, '=');
+        if (!eq) { snprintf(err, errlen, "--sim-device %s:%d: expected KEY=VALUE, got '%s'", path, lineno, s); return 1; }
+        *eq = '\0';
+        char *key = s, *val = eq + 1;
+        size_t kl = strlen(key);
+        while (kl > 0 && isspace((unsigned char)key[kl - 1])) key[--kl] = '\0';
+        while (isspace((unsigned char)*val)) val++;
+        if (!strcmp(key, "name")) { snprintf(p->name, sizeof(p->name), "%s", val); continue; }
+        if (!strcmp(key, "like")) {
+            int found = 0;
+            char keep[64];
+            snprintf(keep, sizeof(keep), "%s", p->name);
+            for (size_t i = 0; i < N_BUILTIN; i++)
+                if (!strcmp(builtin[i].name, val)) { *p = builtin[i]; found = 1; }
+            if (found && p->tflops <= 0 && cpu_measure(p, err, errlen)) return 1;
+            if (!found) { snprintf(err, errlen, "--sim-device %s:%d: like=%s: not a built-in device (%s)", path, lineno, val, plan_profile_names()); return 1; }
+            snprintf(p->name, sizeof(p->name), "%s", keep);
+            liked = 1;
+            continue;
+        }
+        if (!strcmp(key, "dtype")) {
+            if (!strcmp(val, "bf16")) p->fp32 = 0;
+            else if (!strcmp(val, "fp32")) p->fp32 = 1;
+            else { snprintf(err, errlen, "--sim-device %s:%d: dtype: expected bf16 or fp32, got '%s'", path, lineno, val); return 1; }
+            continue;
+        }
+        int k = 0;
+        while (k < n_keys && strcmp(keys[k].key, key)) k++;
+        if (k == n_keys) {
+            snprintf(err, errlen, "--sim-device %s:%d: unknown key '%s' (expected name, like, dtype, tflops, hbm_gbs, mem_gib, "
+                     "nvlink_gbs, ib_gbs, nvlink_latency_us, ib_latency_us, launch_us, matmul_eff, attention_eff, vector_eff, mem_eff)",
+                     path, lineno, key);
+            return 1;
+        }
+        if (positive(val, keys[k].v)) {
+            snprintf(err, errlen, "--sim-device %s:%d: %s: expected a positive number, got '%s'", path, lineno, key, val);
+            return 1;
+        }
+        if ((strstr(key, "_eff") && *keys[k].v > 1.0)) {
+            snprintf(err, errlen, "--sim-device %s:%d: %s: an efficiency is a fraction in (0, 1], got '%s'", path, lineno, key, val);
+            return 1;
+        }
+        if (k < 3) seen_required |= 1 << k;
+    }
+    if (ferror(fp)) { snprintf(err, errlen, "--sim-device %s: read error", path); return 1; }
+    if (!liked && seen_required != 7) {
+        snprintf(err, errlen, "--sim-device %s: needs tflops, hbm_gbs and mem_gib (or like=NAME)", path);
+        return 1;
+    }
+    return 0;
+}
+
+int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errlen) {
+    for (size_t i = 0; i < N_BUILTIN; i++) {
+        if (strcmp(builtin[i].name, name_or_file)) continue;
+        *p = builtin[i];
+        return p->tflops > 0 ? 0 : cpu_measure(p, err, errlen);
+    }
+    FILE* fp = fopen(name_or_file, "r");
+    if (!fp) {
+        snprintf(err, errlen, "--sim-device '%s': not a built-in device (%s) nor a readable profile file (%s)", name_or_file,
+                 plan_profile_names(), strerror(errno));
+        return 1;
+    }
+    int rc = read_profile_file(name_or_file, fp, p, err, errlen);
+    fclose(fp);
+    return rc;
+}
+
+int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen) {
+    *n = 0;
+    const char* q = s;
+    if (!*q) { snprintf(err, errlen, "--plan-world: expected a comma-separated list of world sizes, e.g. 8,64,512, got ''"); return 1; }
+    while (*q) {
+        char* end;
+        errno = 0;
+        long v = strtol(q, &end, 10);
+        if (end == q || errno || v < 1 || v > (1 << 20) || (*end && *end != ',')) {
+            snprintf(err, errlen, "--plan-world: expected a comma-separated list of world sizes in [1, %d], e.g. 8,64,512, got '%s'",
+                     1 << 20, s);
+            return 1;
+        }
+        if (*n == PLAN_MAX_WORLDS) { snprintf(err, errlen, "--plan-world: at most %d world sizes, got '%s'", PLAN_MAX_WORLDS, s); return 1; }
+        worlds[(*n)++] = (int)v;
+        q = *end ? end + 1 : end;
+        if (*end == ',' && !*q) { snprintf(err, errlen, "--plan-world: a trailing comma in '%s'", s); return 1; }
+    }
+    return 0;
+}
+
+SimCosts plan_costs(const SimProfile* p) {
+    SimCosts c = {p->tflops * 1e12, p->hbm_gbs * 1e9, p->matmul_eff, p->attention_eff, p->vector_eff, p->mem_eff,
+                  p->launch_us * 1e-6};
+    return c;
+}
+
+SimLink plan_link(const SimProfile* p, int gpus_per_node, int stride, int size) {
+    int inter = (long)(size - 1) * stride >= gpus_per_node;
+    SimLink l = {(inter ? p->ib_gbs : p->nvlink_gbs) * 1e9, (inter ? p->ib_latency_us : p->nvlink_latency_us) * 1e-6};
+    return l;
+}
+
+// ---------------------------------------------------------------------------------------
+// Tables
+
+static double sum3(const double* x) { return x[0] + x[1] + x[2]; }
+
+double plan_tokens_per_s(const PlanRow* r) { return r->step_s > 0 ? (double)r->tokens_per_step / r->step_s : 0.0; }
+
+double plan_mfu(const PlanRow* r, const SimProfile* p) {
+    return plan_tokens_per_s(r) * r->model_flops_per_token / (p->tflops * 1e12 * r->world);
+}
+
+const char* plan_limiter(const PlanRow* r, double* share) {
+    double t[4] = {r->bound_time[SIM_BOUND_MATMUL] + r->bound_time[SIM_BOUND_ATTENTION], r->bound_time[SIM_BOUND_MEMORY],
+                   sum3(r->exposed), r->bound_time[SIM_BOUND_LAUNCH]};
+    static const char* names[4] = {"matmul", "memory bandwidth", "communication", "host"};
+    int best = 0;
+    for (int i = 1; i < 4; i++) if (t[i] > t[best]) best = i;
+    *share = r->step_s > 0 ? t[best] / r->step_s : 0.0;
+    return names[best];
+}
+
+void plan_print_detail(const PlanRow* r, const SimProfile* p) {
+    static const char* phase[SIM_PHASES] = {"forward", "backward", "optimizer"};
+    double N = (double)r->num_parameters, tokens_rank = (double)r->B * r->T * r->grad_accum;
+    double budget_gib = r->budget_bytes / 1073741824.0;
+    printf("fits: %s (%.2f GiB of %.0f GiB per rank; the CUDA context and allocator slack, ~1 GiB, come on top)\n",
+           budget_gib + (p->fp32 ? 0.0 : 1.0) <= p->mem_gib ? "yes" : "NO", budget_gib, p->mem_gib);
+    printf("FLOPs per token: %.3g (model: 6N + 6LCT, what MFU counts); executed by the schedule's kernels (recompute included): %.3g\n",
+           r->model_flops_per_token, sum3(r->flops) / tokens_rank);
+    printf("bytes per parameter per step (this rank; N = %zu):\n", r->num_parameters);
+    printf("  %-10s %14s %14s\n", "phase", "communication", "device memory");
+    for (int i = 0; i < SIM_PHASES; i++)
+        printf("  %-10s %14.2f %14.2f\n", phase[i], r->comm_bytes[i] / N, r->mem_bytes[i] / N);
+    printf("time per step (rank 0, ms):\n");
+    printf("  %-10s %10s %10s %10s %12s\n", "phase", "compute", "exposed", "total", "comm (busy)");
+    for (int i = 0; i < SIM_PHASES; i++)
+        printf("  %-10s %10.2f %10.2f %10.2f %12.2f\n", phase[i], r->busy[i] * 1e3, r->exposed[i] * 1e3,
+               (r->busy[i] + r->exposed[i]) * 1e3, r->comm_busy[i] * 1e3);
+    printf("  %-10s %10.2f %10.2f %10.2f %12.2f\n", "step", sum3(r->busy) * 1e3, sum3(r->exposed) * 1e3, r->step_s * 1e3,
+           sum3(r->comm_busy) * 1e3);
+    printf("kernel time by bound (ms): matmul %.2f, attention %.2f, memory bandwidth %.2f, launch overhead %.2f (%ld kernels)\n",
+           r->bound_time[SIM_BOUND_MATMUL] * 1e3, r->bound_time[SIM_BOUND_ATTENTION] * 1e3, r->bound_time[SIM_BOUND_MEMORY] * 1e3,
+           r->bound_time[SIM_BOUND_LAUNCH] * 1e3, r->kernels);
+    printf("communication lower bound (bytes over the fastest link, no latency): %.2f ms\n", r->comm_lower_bound_s * 1e3);
+    printf("step %.2f ms | %.0f tokens/s (all %d ranks) | MFU %.1f%%\n", r->step_s * 1e3, plan_tokens_per_s(r), r->world,
+           100.0 * plan_mfu(r, p));
+    double share;
+    const char* lim = plan_limiter(r, &share);
+    printf("limited by: %s (%.0f%% of the step)\n", lim, 100.0 * share);
+}
+
+void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch) {
+    printf("scaling on %s (projections from the cost model, not measurements; rank 0 of each world simulated):\n", p->name);
+    if (fixed_global_batch)
+        printf("held fixed: the global batch (--total-batch-tokens %ld) and the micro-batch (%d x %d); accumulation steps = batch / (B x T x W)\n",
+               rows[0].tokens_per_step, rows[0].B, rows[0].T);
+    else
+        printf("held fixed: the micro-batch per rank (%d x %d, one accumulation step): the global batch grows with W\n", rows[0].B,
+               rows[0].T);
+    printf("(ms per step; exposed: compute waiting for collectives; comm LB: this rank's bytes over the fastest link)\n");
+    printf("  %7s %6s %6s %11s %10s %10s %10s %11s %10s %11s %6s %9s  %s\n", "world", "shard", "accum", "tokens/step", "step ms",
+           "compute", "exposed", "comm busy", "comm LB", "tokens/s", "MFU", "mem GiB", "limited by");
+    for (int i = 0; i < n; i++) {
+        const PlanRow* r = &rows[i];
+        double share;
+        const char* lim = plan_limiter(r, &share);
+        printf("  %7d %6d %6d %11ld %10.2f %10.2f %10.2f %11.2f %10.2f %11.0f %5.1f%% %9.2f  %s\n", r->world, r->shard_size,
+               r->grad_accum, r->tokens_per_step, r->step_s * 1e3, sum3(r->busy) * 1e3, sum3(r->exposed) * 1e3,
+               sum3(r->comm_busy) * 1e3, r->comm_lower_bound_s * 1e3, plan_tokens_per_s(r), 100.0 * plan_mfu(r, p),
+               r->budget_bytes / 1073741824.0, lim);
+    }
+    double share;
+    const char* lim = plan_limiter(&rows[n - 1], &share);
+    printf("limited by at %d ranks: %s (%.0f%% of the step)\n", rows[n - 1].world, lim, 100.0 * share);
+}

@@ -1,0 +1,73 @@
+// train_gpt --plan: what a run with these flags would need and do, from the model's real
+// schedule run on the sim device (kernels/kernels_sim.h, fsdp/backend_sim.h) instead of a
+// GPU. This file: the device profiles (built in, or a key=value file), the topology that
+// picks a collective's link, the flag helpers, and the tables the plan prints. The schedule
+// itself is train_gpt.cu's (plan_main there): nothing here repeats it.
+#ifndef FSDP_TRAIN_PLAN_H
+#define FSDP_TRAIN_PLAN_H
+
+#include <stddef.h>
+#include "fsdp/backend_sim.h"
+#include "kernels/kernels_sim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PLAN_MAX_WORLDS 16
+
+// A device as the cost model sees it. Bandwidths are per GPU and per direction.
+typedef struct SimProfile {
+    char name[64];
+    int fp32;                  // 1: the cpu device (fp32 everywhere, host memory); 0: a GPU (bf16)
+    double tflops;             // peak dense TFLOP/s in the compute dtype (bf16 tensor cores)
+    double hbm_gbs;            // device-memory bandwidth, GB/s
+    double mem_gib;            // device memory, GiB
+    double nvlink_gbs;         // intra-node link, GB/s per direction per GPU
+    double ib_gbs;             // inter-node network, GB/s per direction per GPU
+    double nvlink_latency_us;  // per ring step (assumptions, not datasheet figures)
+    double ib_latency_us;
+    double launch_us;          // per-kernel overhead
+    double matmul_eff, attention_eff, vector_eff, mem_eff;  // fractions of peak reached
+} SimProfile;
+
+// NAME is a built-in profile (plan_profile_names; "cpu" measures this machine, ~2 s, with
+// the OpenMP/BLAS threads set now), else a key=value file (README: "Planning a run"). 0, or 1 with one line in err naming the flag, file and line.
+int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errlen);
+const char* plan_profile_names(void);   // "a100-40, a100-80, h100, h200, b200, cpu"
+// --plan-world "8,64,512": 1 .. PLAN_MAX_WORLDS sizes, each >= 1. 0, or 1 with err.
+int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen);
+
+SimCosts plan_costs(const SimProfile* p);
+// The link of a group of `size` ranks, `stride` apart, that contains rank 0 (node-aligned):
+// NVLink when it stays in one node of gpus_per_node, else the network.
+SimLink plan_link(const SimProfile* p, int gpus_per_node, int stride, int size);
+
+// What one simulated step of rank 0 gave.
+typedef struct {
+    int world, shard_size, replicas, B, T, grad_accum;
+    long tokens_per_step;                       // all ranks
+    size_t num_parameters;
+    double model_flops_per_token;               // 6N + 6LCT, as the MFU of a real run
+    double step_s;
+    double busy[SIM_PHASES], exposed[SIM_PHASES], comm_busy[SIM_PHASES];
+    double comm_bytes[SIM_PHASES], mem_bytes[SIM_PHASES], flops[SIM_PHASES];
+    double bound_time[SIM_BOUNDS];
+    double comm_lower_bound_s;                  // this rank's comm bytes over its fastest link
+    size_t budget_bytes;                        // device memory per rank (the run's budget)
+    long kernels;
+} PlanRow;
+
+double plan_tokens_per_s(const PlanRow* r);
+double plan_mfu(const PlanRow* r, const SimProfile* p);
+// The resource the step spends most time on: "matmul", "memory bandwidth", "communication"
+// (exposed) or "host" (launch overheads), with its share of the step in *share.
+const char* plan_limiter(const PlanRow* r, double* share);
+// The per-world detail (after the budget) and the scaling table.
+void plan_print_detail(const PlanRow* r, const SimProfile* p);
+void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
