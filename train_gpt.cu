@@ -812,7 +812,13 @@ static void print_setup(const Run* r, const char* device, const char* why, int t
 // as a real run, with kernels and collectives that only advance a clock.
 
 static void plan_on_event(void* ctx, FsdpEvent e) {
-    ((SimClock*)ctx)->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
+    SimClock* c = (SimClock*)ctx;
+    c->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
+    c->group = SIM_GROUP_OTHER;  // the engine's own kernels until the model's next one
+}
+// Before each model kernel (kernels.h's hook, as --profile-step uses it): its group.
+static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
+    ((SimClock*)ctx)->group = sim_group_of_kind(kind);
 }
 
 // One optimizer step as train_step runs it, less the data (and the host's sum of losses on
@@ -880,6 +886,8 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     gpt2_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
     model->fsdp.on_event = plan_on_event;
     model->fsdp.on_event_ctx = &clock;
+    model->dev.kernels.on_kernel = plan_on_kernel;
+    model->dev.kernels.on_kernel_ctx = &clock;
     const MemoryBudget budget = memory_budget(model, row->grad_accum, row->B, row->T);
     row->budget_bytes = budget.device;
     row->num_parameters = model->layout.num_parameters;
@@ -916,6 +924,7 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     }
     for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
     row->kernels = clock.kernels;
+    for (int g = 0; g <= SIM_GROUPS; g++) row->group_time[g] = clock.group_time[g];
     double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
     row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
     gpt2_free(model);
@@ -941,6 +950,11 @@ static int plan_main(const Options* opt, const GPT2Config* config) {
     }
     for (int i = 0; i < n; i++) if (plan_check_world(opt, worlds[i])) return 1;  // before any output
     PlanRow rows[PLAN_MAX_WORLDS];
+    if (opt->calibrate_from) {  // only the calibrated profile, for the first world
+        plan_one(opt, config, &prof, worlds[0], 0, &rows[0]);
+        if (plan_calibrate(opt->calibrate_from, &rows[0], &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
+        return 0;
+    }
     for (int i = 0; i < n; i++) {
         plan_one(opt, config, &prof, worlds[i], i == 0, &rows[i]);
         if (i == 0) plan_print_detail(&rows[0], &prof);

@@ -10,11 +10,19 @@ void sim_clock_reset(SimClock* c) {
     SimCosts keep = c->costs;
     double compute = c->compute, comm = c->comm;
     SimPhase phase = c->phase;
+    SimGroup group = c->group;
     memset(c, 0, sizeof(*c));
     c->costs = keep;
     c->compute = compute;
     c->comm = comm;
     c->phase = phase;
+    c->group = group;
+}
+
+SimGroup sim_group_of_kind(KernelKind kind) {
+    return kind == KERNEL_MATMUL || kind == KERNEL_LM_HEAD ? SIM_GROUP_MATMUL
+         : kind == KERNEL_ATTENTION                        ? SIM_GROUP_ATTENTION
+                                                           : SIM_GROUP_VECTOR;
 }
 
 double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
@@ -22,10 +30,18 @@ double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
     double eff = work == SIM_WORK_MATMUL ? s->matmul_eff : work == SIM_WORK_ATTENTION ? s->attention_eff : s->vector_eff;
     double t_flops = flops > 0 ? flops / (s->peak_flops * eff) : 0.0;
     double t_bytes = bytes > 0 ? bytes / (s->mem_bw * s->mem_eff) : 0.0;
-    double t = (t_flops > t_bytes ? t_flops : t_bytes) + s->launch_s;
+    // A calibration's factor applies to the whole kernel (its launch included), as a real
+    // run's profile times it.
+    const SimGroup g = c->phase == SIM_OPTIMIZER ? SIM_GROUP_OPTIMIZER : c->group;
+    const double scale = g < SIM_GROUPS && s->time_scale[g] > 0 ? s->time_scale[g] : 1.0;
+    t_flops *= scale;
+    t_bytes *= scale;
+    const double launch = s->launch_s * scale;
+    double t = (t_flops > t_bytes ? t_flops : t_bytes) + launch;
     if (t_flops > t_bytes) c->bound_time[work == SIM_WORK_ATTENTION ? SIM_BOUND_ATTENTION : SIM_BOUND_MATMUL] += t_flops;
     else c->bound_time[SIM_BOUND_MEMORY] += t_bytes;
-    c->bound_time[SIM_BOUND_LAUNCH] += s->launch_s;
+    c->bound_time[SIM_BOUND_LAUNCH] += launch;
+    c->group_time[g] += t;
     c->compute += t;
     c->busy[c->phase] += t;
     c->flops[c->phase] += flops;

@@ -27,6 +27,12 @@ typedef enum { SIM_FORWARD, SIM_BACKWARD, SIM_OPTIMIZER, SIM_PHASES } SimPhase;
 typedef enum { SIM_BOUND_MATMUL, SIM_BOUND_ATTENTION, SIM_BOUND_MEMORY, SIM_BOUND_LAUNCH, SIM_BOUNDS } SimBound;
 // The rate a kernel's FLOPs run at.
 typedef enum { SIM_WORK_MATMUL, SIM_WORK_ATTENTION, SIM_WORK_VECTOR } SimWork;
+// The groups of kernels a real run's --profile-step table times separately, which a
+// calibration scales (train/plan.h): the matmuls (blocks and LM head), attention, the
+// vector kernels of the model (embedding, LayerNorms, cross-entropy), the optimizer's.
+// SIM_GROUP_OTHER: the engine's kernels outside the optimizer (gradient folds, zeroing).
+typedef enum { SIM_GROUP_MATMUL, SIM_GROUP_ATTENTION, SIM_GROUP_VECTOR, SIM_GROUP_OPTIMIZER, SIM_GROUPS,
+               SIM_GROUP_OTHER = SIM_GROUPS } SimGroup;
 
 // The device's compute figures (train/plan.c's profiles).
 typedef struct {
@@ -37,12 +43,14 @@ typedef struct {
     double vector_eff;
     double mem_eff;         // fraction of mem_bw a streaming kernel reaches
     double launch_s;        // per-kernel overhead (launch, or the host's call on a cpu)
+    double time_scale[SIM_GROUPS];  // a calibration's factor on each group's kernel times (1: none)
 } SimCosts;
 
 typedef struct {
     SimCosts costs;
     double compute, comm;             // the two streams' clocks, seconds
     SimPhase phase;
+    SimGroup group;                   // of the kernels issued now (set before each kernel)
     // Accumulated since the last sim_clock_reset:
     double busy[SIM_PHASES];          // compute-stream time in kernels
     double exposed[SIM_PHASES];       // compute-stream time spent waiting for collectives
@@ -51,10 +59,13 @@ typedef struct {
     double mem_bytes[SIM_PHASES];     // device-memory bytes the kernels moved
     double flops[SIM_PHASES];
     double bound_time[SIM_BOUNDS];    // kernel time by what bounds it (launch: the overheads)
+    double group_time[SIM_GROUPS + 1];  // kernel time by group (SIM_GROUP_OTHER last)
     long kernels;
 } SimClock;
 
 void sim_clock_reset(SimClock* c);
+// The group of a model kernel of this kind (kernels.h's KernelKind).
+SimGroup sim_group_of_kind(KernelKind kind);
 // One kernel on the compute stream: advances the clock, returns its time.
 double sim_kernel(SimClock* c, SimWork work, double flops, double bytes);
 

@@ -120,6 +120,10 @@ void print_usage(void) {
 "      --sim-device NAME|FILE   a100-40, a100-80, h100, h200, b200, cpu, or a KEY=VALUE profile file\n"
 "                               (README: Planning a run) [h100]\n"
 "      --gpus-per-node N        ranks per node: a group within one node uses NVLink, else the network [8]\n"
+"      --calibrate-from LOG     print, instead of the plan, a --sim-device profile file calibrated on a\n"
+"                               real run's --profile-step table (LOG: that run's output; give --plan\n"
+"                               the run's flags and world size): each kernel group's time scaled to\n"
+"                               what was measured (matmuls, attention, vector kernels, optimizer)\n"
 "signals\n"
 "      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
 "      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue. Before\n"
@@ -163,7 +167,7 @@ enum {
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
     OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_MATMUL_AUTOTUNE,
-    OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE,
+    OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
@@ -230,6 +234,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"plan", no_argument, 0, OPT_PLAN}, {"plan-world", required_argument, 0, OPT_PLAN_WORLD},
         {"sim-device", required_argument, 0, OPT_SIM_DEVICE}, {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},
+        {"calibrate-from", required_argument, 0, OPT_CALIBRATE_FROM},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -366,6 +371,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             r = parse_int("--gpus-per-node", optarg, 1, 4096, &o->gpus_per_node, e);
             if (!plan_only) plan_only = "--gpus-per-node";
             break;
+        case OPT_CALIBRATE_FROM: o->calibrate_from = optarg; if (!plan_only) plan_only = "--calibrate-from"; break;
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
         default: snprintf(e->msg, sizeof(e->msg), "unknown option '%s'", argv[optind - 1]); return 1;

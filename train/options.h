@@ -62,6 +62,7 @@ typedef struct {
     const char* plan_world;      // NULL: one node (--gpus-per-node ranks)
     const char* sim_device;      // a built-in profile or a profile file [h100]
     int gpus_per_node;           // [8]
+    const char* calibrate_from;  // --calibrate-from: a real run's output with a --profile-step table
 } Options;
 
 typedef struct { char msg[512]; } ParseError;

@@ -120,7 +120,9 @@ static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* er
         {"tflops", &p->tflops}, {"hbm_gbs", &p->hbm_gbs}, {"mem_gib", &p->mem_gib}, {"nvlink_gbs", &p->nvlink_gbs},
         {"ib_gbs", &p->ib_gbs}, {"nvlink_latency_us", &p->nvlink_latency_us}, {"ib_latency_us", &p->ib_latency_us},
         {"launch_us", &p->launch_us}, {"matmul_eff", &p->matmul_eff}, {"attention_eff", &p->attention_eff},
-        {"vector_eff", &p->vector_eff}, {"mem_eff", &p->mem_eff}};
+        {"vector_eff", &p->vector_eff}, {"mem_eff", &p->mem_eff},
+        {"matmul_time_scale", &p->time_scale[SIM_GROUP_MATMUL]}, {"attention_time_scale", &p->time_scale[SIM_GROUP_ATTENTION]},
+        {"vector_time_scale", &p->time_scale[SIM_GROUP_VECTOR]}, {"optimizer_time_scale", &p->time_scale[SIM_GROUP_OPTIMIZER]}};
     const int n_keys = (int)(sizeof(keys) / sizeof(keys[0]));
     int seen_required = 0, liked = 0;
     char line[512];
@@ -162,7 +164,8 @@ static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* er
         while (k < n_keys && strcmp(keys[k].key, key)) k++;
         if (k == n_keys) {
             snprintf(err, errlen, "--sim-device %s:%d: unknown key '%s' (expected name, like, dtype, tflops, hbm_gbs, mem_gib, "
-                     "nvlink_gbs, ib_gbs, nvlink_latency_us, ib_latency_us, launch_us, matmul_eff, attention_eff, vector_eff, mem_eff)",
+                     "nvlink_gbs, ib_gbs, nvlink_latency_us, ib_latency_us, launch_us, matmul_eff, attention_eff, vector_eff, mem_eff, "
+                     "matmul_time_scale, attention_time_scale, vector_time_scale, optimizer_time_scale)",
                      path, lineno, key);
             return 1;
         }
@@ -224,7 +227,8 @@ int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errle
 
 SimCosts plan_costs(const SimProfile* p) {
     SimCosts c = {p->tflops * 1e12, p->hbm_gbs * 1e9, p->matmul_eff, p->attention_eff, p->vector_eff, p->mem_eff,
-                  p->launch_us * 1e-6};
+                  p->launch_us * 1e-6, {0}};
+    for (int g = 0; g < SIM_GROUPS; g++) c.time_scale[g] = p->time_scale[g] > 0 ? p->time_scale[g] : 1.0;
     return c;
 }
 
@@ -277,6 +281,9 @@ void plan_print_detail(const PlanRow* r, const SimProfile* p) {
     printf("kernel time by bound (ms): matmul %.2f, attention %.2f, memory bandwidth %.2f, launch overhead %.2f (%ld kernels)\n",
            r->bound_time[SIM_BOUND_MATMUL] * 1e3, r->bound_time[SIM_BOUND_ATTENTION] * 1e3, r->bound_time[SIM_BOUND_MEMORY] * 1e3,
            r->bound_time[SIM_BOUND_LAUNCH] * 1e3, r->kernels);
+    printf("kernel time by group (ms): matmul %.3f, attention %.3f, vector %.3f, optimizer %.3f, engine (folds, zeroing) %.3f\n",
+           r->group_time[SIM_GROUP_MATMUL] * 1e3, r->group_time[SIM_GROUP_ATTENTION] * 1e3, r->group_time[SIM_GROUP_VECTOR] * 1e3,
+           r->group_time[SIM_GROUP_OPTIMIZER] * 1e3, r->group_time[SIM_GROUP_OTHER] * 1e3);
     printf("communication lower bound (bytes over the fastest link, no latency): %.2f ms\n", r->comm_lower_bound_s * 1e3);
     printf("step %.2f ms | %.0f tokens/s (all %d ranks) | MFU %.1f%%\n", r->step_s * 1e3, plan_tokens_per_s(r), r->world,
            100.0 * plan_mfu(r, p));
@@ -308,4 +315,71 @@ void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fix
     double share;
     const char* lim = plan_limiter(&rows[n - 1], &share);
     printf("limited by at %d ranks: %s (%.0f%% of the step)\n", rows[n - 1].world, lim, 100.0 * share);
+}
+
+// ---------------------------------------------------------------------------------------
+// Calibration from a real run's --profile-step table (train/profile.c's rows: a phase name,
+// an optional direction, then "N ms"). Rows of the same group add up over directions.
+
+static const struct { const char* row; int group; } profile_rows[] = {
+    {"matmul (transformer blocks)", SIM_GROUP_MATMUL}, {"matmul (lm head)", SIM_GROUP_MATMUL},
+    {"attention", SIM_GROUP_ATTENTION}, {"embedding", SIM_GROUP_VECTOR},
+    {"layernorm (+ residual add)", SIM_GROUP_VECTOR}, {"cross-entropy", SIM_GROUP_VECTOR},
+    {"grad norm + AdamW", SIM_GROUP_OPTIMIZER},
+};
+static const char* const group_key[SIM_GROUPS] = {"matmul", "attention", "vector", "optimizer"};
+
+int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p, char* err, size_t errlen) {
+    FILE* fp = fopen(log_path, "r");
+    if (!fp) { snprintf(err, errlen, "--calibrate-from %s: %s", log_path, strerror(errno)); return 1; }
+    double measured[SIM_GROUPS] = {0};
+    int in_table = 0, tables = 0, step = 0;
+    char line[1024];
+    while (fgets(line, sizeof(line), fp)) {
+        if (!strncmp(line, "profile of step ", 16)) {
+            in_table = 1;
+            tables++;
+            step = atoi(line + 16);
+            memset(measured, 0, sizeof(measured));  // the last table counts
+            continue;
+        }
+        if (!in_table) continue;
+        if (strncmp(line, "  ", 2) != 0) { in_table = 0; continue; }
+        for (size_t i = 0; i < sizeof(profile_rows) / sizeof(profile_rows[0]); i++) {
+            const size_t n = strlen(profile_rows[i].row);
+            if (strncmp(line + 2, profile_rows[i].row, n) != 0 || line[2 + n] != ' ') continue;
+            const char* ms = strstr(line + 2 + n, " ms ");
+            if (!ms) break;
+            const char* num = ms;
+            while (num > line + 2 + n && (isdigit((unsigned char)num[-1]) || num[-1] == '.')) num--;
+            measured[profile_rows[i].group] += strtod(num, NULL);
+            break;
+        }
+    }
+    const int read_error = ferror(fp);
+    fclose(fp);
+    if (read_error) { snprintf(err, errlen, "--calibrate-from %s: read error", log_path); return 1; }
+    if (tables == 0) {
+        snprintf(err, errlen, "--calibrate-from %s: no --profile-step table in it (run train_gpt with --profile-step N and keep its output)", log_path);
+        return 1;
+    }
+    double scale[SIM_GROUPS];
+    for (int g = 0; g < SIM_GROUPS; g++) {
+        const double old = p->time_scale[g] > 0 ? p->time_scale[g] : 1.0, planned = row->group_time[g] * 1e3;
+        scale[g] = measured[g] > 0 && planned > 0 ? old * measured[g] / planned : old;
+    }
+    printf("# %s calibrated from the --profile-step table of step %d in %s (train_gpt --plan --calibrate-from):\n",
+           p->name, step, log_path);
+    printf("# the kernel groups' times, measured there and planned for the same flags (rank 0 of %d):\n", row->world);
+    for (int g = 0; g < SIM_GROUPS; g++)
+        printf("#   %-9s measured %10.3f ms, planned %10.3f ms -> time scale %.4g%s\n", group_key[g], measured[g],
+               row->group_time[g] * 1e3, scale[g], measured[g] > 0 && row->group_time[g] > 0 ? "" : " (not in both: kept)");
+    printf("# Not calibrated: communication (exposed waits depend on the overlap, not one rate) and host time.\n");
+    printf("name=%s-calibrated\ndtype=%s\ntflops=%.6g\nhbm_gbs=%.6g\nmem_gib=%.6g\nnvlink_gbs=%.6g\nib_gbs=%.6g\n", p->name,
+           p->fp32 ? "fp32" : "bf16", p->tflops, p->hbm_gbs, p->mem_gib, p->nvlink_gbs, p->ib_gbs);
+    printf("nvlink_latency_us=%.6g\nib_latency_us=%.6g\nlaunch_us=%.6g\n", p->nvlink_latency_us, p->ib_latency_us, p->launch_us);
+    printf("matmul_eff=%.6g\nattention_eff=%.6g\nvector_eff=%.6g\nmem_eff=%.6g\n", p->matmul_eff, p->attention_eff, p->vector_eff,
+           p->mem_eff);
+    for (int g = 0; g < SIM_GROUPS; g++) printf("%s_time_scale=%.6g\n", group_key[g], scale[g]);
+    return 0;
 }

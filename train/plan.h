@@ -29,6 +29,7 @@ typedef struct SimProfile {
     double ib_latency_us;
     double launch_us;          // per-kernel overhead
     double matmul_eff, attention_eff, vector_eff, mem_eff;  // fractions of peak reached
+    double time_scale[SIM_GROUPS];  // a calibration's factors per kernel group (0 or 1: none)
 } SimProfile;
 
 // NAME is a built-in profile (plan_profile_names; "cpu" measures this machine, ~2 s, with
@@ -53,6 +54,7 @@ typedef struct {
     double busy[SIM_PHASES], exposed[SIM_PHASES], comm_busy[SIM_PHASES];
     double comm_bytes[SIM_PHASES], mem_bytes[SIM_PHASES], flops[SIM_PHASES];
     double bound_time[SIM_BOUNDS];
+    double group_time[SIM_GROUPS + 1];          // kernel time by group (kernels_sim.h)
     double comm_lower_bound_s;                  // this rank's comm bytes over its fastest link
     size_t budget_bytes;                        // device memory per rank (the run's budget)
     long kernels;
@@ -66,6 +68,12 @@ const char* plan_limiter(const PlanRow* r, double* share);
 // The per-world detail (after the budget) and the scaling table.
 void plan_print_detail(const PlanRow* r, const SimProfile* p);
 void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch);
+// --calibrate-from LOG: a real run's --profile-step table (LOG: its output) against the plan
+// of the same flags (row, planned with profile p): prints to stdout a profile file, p's
+// figures with each kernel group's time scaled by measured / planned, so that a plan with it
+// reproduces the profiled step's matmul, attention, vector-kernel and optimizer times. 0, or
+// 1 with one line in err.
+int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -125,7 +125,33 @@ one_line_error "--plan-world without --plan" "^error: --plan-world applies to --
 one_line_error "--plan: batch split at W"   "^error: --plan at world size 64: --total-batch-tokens 131072 is not a multiple" \
     $TG --plan -m d4 -b 4 -t 1024 -d 131072 --plan-world 8,64
 
-# 5. d48 on h200 at 8, 64, 512 ranks: timed (printed; the bound is loose for a shared machine),
+one_line_error "--calibrate-from no table"  "no --profile-step table in it" $TG --plan --calibrate-from "$out/bad_eff.prof"
+one_line_error "--calibrate-from missing"   "^error: --calibrate-from $out/none.log: No such file" $TG --plan --calibrate-from "$out/none.log"
+
+# 5. Calibration: a real cpu run's --profile-step table, turned into a profile file by
+#    --calibrate-from, makes the plan of the same flags reproduce the measured kernel groups
+#    (matmul, attention, vector, optimizer) within 1% (the factors are measured / planned).
+cal=(--layers 4 --channels 128 --heads 2 --max-seq 64 -t 64 -b 4 --threads 1)
+if run_np 1 $TG --device cpu "${cal[@]}" -x 3 -v 0 --profile-step 2 -i "$TRAIN_SHARD" -o "$out/cal_run" >"$out/cal_real.log" 2>&1 &&
+   $TG --plan "${cal[@]}" --plan-world 1 --sim-device "$out/fp32.prof" --calibrate-from "$out/cal_real.log" >"$out/cal.prof" 2>"$out/cal.err" &&
+   $TG --plan "${cal[@]}" --plan-world 1 --sim-device "$out/cal.prof" >"$out/cal_plan.log" 2>&1; then
+    got=$(grep -m1 '^kernel time by group' "$out/cal_plan.log")
+    if awk -v got="$got" '
+        /^#   [a-z]+ +measured/ { want[$2] = $4 }
+        END {
+            n = split(got, w, /[ ,]+/)
+            for (i = 1; i < n; i++) if (w[i] in want) { g = w[i]; v = w[i + 1]; seen++
+                if (!(v >= 0.99 * want[g] && v <= 1.01 * want[g])) { print g ": planned " v ", measured " want[g]; bad = 1 } }
+            exit bad || seen != 4 }' "$out/cal.prof"; then
+        ok "--calibrate-from: the calibrated plan reproduces the profiled kernel groups ($(grep -c '_time_scale=' "$out/cal.prof") factors; ${got#kernel time by group })"
+    else
+        not_ok "--calibrate-from: calibrated plan '$got' vs $(grep '^#   ' "$out/cal.prof" | tr '\n' ' ')"
+    fi
+else
+    not_ok "--calibrate-from: a step failed: $(tail -n 2 "$out/cal_real.log" "$out/cal.err" "$out/cal_plan.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)"
+fi
+
+# 6. d48 on h200 at 8, 64, 512 ranks: timed (printed; the bound is loose for a shared machine),
 #    and the process stays small (the model's 18 GB of state is never allocated): its peak
 #    RSS is within 64 MiB of a d1 plan's (the CUDA build's libraries alone take ~200 MiB).
 /usr/bin/time -f "%M" -o "$out/d1.rss" $TG --plan -m d1 -b 1 -t 64 >/dev/null 2>&1
