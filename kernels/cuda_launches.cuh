@@ -13,6 +13,7 @@
 #define FSDP_KERNELS_CUDA_LAUNCHES_CUH
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__has_include)
@@ -79,11 +80,14 @@ static inline int launch_counter_start(LaunchCounter* c) {
     c->unsubscribe = cuptiUnsubscribe;
 #else
     if (!c->lib) {
-        const char* names[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
-                               "/usr/local/cuda/lib64/libcupti.so"};
+        // FSDP_CUPTI_LIB first (e.g. a pip wheel's nvidia/cuda_cupti/lib/libcupti.so.13), then
+        // the loader's path, then the toolkit's usual places.
+        const char* env = getenv("FSDP_CUPTI_LIB");
+        const char* names[] = {env && *env ? env : "libcupti.so", "libcupti.so", "libcupti.so.13", "libcupti.so.12",
+                               "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so", "/usr/local/cuda/lib64/libcupti.so"};
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !c->lib; i++) c->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!c->lib) {
-            snprintf(c->why_not, sizeof(c->why_not), "libcupti not found (dlopen: %s)", dlerror());
+            snprintf(c->why_not, sizeof(c->why_not), "libcupti not found (set FSDP_CUPTI_LIB; dlopen: %s)", dlerror());
             return 0;
         }
         c->subscribe = (CUptiResult(*)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*))dlsym(c->lib, "cuptiSubscribe");

@@ -213,6 +213,14 @@ if [ -z "$NO_GPU" ]; then
     fi
     note "mpi: $(command -v mpicc >/dev/null && echo "mpicc found: MPI build" || echo "no mpicc: NO_MPI build, ranks via scripts/launch_local.sh")"
     note "nccl: $(scripts/find_nccl.sh "$(command -v nvcc)" | grep . || echo "the CUDA toolkit's or the system's") (scripts/find_nccl.sh)"
+    # CUPTI for --profile-step's launch counts: beside nvcc's toolkit, else a pip wheel's.
+    if [ -z "${FSDP_CUPTI_LIB:-}" ]; then
+        for f in "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent/bin/nvcc)")")"/../extras/CUPTI/lib64/libcupti.so* \
+                 "$(python3 -c 'import nvidia.cuda_cupti as m; print(list(m.__path__)[0])' 2>/dev/null)"/lib/libcupti.so*; do
+            [ -f "$f" ] && { export FSDP_CUPTI_LIB=$f; break; }
+        done
+    fi
+    note "cupti: ${FSDP_CUPTI_LIB:-none found beside nvcc or in a pip wheel, train_gpt tries the library path}"
 fi
 build_errors() { grep -m5 -E 'error:|\*\*\*|not found' "$LOGS/$1.log" | indent; }
 MAKE_ARGS=(-j"$(nproc)" GPU_ARCH="$GPU_ARCH" WERROR= "${TARGETS[@]}")
