@@ -443,8 +443,8 @@ typedef struct {
     // This rank's rows of every micro-batch of a step, in host memory the device copies from
     // without staging (pinned on cuda): micro-step k's at k * B * T. The uploads run behind
     // the host, which does not wait for the device inside a step: steps alternate between the
-    // two sets (by the time step n + 2 writes set n's, the host has read step n + 1's
-    // figures, which the device computes after step n's uploads).
+    // two sets (by the time step n + 2 writes set n's, the host has read step n's figures, in
+    // step n + 1 or before, and the device computed them after step n's uploads).
     int *inputs[2], *targets[2];
     float* step_losses;               // a validation micro-batch's losses
     int bad_in_a_row;                 // steps skipped for a non-finite loss or gradient norm
@@ -511,8 +511,8 @@ static void finish_step(Run* r, PendingStep* p) {
     Kernels* k = &model->dev.kernels;
     const FsdpStepStats* s = fsdp_step_stats_wait(&model->fsdp);
     p->pending = 0;
-    // The device's time between the step's marks: the copy that just landed comes after the
-    // end mark on the same stream, so both have been reached.
+    // The device's time between the step's marks: the copy that just landed was queued after
+    // the end mark on the same stream, so both have been reached.
     p->record.ms = k->mark_ms(k, p->mark_begin, p->mark_end);
     k->mark_free(k, p->mark_begin);
     k->mark_free(k, p->mark_end);
@@ -586,8 +586,10 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);
     fsdp_step_decide(f, (double)r->total_tokens, opt->grad_clip);
     fsdp_optimizer_step(f, lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, completed);
-    fsdp_step_stats_fetch(f);
+    // The end mark before the figures' copy: waiting for the copy then means the mark has
+    // been reached too (finish_step times the step between the marks).
     cur.mark_end = kern->mark(kern);
+    fsdp_step_stats_fetch(f);
     cur.traffic.gathered = f->traffic.gathered - before.gathered;
     cur.traffic.reduce_scattered = f->traffic.reduce_scattered - before.reduce_scattered;
     cur.traffic.replica_reduced = f->traffic.replica_reduced - before.replica_reduced;
