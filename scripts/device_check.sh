@@ -22,6 +22,10 @@
 #                        target is >= 1.1x its tok/s. For both benchmarks the summary has
 #                        bench_gpu.sh's table and targets, the profile table and its largest row
 #                        (the limiting phase).
+#   5b. plan_d48, plan_d12  train_gpt --plan for each benchmark's flags on this GPU's profile: the
+#                        planned ms/step beside the measured one, and a profile calibrated on the
+#                        benchmark's profiled step (--calibrate-from; logs/plan_MODEL.prof and
+#                        its figures in the summary).
 #   6. attention_timing  flash, flash1 and cublas attention at GPT-2 size (B=4, T=1024, 12 heads
 #                        of 64), forward and backward: the timings test_attention_cuda prints after
 #                        its checks, taken from part 3's log (the program is run again only when
@@ -264,6 +268,31 @@ bench() {
 }
 bench d48 150 BENCH_TORCH=0 BENCH_B_D48="${BENCH_B_D48:-16}" BENCH_WARMUP=0 BENCH_STEPS=10
 bench d12 240
+
+# 5b. The planner against each benchmark (train_gpt --plan: no GPU work, well under a second):
+# the step it plans for the benchmark's flags on this GPU's profile beside the measured one,
+# and a profile calibrated on the benchmark's --profile-step table (--calibrate-from), kept
+# in the summary (its lines) and as logs/plan_MODEL.prof.
+case "${gpu:-}" in
+    *H100*) SIM=h100 ;; *B200*) SIM=b200 ;; *A100*80*) SIM=a100-80 ;; *A100*) SIM=a100-40 ;; *) SIM=h200 ;;
+esac
+plan_vs() {
+    local m=$1 name=plan_$1 clog=$LOGS/bench_$1/${1}_train_gpt.log b t measured planned
+    if [ -n "$NO_GPU" ]; then record SKIP "$name" "$NO_GPU"; return; fi
+    measured=$(grep -E '^average step [0-9.]+ ms' "$clog" 2>/dev/null | tail -n 1 | sed -E 's/^average step ([0-9.]+) ms.*/\1/')
+    read -r b t <<<"$(grep -E '^\+ .*train_gpt --device cuda -m '"$m"' ' "$LOGS/bench_$m.log" 2>/dev/null | tail -n 1 |
+                      sed -E 's/.* -b ([0-9]+) -t ([0-9]+) .*/\1 \2/')"
+    if [ -z "$measured" ] || [ -z "$b" ] || [ -z "$t" ]; then record SKIP "$name" "no benchmark figures for $m"; return; fi
+    built "$name" ./train_gpt || return
+    run_part "$name" 30 bash -c "./train_gpt --plan -m $m -b $b -t $t --plan-world 1 --sim-device $SIM &&
+        ./train_gpt --plan -m $m -b $b -t $t --plan-world 1 --sim-device $SIM --calibrate-from '$clog' > '$LOGS/$name.prof'" || return
+    planned=$(sed -nE 's/^step ([0-9.]+) ms \|.*/\1/p' "$LOGS/$name.log" | tail -n 1)
+    verdict "$name" "$m -b $b -t $t on $SIM: planned ${planned:-?} ms/step, measured $measured ms/step$(
+        [ -n "$planned" ] && awk -v p="$planned" -v m="$measured" 'BEGIN { if (m > 0) printf " (planned / measured %.2f)", p / m }')"
+    [ -f "$LOGS/$name.prof" ] && grep -E '^#   ' "$LOGS/$name.prof" | sed 's/^#   /calibration: /' | indent
+}
+plan_vs d48
+plan_vs d12
 
 # 6. Flash against flash1 and cublas at GPT-2 size: test_attention_cuda's last lines.
 timings() { grep -E '^# attention (flash|flash1|cublas) ' "$1" 2>/dev/null; }

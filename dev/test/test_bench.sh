@@ -232,13 +232,26 @@ EOF2
 cat > "$DC/stubs/train_gpt" <<'EOF2'
 #!/usr/bin/env bash
 # train_gpt --device cuda -m MODEL -b B -t T -x STEPS --profile-step P ...: figures per model.
-m=""; b=0; t=0; x=0; p=0
+# train_gpt --plan ... [--calibrate-from LOG]: a planned step of 250 ms, or a calibrated profile.
+m=""; b=0; t=0; x=0; p=0; plan=0; cal=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -m) m=$2; shift ;; -b) b=$2; shift ;; -t) t=$2; shift ;; -x) x=$2; shift ;; --profile-step) p=$2; shift ;;
+        --plan) plan=1 ;; --calibrate-from) cal=$2; shift ;;
     esac
     shift
 done
+if [ "$plan" = 1 ]; then
+    echo "$m $b $t ${cal:-plan}" >> "$STUB_STATE/plans"
+    if [ -n "$cal" ]; then
+        grep -q '^profile of step' "$cal" || { echo "error: --calibrate-from $cal: no --profile-step table in it" >&2; exit 1; }
+        printf '#   matmul    measured %10.3f ms, planned %10.3f ms -> time scale %.4g\n' 451.3 300.0 1.504
+        echo "name=h200-calibrated"; echo "matmul_time_scale=1.504"
+    else
+        echo "step 250.00 ms | 1000 tokens/s (all 1 ranks) | MFU 40.0%"
+    fi
+    exit 0
+fi
 [ -n "${STUB_TRAIN_HANG:-}" ] && exec sleep 60
 if [ "$m" = d48 ] && [ "$b" -gt "${STUB_D48_OOM_ABOVE_B:-999}" ]; then
     echo "CUDA error at train/device.cuh:140: out of memory (cudaMalloc(&p, n))" >&2; exit 1
@@ -320,7 +333,7 @@ alive() { [ -r "/proc/$1/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat
 parts() { grep -E '^(PASS|FAIL|SKIP|TIMEOUT) ' "$DC/$1/out/summary.txt" | awk '{ print $2 }' | tr '\n' ' '; }
 # line RUN STATUS PART: that part's line, if it has that status.
 line() { grep -E "^$2 +$3 \(" "$DC/$1/out/summary.txt"; }
-ALL_PARTS="gpu build test_attention_cuda test_backend_cuda test_kernels_cuda bench_d48 bench_d12 attention_timing e2e memcheck_test_attention_cuda memcheck_test_backend_cuda "
+ALL_PARTS="gpu build test_attention_cuda test_backend_cuda test_kernels_cuda bench_d48 bench_d12 plan_d48 plan_d12 attention_timing e2e memcheck_test_attention_cuda memcheck_test_backend_cuda "
 
 # A: the whole check. A failing kernel test, a hanging one (under a 1 s timeout), d48 out of memory at
 # B=16, an end-to-end check failing, a compute-sanitizer that does not support the device.
@@ -356,6 +369,18 @@ if [ -n "$avg48" ] && line A PASS bench_d48 > /dev/null && grep -q "^          t
     ok "device_check.sh: d48 at B=8 after B=16 ran out of memory: $avg48, MFU $mfu48 as in its log; limiting phase and profile table"
 else
     not_ok "device_check.sh d48: log says '$avg48' (MFU $mfu48); summary: $(sed -n '/bench_d48/,/bench_d12/p' "$A" | grep -E 'train_gpt|d48|limiting' | tr '\n' '|' | cut -c1-500)"
+fi
+# The planner beside each benchmark: the flags the benchmark ran with (d48 at B=8 after the
+# out-of-memory), the planned and measured ms/step and their ratio, the calibration's lines.
+ms48=$(awk 'BEGIN { printf "%.1f", 1000 * 8 * 1024 / 51234 }'); r48=$(awk -v m="$ms48" 'BEGIN { printf "%.2f", 250 / m }')
+if line A PASS plan_d48 | grep -qF "d48 -b 8 -t 1024 on h200: planned 250.00 ms/step, measured $ms48 ms/step (planned / measured $r48)" &&
+   line A PASS plan_d12 | grep -qF "d12 -b 32 -t 1024 on h200: planned 250.00 ms/step" &&
+   [ "$(grep -c '^        calibration: matmul    measured    451.300 ms, planned    300.000 ms -> time scale 1.504$' "$A")" = 2 ] &&
+   grep -qx "d48 8 1024 $DC/A/out/logs/bench_d48/d48_train_gpt.log" "$DC/A/state/plans" &&
+   [ -f "$DC/A/logs/logs/plan_d48.prof" ]; then
+    ok "device_check.sh: --plan beside each benchmark (d48 at the B it ran with: planned / measured $r48) and its calibration from the profiled step"
+else
+    not_ok "device_check.sh plan parts: $(grep -A1 -E '^[A-Z]+ +plan_' "$A" | tr '\n' '|' | cut -c1-400); plans: $(tr '\n' '|' < "$DC/A/state/plans" 2>/dev/null)"
 fi
 l12=$DC/A/logs/logs/bench_d12/d12_train_gpt.log
 tps12=$(grep '^average step' "$l12" 2>/dev/null | sed -E 's/.*\(([0-9.]+) tok\/s\).*/\1/')
@@ -414,9 +439,9 @@ fi
 check C PATH="$DC/nogpu:$DC/bin:$T/bin:$PATH"
 C=$DC/C/out/summary.txt
 if [ "$(parts C)" = "$ALL_PARTS" ] && line C FAIL gpu | grep -q "no GPU visible: NVIDIA-SMI has failed" &&
-   [ "$(grep -c '^SKIP .*(no GPU visible)$' "$C")" = 10 ] && [ ! -e "$DC/C/state/make.args" ] &&
+   [ "$(grep -c '^SKIP .*(no GPU visible)$' "$C")" = 12 ] && [ ! -e "$DC/C/state/make.args" ] &&
    [ "$(cat "$DC/C/rc")" = 1 ] && [ "$(cat "$DC/C/wall")" -le 3 ]; then
-    ok "device_check.sh: no GPU visible: FAIL gpu and 10 parts skipped in $(cat "$DC/C/wall") s, status 1, nothing built"
+    ok "device_check.sh: no GPU visible: FAIL gpu and 12 parts skipped in $(cat "$DC/C/wall") s, status 1, nothing built"
 else
     not_ok "device_check.sh C: status $(cat "$DC/C/rc") after $(cat "$DC/C/wall") s: $(grep -E '^[A-Z]+ ' "$C" | cut -c1-80 | tr '\n' '|')"
 fi
