@@ -354,7 +354,8 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             break;
         case OPT_MATMUL_AUTOTUNE:
             if (!strcmp(optarg, "auto")) o->matmul_autotune = -1;
-            else r = parse_int("--matmul-autotune", optarg, 0, 2, &o->matmul_autotune, e);
+            else if (strlen(optarg) == 1 && optarg[0] >= '0' && optarg[0] <= '2') o->matmul_autotune = optarg[0] - '0';
+            else { snprintf(e->msg, sizeof(e->msg), "--matmul-autotune: expected auto, 0, 1 or 2, got '%s'", optarg); r = 1; }
             if (!o->cuda_only_flag) o->cuda_only_flag = "--matmul-autotune";
             break;
         // --plan

@@ -130,6 +130,9 @@ expect_error "--comm on the cpu device" "--comm applies to the cuda device only,
 expect_error "--attention on the cpu device" "--attention applies to the cuda device only" "${launch[@]}" --device cpu --attention cublas
 expect_error "--gelu-fusion out of range" "--gelu-fusion: 3 is out of range" "${launch[@]}" --gelu-fusion 3
 expect_error "--gelu-fusion on the cpu device" "--gelu-fusion applies to the cuda device only" "${launch[@]}" --device cpu --gelu-fusion 0
+expect_error "--matmul-autotune out of range" "--matmul-autotune: expected auto, 0, 1 or 2, got '3'" "${launch[@]}" --matmul-autotune 3
+expect_error "--matmul-autotune not a mode" "--matmul-autotune: expected auto, 0, 1 or 2, got 'fast'" "${launch[@]}" --matmul-autotune fast
+expect_error "--matmul-autotune on the cpu device" "--matmul-autotune applies to the cuda device only" "${launch[@]}" --device cpu --matmul-autotune 1
 
 # --- Shards changing under a run, batch splits, -j's default, the run lock, stop signals ---
 
