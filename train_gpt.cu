@@ -833,7 +833,7 @@ static void plan_step(GPT2* model, int grad_accum) {
         gpt2_forward(model, NULL, NULL, model->B, model->T, 1.0f);
         // (the bf16 profiles' loss sum is one small kernel; the fp32 one sums on the host, and
         // the sim's losses are not memory)
-        if (f->device_decides) fsdp_add_loss(f, model->acts.losses, (size_t)model->B * model->T);
+        if (f->fused) fsdp_add_loss(f, model->acts.losses, (size_t)model->B * model->T);
         gpt2_backward(model, model->B, model->T);
         fsdp_end_micro_step(f);
     }

@@ -166,10 +166,9 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
     if (f->fused && build_decay_tables(f, err, errlen)) return 1;
-    // The step's decision: on the device when the backend can (then the host only reads a
-    // copy of it, when it asks), else in host memory by the engine.
-    f->device_decides = f->fused;
-    if (f->device_decides) {
+    // The step's decision: on the device on the fused path (then the host only reads a copy
+    // of it, when it asks), else in host memory.
+    if (f->fused) {
         f->stats = (FsdpStepStats*)be->alloc(be->ctx, sizeof(FsdpStepStats));
         f->host_stats = (FsdpStepStats*)be->alloc_host(be->ctx, sizeof(FsdpStepStats));
     } else {
@@ -200,7 +199,7 @@ void fsdp_free(Fsdp* f) {
     be->release(be->ctx, f->adam_m);
     be->release(be->ctx, f->adam_v);
     be->release(be->ctx, f->grad_shard);
-    if (f->device_decides) {
+    if (f->fused) {
         be->release(be->ctx, f->stats);
         be->release_host(be->ctx, f->host_stats);
     } else {
@@ -454,7 +453,7 @@ void fsdp_end_micro_step(Fsdp* f) {
 
 void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
     const int accumulate = f->micro_step > 0;  // (called before fsdp_end_micro_step)
-    if (f->device_decides) {
+    if (f->fused) {
         f->be.sum_into(f->be.ctx, &f->stats->loss_sum, losses, n, accumulate);
         return;
     }
@@ -477,7 +476,7 @@ void fsdp_test_poison_grad(Fsdp* f) {
 void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
     notify(f, FSDP_EVENT_OPTIMIZER);
     FsdpStepStats* s = f->stats;
-    if (f->device_decides) {
+    if (f->fused) {
         // The sum of squares came with the last folds, else (HSDP: the replica all-reduce
         // changed the shards after them) one pass over the shard, on the device.
         if (f->fused_norm) f->be.folded_sum_squares(f->be.ctx, &s->sumsq);  // (and cleared for the next step)
@@ -491,11 +490,11 @@ void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
 }
 
 void fsdp_step_stats_fetch(Fsdp* f) {
-    if (f->device_decides) f->be.step_stats_fetch(f->be.ctx, f->host_stats, f->stats);
+    if (f->fused) f->be.step_stats_fetch(f->be.ctx, f->host_stats, f->stats);
 }
 
 const FsdpStepStats* fsdp_step_stats_wait(Fsdp* f) {
-    if (f->device_decides) f->be.step_stats_wait(f->be.ctx);
+    if (f->fused) f->be.step_stats_wait(f->be.ctx);
     return f->host_stats;
 }
 

@@ -212,13 +212,14 @@ typedef struct {
     int* unit_grad_slot;         // [n_units]
     int grad_pool_next;          // round-robin pointer into the pool
 
-    // The fused optimizer path (the backend has fold_grad / adamw_unit): per unit, whether
-    // its gradient shard was written this step, and its decay table in device memory.
+    // The fused optimizer path (the backend has fold_grad / adamw_unit and the device-side
+    // step ops): the step's decision stays on the device (stats in device memory, the host
+    // reads a copy); per unit, whether its gradient shard was written this step, and its
+    // decay table in device memory.
     int fused;
     int fused_norm;              // the sum of squares comes with the last folds (no HSDP sum after them)
     int alias_params;            // a shard group of one: gathered units are the shards themselves
-    int device_decides;          // the backend has step_decide: stats live in device memory
-    FsdpStepStats* stats;        // this step's (device memory when device_decides)
+    FsdpStepStats* stats;        // this step's (device memory on the fused path)
     FsdpStepStats* host_stats;   // where fsdp_step_stats_fetch puts them (== stats otherwise)
     int test_norm_from_shards;   // fsdp_test_poison_grad: this step's norm from the shards
     unsigned char* unit_folded;  // [n_units]

@@ -10,7 +10,7 @@ static const char* const phase_names[PH_COUNT] = {
     [KERNEL_EMBED] = "embedding", [KERNEL_LAYERNORM] = "layernorm (+ residual add)",
     [KERNEL_MATMUL] = "matmul (transformer blocks)", [KERNEL_LM_HEAD] = "matmul (lm head)",
     [KERNEL_ATTENTION] = "attention", [KERNEL_LOSS] = "cross-entropy",
-    [PH_HOST] = "host (data, the loop's own work)", [PH_FSDP] = "fsdp waits (gather / reduce)",
+    [PH_HOST] = "host (data, the loop)", [PH_FSDP] = "fsdp waits (gather / reduce)",
     [PH_OPTIMIZER] = "grad norm + AdamW",
 };
 
