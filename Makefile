@@ -99,6 +99,10 @@ build/%.o: %.c $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# The offloaded AdamW must round every operation as the GPU kernel does (no FMA contraction;
+# kernels/optimizer_math.h).
+build/fsdp/offload.o: CFLAGS += -ffp-contract=off
+
 # test_gpt2.cu includes train_gpt.cu (like llm.c's test_gpt2) to drive the model schedule.
 ifneq ($(NVCC),)
 build/train_gpt.o: train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP)

@@ -768,15 +768,19 @@ static void print_memory_budget(const GPT2* model, const MemoryBudget* b) {
     const FsdpMemory* mm = &model->fsdp.memory;
     int on_gpu = !model->dev.backend.host_is_device;  // the budget is device memory, apart from the host's
     printf("memory budget per rank%s:\n", on_gpu ? " (GPU memory)" : "");
-    // (on cuda the shards also hold the bf16 copy of the parameters)
-    print_memory_line("sharded params + grads + Adam m, v", mm->shard_state);
+    // (on cuda the shards also hold the bf16 copy of the parameters; offloaded, only that)
+    print_memory_line(mm->host_offload ? "sharded bf16 params (optimizer offloaded)" : "sharded params + grads + Adam m, v",
+                      mm->shard_state);
     print_memory_line("gathered parameter slots", mm->gathered);
     print_memory_line("full-gradient slots", mm->full_grads);
     print_memory_line("activations", model->acts.total_bytes);
     for (int i = 0; i < model->dev.n_device_lines; i++) print_memory_line(model->dev.device_lines[i].what, model->dev.device_lines[i].bytes);
     if (on_gpu) {
         print_memory_line("total", b->device);
-        print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
+        if (mm->host_offload)
+            print_memory_line("host: offloaded master, m, v, grads + staging (pinned)", mm->host_offload);
+        else
+            print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
         for (int i = 0; i < model->dev.n_host_lines; i++) print_memory_line(model->dev.host_lines[i].what, model->dev.host_lines[i].bytes);
     } else {
         print_memory_line("total", b->device + b->host_extra);
@@ -882,7 +886,7 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     clock.costs = plan_costs(prof);
     DeviceOptions dopt = {0, opt->comm, opt->reduce_fp32, opt->attention, opt->gelu_fusion, opt->seed,
                           (Recompute)opt->recompute, opt->matmul_autotune, prof, &clock, opt->gpus_per_node};
-    FsdpConfig fcfg = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last};
+    FsdpConfig fcfg = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last, opt->offload};
     GPT2* model = (GPT2*)calloc(1, sizeof(GPT2));
     if (!model) fatal(&pg, "--plan: out of host memory");
     gpt2_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
@@ -892,6 +896,7 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     model->dev.kernels.on_kernel_ctx = &clock;
     const MemoryBudget budget = memory_budget(model, row->grad_accum, row->B, row->T);
     row->budget_bytes = budget.device;
+    row->offload = opt->offload;
     row->num_parameters = model->layout.num_parameters;
     row->model_flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config->num_layers * config->channels * (double)row->T;
     if (detail) {
@@ -1042,7 +1047,7 @@ int main(int argc, char** argv) {
     int on_cuda = !strcmp(device, "cuda");
     DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
                           (Recompute)opt.recompute, opt.matmul_autotune, NULL, NULL, 0};
-    FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last};
+    FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last, opt.offload};
     GPT2* model = &r->model;
     gpt2_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
     if (opt.init_from) {

@@ -78,6 +78,7 @@
 
 #include "comm/comm.h"
 #include "fsdp/fsdp.h"
+#include "fsdp/offload.h"
 #include "comm/process_group.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.cuh"
@@ -90,6 +91,8 @@ typedef struct {
                              // the staged path pins per slot from it (NULL: max_unit_padded each). Read at init.
     uint64_t seed;           // stochastic-rounding seed
     cudaStream_t compute;    // the model's stream (created by the caller)
+    int offload_units;       // --offload optimizer: the engine's unit count (0: no offload)
+    int offload_threads;     // ... and the host threads of each of its tasks
 } CudaBackendConfig;
 
 enum { CUDA_OP_IDLE = 0, CUDA_OP_GATHER, CUDA_OP_REDUCE };
@@ -159,6 +162,13 @@ typedef struct {
     size_t device_bytes;             // what this backend cudaMalloc'd itself
     size_t host_bytes;               // what this backend cudaMallocHost'd itself
     CbCommProfile prof;              // --profile-step (NCCL path)
+    // --offload optimizer: the copy stream, per unit the events of its gradient's copy to the
+    // host and its new shard's upload, and the host worker (fsdp/offload.h)
+    cudaStream_t copy;
+    cudaEvent_t *to_host, *to_device;    // [offload_units]
+    cudaEvent_t copy_ready;              // compute -> copy
+    cudaEvent_t reads_done;              // the step's last reads of the shards (at the decision)
+    HostOptimizer* host_opt;
 } CudaBackend;
 
 // ----------------------------------------------------------------------------
@@ -351,12 +361,12 @@ static inline void cb_round_to_bf16(float* x, size_t n, cudaStream_t s) {
     CUDA_LAUNCH_CHECK();
 }
 
-// The seed of a unit's stochastic-rounding stream: a hash of the run seed and the unit (its
-// stream id), so units do not share random bits. Element i of the unit at step t then uses
-// sr_bits(sr_key(cuda_backend_sr_seed(seed, unit), t), i) with i its global index in the
-// unit's flat buffer: the same whatever W and however the range is split.
+// The seed of a unit's stochastic-rounding stream (optimizer_math.h's sr_unit_seed): element
+// i of the unit at step t then uses sr_bits(sr_key(cuda_backend_sr_seed(seed, unit), t), i)
+// with i its global index in the unit's flat buffer: the same whatever W and however the
+// range is split, on the GPU and on the host (--offload optimizer).
 static __host__ __device__ inline uint64_t cuda_backend_sr_seed(uint64_t seed, uint64_t unit_stream) {
-    return splitmix64_mix(seed ^ splitmix64_mix(0x756e697473726e67ull + unit_stream));
+    return sr_unit_seed(seed, unit_stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -705,6 +715,136 @@ static inline void cuda_refresh_param_shard(void* ctx, void* param_shard, const 
 }
 
 // ----------------------------------------------------------------------------
+// --offload optimizer (ZeRO-Offload): copies on the copy stream, the optimizer on the host
+// worker (fsdp/offload.h). Per unit u:
+//   offload_fold:   the reduced shard (the reduce-scatter's output: the copy waits for its
+//                   done event; a shard group of one: the gradient slot, after compute) ->
+//                   D2H into pinned staging -> record to_host[u]; the worker waits for
+//                   to_host[u], then folds. The collective's next output into the same
+//                   buffer (comm stream) waits for to_host[u]; a slot compute rewrites waits
+//                   through offload_guard.
+//   offload_decide: record reads_done on compute (everything that reads the shards this
+//                   step is enqueued by then) and make the copy stream wait for it: the
+//                   uploads of the new shards come after the step's last reads of the old.
+//   offload_upload: the worker's AdamW of u done -> H2D of the new shard on the copy stream
+//                   -> record to_device[u]; the gather (comm) or compute waits for it.
+// HSDP: the folded shards are summed over the replicas on the host (host transport).
+// The host waits once per step for the decision (the loss from the device, the worker's
+// folds): the host runs the optimizer, so it must know the clip scale and skip.
+
+static int cb_copy_landed(void* ctx, int u) {  // (on the worker thread)
+    const cudaError_t e = cudaEventQuery(((CudaBackend*)ctx)->to_host[u]);
+    return e == cudaSuccess ? 1 : e == cudaErrorNotReady ? 0 : -1;
+}
+
+static inline void cb_offload_wait_unit(CudaBackend* c, int u) {
+    char err[300];
+    if (host_optimizer_wait_unit(c->host_opt, u, err, sizeof err)) fatal(c->pg, "%s", err);
+}
+
+static inline void cuda_offload_fold(void* ctx, int u, float* host_grad, void* host_stage, const void* src,
+                                     size_t src_bytes, size_t n, int op, int first, int sum_squares) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    cb_offload_wait_unit(c, u);  // its previous fold has read the staging (and to_host[u] is free)
+    if (op >= 0 && c->cfg.use_nccl) {
+        CB_CUDA(c, cudaStreamWaitEvent(c->copy, cb_op(c, op, 0)->done, 0));
+    } else {
+        CB_CUDA(c, cudaEventRecord(c->copy_ready, c->compute));
+        CB_CUDA(c, cudaStreamWaitEvent(c->copy, c->copy_ready, 0));
+    }
+    if (n) CB_CUDA(c, cudaMemcpyAsync(host_stage, src, n * src_bytes, cudaMemcpyDeviceToHost, c->copy));
+    CB_CUDA(c, cudaEventRecord(c->to_host[u], c->copy));
+    // The collective writes src next (NCCL: on comm; staged: its result's H2D on compute).
+    if (op >= 0) CB_CUDA(c, cudaStreamWaitEvent(c->cfg.use_nccl ? c->comm : c->compute, c->to_host[u], 0));
+    host_optimizer_fold(c->host_opt, u, host_grad, host_stage, src_bytes, n, first, sum_squares);
+}
+
+static inline void cuda_offload_guard(void* ctx, int u, int upload) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    CB_CUDA(c, cudaStreamWaitEvent(c->compute, upload ? c->to_device[u] : c->to_host[u], 0));
+}
+
+static inline void cuda_offload_drain(void* ctx) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    char err[300];
+    if (host_optimizer_drain(c->host_opt, err, sizeof err)) fatal(c->pg, "%s", err);
+}
+
+// HSDP: over the host transport, as the staged path sums replicas (the same function).
+static inline void cuda_offload_all_reduce_replicas(void* ctx, float* host_grad, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    cuda_offload_drain(ctx);
+    if (c->pg->replicate_size > 1 && n > 0) comm_all_reduce_f32_sum(c->pg->replicate_comm, host_grad, n);
+}
+
+static inline double cuda_offload_sum_squares(void* ctx, const float* host_grad, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    cuda_offload_drain(ctx);
+    const double folded = host_optimizer_take_sum_squares(c->host_opt);
+    return host_grad ? host_sum_squares(host_grad, n) : folded;
+}
+
+// The loss sum from the device (the step's one host wait), the world's sums over the host
+// transport (as the cpu device), the decision.
+static inline void cuda_offload_decide(void* ctx, FsdpStepStats* s, const double* d_loss_sum, double tokens,
+                                       float grad_clip) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    CB_CUDA(c, cudaEventRecord(c->reads_done, c->compute));
+    CB_CUDA(c, cudaStreamWaitEvent(c->copy, c->reads_done, 0));
+    CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, d_loss_sum, sizeof(double), cudaMemcpyDeviceToHost, c->compute));
+    cb_host_wait(c, c->compute, "the offloaded step's loss");
+    s->loss_sum = c->h_sumsq[0];
+    if (c->pg->shard_comm && c->shard_size > 1) comm_all_reduce_f64(c->pg->shard_comm, &s->loss_sum, 2, COMM_SUM);
+    if (c->pg->replicate_size > 1) comm_all_reduce_f64(c->pg->replicate_comm, &s->loss_sum, 1, COMM_SUM);
+    fsdp_decide_from_sums(s, tokens, grad_clip);
+}
+
+static inline void cuda_offload_adamw(void* ctx, int u, float* param, float* m, float* v, const float* grad,
+                                      void* host_stage, size_t n, const uint64_t* decay_toggles, int n_toggles,
+                                      float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                                      const FsdpStepStats* stats, uint64_t unit_stream, size_t global_begin) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    HostAdamw a;
+    memset(&a, 0, sizeof a);
+    a.param = param;
+    a.m = m;
+    a.v = v;
+    a.grad = grad;
+    a.param_bf16 = (uint16_t*)host_stage;
+    a.n = n;
+    a.decay_toggles = decay_toggles;
+    a.n_toggles = n_toggles;
+    a.lr = lr;
+    a.beta1 = beta1;
+    a.beta2 = beta2;
+    a.eps = eps;
+    a.weight_decay = weight_decay;
+    a.clip_scale = stats->clip_scale;
+    a.t = t;
+    a.skip = stats->skip;
+    a.seed = cuda_backend_sr_seed(c->cfg.seed, unit_stream);
+    a.global_begin = global_begin;
+    host_optimizer_adamw(c->host_opt, u, &a);
+}
+
+static inline void cuda_offload_round(void* ctx, int u, void* host_stage, const float* master, size_t n,
+                                      uint64_t unit_stream, size_t global_begin, int step) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    host_optimizer_round(c->host_opt, u, (uint16_t*)host_stage, master, n, cuda_backend_sr_seed(c->cfg.seed, unit_stream),
+                         step, global_begin);
+}
+
+static inline void cuda_offload_upload(void* ctx, int u, void* param_shard, const void* host_stage, size_t bytes,
+                                       int read_by_compute) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    cb_offload_wait_unit(c, u);
+    if (bytes) CB_CUDA(c, cudaMemcpyAsync(param_shard, host_stage, bytes, cudaMemcpyHostToDevice, c->copy));
+    CB_CUDA(c, cudaEventRecord(c->to_device[u], c->copy));
+    // The gather reads it next (NCCL: on comm; staged: its D2H on compute).
+    if (!read_by_compute) CB_CUDA(c, cudaStreamWaitEvent(c->cfg.use_nccl ? c->comm : c->compute, c->to_device[u], 0));
+}
+
+// ----------------------------------------------------------------------------
 // Setup and teardown
 
 static inline ncclComm_t cb_nccl_create(CudaBackend* c, Comm* group, const char* name) {
@@ -820,6 +960,21 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     // The folds add into it from the first step on (cuda_folded_sum_squares clears it after).
     CB_CUDA(c, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
     c->h_sumsq = (double*)cb_host_alloc(c, 2 * sizeof(double), "the step's loss and sum of squares");
+    if (cfg->offload_units > 0) {
+        const int U = cfg->offload_units;
+        CB_CUDA(c, cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
+        c->to_host = (cudaEvent_t*)calloc((size_t)U, sizeof(cudaEvent_t));
+        c->to_device = (cudaEvent_t*)calloc((size_t)U, sizeof(cudaEvent_t));
+        if (!c->to_host || !c->to_device) fatal(pg, "out of host memory");
+        for (int u = 0; u < U; u++) {
+            CB_CUDA(c, cudaEventCreateWithFlags(&c->to_host[u], cudaEventDisableTiming));
+            CB_CUDA(c, cudaEventCreateWithFlags(&c->to_device[u], cudaEventDisableTiming));
+        }
+        CB_CUDA(c, cudaEventCreateWithFlags(&c->copy_ready, cudaEventDisableTiming));
+        CB_CUDA(c, cudaEventCreateWithFlags(&c->reads_done, cudaEventDisableTiming));
+        c->host_opt = host_optimizer_create(U, cfg->offload_threads, cb_timeout(c), cb_copy_landed, c);
+        if (!c->host_opt) fatal(pg, "--offload optimizer: cannot start the host optimizer thread");
+    }
 
     memset(be, 0, sizeof(*be));
     be->ctx = c;
@@ -851,6 +1006,17 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     be->step_decide = cuda_step_decide;
     be->step_stats_fetch = cuda_step_stats_fetch;
     be->step_stats_wait = cuda_step_stats_wait;
+    if (c->host_opt) {
+        be->offload_fold = cuda_offload_fold;
+        be->offload_guard = cuda_offload_guard;
+        be->offload_sum_squares = cuda_offload_sum_squares;
+        be->offload_decide = cuda_offload_decide;
+        be->offload_adamw = cuda_offload_adamw;
+        be->offload_round = cuda_offload_round;
+        be->offload_upload = cuda_offload_upload;
+        be->offload_drain = cuda_offload_drain;
+        be->offload_all_reduce_replicas = cuda_offload_all_reduce_replicas;
+    }
 }
 
 // Waits for both streams (with the deadline), destroys the communicators (collective: every
@@ -865,8 +1031,16 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
         if (s->kind != CUDA_OP_IDLE && !c->cfg.use_nccl && s->n > 0) comm_wait(c->pg->shard_comm, s->ticket);
         s->kind = CUDA_OP_IDLE;
     }
+    if (c->host_opt) {  // the worker polls the copy events: stop it first
+        char err[300];
+        const int failed = host_optimizer_drain(c->host_opt, err, sizeof err);
+        host_optimizer_free(c->host_opt);
+        c->host_opt = NULL;
+        if (failed) fatal(c->pg, "%s", err);
+    }
     cb_host_wait(c, c->compute, "the compute stream at teardown");
     if (c->comm) cb_host_wait(c, c->comm, "the comm stream at teardown");
+    if (c->copy) cb_host_wait(c, c->copy, "the copy stream at teardown");
     cb_nccl_destroy(c, &c->nccl_replica, "replica");
     cb_nccl_destroy(c, &c->nccl_shard, "shard");
     for (int k = 0; k < c->max_ops; k++) {
@@ -881,6 +1055,15 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     if (c->stats_done) CB_CUDA(c, cudaEventDestroy(c->stats_done));
     if (c->stats_fetched) CB_CUDA(c, cudaEventDestroy(c->stats_fetched));
     if (c->comm) CB_CUDA(c, cudaStreamDestroy(c->comm));
+    for (int u = 0; c->to_host && u < c->cfg.offload_units; u++) {
+        CB_CUDA(c, cudaEventDestroy(c->to_host[u]));
+        CB_CUDA(c, cudaEventDestroy(c->to_device[u]));
+    }
+    free(c->to_host);
+    free(c->to_device);
+    if (c->copy_ready) CB_CUDA(c, cudaEventDestroy(c->copy_ready));
+    if (c->reads_done) CB_CUDA(c, cudaEventDestroy(c->reads_done));
+    if (c->copy) CB_CUDA(c, cudaStreamDestroy(c->copy));
     if (c->f32_scratch) CB_CUDA(c, cudaFree(c->f32_scratch));
     if (c->sumsq_scratch) CB_CUDA(c, cudaFree(c->sumsq_scratch));
     if (c->h_sumsq) CB_CUDA(c, cudaFreeHost(c->h_sumsq));

@@ -11,6 +11,11 @@ typedef struct {
     int max_ops;
     double* op_end;           // [max_ops] when the collective in that slot ends (comm clock)
     uintptr_t next;           // the next fake address
+    // --offload optimizer: the copy stream's and the host thread's clocks, and per unit when
+    // its gradient copy, its host work and its upload end
+    double copy, host;
+    double *to_host_end, *host_end, *to_device_end;
+    int units;
 } SimBackend;
 
 double sim_ring_time(const SimLink* link, int ranks, double chunk_bytes, int all_reduce) {
@@ -125,6 +130,76 @@ static void sim_adamw_unit(void* ctx, float* param, float* m, float* v, const fl
     sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, 18.0 * n, 30.0 * n);
 }
 
+
+// ---- --offload optimizer
+static void offload_grow(SimBackend* s, int u) {
+    if (u < s->units) return;
+    int n = u + 1 > 2 * s->units ? u + 1 : 2 * s->units;
+    s->to_host_end = (double*)realloc(s->to_host_end, (size_t)n * sizeof(double));
+    s->host_end = (double*)realloc(s->host_end, (size_t)n * sizeof(double));
+    s->to_device_end = (double*)realloc(s->to_device_end, (size_t)n * sizeof(double));
+    for (int i = s->units; i < n; i++) s->to_host_end[i] = s->host_end[i] = s->to_device_end[i] = 0.0;
+    s->units = n;
+}
+static double later(double a, double b) { return a > b ? a : b; }
+static void sim_offload_fold(void* ctx, int u, float* host_grad, void* host_stage, const void* src, size_t src_bytes,
+                             size_t n, int op, int first, int sum_squares) {
+    SimBackend* s = (SimBackend*)ctx;
+    offload_grow(s, u);
+    const double ready = op >= 0 && op < s->max_ops ? s->op_end[op] : s->clock->compute;
+    s->copy = later(s->copy, ready) + (double)n * src_bytes / s->cfg.host_link_bw;
+    s->to_host_end[u] = s->copy;
+    if (op >= 0) s->clock->comm = later(s->clock->comm, s->copy);  // the next output into src
+    s->host = later(s->host, s->copy) + (double)n * (src_bytes + (first ? 4 : 8)) / s->cfg.host_mem_bw;
+    s->host_end[u] = s->host;
+}
+static void sim_offload_guard(void* ctx, int u, int upload) {
+    SimBackend* s = (SimBackend*)ctx;
+    offload_grow(s, u);
+    wait_until(s->clock, upload ? s->to_device_end[u] : s->to_host_end[u]);
+}
+static double sim_offload_sum_squares(void* ctx, const float* host_grad, size_t n) { return 0.0; }
+// The host waits for the step's compute (the loss), then decides; the uploads follow the
+// step's last reads.
+static void sim_offload_decide(void* ctx, FsdpStepStats* st, const double* d_loss_sum, double tokens, float grad_clip) {
+    SimBackend* s = (SimBackend*)ctx;
+    const double t = later(s->clock->compute, s->host) +
+                     sim_ring_time(&s->cfg.shard_link, s->cfg.shard_size, 2 * sizeof(double), 1);
+    s->host = t;
+    s->copy = later(s->copy, s->clock->compute);
+}
+static void sim_offload_adamw(void* ctx, int u, float* param, float* m, float* v, const float* grad, void* host_stage,
+                              size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2,
+                              float eps, float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream,
+                              size_t global_begin) {
+    SimBackend* s = (SimBackend*)ctx;
+    offload_grow(s, u);
+    s->host += 30.0 * (double)n / s->cfg.host_mem_bw;  // master, m, v, grad read; master, m, v, bf16 written
+    s->host_end[u] = s->host;
+}
+static void sim_offload_round(void* ctx, int u, void* host_stage, const float* master, size_t n, uint64_t unit_stream,
+                              size_t global_begin, int step) {
+    SimBackend* s = (SimBackend*)ctx;
+    offload_grow(s, u);
+    s->host += 6.0 * (double)n / s->cfg.host_mem_bw;
+    s->host_end[u] = s->host;
+}
+static void sim_offload_upload(void* ctx, int u, void* param_shard, const void* host_stage, size_t bytes,
+                               int read_by_compute) {
+    SimBackend* s = (SimBackend*)ctx;
+    offload_grow(s, u);
+    s->copy = later(s->copy, s->host_end[u]) + (double)bytes / s->cfg.host_link_bw;
+    s->to_device_end[u] = s->copy;
+    if (!read_by_compute) s->clock->comm = later(s->clock->comm, s->copy);  // the gather waits for it
+}
+static void sim_offload_drain(void* ctx) {}
+// HSDP on the host: after the folds, a ring all-reduce over the replicas' links.
+static void sim_offload_all_reduce_replicas(void* ctx, float* host_grad, size_t n) {
+    SimBackend* s = (SimBackend*)ctx;
+    const int r = s->cfg.replicate_size;
+    s->host = later(s->host, s->clock->compute) + sim_ring_time(&s->cfg.replica_link, r, (double)n * sizeof(float) / r, 1);
+}
+
 void fsdp_backend_sim_init(FsdpBackend* be, SimClock* clock, const SimBackendConfig* cfg, int max_ops) {
     SimBackend* s = (SimBackend*)calloc(1, sizeof(SimBackend));
     s->clock = clock;
@@ -162,11 +237,22 @@ void fsdp_backend_sim_init(FsdpBackend* be, SimClock* clock, const SimBackendCon
         be->sum_squares_into = sim_sum_squares_into;
         be->step_stats_fetch = sim_step_stats_fetch;
         be->step_stats_wait = sim_step_stats_wait;
+        if (cfg->host_link_bw > 0 && cfg->host_mem_bw > 0) {
+            be->offload_fold = sim_offload_fold;
+            be->offload_guard = sim_offload_guard;
+            be->offload_sum_squares = sim_offload_sum_squares;
+            be->offload_decide = sim_offload_decide;
+            be->offload_adamw = sim_offload_adamw;
+            be->offload_round = sim_offload_round;
+            be->offload_upload = sim_offload_upload;
+            be->offload_drain = sim_offload_drain;
+            be->offload_all_reduce_replicas = sim_offload_all_reduce_replicas;
+        }
     }
 }
 
 void fsdp_backend_sim_free(FsdpBackend* be) {
     SimBackend* s = (SimBackend*)be->ctx;
-    if (s) { free(s->op_end); free(s); }
+    if (s) { free(s->op_end); free(s->to_host_end); free(s->host_end); free(s->to_device_end); free(s); }
     be->ctx = NULL;
 }

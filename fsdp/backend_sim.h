@@ -11,6 +11,10 @@
 //   all-reduce of n elements: twice that (a reduce-scatter then an all-gather).
 // A collective starts on the comm stream when both the comm stream is free and the compute
 // stream has issued it; wait() moves the compute clock to its end.
+// --offload optimizer adds two clocks: the copy stream (host link) and the host's optimizer
+// thread (host memory bandwidth): a gradient copy starts when its reduce-scatter ends, its fold
+// on the host after it; the decision waits for the compute stream; each unit's AdamW follows
+// on the host; its upload starts when that AdamW ends, and the unit's gather waits for it.
 #ifndef FSDP_BACKEND_SIM_H
 #define FSDP_BACKEND_SIM_H
 
@@ -33,6 +37,9 @@ typedef struct {
     int reduce_fp32;          // cuda: --reduce-dtype fp32 (fp32 reduce-scatter)
     int shard_size, replicate_size;
     SimLink shard_link, replica_link;
+    // --offload optimizer: the host link's bytes/s per direction (PCIe) and the host memory
+    // bytes/s the optimizer's threads stream at (each rank's share)
+    double host_link_bw, host_mem_bw;
 } SimBackendConfig;
 
 void fsdp_backend_sim_init(FsdpBackend* be, SimClock* clock, const SimBackendConfig* cfg, int max_ops);

@@ -71,6 +71,10 @@ static int build_decay_tables(Fsdp* f, char* err, size_t errlen) {
         if (open) host[n++] = end;
     }
     f->toggle_at[f->n_units] = n;
+    if (f->offload) {  // the host's AdamW reads it where it is
+        f->decay_toggles = host;
+        return 0;
+    }
     // Whole 256-byte blocks, counted in the budget like every device buffer of the engine.
     size_t bytes = ((size_t)n * sizeof(uint64_t) + 255) / 256 * 256;
     if (bytes == 0) bytes = 256;
@@ -101,11 +105,27 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->pieces = (FlatPiece*)calloc((size_t)flat_tensor_count(units, n_units) + 1, sizeof(FlatPiece));
     if (!f->pieces) { snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
     f->n_pieces = flat_owned_pieces(units, n_units, pg->shard_rank, f->pieces);
+    // --offload optimizer: the fp32 state in host memory, the optimizer on the host.
+    f->offload = cfg->offload;
+    if (f->offload) {
+        if (be->host_is_device) {
+            snprintf(err, errlen, "--offload optimizer: this device's state is in host memory already (cuda only)");
+            return 1;
+        }
+        if (!be->offload_fold || !be->offload_guard || !be->offload_sum_squares || !be->offload_decide ||
+            !be->offload_adamw || !be->offload_round || !be->offload_upload || !be->offload_drain ||
+            !be->offload_all_reduce_replicas || !be->sum_into ||
+            !be->refresh_param_shard) {
+            snprintf(err, errlen, "--offload optimizer: this device cannot offload the optimizer");
+            return 1;
+        }
+    }
     // (It decides the step on the device too: its AdamW reads the decision from there.)
-    f->fused = be->fold_grad && be->folded_sum_squares && be->adamw_unit && be->sum_into && be->sum_squares_into &&
-               be->step_stats_fetch && be->step_stats_wait;
-    // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad reads others.
-    if (be->reduce_out_bytes != sizeof(float) && (!f->fused || be->reduce_out_bytes != be->param_bytes)) {
+    f->fused = !f->offload && be->fold_grad && be->folded_sum_squares && be->adamw_unit && be->sum_into &&
+               be->sum_squares_into && be->step_stats_fetch && be->step_stats_wait;
+    // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad and the
+    // offloaded fold read others.
+    if (be->reduce_out_bytes != sizeof(float) && (!(f->fused || f->offload) || be->reduce_out_bytes != be->param_bytes)) {
         snprintf(err, errlen, "fsdp: a backend whose reduce-scatter writes %zu-byte elements needs fold_grad", be->reduce_out_bytes);
         return 1;
     }
@@ -113,29 +133,49 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->fused_norm = f->fused && pg->replicate_size == 1;
     // With one rank per shard group the shard is the whole unit: compute reads it in place
     // (no all-gather copy) and the gradient is folded straight from its slot.
-    f->alias_params = f->fused && pg->shard_size == 1;
+    f->alias_params = (f->fused || f->offload) && pg->shard_size == 1;
 
     size_t fp32_bytes = f->total_shard * sizeof(float);
-    f->master = (float*)be->alloc(be->ctx, fp32_bytes);
-    f->adam_m = (float*)be->alloc(be->ctx, fp32_bytes);
-    f->adam_v = (float*)be->alloc(be->ctx, fp32_bytes);
-    f->grad_shard = (float*)be->alloc(be->ctx, fp32_bytes);
-    f->memory.shard_state = 4 * fp32_bytes;
-    if (be->host_is_device) {
-        f->host_master = f->master;
-        f->host_m = f->adam_m;
-        f->host_v = f->adam_v;
-    } else {
-        f->host_master = (float*)be->alloc_host(be->ctx, fp32_bytes);
-        f->host_m = (float*)be->alloc_host(be->ctx, fp32_bytes);
-        f->host_v = (float*)be->alloc_host(be->ctx, fp32_bytes);
-        f->memory.host_mirror = 3 * fp32_bytes;
-    }
-    if (be->param_bytes == sizeof(float)) {
-        f->param_shard = f->master;
-    } else {
+    if (f->offload) {
+        // Pinned host memory: master, m and v are their own host mirror; the device keeps the
+        // compute-dtype shard only. Staging: the reduced gradients' copies, the new shards.
+        f->master = f->host_master = (float*)be->alloc_host(be->ctx, fp32_bytes);
+        f->adam_m = f->host_m = (float*)be->alloc_host(be->ctx, fp32_bytes);
+        f->adam_v = f->host_v = (float*)be->alloc_host(be->ctx, fp32_bytes);
+        f->grad_shard = (float*)be->alloc_host(be->ctx, fp32_bytes);
+        f->grad_stage_bytes = f->alias_params ? be->param_bytes : be->reduce_out_bytes;
+        f->grad_stage = be->alloc_host(be->ctx, f->total_shard * f->grad_stage_bytes);
+        f->param_stage = be->alloc_host(be->ctx, f->total_shard * be->param_bytes);
         f->param_shard = be->alloc(be->ctx, f->total_shard * be->param_bytes);
-        f->memory.shard_state += f->total_shard * be->param_bytes;
+        // (the loss sum is the first field of a device FsdpStepStats that step_stats_fetch copies
+        // to a sink: the copy orders the host's reading of the figures after the step's end)
+        f->d_loss_sum = (double*)be->alloc(be->ctx, sizeof(FsdpStepStats));
+        f->stats_sink = (FsdpStepStats*)be->alloc_host(be->ctx, sizeof(FsdpStepStats));
+        f->unit_stale = (unsigned char*)calloc((size_t)n_units, 1);
+        f->memory.shard_state = f->total_shard * be->param_bytes;
+        f->memory.host_offload = 4 * fp32_bytes + f->total_shard * (f->grad_stage_bytes + be->param_bytes);
+    } else {
+        f->master = (float*)be->alloc(be->ctx, fp32_bytes);
+        f->adam_m = (float*)be->alloc(be->ctx, fp32_bytes);
+        f->adam_v = (float*)be->alloc(be->ctx, fp32_bytes);
+        f->grad_shard = (float*)be->alloc(be->ctx, fp32_bytes);
+        f->memory.shard_state = 4 * fp32_bytes;
+        if (be->host_is_device) {
+            f->host_master = f->master;
+            f->host_m = f->adam_m;
+            f->host_v = f->adam_v;
+        } else {
+            f->host_master = (float*)be->alloc_host(be->ctx, fp32_bytes);
+            f->host_m = (float*)be->alloc_host(be->ctx, fp32_bytes);
+            f->host_v = (float*)be->alloc_host(be->ctx, fp32_bytes);
+            f->memory.host_mirror = 3 * fp32_bytes;
+        }
+        if (be->param_bytes == sizeof(float)) {
+            f->param_shard = f->master;
+        } else {
+            f->param_shard = be->alloc(be->ctx, f->total_shard * be->param_bytes);
+            f->memory.shard_state += f->total_shard * be->param_bytes;
+        }
     }
 
     slot_counts(cfg, n_units, &f->n_param_slots, &f->n_grad_slots);
@@ -156,16 +196,18 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->grad_slot_unit = (int*)malloc((size_t)f->n_grad_slots * sizeof(int));
     f->grad_slot_busy = (int*)calloc((size_t)f->n_grad_slots, sizeof(int));
     f->unit_grad_slot = (int*)malloc((size_t)n_units * sizeof(int));
+    f->grad_slot_copy = (int*)malloc((size_t)f->n_grad_slots * sizeof(int));
     for (int g = 0; g < f->n_grad_slots; g++) {
         size_t n = g == 0 ? units[0].padded : f->block_padded;
         size_t shard = n / (size_t)pg->shard_size;
         f->grad_slot[g] = be->alloc(be->ctx, n * be->param_bytes);
         f->rs_out[g] = f->alias_params ? NULL : be->alloc(be->ctx, shard * be->reduce_out_bytes);
         f->grad_slot_unit[g] = -1;
+        f->grad_slot_copy[g] = -1;
         f->memory.full_grads += n * be->param_bytes + (f->alias_params ? 0 : shard * be->reduce_out_bytes);
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
-    if (f->fused && build_decay_tables(f, err, errlen)) return 1;
+    if ((f->fused || f->offload) && build_decay_tables(f, err, errlen)) return 1;
     // The step's decision: on the device on the fused path (then the host only reads a copy
     // of it, when it asks), else in host memory.
     if (f->fused) {
@@ -182,6 +224,18 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
 
 void fsdp_free(Fsdp* f) {
     const FsdpBackend* be = &f->be;
+    if (f->offload) {  // the host threads may still be writing the state and the staging
+        be->offload_drain(be->ctx);
+        be->release_host(be->ctx, f->grad_shard);
+        be->release_host(be->ctx, f->grad_stage);
+        be->release_host(be->ctx, f->param_stage);
+        be->release(be->ctx, f->d_loss_sum);
+        be->release_host(be->ctx, f->stats_sink);
+        free(f->unit_stale);
+        // master, m, v are the host mirror (released below); the decay table is host memory
+        free(f->decay_toggles);
+        f->decay_toggles = NULL;
+    }
     for (int s = 0; s < f->n_param_slots; s++) if (f->param_slot[s]) be->release(be->ctx, f->param_slot[s]);
     for (int g = 0; g < f->n_grad_slots; g++) {
         be->release(be->ctx, f->grad_slot[g]);
@@ -195,10 +249,16 @@ void fsdp_free(Fsdp* f) {
         be->release_host(be->ctx, f->host_m);
         be->release_host(be->ctx, f->host_v);
     }
-    be->release(be->ctx, f->master);
-    be->release(be->ctx, f->adam_m);
-    be->release(be->ctx, f->adam_v);
-    be->release(be->ctx, f->grad_shard);
+    if (f->offload) {
+        be->release_host(be->ctx, f->master);
+        be->release_host(be->ctx, f->adam_m);
+        be->release_host(be->ctx, f->adam_v);
+    } else {
+        be->release(be->ctx, f->master);
+        be->release(be->ctx, f->adam_m);
+        be->release(be->ctx, f->adam_v);
+        be->release(be->ctx, f->grad_shard);
+    }
     if (f->fused) {
         be->release(be->ctx, f->stats);
         be->release_host(be->ctx, f->host_stats);
@@ -207,7 +267,7 @@ void fsdp_free(Fsdp* f) {
     }
     free(f->param_slot); free(f->param_slot_unit); free(f->param_slot_state); free(f->unit_param_slot);
     free(f->grad_slot); free(f->rs_out); free(f->grad_slot_unit); free(f->grad_slot_busy);
-    free(f->unit_grad_slot); free(f->shard_offset); free(f->pieces);
+    free(f->unit_grad_slot); free(f->grad_slot_copy); free(f->shard_offset); free(f->pieces);
     memset(f, 0, sizeof(*f));
 }
 
@@ -220,6 +280,7 @@ float* fsdp_master_shard(const Fsdp* f, int u) { return f->master + f->shard_off
 float* fsdp_host_master_shard(const Fsdp* f, int u) { return f->host_master + f->shard_offset[u]; }
 
 void fsdp_download_state(Fsdp* f) {
+    if (f->offload) f->be.offload_drain(f->be.ctx);  // the state is the host's: once its updates are done
     if (f->host_master == f->master) return;
     size_t bytes = f->total_shard * sizeof(float);
     f->be.copy_to_host(f->be.ctx, f->host_master, f->master, bytes);
@@ -229,11 +290,18 @@ void fsdp_download_state(Fsdp* f) {
 
 // The compute-dtype shard from the master, unit by unit: each unit's rounding stream is its
 // own (the unit index) and indexed by global position in the unit, so it does not depend on W.
+// With --offload optimizer the host rounds them into the staging, uploaded at their next use.
 static void refresh_param_shards(Fsdp* f, int step) {
     if (!f->be.refresh_param_shard) return;
     for (int u = 0; u < f->n_units; u++) {
         size_t begin, end;
         fsdp_owned_range(f, u, &begin, &end);
+        if (f->offload) {
+            f->be.offload_round(f->be.ctx, u, (char*)f->param_stage + f->shard_offset[u] * f->be.param_bytes,
+                                f->master + f->shard_offset[u], f->units[u].shard, (uint64_t)u, begin, step);
+            f->unit_stale[u] = 1;
+            continue;
+        }
         char* shard = (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
         f->be.refresh_param_shard(f->be.ctx, shard, f->master + f->shard_offset[u], f->units[u].shard,
                                   (uint64_t)u, begin, step);
@@ -241,6 +309,7 @@ static void refresh_param_shards(Fsdp* f, int step) {
 }
 
 void fsdp_upload_state(Fsdp* f, int step) {
+    if (f->offload) f->be.offload_drain(f->be.ctx);
     if (f->host_master != f->master) {
         size_t bytes = f->total_shard * sizeof(float);
         f->be.copy_to_device(f->be.ctx, f->master, f->host_master, bytes);
@@ -254,8 +323,20 @@ void fsdp_upload_state(Fsdp* f, int step) {
 // ---------------------------------------------------------------------------------------
 // Parameter slots
 
+// --offload optimizer: the host's new shard of unit u goes to the device before its first
+// use after the update (the gather, or compute itself when the shard is the unit; then
+// acquire_unit makes compute wait for the copy).
+static void upload_if_stale(Fsdp* f, int u) {
+    if (!f->offload || !f->unit_stale[u]) return;
+    const size_t at = f->shard_offset[u] * f->be.param_bytes;
+    f->be.offload_upload(f->be.ctx, u, (char*)f->param_shard + at, (const char*)f->param_stage + at,
+                         f->units[u].shard * f->be.param_bytes, f->alias_params);
+    f->unit_stale[u] = 0;
+}
+
 static void start_gather(Fsdp* f, int u, int slot) {
     const FlatUnit* unit = &f->units[u];
+    upload_if_stale(f, u);
     const char* src = (const char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
     f->be.all_gather_start(f->be.ctx, gather_op(f, slot), src, f->param_slot[slot], unit->shard);
     f->traffic.gathered += (uint64_t)(unit->padded - unit->shard) * f->be.param_bytes;
@@ -273,7 +354,10 @@ static int free_block_slot(const Fsdp* f) {
 // Issue the gather of unit u unless it is already resident or on its way. Returns 0 when no
 // slot is free (only allowed for prefetches, which are then simply not made).
 static int request_unit(Fsdp* f, int u) {
-    if (f->alias_params) return 1;  // nothing to gather
+    if (f->alias_params) {  // nothing to gather (an offloaded shard's upload starts now)
+        upload_if_stale(f, u);
+        return 1;
+    }
     if (f->unit_param_slot[u] >= 0) return 1;
     int slot = u == 0 ? 0 : free_block_slot(f);
     if (slot < 0) return 0;
@@ -286,7 +370,13 @@ static void notify(const Fsdp* f, FsdpEvent e) {
 }
 
 static void* acquire_unit(Fsdp* f, int u) {
-    if (f->alias_params) return (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
+    if (f->alias_params) {
+        if (f->offload) {
+            upload_if_stale(f, u);
+            f->be.offload_guard(f->be.ctx, u, 1);  // compute waits for unit u's upload
+        }
+        return (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
+    }
     if (f->params_dirty) {
         // The optimizer updated the shards: every gathered copy is stale. Nothing can be in
         // flight here (the step ended with every block released).
@@ -357,7 +447,20 @@ static void finish_reduce(Fsdp* f, int g) {
     int u = f->grad_slot_unit[g];
     float* dst = f->grad_shard + f->shard_offset[u];
     if (!f->alias_params) f->be.wait(f->be.ctx, reduce_op(f, g));
-    if (f->fused) {
+    if (f->offload) {
+        // To the host, folded there (the last micro-step's folds count the norm's squares).
+        // A shard group of one copies the slot itself: compute must not rewrite it before the
+        // copy has read it (fsdp_grad guards it).
+        const void* src = f->alias_params ? f->grad_slot[g] : (const void*)f->rs_out[g];
+        const size_t src_bytes = f->alias_params ? f->be.param_bytes : f->be.reduce_out_bytes;
+        const int last = f->micro_step == f->micro_steps - 1;
+        const size_t at = f->shard_offset[u];
+        f->be.offload_fold(f->be.ctx, u, dst, (char*)f->grad_stage + at * f->grad_stage_bytes, src, src_bytes,
+                           f->units[u].shard, f->alias_params ? -1 : reduce_op(f, g), !f->unit_folded[u],
+                           last && f->pg->replicate_size == 1);
+        f->unit_folded[u] = 1;
+        if (f->alias_params) f->grad_slot_copy[g] = u;
+    } else if (f->fused) {
         // The shard group of one folds the compute-dtype slot itself (its reduce-scatter would
         // be a copy); the last micro-step's folds carry the norm's sum of squares.
         const void* src = f->alias_params ? f->grad_slot[g] : (const void*)f->rs_out[g];
@@ -374,8 +477,8 @@ static void finish_reduce(Fsdp* f, int g) {
 void fsdp_zero_grad(Fsdp* f, int micro_steps) {
     f->micro_steps = micro_steps;
     f->micro_step = 0;
-    // The fused path writes each unit's shard with its first fold: nothing to zero.
-    if (f->fused) memset(f->unit_folded, 0, (size_t)f->n_units);
+    // The fused and offloaded paths write each unit's shard with its first fold: nothing to zero.
+    if (f->fused || f->offload) memset(f->unit_folded, 0, (size_t)f->n_units);
     else f->be.zero(f->be.ctx, f->grad_shard, f->total_shard * sizeof(float));
     for (int u = 0; u < f->n_units; u++) f->unit_grad_slot[u] = -1;
     for (int g = 0; g < f->n_grad_slots; g++) f->grad_slot_unit[g] = -1;
@@ -398,6 +501,11 @@ void* fsdp_grad(Fsdp* f, int u) {
         if (f->grad_slot_unit[g] >= 0) f->unit_grad_slot[f->grad_slot_unit[g]] = -1;
     } else {
         g = u;  // one slot per unit, kept across micro-steps
+    }
+    // An offloaded fold may still be copying out of this slot (a shard group of one).
+    if (f->grad_slot_copy[g] >= 0) {
+        f->be.offload_guard(f->be.ctx, f->grad_slot_copy[g], 0);
+        f->grad_slot_copy[g] = -1;
     }
     // The model overwrites every tensor of the unit at its first write (fsdp_grad_accumulates
     // 0), so only what no tensor covers is zeroed: the padding, which the reduce-scatter and
@@ -428,6 +536,9 @@ void fsdp_backward_post(Fsdp* f, int u) {
                                        f->units[u].shard);
         f->grad_slot_busy[g] = 1;
         f->traffic.reduce_scattered += (uint64_t)(f->units[u].padded - f->units[u].shard) * f->be.param_bytes;
+        // Offloaded with a shard group of one, the slot is the reduced gradient: its copy to
+        // the host starts now, while the next unit's backward runs.
+        if (f->offload && f->alias_params) finish_reduce(f, g);
     }
     // In per-micro-step mode the slot returns to the pool; its mapping is dropped when reused.
 }
@@ -441,8 +552,9 @@ void fsdp_end_micro_step(Fsdp* f) {
     }
     fsdp_release_all(f);
     f->micro_step++;
-    // HSDP: each replica group reduced its own data; sum the shards across replicas once.
-    if (f->micro_step == f->micro_steps && f->pg->replicate_size > 1) {
+    // HSDP: each replica group reduced its own data; sum the shards across replicas once
+    // (offloaded: on the host, in fsdp_step_decide, once the folds are done).
+    if (f->micro_step == f->micro_steps && f->pg->replicate_size > 1 && !f->offload) {
         f->be.all_reduce_replicas(f->be.ctx, f->grad_shard, f->total_shard);
         f->traffic.replica_reduced += (uint64_t)f->total_shard * sizeof(float);
     }
@@ -453,6 +565,10 @@ void fsdp_end_micro_step(Fsdp* f) {
 
 void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
     const int accumulate = f->micro_step > 0;  // (called before fsdp_end_micro_step)
+    if (f->offload) {
+        f->be.sum_into(f->be.ctx, f->d_loss_sum, losses, n, accumulate);
+        return;
+    }
     if (f->fused) {
         f->be.sum_into(f->be.ctx, &f->stats->loss_sum, losses, n, accumulate);
         return;
@@ -464,11 +580,16 @@ void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
 
 void fsdp_test_poison_loss(Fsdp* f) {
     const double nan = NAN;
-    f->be.copy_to_device(f->be.ctx, &f->stats->loss_sum, &nan, sizeof(nan));
+    f->be.copy_to_device(f->be.ctx, f->offload ? f->d_loss_sum : &f->stats->loss_sum, &nan, sizeof(nan));
 }
 
 void fsdp_test_poison_grad(Fsdp* f) {
     const float nan = NAN;
+    if (f->offload) {  // the host's shard, once its folds are done (fsdp_step_decide)
+        f->poison_grad_pending = 1;
+        f->test_norm_from_shards = 1;
+        return;
+    }
     f->be.copy_to_device(f->be.ctx, f->grad_shard, &nan, sizeof(nan));
     f->test_norm_from_shards = 1;
 }
@@ -476,6 +597,25 @@ void fsdp_test_poison_grad(Fsdp* f) {
 void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
     notify(f, FSDP_EVENT_OPTIMIZER);
     FsdpStepStats* s = f->stats;
+    if (f->offload) {
+        // On the host: the folds' sum of squares (waiting for them), the loss sum from the
+        // device, the world's sums.
+        if (f->poison_grad_pending) {
+            f->be.offload_drain(f->be.ctx);
+            f->grad_shard[0] = NAN;
+            f->poison_grad_pending = 0;
+        }
+        const int hsdp = f->pg->replicate_size > 1;
+        if (hsdp) {  // (waits for the folds)
+            f->be.offload_all_reduce_replicas(f->be.ctx, f->grad_shard, f->total_shard);
+            f->traffic.replica_reduced += (uint64_t)f->total_shard * sizeof(float);
+        }
+        s->sumsq = f->be.offload_sum_squares(f->be.ctx, f->test_norm_from_shards || hsdp ? f->grad_shard : NULL,
+                                             f->total_shard);
+        f->test_norm_from_shards = 0;
+        f->be.offload_decide(f->be.ctx, s, f->d_loss_sum, tokens, grad_clip);
+        return;
+    }
     if (f->fused) {
         // The sum of squares came with the last folds, else (HSDP: the replica all-reduce
         // changed the shards after them) one pass over the shard, on the device.
@@ -491,14 +631,35 @@ void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
 
 void fsdp_step_stats_fetch(Fsdp* f) {
     if (f->fused) f->be.step_stats_fetch(f->be.ctx, f->host_stats, f->stats);
+    // Offloaded, the figures are on the host already; a copy behind the step still tells the
+    // host when the device has finished it (what the step's timing marks need).
+    if (f->offload && f->be.step_stats_fetch)
+        f->be.step_stats_fetch(f->be.ctx, f->stats_sink, (const FsdpStepStats*)f->d_loss_sum);
 }
 
 const FsdpStepStats* fsdp_step_stats_wait(Fsdp* f) {
-    if (f->fused) f->be.step_stats_wait(f->be.ctx);
+    if (f->fused || (f->offload && f->be.step_stats_wait)) f->be.step_stats_wait(f->be.ctx);
     return f->host_stats;
 }
 
 void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    if (f->offload) {
+        // Queued on the host threads unit by unit in forward order (the decision is known
+        // here); each new shard goes up at its unit's next gather, so the next forward starts
+        // while the later units are still being updated. A skipped step changes nothing.
+        if (f->stats->skip) return;
+        for (int u = 0; u < f->n_units; u++) {
+            size_t begin, end, at = f->shard_offset[u];
+            fsdp_owned_range(f, u, &begin, &end);
+            f->be.offload_adamw(f->be.ctx, u, f->master + at, f->adam_m + at, f->adam_v + at, f->grad_shard + at,
+                                (char*)f->param_stage + at * f->be.param_bytes, f->units[u].shard,
+                                f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
+                                beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin);
+            f->unit_stale[u] = 1;
+        }
+        f->params_dirty = 1;
+        return;
+    }
     if (f->fused) {
         // One pass per unit over master, m, v and the gradient, writing the compute-dtype
         // shard as refresh_param_shards would (so there is no refresh pass).

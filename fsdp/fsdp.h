@@ -20,6 +20,10 @@
 //   fsdp_step_stats_fetch ... fsdp_step_stats_wait: the decision's figures on the host
 // With a backend that decides on the device (step_decide: cuda), the host never waits
 // inside a step: the loss and norm reach it when it asks for them, typically one step later.
+// With --offload optimizer (cfg.offload; the backend's offload_* ops) the fp32 state is pinned
+// host memory: each reduced gradient shard is copied to the host and folded there, the host
+// decides (its one wait per step), runs AdamW per unit in forward order, and each unit's new
+// compute-dtype shard is uploaded just before that unit's next gather.
 // Outside the steps, initialisation, model files and checkpoints read and write the host
 // mirror of the fp32 state (host_master, host_m, host_v): fsdp_upload_state after writing it,
 // fsdp_download_state before reading it. On the CPU the mirror is the state itself.
@@ -143,12 +147,56 @@ typedef struct FsdpBackend {
     // (by then, usually long ago: the device has moved on to the next step).
     void (*step_stats_fetch)(void* ctx, FsdpStepStats* host, const FsdpStepStats* s);
     void (*step_stats_wait)(void* ctx);
+
+    // --offload optimizer (optional, all or none: a GPU's backend). The fp32 master weights,
+    // Adam moments and gradient shards live in pinned host memory (alloc_host) and host
+    // threads fold the gradients and run AdamW; the device keeps only the compute-dtype shard.
+    // Unit u names its copies and host work. Staging buffers are the engine's (pinned).
+    // offload_fold: src (device) holds unit u's reduced gradient shard, n elements of
+    //   src_bytes: the output of collective op (which the engine has waited for), or with
+    //   op < 0 of the compute stream's work so far. Copies it into host_stage on a copy stream
+    //   as soon as it is ready, then the host folds it into host_grad (= when first, else +=),
+    //   counting the new values' squares when sum_squares. Returns at once. The collective
+    //   op's next output into src waits for the copy; with op < 0 the engine calls
+    //   offload_guard(u, 0) before compute writes src again.
+    void (*offload_fold)(void* ctx, int u, float* host_grad, void* host_stage, const void* src, size_t src_bytes,
+                         size_t n, int op, int first, int sum_squares);
+    // The compute stream's next work waits for unit u's gradient copy (upload 0) or for its
+    // shard's upload (upload 1, before compute reads the shard itself).
+    void (*offload_guard)(void* ctx, int u, int upload);
+    // Waits for the host's folds; the sum of squares they counted (or, host_grad != NULL,
+    // counted over host_grad[n]), cleared for the next step.
+    double (*offload_sum_squares)(void* ctx, const float* host_grad, size_t n);
+    // The decision on the host: s (host memory) gets this rank's loss sum from d_loss_sum
+    // (device memory: a host wait for the step's compute) beside its sum of squares, then the
+    // world's sums and fsdp_decide_from_sums.
+    void (*offload_decide)(void* ctx, FsdpStepStats* s, const double* d_loss_sum, double tokens, float grad_clip);
+    // AdamW on the host over unit u's shard (stats: host memory, the decision), the new
+    // compute-dtype shard into host_stage as adamw_unit would round it; queued, returns at once.
+    void (*offload_adamw)(void* ctx, int u, float* param, float* m, float* v, const float* grad, void* host_stage,
+                          size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream,
+                          size_t global_begin);
+    // host_stage <- master rounded as refresh_param_shard rounds it (queued on the host).
+    void (*offload_round)(void* ctx, int u, void* host_stage, const float* master, size_t n, uint64_t unit_stream,
+                          size_t global_begin, int step);
+    // Waits for unit u's host work, then copies host_stage to param_shard (device) on the copy
+    // stream, after the previous step's last reads of param_shard (the decision marks them);
+    // the next collective waits for the copy (read_by_compute: the engine's offload_guard(u, 1)
+    // makes compute wait, where it reads the shard).
+    void (*offload_upload)(void* ctx, int u, void* param_shard, const void* host_stage, size_t bytes,
+                           int read_by_compute);
+    // Waits for all host work (before the host reads or writes the state).
+    void (*offload_drain)(void* ctx);
+    // HSDP: host_grad[n] <- its sum over the replica group, in place, once the folds are done.
+    void (*offload_all_reduce_replicas)(void* ctx, float* host_grad, size_t n);
 } FsdpBackend;
 
 typedef struct {
     int prefetch;                // units gathered ahead of the one in use (>= 0)
     int reshard_after_forward;   // 1: release block units after forward (ZeRO-3); 0: keep (ZeRO-2)
     int sync_every_micro_step;   // 1: reduce-scatter every micro-step; 0: only on the last
+    int offload;                 // 1: --offload optimizer (the backend's offload_* ops)
 } FsdpConfig;
 
 // Bytes this rank exchanged with the other ranks of its shard group (what it received in
@@ -162,6 +210,7 @@ typedef struct {
     size_t gathered;        // parameter slots (root + pool)
     size_t full_grads;      // full-gradient slots and reduce-scatter receive buffers
     size_t host_mirror;     // host copies of master, m, v (0 when host memory is the device's)
+    size_t host_offload;    // --offload optimizer: pinned master, m, v, gradient shards and staging
 } FsdpMemory;
 
 enum { SLOT_EMPTY = 0, SLOT_GATHERING, SLOT_READY };
@@ -209,6 +258,7 @@ typedef struct {
     void** rs_out;               // [n_grad_slots] reduce-scatter receive buffers (a shard each, reduce_out_bytes per element)
     int* grad_slot_unit;         // unit whose gradient is in (or being reduced from) the slot
     int* grad_slot_busy;         // reduce-scatter in flight
+    int* grad_slot_copy;         // --offload optimizer, a shard group of one: the unit whose copy to the host reads the slot, or -1
     int* unit_grad_slot;         // [n_units]
     int grad_pool_next;          // round-robin pointer into the pool
 
@@ -225,6 +275,17 @@ typedef struct {
     unsigned char* unit_folded;  // [n_units]
     uint64_t* decay_toggles;     // device memory, every unit's table back to back
     int* toggle_at;              // [n_units + 1] where unit u's table starts in decay_toggles
+    // --offload optimizer: master, adam_m, adam_v and grad_shard are pinned host memory (the
+    // host mirror is the state itself), decay_toggles too; the step's loss sum is summed on
+    // the device; per unit, whether the device's compute-dtype shard awaits its upload.
+    int offload;
+    double* d_loss_sum;          // device memory
+    FsdpStepStats* stats_sink;   // pinned: where fsdp_step_stats_fetch's copy lands (unread)
+    void* grad_stage;            // pinned, [total_shard] reduced-gradient elements (their copies)
+    size_t grad_stage_bytes;     // bytes per element there
+    void* param_stage;           // pinned, [total_shard] compute-dtype elements (the new shards)
+    unsigned char* unit_stale;   // [n_units]
+    int poison_grad_pending;     // fsdp_test_poison_grad, applied once the folds are done
 
     int micro_step, micro_steps; // position inside the current optimizer step
     int params_dirty;            // the optimizer changed the shards: gathered copies are stale

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/optimizer_math.h"
+
 typedef __nv_bfloat16 bf16;
 
 // ----------------------------------------------------------------------------
@@ -211,34 +213,13 @@ __device__ __forceinline__ T block_reduce_sum(T v) {
 }
 
 // ----------------------------------------------------------------------------
-// Stochastic rounding to bf16
-//
-// The random bits of element i at optimizer step t are a pure function of (seed, t, i), with
-// i the element's GLOBAL index in its flat unit, so a value is rounded the same way whatever
-// the world size, the sharding and the way a range is split into launches.
-//   key = sr_key(seed, t)            (once per launch)
-//   r   = sr_bits(key, i)            (per element): the splitmix64 output for counter i + 1
-//                                    of a stream seeded with key; the top 16 bits are used
-// sr_round_bf16 adds 16 random bits below the bf16 mantissa of the fp32 value and truncates:
-// it rounds up (in magnitude) with probability (dropped bits) / 2^16, so E[result] = x.
+// Stochastic rounding to bf16: sr_key, sr_bits and the rounding itself are
+// kernels/optimizer_math.h's (shared with the host's --offload optimizer). sr_round_bf16
+// leaves inf and NaN unchanged (rounded to nearest).
 
-static __host__ __device__ __forceinline__ uint64_t splitmix64_mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static __host__ __device__ __forceinline__ uint64_t sr_key(uint64_t seed, int step) {
-    return splitmix64_mix(seed ^ splitmix64_mix(0x5352u + (uint64_t)(uint32_t)step));
-}
-static __host__ __device__ __forceinline__ uint32_t sr_bits(uint64_t key, uint64_t index) {
-    return (uint32_t)(splitmix64_mix(key + (index + 1) * 0x9e3779b97f4a7c15ull) >> 48);
-}
 static __host__ __device__ __forceinline__ bf16 sr_round_bf16(float x, uint32_t bits16) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7f800000u) == 0x7f800000u) return float_to_bf16(x);  // inf / NaN unchanged
-    u = (u + (bits16 & 0xffffu)) & 0xffff0000u;  // a carry may reach the exponent: correct
-    return __ushort_as_bfloat16((unsigned short)(u >> 16));
+    if (!sr_finite(x)) return float_to_bf16(x);
+    return __ushort_as_bfloat16((unsigned short)sr_round_bf16_bits(x, bits16));
 }
 
 #endif  // FSDP_KERNELS_CUDA_COMMON_CUH

@@ -713,7 +713,8 @@ cast_sr_kernel(bf16* dst, const float* src, size_t n, uint64_t key, uint64_t glo
 }
 
 // adamw_update's arithmetic, element by element, in the same order of float operations
-// (nvcc may fuse a multiply and an add into an FMA, so results can differ in the last bit).
+// (optimizer_math.h's adamw_element: explicit roundings, no FMA, so the host's offloaded
+// AdamW gives the same bits; the cpu device's loop may fuse and differ in the last bit).
 template <bool VEC>
 static __global__ void __launch_bounds__(kFlatThreads)
 adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* grad, size_t n,
@@ -749,16 +750,7 @@ adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* gr
     load8_or_n(vv, v + i0, full, cnt);
     load8_or_n(g, grad + i0, full, cnt);
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        const float gk = g[k] * scale;
-        const float mi = beta1 * mm[k] + omb1 * gk;
-        const float vi = beta2 * vv[k] + omb2 * gk * gk;
-        const float mhat = mi / bc1;
-        const float vhat = vi / bc2;
-        p[k] -= lr * (mhat / (sqrtf(vhat) + eps) + wd[k] * p[k]);
-        mm[k] = mi;
-        vv[k] = vi;
-    }
+    for (int k = 0; k < 8; k++) adamw_element(&p[k], &mm[k], &vv[k], g[k] * scale, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps, wd[k]);
     store8_or_n(param + i0, p, full, cnt);
     store8_or_n(m + i0, mm, full, cnt);
     store8_or_n(v + i0, vv, full, cnt);

@@ -10,6 +10,7 @@
 #ifndef FSDP_TRAIN_DEVICE_CUH
 #define FSDP_TRAIN_DEVICE_CUH
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,8 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
         if (m->units[u].padded > bc.max_unit_padded) bc.max_unit_padded = m->units[u].padded;
     bc.seed = o->seed;
     bc.compute = st->stream;
+    bc.offload_units = fcfg->offload ? m->n_units : 0;
+    bc.offload_threads = omp_get_max_threads();
     // The staged path pins host buffers per op slot: the root's size only where it goes.
     int max_ops = fsdp_max_ops(fcfg, m->n_units);
     size_t* op_padded = (size_t*)malloc((size_t)max_ops * sizeof(size_t));
@@ -181,12 +184,12 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     snprintf(d->gpu_name, sizeof(d->gpu_name), "%s", prop.name);
     snprintf(d->description, sizeof(d->description),
              "GPU %d of %d: %s, %.1f GiB, sm_%d%d | collectives %s (%s), reduce %s | attention %s, gelu fusion %d%s, "
-             "matmul autotune %s", gpu, gpus,
+             "matmul autotune %s%s", gpu, gpus,
              prop.name, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
              bc.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why, o->reduce_fp32 ? "fp32" : "bf16",
              attention_impl_name(attention), o->gelu_fusion,
              recomputable_gelu && o->gelu_fusion > 0 ? " (backward only: selective recompute)" : "",
-             kernels_cuda_matmul_autotune_name(&d->kernels));
+             kernels_cuda_matmul_autotune_name(&d->kernels), fcfg->offload ? " | optimizer on the host" : "");
     size_t workspace = kernels_cuda_workspace_bytes(&d->kernels);
     d->device_lines[0] = (MemoryLine){"collective buffers (backend)", fsdp_backend_cuda_device_bytes(&d->backend)};
     d->device_lines[1] = (MemoryLine){"cuBLASLt workspace", workspace};
@@ -213,7 +216,8 @@ static void sim_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, 
     const SimProfile* p = o->sim;
     const int gpn = o->gpus_per_node;
     SimBackendConfig bc = {p->fp32, o->reduce_fp32, pg->shard_size, pg->replicate_size,
-                           plan_link(p, gpn, 1, pg->shard_size), plan_link(p, gpn, pg->shard_size, pg->replicate_size)};
+                           plan_link(p, gpn, 1, pg->shard_size), plan_link(p, gpn, pg->shard_size, pg->replicate_size),
+                           p->host_link_gbs * 1e9, p->host_mem_gbs * 1e9};
     fsdp_backend_sim_init(&d->backend, o->sim_clock, &bc, fsdp_max_ops(fcfg, m->n_units));
     kernels_sim_init(&d->kernels, o->sim_clock, m->config.padded_vocab_size, p->fp32 ? sizeof(float) : 2);
     d->name = "sim";

@@ -92,6 +92,11 @@ void print_usage(void) {
 "                               LayerNorm and GELU outputs, full reruns each block's forward from its\n"
 "                               input; same results bit for bit, less activation memory (cuda,\n"
 "                               selective: the forward's GELU runs as a kernel, not in the epilogue) [none]\n"
+"      --offload none|optimizer cuda, optimizer: the fp32 master weights, Adam moments and gradient\n"
+"                               shards live in pinned host memory and AdamW runs on host threads\n"
+"                               while the GPU goes on (ZeRO-Offload): the GPU keeps 2 bytes per\n"
+"                               parameter / shard group instead of 18; the same update and rounding\n"
+"                               bits as on the GPU; one host wait per step [none]\n"
 "      --threads N              OpenMP/BLAS threads per rank [OMP_NUM_THREADS, else cores / local ranks]\n"
 "      --peak-tflops F          the device's peak dense BF16 TFLOP/s for MFU [from the GPU's name; none on cpu]\n"
 "      --profile-step N         after step N, print where its time went: matmuls, attention, layernorm,\n"
@@ -166,7 +171,7 @@ enum {
     OPT_RESHARD, OPT_NO_SYNC, OPT_SHARD_GROUP, OPT_CKPT_EVERY, OPT_CKPT_DIR, OPT_CKPT_KEEP,
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
-    OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_MATMUL_AUTOTUNE,
+    OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_OFFLOAD, OPT_MATMUL_AUTOTUNE,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
 };
 
@@ -231,7 +236,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"attention", required_argument, 0, OPT_ATTENTION},
         {"gelu-fusion", required_argument, 0, OPT_GELU_FUSION},
         {"matmul-autotune", required_argument, 0, OPT_MATMUL_AUTOTUNE},
-        {"recompute", required_argument, 0, OPT_RECOMPUTE},
+        {"recompute", required_argument, 0, OPT_RECOMPUTE}, {"offload", required_argument, 0, OPT_OFFLOAD},
         {"plan", no_argument, 0, OPT_PLAN}, {"plan-world", required_argument, 0, OPT_PLAN_WORLD},
         {"sim-device", required_argument, 0, OPT_SIM_DEVICE}, {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},
         {"calibrate-from", required_argument, 0, OPT_CALIBRATE_FROM},
@@ -347,6 +352,12 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             else if (!strcmp(optarg, "selective")) o->recompute = 1;
             else if (!strcmp(optarg, "full")) o->recompute = 2;
             else { snprintf(e->msg, sizeof(e->msg), "--recompute: expected none, selective or full, got '%s'", optarg); r = 1; }
+            break;
+        case OPT_OFFLOAD:
+            if (!strcmp(optarg, "none")) o->offload = 0;
+            else if (!strcmp(optarg, "optimizer")) o->offload = 1;
+            else { snprintf(e->msg, sizeof(e->msg), "--offload: expected none or optimizer, got '%s'", optarg); r = 1; }
+            if (o->offload && !o->cuda_only_flag) o->cuda_only_flag = "--offload optimizer";
             break;
         case OPT_GELU_FUSION:
             r = parse_int("--gelu-fusion", optarg, 0, 2, &o->gelu_fusion, e);

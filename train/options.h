@@ -43,6 +43,7 @@ typedef struct {
     const char* cuda_only_flag;  // the first cuda-only flag given (--comm, --attention, ...)
     const char* attention;       // cuda: "auto", "flash", "flash1" or "cublas"
     int recompute;               // --recompute: 0 none, 1 selective, 2 full (train/device.h's Recompute)
+    int offload;                 // cuda: --offload optimizer
     int gelu_fusion;             // cuda: --gelu-fusion
     int matmul_autotune;         // cuda: --matmul-autotune, -1 auto (cuda_matmul.cuh's MatmulTuneMode)
     int threads;

@@ -18,7 +18,11 @@
 // figures: NCCL ring steps of a few microseconds, cuBLASLt reaching ~70% of the tensor
 // cores on large GEMMs, FlashAttention-2-style kernels ~40%, streaming kernels ~80% of HBM.
 // A profile file overrides any of them (README: "Planning a run").
+// host_link_gbs and host_mem_gbs (--offload optimizer) are assumptions: PCIe Gen4 / Gen5 x16
+// is 32 / 64 GB/s per direction on paper, shared with the NICs on a node; a 2-socket host's
+// DRAM (~300-600 GB/s) shared by 8 ranks' optimizer threads.
 #define GPU_DEFAULTS .nvlink_latency_us = 3.0, .ib_latency_us = 8.0, .launch_us = 3.0, \
+                     .host_link_gbs = 25.0, .host_mem_gbs = 25.0, \
                      .matmul_eff = 0.70, .attention_eff = 0.40, .vector_eff = 0.50, .mem_eff = 0.80
 static const SimProfile builtin[] = {
     // NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS (624 with sparsity),
@@ -118,7 +122,8 @@ static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* er
     snprintf(p->name, sizeof(p->name), "%s", base);
     struct { const char* key; double* v; } keys[] = {
         {"tflops", &p->tflops}, {"hbm_gbs", &p->hbm_gbs}, {"mem_gib", &p->mem_gib}, {"nvlink_gbs", &p->nvlink_gbs},
-        {"ib_gbs", &p->ib_gbs}, {"nvlink_latency_us", &p->nvlink_latency_us}, {"ib_latency_us", &p->ib_latency_us},
+        {"ib_gbs", &p->ib_gbs}, {"host_link_gbs", &p->host_link_gbs}, {"host_mem_gbs", &p->host_mem_gbs},
+        {"nvlink_latency_us", &p->nvlink_latency_us}, {"ib_latency_us", &p->ib_latency_us},
         {"launch_us", &p->launch_us}, {"matmul_eff", &p->matmul_eff}, {"attention_eff", &p->attention_eff},
         {"vector_eff", &p->vector_eff}, {"mem_eff", &p->mem_eff},
         {"matmul_time_scale", &p->time_scale[SIM_GROUP_MATMUL]}, {"attention_time_scale", &p->time_scale[SIM_GROUP_ATTENTION]},
@@ -164,7 +169,8 @@ static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* er
         while (k < n_keys && strcmp(keys[k].key, key)) k++;
         if (k == n_keys) {
             snprintf(err, errlen, "--sim-device %s:%d: unknown key '%s' (expected name, like, dtype, tflops, hbm_gbs, mem_gib, "
-                     "nvlink_gbs, ib_gbs, nvlink_latency_us, ib_latency_us, launch_us, matmul_eff, attention_eff, vector_eff, mem_eff, "
+                     "nvlink_gbs, ib_gbs, host_link_gbs, host_mem_gbs, nvlink_latency_us, ib_latency_us, launch_us, matmul_eff, "
+                     "attention_eff, vector_eff, mem_eff, "
                      "matmul_time_scale, attention_time_scale, vector_time_scale, optimizer_time_scale)",
                      path, lineno, key);
             return 1;
@@ -256,6 +262,8 @@ const char* plan_limiter(const PlanRow* r, double* share) {
     int best = 0;
     for (int i = 1; i < 4; i++) if (t[i] > t[best]) best = i;
     *share = r->step_s > 0 ? t[best] / r->step_s : 0.0;
+    // Offloaded, compute also waits for the host link's copies and the host's AdamW.
+    if (best == 2 && r->offload) return "communication or the offloaded optimizer (host link, host AdamW)";
     return names[best];
 }
 
@@ -377,6 +385,7 @@ int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p
     printf("# Not calibrated: communication (exposed waits depend on the overlap, not one rate) and host time.\n");
     printf("name=%s-calibrated\ndtype=%s\ntflops=%.6g\nhbm_gbs=%.6g\nmem_gib=%.6g\nnvlink_gbs=%.6g\nib_gbs=%.6g\n", p->name,
            p->fp32 ? "fp32" : "bf16", p->tflops, p->hbm_gbs, p->mem_gib, p->nvlink_gbs, p->ib_gbs);
+    printf("host_link_gbs=%.6g\nhost_mem_gbs=%.6g\n", p->host_link_gbs, p->host_mem_gbs);
     printf("nvlink_latency_us=%.6g\nib_latency_us=%.6g\nlaunch_us=%.6g\n", p->nvlink_latency_us, p->ib_latency_us, p->launch_us);
     printf("matmul_eff=%.6g\nattention_eff=%.6g\nvector_eff=%.6g\nmem_eff=%.6g\n", p->matmul_eff, p->attention_eff, p->vector_eff,
            p->mem_eff);

@@ -28,6 +28,8 @@ typedef struct SimProfile {
     double nvlink_latency_us;  // per ring step (assumptions, not datasheet figures)
     double ib_latency_us;
     double launch_us;          // per-kernel overhead
+    double host_link_gbs;      // --offload optimizer: host <-> GPU copies, GB/s per direction per GPU
+    double host_mem_gbs;       // ... and the host memory bandwidth each rank's optimizer streams at
     double matmul_eff, attention_eff, vector_eff, mem_eff;  // fractions of peak reached
     double time_scale[SIM_GROUPS];  // a calibration's factors per kernel group (0 or 1: none)
 } SimProfile;
@@ -57,13 +59,15 @@ typedef struct {
     double group_time[SIM_GROUPS + 1];          // kernel time by group (kernels_sim.h)
     double comm_lower_bound_s;                  // this rank's comm bytes over its fastest link
     size_t budget_bytes;                        // device memory per rank (the run's budget)
+    int offload;                                // --offload optimizer (waits include the host's)
     long kernels;
 } PlanRow;
 
 double plan_tokens_per_s(const PlanRow* r);
 double plan_mfu(const PlanRow* r, const SimProfile* p);
 // The resource the step spends most time on: "matmul", "memory bandwidth", "communication"
-// (exposed) or "host" (launch overheads), with its share of the step in *share.
+// (exposed; with --offload optimizer also the waits for the host's copies and AdamW) or
+// "host" (launch overheads), with its share of the step in *share.
 const char* plan_limiter(const PlanRow* r, double* share);
 // The per-world detail (after the budget) and the scaling table.
 void plan_print_detail(const PlanRow* r, const SimProfile* p);

@@ -599,7 +599,7 @@ static void test_engine(const ProcessGroup* pg, int use_nccl, int reduce_fp32, i
         flat_unit_finalize(&units[u], W, 64);
         if (units[u].padded > max_padded) max_padded = units[u].padded;
     }
-    FsdpConfig fcfg = {1, 1, sync_every};
+    FsdpConfig fcfg = {1, 1, sync_every, 0};
     const int max_ops = fsdp_max_ops(&fcfg, n_units);
 
     FsdpBackend cpu_be, gpu_be;

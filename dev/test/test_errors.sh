@@ -133,6 +133,8 @@ expect_error "--gelu-fusion on the cpu device" "--gelu-fusion applies to the cud
 expect_error "--matmul-autotune out of range" "--matmul-autotune: expected auto, 0, 1 or 2, got '3'" "${launch[@]}" --matmul-autotune 3
 expect_error "--matmul-autotune not a mode" "--matmul-autotune: expected auto, 0, 1 or 2, got 'fast'" "${launch[@]}" --matmul-autotune fast
 expect_error "--matmul-autotune on the cpu device" "--matmul-autotune applies to the cuda device only" "${launch[@]}" --device cpu --matmul-autotune 1
+expect_error "--offload not a choice" "--offload: expected none or optimizer, got 'gpu'" "${launch[@]}" --offload gpu
+expect_error "--offload optimizer on the cpu device" "--offload optimizer applies to the cuda device only" "${launch[@]}" --device cpu --offload optimizer
 
 # --- Shards changing under a run, batch splits, -j's default, the run lock, stop signals ---
 

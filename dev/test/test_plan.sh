@@ -72,6 +72,29 @@ else
     not_ok "prefetch 0 vs 1: exposed '$e0' ms vs '$e1' ms"
 fi
 
+# --offload optimizer: the device keeps only the bf16 shards (2 of the 18 bytes per parameter
+# and rank), and the step waits for the host: with a slow host (1 GB/s) a step takes at least
+# AdamW's 30 bytes per shard element at that rate; with an unlimited host and link it costs
+# what the step on the GPU costs (within 5%).
+printf 'like=h100\nhost_mem_gbs=1\n' >"$out/slow_host.prof"
+printf 'like=h100\nhost_mem_gbs=1000000\nhost_link_gbs=1000000\n' >"$out/fast_host.prof"
+off=(-m d12 -b 4 -t 1024 --plan-world 8)
+if $TG --plan "${off[@]}" --sim-device h100 >"$out/on_gpu.log" 2>&1 &&
+   $TG --plan "${off[@]}" --sim-device "$out/slow_host.prof" --offload optimizer >"$out/slow_host.log" 2>&1 &&
+   $TG --plan "${off[@]}" --sim-device "$out/fast_host.prof" --offload optimizer >"$out/fast_host.log" 2>&1; then
+    n=$(awk '/^model:/ {print $(NF-1)}' "$out/on_gpu.log")
+    dev=$(awk '/^  sharded params/ {print $(NF-1)}' "$out/on_gpu.log"); odev=$(awk '/^  sharded bf16 params/ {print $(NF-1)}' "$out/slow_host.log")
+    s0=$(row_field "$out/on_gpu.log" step 3); ss=$(row_field "$out/slow_host.log" step 3); sf=$(row_field "$out/fast_host.log" step 3)
+    if awk -v n="$n" -v d="$dev" -v o="$odev" -v s0="$s0" -v ss="$ss" -v sf="$sf" 'BEGIN {
+            exit !(n > 0 && (o / d - 2 / 18) ^ 2 < 1e-4 && ss >= 30 * n / 8 / 1e9 * 1e3 && (sf / s0 - 1) ^ 2 < 0.0025) }'; then
+        ok "--offload optimizer plan: device shards $odev of $dev MiB; step $ss ms with a 1 GB/s host (AdamW alone: $(awk -v n="$n" 'BEGIN {printf "%.0f", 30 * n / 8 / 1e6}') ms), $sf ms with an unlimited one vs $s0 ms on the GPU"
+    else
+        not_ok "--offload optimizer plan: shards '$odev' vs '$dev' MiB, steps slow '$ss' fast '$sf' on GPU '$s0' ms (N $n)"
+    fi
+else
+    not_ok "--offload optimizer plan failed: $(tail -n 2 "$out/slow_host.log" "$out/fast_host.log" | tr '\n' ' ')"
+fi
+
 # 3. Scaling: every world's communication is at least the bandwidth bound (its bytes over
 #    the fastest link), and a larger world never predicts less communication per rank.
 if $TG --plan -m d12 -b 8 -t 1024 --plan-world 8,16,64,512 --sim-device h100 >"$out/scale.log" 2>&1; then

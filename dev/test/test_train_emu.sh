@@ -247,6 +247,24 @@ nccl nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/nccl_hsdp"
 for name in nccl_count nccl_no_done_wait nccl_no_handoff; do
     [ ${mut_ok[$name]} = 1 ] && EMU_DEVICE_COUNT=2 run mutant_$name 2 $B/mutant_$name/train_gpt --device cuda --comm nccl -b 1 -d 64 -o "$TMP/mutant_$name"
 done
+# --offload optimizer: AdamW on the host worker, the same arithmetic and rounding bits as the
+# GPU kernel, so bitwise the runs above (staged and NCCL, W=1 where the slot itself is copied,
+# W=2 where the reduce-scatter output is; HSDP; micro-steps; sampling; NaN hooks), and resumable
+# across offload on and off (the checkpoint files are the same).
+nccl nccl_offload 1 -b 2 -s 4 -g 8 --offload optimizer -o "$TMP/nccl_offload" --profile-step 3
+cuda cuda_offload 1 -b 2 -s 4 -g 8 --offload optimizer -o "$TMP/cuda_offload"
+cuda cuda_accum_offload 1 -b 1 -d 64 --no-grad-sync-until-last --offload optimizer -o "$TMP/cuda_accum_offload"
+nccl nccl_micro 1 -b 1 -d 64 -o "$TMP/nccl_micro"
+nccl nccl_micro_offload 1 -b 1 -d 64 --offload optimizer -o "$TMP/nccl_micro_offload"
+FSDP_TEST_NAN_LOSS_STEPS=2 FSDP_TEST_NAN_GRAD_STEPS=4 nccl nccl_nan_offload 1 -b 2 --offload optimizer -o "$TMP/nccl_nan_offload"
+cuda cuda_np2_offload 2 -b 1 -d 64 --offload optimizer -o "$TMP/cuda_np2_offload"
+nccl nccl_np2_offload 2 -b 1 -d 64 --offload optimizer -o "$TMP/nccl_np2_offload" --profile-step 3
+ck="$TMP/nccl_split/ckpt/step_00000002"
+[ -f "$ck/manifest.json" ] && nccl nccl_resume_offload 1 -b 2 --offload optimizer --resume "$ck" -o "$TMP/nccl_resume_offload"
+nccl nccl_save_offload 1 -b 2 --offload optimizer -o "$TMP/nccl_split_offload" --ckpt-every 2 --stop-at-step 2
+nccl nccl_resume_from_offload 1 -b 2 -o "$TMP/nccl_split_offload" --ckpt-every 2 --resume auto
+cuda cuda_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/cuda_hsdp_offload"
+nccl nccl_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/nccl_hsdp_offload"
 ck="$TMP/cuda_split/ckpt/step_00000002"
 [ -f "$ck/manifest.json" ] && cpu cpu_from_cuda 1 -b 2 -o "$TMP/cpu_from_cuda" --resume "$ck"
 
@@ -280,7 +298,7 @@ if good cuda_ref; then
     grep -m1 '^# cuda_emu' "$TMP/cuda_ref.log"
     # The emulator's cudaMemGetInfo counts exactly what the process allocated: the printed
     # budget must be all of it (an allocation the budget misses, or counts twice, shows).
-    for run in cuda_ref nccl_np2 cuda_recompute_full; do
+    for run in cuda_ref nccl_np2 cuda_recompute_full nccl_offload nccl_np2_offload; do
         mem=$(grep -m1 '^peak GPU memory' "$TMP/$run.log")
         read -r m b <<<"$(peak_gpu_mem "$TMP/$run.log")"
         if awk -v m="${m:-}" -v b="${b:-}" 'BEGIN { exit !(b > 0 && m - b < 0.05 && b - m < 0.05) }'; then
@@ -294,8 +312,8 @@ fi
 # for the engine's state, slots, activations and the host mirror equal the emulated NCCL
 # runs' (bf16 shards, fused optimizer, reduce in bf16 or fp32); only the device's own buffers
 # (cuBLASLt workspace, kernel scratch, collective buffers) are the plan's estimates.
-engine_lines() { sed -n '/^memory budget per rank/,/^  host: fp32 mirror/p' "$1" | grep -E '^  (sharded|gathered|full-gradient|activations|host: fp32)'; }
-for cfg in "nccl_ref 1 -b 2" "nccl_np2 2 -b 1 -d 64" "nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32" "nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1"; do
+engine_lines() { sed -n '/^memory budget per rank/,/^  host: \(fp32 mirror\|offloaded\)/p' "$1" | grep -E '^  (sharded|gathered|full-gradient|activations|host: fp32|host: offloaded)'; }
+for cfg in "nccl_ref 1 -b 2" "nccl_np2 2 -b 1 -d 64" "nccl_np2_offload 2 -b 1 -d 64 --offload optimizer" "nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32" "nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1"; do
     set -- $cfg; name=$1 np=$2; shift 2
     good $name >/dev/null || continue
     ./train_gpt --plan --sim-device h100 --plan-world $np "${common[@]}" "$@" >"$TMP/plan_$name.log" 2>&1
@@ -459,6 +477,41 @@ ledger_check() {  # NAME W WANT
         not_ok "$TAG --profile-step at W=$2 ($1): want '$3' and 0 host waits, got '$line' / '$waits'"
     fi
 }
+# --offload optimizer
+offload_same() {  # offload_same REF RUN WHAT [RUN's output directory]
+    good "$1" "$2" && compare "--offload optimizer, $3 == on the GPU (bitwise)" "$TMP/$1/metrics.jsonl" "$TMP/${4:-$2}/metrics.jsonl" --exact
+}
+offload_same nccl_ref nccl_offload "nccl W=1, sampling"
+offload_same cuda_ref cuda_offload "staged W=1, sampling"
+offload_same cuda_accum cuda_accum_offload "2 micro-steps, --no-grad-sync-until-last"
+offload_same nccl_micro nccl_micro_offload "nccl, 2 micro-steps reduced each"
+offload_same nccl_nan nccl_nan_offload "NaN loss at step 2 and gradient at step 4 (both skipped)"
+offload_same cuda_np2 cuda_np2_offload "staged W=2"
+offload_same nccl_np2 nccl_np2_offload "nccl W=2"
+offload_same nccl_ref nccl_resume_offload "resumed at step 2 from a checkpoint of a run on the GPU"
+good nccl_save_offload && offload_same nccl_ref nccl_resume_from_offload "a run on the GPU resumed from the offloaded run's step-2 checkpoint" nccl_split_offload
+if good nccl_offload nccl_np2_offload; then
+    # The device keeps the bf16 shard only; the host holds master, m, v, grads and staging
+    # (4 x 4 + 2 + 2 bytes per shard element at W=1, where the slot itself is the reduced gradient).
+    sh=$(grep -m1 '^  sharded bf16 params (optimizer offloaded)' "$TMP/nccl_offload.log")
+    ho=$(grep -m1 '^  host: offloaded master, m, v, grads + staging (pinned)' "$TMP/nccl_offload.log")
+    ref=$(grep -m1 '^  sharded params + grads + Adam m, v' "$TMP/nccl_ref.log")
+    a=$(awk '{print $(NF-1)}' <<<"$sh"); h=$(awk '{print $(NF-1)}' <<<"$ho"); r=$(awk '{print $(NF-1)}' <<<"$ref")
+    if awk -v a="$a" -v h="$h" -v r="$r" 'BEGIN { exit !(a > 0 && r > 0 && (a / r - 2 / 18) ^ 2 < 1e-4 && (h / a - 10) ^ 2 < 0.01) }'; then
+        ok "$TAG --offload optimizer budget: device shards $a MiB (2/18 of the $r MiB on the GPU), pinned host $h MiB (10x the device's)"
+    else
+        not_ok "$TAG --offload optimizer budget: '$sh' / '$ho' vs '$ref'"
+    fi
+    waits=$(grep -m1 '^  host waits in the step' "$TMP/nccl_np2_offload.log")
+    if grep -qF "host waits in the step (backend): 1 (the offloaded step's loss x 1)" <<<"$waits"; then
+        ok "$TAG --offload optimizer: one host wait per step, for the decision ($waits)"
+    else
+        not_ok "$TAG --offload optimizer: host waits '$waits' (want 1, the offloaded step's loss)"
+    fi
+fi
+offload_same cuda_hsdp cuda_hsdp_offload "staged HSDP (2 replicas of 1-rank shard groups, summed on the host)"
+offload_same nccl_hsdp nccl_hsdp_offload "nccl HSDP (2 replicas of 1-rank shard groups, summed on the host)"
+
 if good nccl_nan; then
     skipped=$(grep '^step ' "$TMP/nccl_nan.log" | grep 'update skipped' | awk '{print $2}' | tr '\n' ' ')
     val=$(grep '^val loss' "$TMP/nccl_nan.log" | tail -n 1)
