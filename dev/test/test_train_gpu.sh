@@ -27,6 +27,7 @@
 #   ranks        np=2 with --comm mpi, np=1 mpi vs nccl, HSDP
 #   accum        gradient accumulation with and without --no-grad-sync-until-last
 #   variants     --attention cublas, --reduce-dtype fp32, --gelu-fusion 0
+#   offload      --offload optimizer (AdamW on the host) vs the GPU's AdamW: bitwise
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -37,7 +38,7 @@ PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
 
 skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
-GROUPS_ALL="ref determinism resume cross ranks accum variants"
+GROUPS_ALL="ref determinism resume cross ranks accum variants offload"
 for g in ${GPU_TESTS:-}; do  # a misspelt group would otherwise pass by checking nothing
     [[ " $GROUPS_ALL " == *" $g "* ]] || { not_ok "GPU_TESTS: unknown group '$g' (groups: $GROUPS_ALL)"; exit 1; }
 done
@@ -169,6 +170,14 @@ if want variants; then
     run cuda_gelu0 1 --device cuda -b 4 --gelu-fusion 0 -o "$out/cuda_gelu0" && [ $cuda_ok = 1 ] &&
         compare "--gelu-fusion 0 vs 2 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_gelu0/metrics.jsonl" --rtol 0.02
 fi
+# The host's AdamW is the GPU kernel's arithmetic with the same roundings (no FMA on either
+# side, kernels/optimizer_math.h) and the same rounding bits: the run must repeat bitwise.
+if want offload; then
+    run cuda_offload 1 --device cuda -b 4 -o "$out/cuda_offload" -s 10 -g 8 --offload optimizer && [ $cuda_ok = 1 ] &&
+        compare "--offload optimizer == AdamW on the GPU (bitwise)" "$out/cuda_ref/metrics.jsonl" \
+            "$out/cuda_offload/metrics.jsonl" --exact
+fi
+
 # Whether the reference run had to fall back from the GELU epilogues: it says so on stderr.
 grep -h 'cuBLASLt has no algorithm' "$out"/*.log 2>/dev/null | sort -u | head -3 | sed 's/^/# /'
 
