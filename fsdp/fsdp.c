@@ -38,6 +38,9 @@ void fsdp_op_padded(const FsdpConfig* cfg, const FlatUnit* units, int n_units, s
     for (int g = 0; g < grad_slots; g++) out[param_slots + g] = g == 0 ? units[0].padded : block;
 }
 
+// --offload optimizer: a unit's device shard against the host's (Fsdp.unit_stale).
+enum { SHARD_FRESH = 0, SHARD_STALE, SHARD_UPLOADED };
+
 static int gather_op(const Fsdp* f, int slot) { (void)f; return slot; }
 static int reduce_op(const Fsdp* f, int gslot) { return f->n_param_slots + gslot; }
 
@@ -299,7 +302,7 @@ static void refresh_param_shards(Fsdp* f, int step) {
         if (f->offload) {
             f->be.offload_round(f->be.ctx, u, (char*)f->param_stage + f->shard_offset[u] * f->be.param_bytes,
                                 f->master + f->shard_offset[u], f->units[u].shard, (uint64_t)u, begin, step);
-            f->unit_stale[u] = 1;
+            f->unit_stale[u] = SHARD_STALE;
             continue;
         }
         char* shard = (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
@@ -324,14 +327,14 @@ void fsdp_upload_state(Fsdp* f, int step) {
 // Parameter slots
 
 // --offload optimizer: the host's new shard of unit u goes to the device before its first
-// use after the update (the gather, or compute itself when the shard is the unit; then
-// acquire_unit makes compute wait for the copy).
+// use after the update (the gather, or compute itself when the shard is the unit: then the
+// unit stays UPLOADED until acquire_unit has made compute wait for the copy, once).
 static void upload_if_stale(Fsdp* f, int u) {
-    if (!f->offload || !f->unit_stale[u]) return;
+    if (!f->offload || f->unit_stale[u] != SHARD_STALE) return;
     const size_t at = f->shard_offset[u] * f->be.param_bytes;
     f->be.offload_upload(f->be.ctx, u, (char*)f->param_shard + at, (const char*)f->param_stage + at,
                          f->units[u].shard * f->be.param_bytes, f->alias_params);
-    f->unit_stale[u] = 0;
+    f->unit_stale[u] = f->alias_params ? SHARD_UPLOADED : SHARD_FRESH;
 }
 
 static void start_gather(Fsdp* f, int u, int slot) {
@@ -373,7 +376,10 @@ static void* acquire_unit(Fsdp* f, int u) {
     if (f->alias_params) {
         if (f->offload) {
             upload_if_stale(f, u);
-            f->be.offload_guard(f->be.ctx, u, 1);  // compute waits for unit u's upload
+            if (f->unit_stale[u] == SHARD_UPLOADED) {
+                f->be.offload_guard(f->be.ctx, u, 1);  // compute waits for unit u's upload
+                f->unit_stale[u] = SHARD_FRESH;
+            }
         }
         return (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
     }
@@ -655,7 +661,7 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
                                 (char*)f->param_stage + at * f->be.param_bytes, f->units[u].shard,
                                 f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
                                 beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin);
-            f->unit_stale[u] = 1;
+            f->unit_stale[u] = SHARD_STALE;
         }
         f->params_dirty = 1;
         return;

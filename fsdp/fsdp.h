@@ -277,14 +277,14 @@ typedef struct {
     int* toggle_at;              // [n_units + 1] where unit u's table starts in decay_toggles
     // --offload optimizer: master, adam_m, adam_v and grad_shard are pinned host memory (the
     // host mirror is the state itself), decay_toggles too; the step's loss sum is summed on
-    // the device; per unit, whether the device's compute-dtype shard awaits its upload.
+    // the device; per unit, where the device's compute-dtype shard stands against the host's.
     int offload;
     double* d_loss_sum;          // device memory
     FsdpStepStats* stats_sink;   // pinned: where fsdp_step_stats_fetch's copy lands (unread)
     void* grad_stage;            // pinned, [total_shard] reduced-gradient elements (their copies)
     size_t grad_stage_bytes;     // bytes per element there
     void* param_stage;           // pinned, [total_shard] compute-dtype elements (the new shards)
-    unsigned char* unit_stale;   // [n_units]
+    unsigned char* unit_stale;   // [n_units] fresh, stale (the host has a newer shard) or uploaded (compute has not waited yet)
     int poison_grad_pending;     // fsdp_test_poison_grad, applied once the folds are done
 
     int micro_step, micro_steps; // position inside the current optimizer step

@@ -259,40 +259,20 @@ static void push(HostOptimizer* h, const Task* t) {
 
 void host_optimizer_fold(HostOptimizer* h, int u, float* dst, const void* src, size_t src_bytes, size_t n, int first,
                          int sum_squares) {
-    Task t;
-    memset(&t, 0, sizeof t);
-    t.kind = TASK_FOLD;
-    t.unit = u;
-    t.dst = dst;
-    t.src = src;
-    t.src_bytes = src_bytes;
-    t.n = n;
-    t.first = first;
-    t.sum_squares = sum_squares;
+    const Task t = {.kind = TASK_FOLD, .unit = u, .dst = dst, .src = src, .src_bytes = src_bytes, .n = n,
+                    .first = first, .sum_squares = sum_squares};
     push(h, &t);
 }
 
 void host_optimizer_adamw(HostOptimizer* h, int u, const HostAdamw* a) {
-    Task t;
-    memset(&t, 0, sizeof t);
-    t.kind = TASK_ADAMW;
-    t.unit = u;
-    t.adamw = *a;
+    const Task t = {.kind = TASK_ADAMW, .unit = u, .adamw = *a};
     push(h, &t);
 }
 
 void host_optimizer_round(HostOptimizer* h, int u, uint16_t* dst, const float* master, size_t n, uint64_t seed,
                           int step, size_t global_begin) {
-    Task t;
-    memset(&t, 0, sizeof t);
-    t.kind = TASK_ROUND;
-    t.unit = u;
-    t.round_dst = dst;
-    t.round_src = master;
-    t.n = n;
-    t.seed = seed;
-    t.step = step;
-    t.global_begin = global_begin;
+    const Task t = {.kind = TASK_ROUND, .unit = u, .round_dst = dst, .round_src = master, .n = n, .seed = seed,
+                    .step = step, .global_begin = global_begin};
     push(h, &t);
 }
 

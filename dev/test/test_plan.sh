@@ -148,6 +148,9 @@ one_line_error "--plan-world without --plan" "^error: --plan-world applies to --
 one_line_error "--plan: batch split at W"   "^error: --plan at world size 64: --total-batch-tokens 131072 is not a multiple" \
     $TG --plan -m d4 -b 4 -t 1024 -d 131072 --plan-world 8,64
 
+printf 'like=h100\ndtype=fp32\n' >"$out/fp32.prof"
+one_line_error "--offload on an fp32 profile" "offload optimizer: this device's state is in host memory already" \
+    $TG --plan --sim-device "$out/fp32.prof" --offload optimizer
 one_line_error "--calibrate-from no table"  "no --profile-step table in it" $TG --plan --calibrate-from "$out/bad_eff.prof"
 one_line_error "--calibrate-from missing"   "^error: --calibrate-from $out/none.log: No such file" $TG --plan --calibrate-from "$out/none.log"
 
