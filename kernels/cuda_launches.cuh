@@ -113,7 +113,9 @@ static inline int launch_counter_start(LaunchCounter* c) {
 #endif
 }
 
-// Stops counting (c->launches keeps the count). The library stays loaded for the next start.
+// Stops counting (c->launches keeps the count). The library stays loaded, for the next start
+// and because the driver keeps calling into it after it has been subscribed once: it is
+// never dlclose'd.
 static inline void launch_counter_stop(LaunchCounter* c) {
 #ifdef FSDP_HAVE_CUPTI
     if (c->active) c->unsubscribe(c->subscriber);

@@ -221,10 +221,10 @@ static void kernels_cuda_free(Kernels* k) {
     CUDA_CHECK(cudaFree(cd->scratch));
     for (int i = 0; i < 2; i++) CUDA_CHECK(cudaFree(cd->tokens[i]));
     CUDA_CHECK(cudaFreeHost(cd->host_row));
+    // libcupti stays loaded: once subscribed, CUPTI has hooked itself into the driver, which
+    // calls into it until the process ends (unloading it made train_gpt segfault at exit on
+    // an H200, in the CUDA calls after this).
     launch_counter_stop(&cd->launch_count);
-#if defined(FSDP_HAVE_CUPTI) && !defined(FSDP_CUPTI_EMULATED)
-    if (cd->launch_count.lib) dlclose(cd->launch_count.lib);
-#endif
     free(cd);
     k->impl = NULL;
 }
