@@ -271,8 +271,10 @@ void plan_print_detail(const PlanRow* r, const SimProfile* p) {
     static const char* phase[SIM_PHASES] = {"forward", "backward", "optimizer"};
     double N = (double)r->num_parameters, tokens_rank = (double)r->B * r->T * r->grad_accum;
     double budget_gib = r->budget_bytes / 1073741824.0;
-    printf("fits: %s (%.2f GiB of %.0f GiB per rank; the CUDA context and allocator slack, ~1 GiB, come on top)\n",
-           budget_gib + (p->fp32 ? 0.0 : 1.0) <= p->mem_gib ? "yes" : "NO", budget_gib, p->mem_gib);
+    // On a GPU, 1 GiB is kept for the CUDA context, which the budget does not count (it is
+    // measured above the context; the context's own size has not been measured yet).
+    printf("fits: %s (%.2f GiB of %.0f GiB per rank%s)\n", budget_gib + (p->fp32 ? 0.0 : 1.0) <= p->mem_gib ? "yes" : "NO",
+           budget_gib, p->mem_gib, p->fp32 ? "" : ", 1 GiB of it kept for the CUDA context");
     printf("FLOPs per token: %.3g (model: 6N + 6LCT, what MFU counts); executed by the schedule's kernels (recompute included): %.3g\n",
            r->model_flops_per_token, sum3(r->flops) / tokens_rank);
     printf("bytes per parameter per step (this rank; N = %zu):\n", r->num_parameters);

@@ -306,6 +306,11 @@ if good cuda_ref; then
         else
             not_ok "$TAG $run: measured peak GPU memory and budget differ: '$mem'"
         fi
+        # The emulated NCCL and cuBLASLt allocate nothing: a measured library share here is an
+        # allocation of ours that the backend or the kernels do not count.
+        lib=$(grep -m1 '^  CUDA libraries (measured)' "$TMP/$run.log")
+        [[ "$lib" =~ \ 0\.0\ MiB$ ]] && ok "$TAG $run: the CUDA libraries' measured share is 0 under the emulator" ||
+            not_ok "$TAG $run: CUDA libraries line '$lib' (want 0.0 MiB: an allocation not counted by its owner)"
     done
 fi
 # --plan (train/plan.h) with a GPU profile models the cuda device's engine: its budget lines

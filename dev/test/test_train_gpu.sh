@@ -14,7 +14,7 @@
 #     --no-grad-sync-until-last within 1e-2;
 #   - --attention cublas vs flash, --reduce-dtype fp32 vs bf16, --gelu-fusion 0 vs 2: within 2%;
 #   - sampling and validation run on cuda; the measured peak GPU memory agrees with the
-#     printed budget (at least it, at most max(512 MiB, 10%) above it).
+#     printed budget (at least it, at most max(64 MiB, 1%) above it).
 # Every run is bounded by `timeout` (GPU_TEST_RUN_TIMEOUT seconds [180]); a failing run is
 # reported and the others still run.
 #
@@ -90,16 +90,17 @@ if want ref && [ $cuda_ok = 1 ]; then
     grep -q '^sample (step 10)' "$out/cuda_ref.log" && ok "sampling on cuda" || not_ok "sampling on cuda: no sample printed"
     grep -q '^val loss' "$out/cuda_ref.log" && ok "validation on cuda" || not_ok "validation on cuda: no val loss printed"
     # The measured peak must agree with the printed budget: at least the budget (all of it is
-    # allocated before step 0) and at most 512 MiB (or 10%) above it, what CUDA's lazily
-    # loaded kernels, cuBLASLt and NCCL keep for themselves.
+    # allocated before step 0, the libraries' share measured then) and at most 64 MiB (or 1%)
+    # above it, the kernels CUDA loads lazily in the first step and autotuning's scratch (an
+    # H200 measured 2 to 16 MiB).
     mem=$(grep -m1 '^peak GPU memory' "$out/cuda_ref.log")
     if [ -z "$mem" ]; then not_ok "no 'peak GPU memory' line"
     else
         read -r m b <<<"$(peak_gpu_mem "$out/cuda_ref.log")"
-        check=$(awk -v m="${m:-}" -v b="${b:-}" 'BEGIN { slack = b * 0.1 > 512 ? b * 0.1 : 512
+        check=$(awk -v m="${m:-}" -v b="${b:-}" 'BEGIN { slack = b * 0.01 > 64 ? b * 0.01 : 64
                        printf "%s %.1f", (b > 0 && m >= 0.999 * b && m <= b + slack) ? "agree" : "differ", m - b }')
         [ "${check%% *}" = agree ] && ok "GPU memory: measured peak agrees with the budget (${check#* } MiB above it): $mem" ||
-            not_ok "GPU memory: measured peak and budget differ by ${check#* } MiB (allowed: 0 to max(512 MiB, 10%)): $mem"
+            not_ok "GPU memory: measured peak and budget differ by ${check#* } MiB (allowed: 0 to max(64 MiB, 1%)): $mem"
     fi
 fi
 want ref && [ $cpu_ok = 1 ] && [ $cuda_ok = 1 ] && compare "cuda vs cpu, 20 steps from the same init (bf16 vs fp32)" \
