@@ -137,16 +137,18 @@ built() {
 ver_ge() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, "."); split(b, y, "."); exit !(x[1] > y[1] || (x[1] == y[1] && x[2] + 0 >= y[2] + 0)) }'; }
 counts() { echo "$(grep -c '^ok - ' "$1") ok, $(grep -c '^not ok - ' "$1") not ok"; }
 # judge NAME [DETAIL [all]]: the verdict of a program printing ok / not ok lines (logs/NAME.log):
-# SKIP when it skipped itself ("ok - ... # skip REASON"), FAIL when a check failed even if it
-# exited 0 (test_train_gpu.sh does), else from RC; then its not ok lines (or all, with "all").
+# SKIP when it skipped itself (every ok line "ok - ... # skip REASON", none failed: no usable
+# GPU), FAIL when a check failed even if it exited 0 (test_train_gpu.sh does), else from RC;
+# the count of skipped checks beside the others; then its not ok lines (or all, with "all").
 judge() {
-    local log=$LOGS/$1.log
-    if [ "$RC" = 0 ] && grep -q '^ok - .*# skip' "$log"; then
+    local log=$LOGS/$1.log skipped
+    skipped=$(grep -c '^ok - .*# skip' "$log")
+    if [ "$RC" = 0 ] && [ "$skipped" -gt 0 ] && ! grep -v '# skip' "$log" | grep -qE '^(not )?ok - '; then
         record SKIP "$1" "$(grep -m1 '^ok - .*# skip' "$log" | sed 's/.*# skip *//' | cut -c1-200)"
         return
     fi
     [ "$RC" = 0 ] && grep -q '^not ok - ' "$log" && RC=1
-    verdict "$1" "${2:+$2: }$(counts "$log")"
+    verdict "$1" "${2:+$2: }$(counts "$log")$([ "$skipped" -gt 0 ] && echo " ($skipped of the ok skipped: $(grep -m1 '^ok - .*# skip' "$log" | sed 's/.*# skip *//' | cut -c1-80))")"
     if [ "${3:-}" = all ]; then grep -E '^(not )?ok - ' "$log" | indent; else grep '^not ok - ' "$log" | head -n 10 | indent; fi
 }
 
@@ -326,7 +328,10 @@ if built e2e ./train_gpt &&
     judge e2e "GPU_TESTS=\"$GPU_TESTS_RUN\"" all
 fi
 
-# 8. compute-sanitizer's memcheck, on the time left (it slows kernels many times over).
+# 8. compute-sanitizer's memcheck, on the time left (it slows kernels many times over). Memory
+# errors only: API errors are not reported, since NCCL probes kernels that its build lacks for
+# this GPU (20 cudaFuncGetAttributes errors per process on an H200) and our own calls are
+# checked where they are made.
 # On PATH, or beside nvcc (the toolkit's bin/ holds both; PATH may name only nvcc's link).
 SANITIZER=$(command -v compute-sanitizer)
 NVCC_DIR=$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent/nvcc)")")
@@ -336,7 +341,7 @@ for i in "${!MEMCHECK[@]}"; do
     n=${MEMCHECK[$i]} name=memcheck_${MEMCHECK[$i]}
     if [ -z "$NO_GPU" ] && [ -z "$SANITIZER" ]; then record SKIP "$name" "compute-sanitizer not found"; continue; fi
     share=$(( ( $(left) - RESERVE ) / (${#MEMCHECK[@]} - i) ))  # the rest, shared with those still to run
-    built "$name" "build/$n" && run_part "$name" "$share" "$SANITIZER" --tool memcheck --error-exitcode 86 "build/$n" || continue
+    built "$name" "build/$n" && run_part "$name" "$share" "$SANITIZER" --tool memcheck --report-api-errors no --error-exitcode 86 "build/$n" || continue
     log=$LOGS/$name.log
     if grep -q 'Device not supported' "$log"; then
         record SKIP "$name" "compute-sanitizer: $(grep -m1 'Device not supported' "$log" | cut -c1-200)"
