@@ -2,7 +2,8 @@
 #   make            train_gpt (with nvcc when it exists, else the host compiler) and the tools
 #   make test       builds everything and runs dev/test/run_tests.sh ("N passed, M failed")
 #   make clean
-# Variables: NO_CUDA=1 forces a host-only build; GPU_ARCH="80 90" picks the CUDA targets;
+# Variables: NO_CUDA=1 forces a host-only build; GPU_ARCH="80 90" picks the CUDA targets (75 for
+# a T4: it trains with --param-dtype fp16 and --attention cublas, the flash kernels need 80);
 # NCCL_HOME=DIR (with include/nccl.h, lib/libnccl.so.2) names the NCCL to use [the toolkit's or
 # the system's, else PyTorch's pip wheel: scripts/find_nccl.sh];
 # NO_MPI=1 builds without MPI (the default when there is no mpicc): ranks then meet over the

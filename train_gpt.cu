@@ -523,11 +523,18 @@ static void finish_step(Run* r, PendingStep* p) {
     p->record.loss = s->loss;
     p->record.norm = s->norm;
     p->record.skipped = s->skip;
+    if (r->opt->param_fp16) {
+        p->record.loss_scale = s->step_loss_scale;
+        p->record.next_loss_scale = s->loss_scale;
+        p->record.overflow = s->overflow;
+    }
     // cpu: peak resident memory; cuda: GPU memory in use
     p->record.mem_mib = model->dev.memory_in_use_mib ? r->device_used_mib : (double)peak_rss_bytes() / (1024.0 * 1024.0);
     metrics_step(&r->metrics, &p->record, &p->traffic);
     const int completed = p->record.step;
-    r->bad_in_a_row = s->skip ? r->bad_in_a_row + 1 : 0;
+    // A gradient overflow the loss scaler handled (it halved the scale) is part of fp16
+    // training, not a bad step; one at the smallest scale, or a non-finite loss, is.
+    r->bad_in_a_row = s->skip && !s->overflow ? r->bad_in_a_row + 1 : 0;
     if (r->bad_in_a_row >= r->opt->max_bad_steps)
         fatal_agreed(r->pg, "step %d: %d step(s) in a row with a non-finite loss or gradient norm (--max-bad-steps %d); "
                      "no update was applied for them, so the weights are those after step %d",
@@ -634,6 +641,10 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
         const LoaderState* ls = &r->train_loader.state;
         cJSON* state = gpt2_checkpoint_state(&r->model.config, completed, r->total_tokens * (long)completed, r->pg->world, r->T,
                                              r->total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
+        if (opt->param_fp16) {  // the figures of step `completed` were read (finish_step) before this
+            const FsdpStepStats* s = fsdp_step_stats_wait(&r->model.fsdp);
+            gpt2_checkpoint_state_add_loss_scaler(state, s->loss_scale, s->good_steps);
+        }
         const Gpt2CkptTables* ct = &r->ckpt_tables;
         int saved = ckpt_save(r->ckpt_writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
                               state, err, sizeof(err));
@@ -675,6 +686,12 @@ static int maybe_resume(Run* r, int* start_step) {
     // The compute-dtype shard is rounded as the optimizer's step `step` rounded it: a resume
     // continues bitwise.
     fsdp_upload_state(f, (int)rs.step);
+    if (opt->param_fp16 && rs.loss_scale > 0.0f) {
+        fsdp_set_loss_scaler(f, rs.loss_scale, rs.loss_scale_good_steps);
+    } else if (opt->param_fp16 && r->pg->rank == 0) {
+        printf("--resume: %s has no loss scaler state (saved by a bf16 run): starting at --loss-scale %g\n", path,
+               opt->loss_scale);
+    }
     LoaderState ls = {rs.windows_consumed, rs.seed, rs.shuffle};
     loader_set_state(&r->train_loader, &ls);
     double secs = now_seconds() - t0, total_bytes = (double)bytes;
@@ -689,6 +706,13 @@ static int maybe_resume(Run* r, int* start_step) {
 
 // ----------------------------------------------------------------------------------------
 // Setup
+
+// The engine's configuration from the flags (the real run's and --plan's).
+static FsdpConfig run_fsdp_config(const Options* opt) {
+    FsdpConfig c = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last, opt->offload,
+                    opt->param_fp16 ? opt->loss_scale : 0.0f, opt->param_fp16 ? opt->loss_scale_window : 0};
+    return c;
+}
 
 // Flags that depend on the world size or the device. 0, or 1 with the message in e.
 static int check_run_flags(const Options* opt, const GPT2Config* config, const ProcessGroup* pg, const char* device,
@@ -885,8 +909,9 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     memset(&clock, 0, sizeof(clock));
     clock.costs = plan_costs(prof);
     DeviceOptions dopt = {0, opt->comm, opt->reduce_fp32, opt->attention, opt->gelu_fusion, opt->seed,
-                          (Recompute)opt->recompute, opt->matmul_autotune, prof, &clock, opt->gpus_per_node};
-    FsdpConfig fcfg = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last, opt->offload};
+                          (Recompute)opt->recompute, opt->matmul_autotune, opt->param_fp16, prof, &clock,
+                          opt->gpus_per_node};
+    FsdpConfig fcfg = run_fsdp_config(opt);
     GPT2* model = (GPT2*)calloc(1, sizeof(GPT2));
     if (!model) fatal(&pg, "--plan: out of host memory");
     gpt2_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
@@ -1046,10 +1071,12 @@ int main(int argc, char** argv) {
     // Model, engine and device
     int on_cuda = !strcmp(device, "cuda");
     DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
-                          (Recompute)opt.recompute, opt.matmul_autotune, NULL, NULL, 0};
-    FsdpConfig fcfg = {opt.prefetch, opt.reshard_after_forward, !opt.no_grad_sync_until_last, opt.offload};
+                          (Recompute)opt.recompute, opt.matmul_autotune, opt.param_fp16, NULL, NULL, 0};
+    FsdpConfig fcfg = run_fsdp_config(&opt);
     GPT2* model = &r->model;
     gpt2_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
+    // fp16: the backward's loss scale is read where the engine's scaler keeps it.
+    model->dev.kernels.loss_scale = fsdp_loss_scale_device(&model->fsdp);
     if (opt.init_from) {
         if (gpt2_load_weights(model, opt.init_from, file_version, err, sizeof(err))) fatal(&pg, "%s", err);
     } else {

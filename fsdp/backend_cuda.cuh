@@ -1,5 +1,6 @@
-// The CUDA device's FsdpBackend (fsdp/fsdp.h): device memory, bf16 compute dtype (gathered
-// parameters and full gradients), fp32 master weights / Adam moments / gradient shards, and
+// The CUDA device's FsdpBackend (fsdp/fsdp.h): device memory, 16-bit compute dtype (bf16, or
+// fp16 with --param-dtype fp16: "bf16" below stands for either) (gathered parameters and full
+// gradients), fp32 master weights / Adam moments / gradient shards, and
 // the shard group's collectives in one of two ways:
 //
 //   NCCL (cfg.use_nccl = 1)  one NCCL communicator per group (shard group; replica group for
@@ -85,7 +86,8 @@
 
 typedef struct {
     int use_nccl;            // 1: NCCL on a dedicated comm stream; 0: staged through pinned host memory over comm.h
-    int reduce_fp32;         // 1: reduce-scatter in fp32 (the bf16 full gradient is cast first); 0: in bf16
+    int param_fp16;          // the compute dtype: 1 fp16 (--param-dtype fp16), 0 bf16
+    int reduce_fp32;         // 1: reduce-scatter in fp32 (the 16-bit full gradient is cast first); 0: in 16 bits
     size_t max_unit_padded;  // largest unit's padded element count: all scratch is sized from it, up front
     const size_t* op_padded; // [max_ops] or NULL: the largest unit each op slot carries (fsdp_op_padded);
                              // the staged path pins per slot from it (NULL: max_unit_padded each). Read at init.
@@ -345,20 +347,29 @@ static inline CudaOpSlot* cb_op(CudaBackend* c, int op, int must_be_idle) {
     return s;
 }
 
-// x[i] = bf16(x[i]) (round to nearest even), in place, fp32 storage: the staged path's bf16
-// reduce-scatter result, as NCCL's bf16 reduction returns it.
-static __global__ void cb_round_to_bf16_kernel(float* x, size_t n) {
+// x[i] = T16(x[i]) (round to nearest even), in place, fp32 storage: the staged path's 16-bit
+// reduce-scatter result, as NCCL's 16-bit reduction returns it.
+template <class T16>
+static __global__ void cb_round_to_16_kernel(float* x, size_t n) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+        x[i] = to_float(from_float<T16>(x[i]));
 }
 
-static inline void cb_round_to_bf16(float* x, size_t n, cudaStream_t s) {
+static inline void cb_round_to_16(const CudaBackend* c, float* x, size_t n, cudaStream_t s) {
     if (n == 0) return;
     size_t blocks = (n + 255) / 256;
     if (blocks > 4096) blocks = 4096;
-    cb_round_to_bf16_kernel<<<(unsigned)blocks, 256, 0, s>>>(x, n);
+    if (c->cfg.param_fp16) cb_round_to_16_kernel<fp16><<<(unsigned)blocks, 256, 0, s>>>(x, n);
+    else cb_round_to_16_kernel<bf16><<<(unsigned)blocks, 256, 0, s>>>(x, n);
     CUDA_LAUNCH_CHECK();
+}
+
+// The compute dtype's NCCL type, and a 16-bit buffer (of that dtype) cast to fp32.
+static inline ncclDataType_t cb_nccl16(const CudaBackend* c) { return c->cfg.param_fp16 ? ncclFloat16 : ncclBfloat16; }
+static inline void cb_cast16_to_f32(const CudaBackend* c, float* dst, const void* src, size_t n, cudaStream_t s) {
+    if (c->cfg.param_fp16) cast_to_f32_cuda(dst, (const fp16*)src, n, s);
+    else cast_to_f32_cuda(dst, (const bf16*)src, n, s);
 }
 
 // The seed of a unit's stochastic-rounding stream (optimizer_math.h's sr_unit_seed): element
@@ -461,7 +472,7 @@ static inline void cuda_all_gather_start(void* ctx, int op, const void* shard, v
     const size_t W = (size_t)c->shard_size;
     if (n * W > s->capacity)
         fatal(c->pg, "fsdp cuda: all-gather of %zu x %zu elements exceeds op slot %d's %zu", W, n, op, s->capacity);
-    const size_t shard_bytes = n * sizeof(bf16);
+    const size_t shard_bytes = n * sizeof(uint16_t);  // the 16-bit compute dtype
     if (c->cfg.use_nccl) {
         const char* mine = (const char*)full + (size_t)c->shard_rank * shard_bytes;
         const char* sp = (const char*)shard;
@@ -471,7 +482,7 @@ static inline void cuda_all_gather_start(void* ctx, int op, const void* shard, v
         const int pi = cb_prof_begin(c, CB_PROF_GATHER);
         if (n > 0)
             cb_nccl_call(c, c->nccl_shard,
-                         ncclAllGather(shard, full, n, ncclBfloat16, c->nccl_shard, c->comm),
+                         ncclAllGather(shard, full, n, cb_nccl16(c), c->nccl_shard, c->comm),
                          "ncclAllGather (shard group)");
         cb_prof_end(c, pi);
         CB_CUDA(c, cudaEventRecord(s->done, c->comm));
@@ -494,28 +505,28 @@ static inline void cuda_reduce_scatter_start(void* ctx, int op, const void* full
     const size_t W = (size_t)c->shard_size;
     if (n * W > s->capacity)
         fatal(c->pg, "fsdp cuda: reduce-scatter of %zu x %zu elements exceeds op slot %d's %zu", W, n, op, s->capacity);
-    const bf16* g = (const bf16*)full;
+    const void* g = full;  // the compute dtype
     if (c->cfg.use_nccl) {
         cb_handoff(c, s->ready);
         const int pi = cb_prof_begin(c, CB_PROF_REDUCE);
         if (n > 0) {
             if (c->cfg.reduce_fp32) {
-                cast_bf16_to_f32_cuda(c->f32_scratch, g, W * n, c->comm);
+                cb_cast16_to_f32(c, c->f32_scratch, g, W * n, c->comm);
                 cb_nccl_call(c, c->nccl_shard,
                              ncclReduceScatter(c->f32_scratch, shard_out, n, ncclFloat32, ncclSum, c->nccl_shard,
                                                c->comm),
                              "ncclReduceScatter fp32 (shard group)");
             } else {
                 cb_nccl_call(c, c->nccl_shard,
-                             ncclReduceScatter(g, shard_out, n, ncclBfloat16, ncclSum, c->nccl_shard, c->comm),
-                             "ncclReduceScatter bf16 (shard group)");
+                             ncclReduceScatter(g, shard_out, n, cb_nccl16(c), ncclSum, c->nccl_shard, c->comm),
+                             "ncclReduceScatter 16-bit (shard group)");
             }
         }
         cb_prof_end(c, pi);
         CB_CUDA(c, cudaEventRecord(s->done, c->comm));
     } else {
         if (n > 0) {
-            cast_bf16_to_f32_cuda(c->f32_scratch, g, W * n, c->compute);
+            cb_cast16_to_f32(c, c->f32_scratch, g, W * n, c->compute);
             CB_CUDA(c, cudaMemcpyAsync(s->host_full, c->f32_scratch, W * n * sizeof(float), cudaMemcpyDeviceToHost,
                                        c->compute));
             cb_host_wait(c, c->compute, "the staged reduce-scatter's device-to-host copy");
@@ -541,7 +552,7 @@ static inline void cuda_wait(void* ctx, int op) {
         comm_wait(c->pg->shard_comm, s->ticket);
         void* src = s->kind == CUDA_OP_GATHER ? s->host_full : s->host_shard;
         CB_CUDA(c, cudaMemcpyAsync(s->dst, src, s->bytes, cudaMemcpyHostToDevice, c->compute));
-        if (s->kind == CUDA_OP_REDUCE && !c->cfg.reduce_fp32) cb_round_to_bf16((float*)s->dst, s->n, c->compute);
+        if (s->kind == CUDA_OP_REDUCE && !c->cfg.reduce_fp32) cb_round_to_16(c, (float*)s->dst, s->n, c->compute);
     }
     s->ticket = 0;
     s->kind = CUDA_OP_IDLE;
@@ -586,15 +597,18 @@ static inline void cuda_accumulate(void* ctx, float* dst, const float* src, size
     cb_count(c, CB_LEDGER_FOLD, 12.0 * (double)n);
 }
 
-// The fused path's fold: dst = or += src (fp32 shard or the bf16 slot itself), with the sum
+// The fused path's fold: dst = or += src (fp32 shard or the 16-bit slot itself), with the sum
 // of squares into d_sumsq when asked (folded_sum_squares reads and clears it).
 static inline void cuda_fold_grad(void* ctx, float* dst, const void* src, size_t src_bytes, size_t n, int first,
                                   int sum_squares) {
     CudaBackend* c = (CudaBackend*)ctx;
-    if (src_bytes != sizeof(float) && src_bytes != sizeof(bf16))
+    if (src_bytes != sizeof(float) && src_bytes != sizeof(uint16_t))
         fatal(c->pg, "fsdp cuda: fold of %zu-byte elements", src_bytes);
-    fold_grad_cuda(dst, src, src_bytes == sizeof(bf16), n, first, sum_squares ? c->d_sumsq : NULL, c->sumsq_scratch,
-                   sum_squares_scratch_bytes(), c->compute);
+    double* sumsq = sum_squares ? c->d_sumsq : NULL;
+    const size_t sb = sum_squares_scratch_bytes();
+    if (src_bytes == sizeof(float)) fold_grad_cuda(dst, (const float*)src, n, first, sumsq, c->sumsq_scratch, sb, c->compute);
+    else if (c->cfg.param_fp16) fold_grad_cuda(dst, (const fp16*)src, n, first, sumsq, c->sumsq_scratch, sb, c->compute);
+    else fold_grad_cuda(dst, (const bf16*)src, n, first, sumsq, c->sumsq_scratch, sb, c->compute);
     cb_count(c, CB_LEDGER_FOLD, (double)n * (double)(src_bytes + sizeof(float) + (first ? 0 : sizeof(float))));
 }
 
@@ -673,38 +687,44 @@ static inline void cuda_step_stats_wait(void* ctx) {
     cb_wait_event(c, c->stats_fetched, "the step's loss and gradient norm");
 }
 
-// AdamW on the fp32 master / moments. The bf16 shard is refreshed separately, per unit, by
-// refresh_param_shard (so no bf16 output here).
+// AdamW on the fp32 master / moments. The 16-bit shard is refreshed separately, per unit, by
+// refresh_param_shard (so no 16-bit output here).
 static inline void cuda_adamw(void* ctx, float* param, float* m, float* v, const float* grad, size_t n, float lr,
                               float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
     CudaBackend* c = (CudaBackend*)ctx;
-    adamw_update_cuda(param, m, v, NULL, grad, n, lr, beta1, beta2, eps, weight_decay, NULL, 0, t, grad_scale, NULL,
+    adamw_update_cuda(param, m, v, (bf16*)NULL, grad, n, lr, beta1, beta2, eps, weight_decay, NULL, 0, t, grad_scale, NULL,
                       NULL, c->cfg.seed, 0, c->compute);
     cb_count(c, CB_LEDGER_ADAMW, 28.0 * (double)n);
 }
 
-// One launch over a unit's shard: decay per element from the engine's table, and the bf16
-// shard written with refresh_param_shard's bits (seed of the unit, global index), so the
-// result equals AdamW per tensor followed by the refresh, bit for bit.
+// One launch over a unit's shard: decay per element from the engine's table, and the 16-bit
+// shard written as refresh_param_shard writes it (bf16: with its bits, seed of the unit and
+// global index), so the result equals AdamW per tensor followed by the refresh, bit for bit.
 static inline void cuda_adamw_unit(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard,
                                    size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, int t, const FsdpStepStats* stats,
                                    uint64_t unit_stream, size_t global_begin) {
     CudaBackend* c = (CudaBackend*)ctx;
-    adamw_update_cuda(param, m, v, (bf16*)param_shard, grad, n, lr, beta1, beta2, eps, weight_decay, decay_toggles,
-                      n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, cuda_backend_sr_seed(c->cfg.seed, unit_stream),
-                      global_begin, c->compute);
+    const uint64_t seed = cuda_backend_sr_seed(c->cfg.seed, unit_stream);
+    if (c->cfg.param_fp16)
+        adamw_update_cuda(param, m, v, (fp16*)param_shard, grad, n, lr, beta1, beta2, eps, weight_decay, decay_toggles,
+                          n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, seed, global_begin, c->compute);
+    else
+        adamw_update_cuda(param, m, v, (bf16*)param_shard, grad, n, lr, beta1, beta2, eps, weight_decay, decay_toggles,
+                          n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, seed, global_begin, c->compute);
     cb_count(c, CB_LEDGER_ADAMW, 30.0 * (double)n);
 }
 
-// param_shard[n] (bf16) <- stochastic rounding of master[n]; element i uses the random bits
-// of (seed, unit_stream, step, global_begin + i) (global_begin: master[0]'s index in the
-// unit's flat buffer), so the result does not depend on W nor on how a range is split.
+// param_shard[n] (16-bit) <- master[n]: bf16 by stochastic rounding, element i with the random
+// bits of (seed, unit_stream, step, global_begin + i) (global_begin: master[0]'s index in the
+// unit's flat buffer), so the result does not depend on W nor on how a range is split; fp16
+// to nearest even (param_copy_cuda).
 static inline void cuda_refresh_param_shard_at(void* ctx, void* param_shard, const float* master, size_t n,
                                                uint64_t unit_stream, size_t global_begin, int step) {
     CudaBackend* c = (CudaBackend*)ctx;
-    cast_f32_to_bf16_sr_cuda((bf16*)param_shard, master, n, cuda_backend_sr_seed(c->cfg.seed, unit_stream), step,
-                             global_begin, c->compute);
+    const uint64_t seed = cuda_backend_sr_seed(c->cfg.seed, unit_stream);
+    if (c->cfg.param_fp16) param_copy_cuda((fp16*)param_shard, master, n, seed, step, global_begin, c->compute);
+    else param_copy_cuda((bf16*)param_shard, master, n, seed, step, global_begin, c->compute);
     cb_count(c, CB_LEDGER_ADAMW, 6.0 * (double)n);
 }
 
@@ -978,10 +998,10 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
 
     memset(be, 0, sizeof(*be));
     be->ctx = c;
-    be->param_bytes = sizeof(bf16);
-    // NCCL reducing in bf16 leaves the bf16 sum for fold_grad; the staged path (and fp32
-    // reduction) hands over fp32, rounded to bf16 values when reducing in bf16.
-    be->reduce_out_bytes = cfg->use_nccl && !cfg->reduce_fp32 ? sizeof(bf16) : sizeof(float);
+    be->param_bytes = sizeof(uint16_t);  // bf16 or fp16
+    // NCCL reducing in 16 bits leaves the 16-bit sum for fold_grad; the staged path (and fp32
+    // reduction) hands over fp32, rounded to 16-bit values when reducing in 16 bits.
+    be->reduce_out_bytes = cfg->use_nccl && !cfg->reduce_fp32 ? sizeof(uint16_t) : sizeof(float);
     be->host_is_device = 0;
     be->alloc = cuda_alloc;
     be->release = cuda_release;

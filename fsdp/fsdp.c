@@ -220,6 +220,12 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
         f->stats = f->host_stats = (FsdpStepStats*)calloc(1, sizeof(FsdpStepStats));
     }
     if (!f->stats || !f->host_stats) { snprintf(err, errlen, "fsdp: out of memory"); return 1; }
+    if (cfg->loss_scale > 0.0f && !f->fused) {
+        snprintf(err, errlen, "--param-dtype fp16: loss scaling needs the optimizer on a GPU (the cuda device or a GPU "
+                 "profile of --plan, without --offload optimizer)");
+        return 1;
+    }
+    fsdp_set_loss_scaler(f, cfg->loss_scale > 0.0f ? cfg->loss_scale : 1.0f, 0);
     f->params_dirty = 1;
     f->micro_steps = 1;
     return 0;
@@ -633,6 +639,22 @@ void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
     }
     f->test_norm_from_shards = 0;
     f->be.step_decide(f->be.ctx, s, tokens, grad_clip);
+}
+
+void fsdp_set_loss_scaler(Fsdp* f, float scale, int good_steps) {
+    FsdpStepStats s;
+    memset(&s, 0, sizeof(s));
+    s.loss_scale = s.step_loss_scale = scale;
+    s.good_steps = good_steps;
+    s.growth_interval = f->cfg.loss_scale > 0.0f ? f->cfg.loss_scale_growth_interval : 0;
+    // Fused, the device's copy is the state (the host's is a fetched copy, and the planner's
+    // host memory is not real); else they are one.
+    if (f->fused) f->be.copy_to_device(f->be.ctx, f->stats, &s, sizeof(s));
+    else *f->stats = s;
+}
+
+const float* fsdp_loss_scale_device(const Fsdp* f) {
+    return f->cfg.loss_scale > 0.0f ? &f->stats->loss_scale : NULL;
 }
 
 void fsdp_step_stats_fetch(Fsdp* f) {

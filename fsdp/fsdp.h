@@ -43,14 +43,30 @@ extern "C" {
 // One step's statistics and decision. Device memory where the backend decides on the device
 // (fsdp_step_decide), host memory otherwise; the layout is the same on both (loss_sum and
 // sumsq are adjacent: all-reduced as one array of two doubles).
+//
+// Loss scaling (fp16 compute, --param-dtype fp16): the backward runs with the loss times
+// loss_scale (the cross-entropy's gradient reads it where it lives), so the gradients and
+// sumsq carry the scale. The decision divides it out of the norm and folds 1 / loss_scale
+// into clip_scale (the factor AdamW multiplies the gradients by), and, when dynamic
+// (growth_interval > 0), halves the scale when the gradients overflowed (non-finite norm:
+// the step is skipped) and doubles it after growth_interval finite steps in a row, within
+// [FSDP_LOSS_SCALE_MIN, FSDP_LOSS_SCALE_MAX]. Without it loss_scale is 1 and growth_interval
+// 0: every figure is what it was (x / 1 and x * 1 are exact).
 typedef struct {
     double loss_sum;   // this rank's sum of per-token losses, then the world's
     double sumsq;      // this rank's gradient sum of squares, then the shard group's (the global one)
     double loss;       // loss_sum / the step's tokens
-    float norm;        // sqrt(sumsq), before clipping
-    float clip_scale;  // grad_clip / norm when 0 < grad_clip < norm, else 1
+    float norm;        // the gradient norm, unscaled, before clipping
+    float clip_scale;  // (grad_clip / norm when 0 < grad_clip < norm, else 1) / step_loss_scale
     int skip;          // loss or norm not finite: the optimizer step changes nothing
+    float loss_scale;       // the scale of the next backward (the decision updates it)
+    float step_loss_scale;  // the scale this step's backward ran with
+    int good_steps;         // finite steps in a row at loss_scale (dynamic scaling)
+    int growth_interval;    // 0: a static scale; else double after that many finite steps
+    int overflow;           // this step's gradients overflowed and the scale was halved
 } FsdpStepStats;
+#define FSDP_LOSS_SCALE_MIN 1.0f
+#define FSDP_LOSS_SCALE_MAX 16777216.0f  // 2^24
 
 #ifdef __host__  // nvcc's (the CPU emulator runs device code on the host: plain functions there)
 #define FSDP_HOST_DEVICE __host__ __device__
@@ -61,11 +77,23 @@ typedef struct {
 // and the GPU's are one formula).
 static inline FSDP_HOST_DEVICE void fsdp_decide_from_sums(FsdpStepStats* s, double tokens, float grad_clip) {
     const double loss = s->loss_sum / tokens;
-    const float norm = (float)sqrt(s->sumsq);
+    const float scale = s->loss_scale;
+    const float norm = (float)sqrt(s->sumsq) / scale;
     s->loss = loss;
     s->norm = norm;
-    s->clip_scale = (grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f;
+    s->clip_scale = ((grad_clip > 0.0f && norm > grad_clip) ? grad_clip / norm : 1.0f) / scale;
     s->skip = !isfinite(loss) || !isfinite(norm);
+    s->step_loss_scale = scale;
+    s->overflow = 0;
+    if (s->growth_interval <= 0) return;
+    if (!isfinite(norm)) {
+        s->overflow = scale > FSDP_LOSS_SCALE_MIN;
+        s->loss_scale = fmaxf(scale * 0.5f, FSDP_LOSS_SCALE_MIN);
+        s->good_steps = 0;
+    } else if (++s->good_steps >= s->growth_interval) {
+        s->loss_scale = fminf(scale * 2.0f, FSDP_LOSS_SCALE_MAX);
+        s->good_steps = 0;
+    }
 }
 
 // What a device provides. Master weights, Adam moments and gradient shards are fp32 on every
@@ -197,6 +225,11 @@ typedef struct {
     int reshard_after_forward;   // 1: release block units after forward (ZeRO-3); 0: keep (ZeRO-2)
     int sync_every_micro_step;   // 1: reduce-scatter every micro-step; 0: only on the last
     int offload;                 // 1: --offload optimizer (the backend's offload_* ops)
+    // Loss scaling (FsdpStepStats): the first scale (0: none, i.e. 1) and the dynamic
+    // scaler's growth interval (0: the scale stays). Needs the fused path (the scale is read
+    // on the device).
+    float loss_scale;
+    int loss_scale_growth_interval;
 } FsdpConfig;
 
 // Bytes this rank exchanged with the other ranks of its shard group (what it received in
@@ -354,6 +387,12 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
 // step's fsdp_step_decide.
 void fsdp_step_stats_fetch(Fsdp* f);
 const FsdpStepStats* fsdp_step_stats_wait(Fsdp* f);
+// Loss scaling (cfg.loss_scale > 0): sets the scaler's state (a resumed run's; fsdp_init sets
+// cfg.loss_scale and 0). The current state is in fsdp_step_stats_wait's figures (loss_scale,
+// good_steps). fsdp_loss_scale_device: where the backward reads the scale (device memory),
+// or NULL without loss scaling.
+void fsdp_set_loss_scaler(Fsdp* f, float scale, int good_steps);
+const float* fsdp_loss_scale_device(const Fsdp* f);
 // Test hooks: this rank's loss sum becomes NaN; or its first gradient-shard element does, and
 // this step's norm is counted from the shards (as a NaN gradient reaching the folds would
 // make it). Either way the next decision must skip.

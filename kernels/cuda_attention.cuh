@@ -1,4 +1,4 @@
-// Causal multi-head self-attention on the GPU, BF16 storage, FP32 softmax. The CPU twin is
+// Causal multi-head self-attention on the GPU, 16-bit storage, FP32 softmax. The CPU twin is
 // attention_forward / attention_backward in kernels/cpu_kernels.h; the layouts are the same:
 //   qkv  [B,T,3C]  (q | k | v), head h of q at qkv[b,t, h*hs : (h+1)*hs], of k at C + h*hs,
 //                  of v at 2C + h*hs; hs = C / NH
@@ -11,6 +11,9 @@
 // the forward; the backward takes out, lse, dout and needs nothing else from the forward).
 // Every one is deterministic: no atomics; each output element is written by one thread
 // after sums in an order fixed by the shapes, so two runs are bitwise equal.
+// The 16-bit type is the run's --param-dtype: every function is a template on T16, bf16 or
+// fp16 (__half), deduced from the tensors; "bf16" below stands for either, and the flash
+// kernels' mma takes .bf16 or .f16 operands accordingly (the same fragments).
 //
 // The caller owns an AttentionContext (attention_context_init, once, with the GPU current):
 // it holds the implementation and the GPU's shared-memory opt-in limit, and its init sets
@@ -87,6 +90,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_matmul.cuh"
 
@@ -141,42 +146,74 @@ typedef struct {
 // ldmatrix then touches 8 rows whose starts are 36 (HS 64) or 68 (HS 128) words apart, i.e.
 // banks 4r..4r+3 for row r: conflict-free.
 
-static __device__ __forceinline__ void attn_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// mma.sync m16n8k16 and cp.async need sm_80. A build for an older GPU (GPU_ARCH=75: a T4,
+// which trains with --param-dtype fp16 and --attention cublas) compiles these primitives as
+// traps: the host never launches a flash kernel there (attention_context_init refuses it).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ATTN_BEFORE_SM80 1
+#endif
+
+// T16 selects the instruction: .bf16 or .f16 inputs (the same fragments), fp32 accumulators.
+template <class T16>
+__device__ __forceinline__ void attn_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#ifdef ATTN_BEFORE_SM80
+    __trap();
+#else
+    if constexpr (std::is_same<T16, bf16>::value) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        static_assert(std::is_same<T16, fp16>::value, "attn_mma: bf16 or fp16");
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+#endif
 }
 
-// Two floats -> bf16x2 (round to nearest even); lo in the low half.
-static __device__ __forceinline__ uint32_t attn_pack(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+// Two floats -> a pair of T16 (round to nearest even); lo in the low half.
+template <class T16>
+__device__ __forceinline__ uint32_t attn_pack(float lo, float hi) {
+    const T16 v[2] = {from_float<T16>(lo), from_float<T16>(hi)};
     uint32_t u;
-    memcpy(&u, &v, sizeof u);
+    memcpy(&u, v, sizeof u);
     return u;
 }
 // Four 8x8 bf16 matrices from shared memory; p is this lane's row address (16-byte aligned).
-static __device__ __forceinline__ void attn_ldsm_x4(uint32_t* r, const bf16* p) {
+template <class T16>
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t* r, const T16* p) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
-static __device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t* r, const bf16* p) {
+template <class T16>
+static __device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t* r, const T16* p) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
 
 static __device__ __forceinline__ void attn_cp_async16(void* smem_dst, const void* gmem_src) {
+#ifdef ATTN_BEFORE_SM80
+    __trap();
+#else
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem_dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem_src) : "memory");
+#endif
 }
 static __device__ __forceinline__ void attn_cp_async_commit() {
+#ifndef ATTN_BEFORE_SM80
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
 }
 template <int N>
 static __device__ __forceinline__ void attn_cp_async_wait() {
+#ifndef ATTN_BEFORE_SM80
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
 }
 
 // flash1
@@ -193,9 +230,9 @@ template <int HS>
 struct AttnShape {
     static constexpr int LDS = HS + 8;             // shared-memory row stride (elements)
     static constexpr int BQ = HS <= 64 ? 64 : 32;  // query tile of the dK/dV kernel
-    static constexpr size_t fwd_smem = (size_t)(ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(bf16);
-    static constexpr size_t dq_smem = (size_t)(2 * ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(bf16);
-    static constexpr size_t dkv_smem = (size_t)(2 * ATTN_BC + 4 * BQ) * LDS * sizeof(bf16) + 4 * BQ * sizeof(float);
+    static constexpr size_t fwd_smem = (size_t)(ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(uint16_t);
+    static constexpr size_t dq_smem = (size_t)(2 * ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(uint16_t);
+    static constexpr size_t dkv_smem = (size_t)(2 * ATTN_BC + 4 * BQ) * LDS * sizeof(uint16_t) + 4 * BQ * sizeof(float);
 };
 
 // The flash kernels' tiles (see the top of the file).
@@ -204,24 +241,24 @@ struct FlashShape {
     static constexpr int LDS = HS + 8;                 // shared-memory row stride (elements)
     static constexpr int FWD_BC = HS <= 64 ? 64 : 32;  // keys per forward tile
     static constexpr bool FWD_Q_IN_REGS = HS <= 64;    // Q fragments held in registers
-    static constexpr size_t fwd_smem = (size_t)(FLASH_FWD_BR + 4 * FWD_BC) * LDS * sizeof(bf16);
+    static constexpr size_t fwd_smem = (size_t)(FLASH_FWD_BR + 4 * FWD_BC) * LDS * sizeof(uint16_t);
     static constexpr int BWD_BR = HS <= 64 ? 64 : 32;  // queries per backward iteration
     static constexpr int LDSS = BWD_BR + 8;            // row stride of the dS^T tile
-    static constexpr size_t bwd_smem = (size_t)(2 * FLASH_BWD_BC + 4 * BWD_BR) * LDS * sizeof(bf16) +
-                                       (size_t)FLASH_BWD_BC * LDSS * sizeof(bf16) + 4 * BWD_BR * sizeof(float);
+    static constexpr size_t bwd_smem = (size_t)(2 * FLASH_BWD_BC + 4 * BWD_BR) * LDS * sizeof(uint16_t) +
+                                       (size_t)FLASH_BWD_BC * LDSS * sizeof(uint16_t) + 4 * BWD_BR * sizeof(float);
 };
 
 // ROWS rows of HS bf16 from a [T, row_stride] matrix (row t at g + t * row_stride), rows
 // row0.. into a [ROWS][HS+8] shared tile, 16 bytes per cp.async; rows >= T are zero-filled.
 // NT: the block's thread count (every thread takes part).
-template <int HS, int ROWS, int NT = ATTN_THREADS>
-static __device__ __forceinline__ void attn_load_tile(bf16* tile, const bf16* g, size_t row_stride, int row0, int T) {
+template <int HS, int ROWS, int NT = ATTN_THREADS, class T16>
+static __device__ __forceinline__ void attn_load_tile(T16* tile, const T16* g, size_t row_stride, int row0, int T) {
     constexpr int CHUNKS = HS / 8;
     constexpr int LDS = HS + 8;
 #pragma unroll
     for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NT) {
         const int r = i / CHUNKS, col = (i % CHUNKS) * 8;
-        bf16* dst = tile + r * LDS + col;
+        T16* dst = tile + r * LDS + col;
         const int t = row0 + r;
         if (t < T) attn_cp_async16(dst, g + (size_t)t * row_stride + col);
         else *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
@@ -232,21 +269,21 @@ static __device__ __forceinline__ void attn_load_tile(bf16* tile, const bf16* g,
 // Lane l addresses row l % 8 of matrix l / 8.
 // A fragment of X[r0 .. r0+15][k0 .. k0+15]: matrices (rows +0, cols +0), (+8, +0), (+0, +8),
 // (+8, +8) are a0..a3.
-template <int LDS>
-static __device__ __forceinline__ void attn_ldsm_a(uint32_t* a, const bf16* X, int r0, int k0, int lane) {
+template <int LDS, class T16>
+static __device__ __forceinline__ void attn_ldsm_a(uint32_t* a, const T16* X, int r0, int k0, int lane) {
     attn_ldsm_x4(a, X + (r0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + k0 + (lane >> 4) * 8);
 }
 // B fragments with B[k][n] = X[n][k], k in k0..k0+15, for the two 8-column blocks n0 and
 // n0 + 8: b = {b0(n0), b1(n0), b0(n0+8), b1(n0+8)}; matrices (rows +0, cols +0), (+0, +8),
 // (+8, +0), (+8, +8) of X[n0..][k0..].
-template <int LDS>
-static __device__ __forceinline__ void attn_ldsm_b(uint32_t* b, const bf16* X, int n0, int k0, int lane) {
+template <int LDS, class T16>
+static __device__ __forceinline__ void attn_ldsm_b(uint32_t* b, const T16* X, int n0, int k0, int lane) {
     attn_ldsm_x4(b, X + (n0 + (lane >> 4) * 8 + (lane & 7)) * LDS + k0 + ((lane >> 3) & 1) * 8);
 }
 // B fragments with B[k][n] = X[k][n], k in k0..k0+15, for the blocks n0 and n0 + 8 (same
 // order as attn_ldsm_b): transposed matrices (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8).
-template <int LDS>
-static __device__ __forceinline__ void attn_ldsm_bt(uint32_t* b, const bf16* X, int k0, int n0, int lane) {
+template <int LDS, class T16>
+static __device__ __forceinline__ void attn_ldsm_bt(uint32_t* b, const T16* X, int k0, int n0, int lane) {
     attn_ldsm_x4_trans(b, X + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDS + n0 + (lane >> 4) * 8);
 }
 // An A fragment of A = X^T for X row-major [k][m] (k-major storage, e.g. dS^T with keys as
@@ -254,16 +291,17 @@ static __device__ __forceinline__ void attn_ldsm_bt(uint32_t* b, const bf16* X, 
 // cols +0), (+0, +8), (+8, +0), (+8, +8), i.e. a0..a3 = (m +0, k +0), (m +8, k +0),
 // (m +0, k +8), (m +8, k +8): with .trans lane l receives X rows 2c, 2c+1 of column g,
 // i.e. A[g][2c..2c+1] of that quarter.
-template <int LDX>
-static __device__ __forceinline__ void attn_ldsm_at(uint32_t* a, const bf16* X, int k0, int m0, int lane) {
+template <int LDX, class T16>
+static __device__ __forceinline__ void attn_ldsm_at(uint32_t* a, const T16* X, int k0, int m0, int lane) {
     attn_ldsm_x4_trans(a, X + (k0 + (lane >> 4) * 8 + (lane & 7)) * LDX + m0 + ((lane >> 3) & 1) * 8);
 }
 
 // Two adjacent 16 x 8 output tiles from one A fragment and the B fragments of attn_ldsm_b/_bt
 // (b0, b1 of columns n0.., then of n0 + 8..).
-static __device__ __forceinline__ void attn_mma2(float* acc0, float* acc1, const uint32_t* a, const uint32_t* b) {
-    attn_mma(acc0, a, b[0], b[1]);
-    attn_mma(acc1, a, b[2], b[3]);
+template <class T16>
+__device__ __forceinline__ void attn_mma2(float* acc0, float* acc1, const uint32_t* a, const uint32_t* b) {
+    attn_mma<T16>(acc0, a, b[0], b[1]);
+    attn_mma<T16>(acc1, a, b[2], b[3]);
 }
 
 // The warp-level products every flash kernel is made of (16 rows per warp; accumulators in
@@ -275,8 +313,8 @@ static __device__ __forceinline__ void attn_zero(float (&acc)[N][4]) {
 }
 // acc[16 x 8NB] += A X^T over the head dimension (KC chunks of 16): A = rows ar0..ar0+15 of
 // the shared tile A_s, X = rows 0..8NB-1 of the shared tile X_s (both [.][LDS], k-contiguous).
-template <int KC, int NB, int LDS>
-static __device__ __forceinline__ void attn_mma_abt(float (&acc)[NB][4], const bf16* A_s, int ar0, const bf16* X_s,
+template <int KC, int NB, int LDS, class T16>
+static __device__ __forceinline__ void attn_mma_abt(float (&acc)[NB][4], const T16* A_s, int ar0, const T16* X_s,
                                                     int lane) {
 #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
@@ -286,38 +324,38 @@ static __device__ __forceinline__ void attn_mma_abt(float (&acc)[NB][4], const b
         for (int nb = 0; nb < NB; nb += 2) {
             uint32_t xb[4];
             attn_ldsm_b<LDS>(xb, X_s, nb * 8, kc * 16, lane);
-            attn_mma2(acc[nb], acc[nb + 1], a, xb);
+            attn_mma2<T16>(acc[nb], acc[nb + 1], a, xb);
         }
     }
 }
 // acc[16 x 8ND] += P X: P is 16 x 16PC in registers (fp32 accumulators of an earlier product,
 // rounded to bf16: two adjacent D tiles form one A fragment), X = rows 0..16PC-1 of the shared
 // tile X_s ([.][LDS], column-contiguous: loaded transposed).
-template <int PC, int ND, int LDS>
-static __device__ __forceinline__ void attn_mma_px(float (&acc)[ND][4], const float (&p)[2 * PC][4], const bf16* X_s,
+template <int PC, int ND, int LDS, class T16>
+static __device__ __forceinline__ void attn_mma_px(float (&acc)[ND][4], const float (&p)[2 * PC][4], const T16* X_s,
                                                    int lane) {
 #pragma unroll
     for (int pc = 0; pc < PC; pc++) {
         uint32_t pa[4];
-        pa[0] = attn_pack(p[2 * pc][0], p[2 * pc][1]);
-        pa[1] = attn_pack(p[2 * pc][2], p[2 * pc][3]);
-        pa[2] = attn_pack(p[2 * pc + 1][0], p[2 * pc + 1][1]);
-        pa[3] = attn_pack(p[2 * pc + 1][2], p[2 * pc + 1][3]);
+        pa[0] = attn_pack<T16>(p[2 * pc][0], p[2 * pc][1]);
+        pa[1] = attn_pack<T16>(p[2 * pc][2], p[2 * pc][3]);
+        pa[2] = attn_pack<T16>(p[2 * pc + 1][0], p[2 * pc + 1][1]);
+        pa[3] = attn_pack<T16>(p[2 * pc + 1][2], p[2 * pc + 1][3]);
 #pragma unroll
         for (int nd = 0; nd < ND; nd += 2) {
             uint32_t xb[4];
             attn_ldsm_bt<LDS>(xb, X_s, pc * 16, nd * 8, lane);
-            attn_mma2(acc[nd], acc[nd + 1], pa, xb);
+            attn_mma2<T16>(acc[nd], acc[nd + 1], pa, xb);
         }
     }
 }
 // One row of a 16 x 8ND accumulator, times scale, to global memory as bf16: this thread's
 // pairs of columns 8nd + 2c, 2c + 1; half 0 is the row g (d0, d1), half 1 the row g + 8 (d2, d3).
-template <int ND>
-static __device__ __forceinline__ void attn_store_row(bf16* p, const float (&acc)[ND][4], int half, float scale) {
+template <int ND, class T16>
+static __device__ __forceinline__ void attn_store_row(T16* p, const float (&acc)[ND][4], int half, float scale) {
 #pragma unroll
     for (int nd = 0; nd < ND; nd++)
-        *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack(acc[nd][2 * half] * scale, acc[nd][2 * half + 1] * scale);
+        *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack<T16>(acc[nd][2 * half] * scale, acc[nd][2 * half + 1] * scale);
 }
 
 // The K/V loop of the forward kernels and flash1's dQ kernel: before key tile kt of ntiles,
@@ -325,8 +363,8 @@ static __device__ __forceinline__ void attn_store_row(bf16* p, const float (&acc
 // ([2][BC][LDS]; BC keys per tile, NT threads in the block), then
 // waits until tile kt has landed (this thread's copies, then the whole block's). Returns the
 // half (0 or 1) that holds tile kt.
-template <int HS, int BC = ATTN_BC, int NT = ATTN_THREADS>
-static __device__ __forceinline__ int attn_next_kv_tile(bf16* Ks, bf16* Vs, const bf16* kg, const bf16* vg,
+template <int HS, int BC = ATTN_BC, int NT = ATTN_THREADS, class T16>
+static __device__ __forceinline__ int attn_next_kv_tile(T16* Ks, T16* Vs, const T16* kg, const T16* vg,
                                                         size_t C3, int kt, int ntiles, int T) {
     constexpr int LDS = HS + 8;
     const int buf = kt & 1;
@@ -348,9 +386,9 @@ static __device__ __forceinline__ int attn_next_kv_tile(bf16* Ks, bf16* Vs, cons
 // the block's 128 as two m-tiles (mt = 0, 1: rows +0..15, +16..31); this thread holds rows
 // g and g + 8 of each. Query tiles are visited last-first (the most key tiles start first).
 
-template <int HS>
+template <int HS, class T16>
 __global__ void __launch_bounds__(FLASH_FWD_THREADS)
-attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
+attn_flash_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16* __restrict__ qkv,
                       int T, int C, int NH, float scale_log2) {
     using SH = FlashShape<HS>;
     constexpr int LDS = SH::LDS, BR = FLASH_FWD_BR, BC = SH::FWD_BC, NT = FLASH_FWD_THREADS;
@@ -360,16 +398,16 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
     constexpr int PC = BC / 16;  // 16-key chunks of P
     constexpr bool QREG = SH::FWD_Q_IN_REGS;
     extern __shared__ __align__(16) unsigned char attn_smem[];
-    bf16* Qs = reinterpret_cast<bf16*>(attn_smem);  // [BR][LDS]
-    bf16* Ks = Qs + BR * LDS;                        // [2][BC][LDS]
-    bf16* Vs = Ks + 2 * BC * LDS;                    // [2][BC][LDS]
+    T16* Qs = reinterpret_cast<T16*>(attn_smem);  // [BR][LDS]
+    T16* Ks = Qs + BR * LDS;                        // [2][BC][LDS]
+    T16* Vs = Ks + 2 * BC * LDS;                    // [2][BC][LDS]
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const size_t C3 = 3 * (size_t)C;
-    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const bf16* kg = qg + C;
-    const bf16* vg = qg + 2 * (size_t)C;
+    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const T16* kg = qg + C;
+    const T16* vg = qg + 2 * (size_t)C;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr = warp * 32;  // the warp's first row in the tile
 
@@ -400,8 +438,8 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
 
     for (int kt = 0; kt < ntiles; kt++) {
         const int buf = attn_next_kv_tile<HS, BC, NT>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
-        const bf16* Kt = Ks + buf * BC * LDS;
-        const bf16* Vt = Vs + buf * BC * LDS;
+        const T16* Kt = Ks + buf * BC * LDS;
+        const T16* Vt = Vs + buf * BC * LDS;
         const int j0 = kt * BC;
         if (j0 <= q0 + wr + 31) {  // some row of the warp sees a key of this tile (warp-uniform)
             // S = Q K^T (2 x 16 x BC per warp): each K fragment feeds both m-tiles.
@@ -424,8 +462,8 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
                 for (int nb = 0; nb < NB; nb += 2) {
                     uint32_t kb[4];
                     attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
-                    attn_mma2(s[0][nb], s[0][nb + 1], a[0], kb);
-                    attn_mma2(s[1][nb], s[1][nb + 1], a[1], kb);
+                    attn_mma2<T16>(s[0][nb], s[0][nb + 1], a[0], kb);
+                    attn_mma2<T16>(s[1][nb], s[1][nb + 1], a[1], kb);
                 }
             }
 #pragma unroll
@@ -482,24 +520,24 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
                     o[mt][nd][2] *= corr1; o[mt][nd][3] *= corr1;
                 }
             }
-            // O += P V: P as bf16 A fragments (two adjacent S tiles each); each V fragment
+            // O += P V: P as T16 A fragments (two adjacent S tiles each); each V fragment
             // feeds both m-tiles.
 #pragma unroll
             for (int pc = 0; pc < PC; pc++) {
                 uint32_t pa[2][4];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    pa[mt][0] = attn_pack(s[mt][2 * pc][0], s[mt][2 * pc][1]);
-                    pa[mt][1] = attn_pack(s[mt][2 * pc][2], s[mt][2 * pc][3]);
-                    pa[mt][2] = attn_pack(s[mt][2 * pc + 1][0], s[mt][2 * pc + 1][1]);
-                    pa[mt][3] = attn_pack(s[mt][2 * pc + 1][2], s[mt][2 * pc + 1][3]);
+                    pa[mt][0] = attn_pack<T16>(s[mt][2 * pc][0], s[mt][2 * pc][1]);
+                    pa[mt][1] = attn_pack<T16>(s[mt][2 * pc][2], s[mt][2 * pc][3]);
+                    pa[mt][2] = attn_pack<T16>(s[mt][2 * pc + 1][0], s[mt][2 * pc + 1][1]);
+                    pa[mt][3] = attn_pack<T16>(s[mt][2 * pc + 1][2], s[mt][2 * pc + 1][3]);
                 }
 #pragma unroll
                 for (int nd = 0; nd < ND; nd += 2) {
                     uint32_t vb[4];
                     attn_ldsm_bt<LDS>(vb, Vt, pc * 16, nd * 8, lane);
-                    attn_mma2(o[0][nd], o[0][nd + 1], pa[0], vb);
-                    attn_mma2(o[1][nd], o[1][nd + 1], pa[1], vb);
+                    attn_mma2<T16>(o[0][nd], o[0][nd + 1], pa[0], vb);
+                    attn_mma2<T16>(o[1][nd], o[1][nd + 1], pa[1], vb);
                 }
             }
         }
@@ -529,9 +567,9 @@ attn_flash_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf1
 // in a warp and add their partial dots by an xor butterfly (fixed order). Every lane of a
 // warp takes part in the shuffles, also past the end (with zeros).
 
-template <int HS>
+template <int HS, class T16>
 __global__ void __launch_bounds__(256)
-attn_flash_bwd_dot_kernel(float* __restrict__ Dbuf, const bf16* __restrict__ dout, const bf16* __restrict__ out,
+attn_flash_bwd_dot_kernel(float* __restrict__ Dbuf, const T16* __restrict__ dout, const T16* __restrict__ out,
                           int B, int T, int C, int NH) {
     constexpr int LPH = HS / 8;  // lanes per (row, head): 8 or 16
     const size_t chunks = (size_t)B * T * C / 8;
@@ -579,10 +617,10 @@ static __host__ __device__ __forceinline__ size_t attn_flash_dq_rows(int T) { re
 // prefetch of the next Q/dO/lse/D tile into the other buffer is issued after the second
 // barrier of the previous block, when nobody reads that buffer any more.
 
-template <int HS>
+template <int HS, class T16>
 __global__ void __launch_bounds__(FLASH_BWD_THREADS)
-attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, const float* __restrict__ Dbuf,
-                      const bf16* __restrict__ dout, const bf16* __restrict__ qkv, const float* __restrict__ lse,
+attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const float* __restrict__ Dbuf,
+                      const T16* __restrict__ dout, const T16* __restrict__ qkv, const float* __restrict__ lse,
                       int T, int C, int NH, float scale_log2, float scale) {
     using SH = FlashShape<HS>;
     constexpr int LDS = SH::LDS, BC = FLASH_BWD_BC, BR = SH::BWD_BR, LDSS = SH::LDSS, NT = FLASH_BWD_THREADS;
@@ -592,21 +630,21 @@ attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, cons
     constexpr int DN = HS / CG / 8;   // 8-column blocks per warp in the dQ product
     static_assert(RT * CG == NT / 32 && DN % 2 == 0, "dQ product: the 8 warps must tile BR x HS");
     extern __shared__ __align__(16) unsigned char attn_smem[];
-    bf16* Ks = reinterpret_cast<bf16*>(attn_smem);  // [BC][LDS]
-    bf16* Vs = Ks + BC * LDS;                        // [BC][LDS]
-    bf16* Qs = Vs + BC * LDS;                        // [2][BR][LDS]
-    bf16* dOs = Qs + 2 * BR * LDS;                   // [2][BR][LDS]
-    bf16* dSs = dOs + 2 * BR * LDS;                  // [BC][LDSS] dS^T (keys x queries)
+    T16* Ks = reinterpret_cast<T16*>(attn_smem);  // [BC][LDS]
+    T16* Vs = Ks + BC * LDS;                        // [BC][LDS]
+    T16* Qs = Vs + BC * LDS;                        // [2][BR][LDS]
+    T16* dOs = Qs + 2 * BR * LDS;                   // [2][BR][LDS]
+    T16* dSs = dOs + 2 * BR * LDS;                  // [BC][LDSS] dS^T (keys x queries)
     float* Ls = reinterpret_cast<float*>(dSs + BC * LDSS);  // [2][BR] lse * log2e
     float* Ds = Ls + 2 * BR;                                 // [2][BR] D
 
     const int jb = blockIdx.x, j0 = jb * BC;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const size_t C3 = 3 * (size_t)C;
-    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const bf16* kg = qg + C;
-    const bf16* vg = qg + 2 * (size_t)C;
-    const bf16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
+    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const T16* kg = qg + C;
+    const T16* vg = qg + 2 * (size_t)C;
+    const T16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
     const float* lseg = lse + (size_t)bh * T;
     const float* Dg = Dbuf + (size_t)bh * T;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -650,8 +688,8 @@ attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, cons
             attn_cp_async_wait<0>();
         }
         __syncthreads();
-        const bf16* Qt = Qs + buf * BR * LDS;
-        const bf16* dOt = dOs + buf * BR * LDS;
+        const T16* Qt = Qs + buf * BR * LDS;
+        const T16* dOt = dOs + buf * BR * LDS;
         const float* Lt = Ls + buf * BR;
         const float* Dt = Ds + buf * BR;
         // The key chunks (warps) with a key that some query of this block can see: key <= the
@@ -683,12 +721,12 @@ attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, cons
             }
             attn_mma_px<PC, ND, LDS>(dv, st, dOt, lane);  // dV += P^T dO
             attn_mma_px<PC, ND, LDS>(dk, dpt, Qt, lane);  // dK += dS^T Q
-            // dS^T (bf16, as the products above used it) to shared memory, rows kw + g, kw + g + 8.
-            bf16* srow = dSs + (kw + g) * LDSS + 2 * c;
+            // dS^T (T16, as the products above used it) to shared memory, rows kw + g, kw + g + 8.
+            T16* srow = dSs + (kw + g) * LDSS + 2 * c;
 #pragma unroll
             for (int nb = 0; nb < NB; nb++) {
-                *reinterpret_cast<uint32_t*>(srow + nb * 8) = attn_pack(dpt[nb][0], dpt[nb][1]);
-                *reinterpret_cast<uint32_t*>(srow + 8 * LDSS + nb * 8) = attn_pack(dpt[nb][2], dpt[nb][3]);
+                *reinterpret_cast<uint32_t*>(srow + nb * 8) = attn_pack<T16>(dpt[nb][0], dpt[nb][1]);
+                *reinterpret_cast<uint32_t*>(srow + 8 * LDSS + nb * 8) = attn_pack<T16>(dpt[nb][2], dpt[nb][3]);
             }
         }
         __syncthreads();
@@ -704,7 +742,7 @@ attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, cons
                 for (int dn = 0; dn < DN; dn += 2) {
                     uint32_t kb[4];
                     attn_ldsm_bt<LDS>(kb, Ks, kc * 16, qc + dn * 8, lane);
-                    attn_mma2(dq[dn], dq[dn + 1], a, kb);
+                    attn_mma2<T16>(dq[dn], dq[dn + 1], a, kb);
                 }
             }
         }
@@ -725,12 +763,12 @@ attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, cons
     }
 
     if (key0 < T) {
-        bf16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
         attn_store_row(p, dk, 0, scale);
         attn_store_row(p + C, dv, 0, 1.0f);
     }
     if (key1 < T) {
-        bf16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
         attn_store_row(p, dk, 1, scale);
         attn_store_row(p + C, dv, 1, 1.0f);
     }
@@ -740,9 +778,9 @@ attn_flash_bwd_kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_part, cons
 // flash backward, launch 3: dq[b,t,head h] = scale * sum over key blocks j = 0 .. t/128, in
 // that order, of slice j's row t (fp32), rounded to bf16 once. One thread per 8 channels.
 
-template <int HS>
+template <int HS, class T16>
 __global__ void __launch_bounds__(256)
-attn_flash_dq_sum_kernel(bf16* __restrict__ dqkv, const float* __restrict__ dq_part, int B, int T, int C, int NH,
+attn_flash_dq_sum_kernel(T16* __restrict__ dqkv, const float* __restrict__ dq_part, int B, int T, int C, int NH,
                          float scale) {
     const size_t chunks = (size_t)B * T * C / 8;
     const size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -774,9 +812,9 @@ attn_flash_dq_sum_kernel(bf16* __restrict__ dqkv, const float* __restrict__ dq_p
 // grid (ceil(T/64), B*NH), 128 threads. Query tiles are visited last-first: they have the
 // most key tiles, so the longest blocks start first.
 
-template <int HS>
+template <int HS, class T16>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash1_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv,
+attn_flash1_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16* __restrict__ qkv,
                       int T, int C, int NH, float scale_log2) {
     constexpr int LDS = AttnShape<HS>::LDS;
     constexpr int KC = HS / 16;      // k-chunks of the head dimension
@@ -784,16 +822,16 @@ attn_flash1_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf
     constexpr int NB = ATTN_BC / 8;  // 8-key column blocks of S
     constexpr int PC = ATTN_BC / 16; // 16-key chunks of P
     extern __shared__ __align__(16) unsigned char attn_smem[];
-    bf16* Qs = reinterpret_cast<bf16*>(attn_smem);  // [BR][LDS]
-    bf16* Ks = Qs + ATTN_BR * LDS;                   // [2][BC][LDS]
-    bf16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
+    T16* Qs = reinterpret_cast<T16*>(attn_smem);  // [BR][LDS]
+    T16* Ks = Qs + ATTN_BR * LDS;                   // [2][BC][LDS]
+    T16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const size_t C3 = 3 * (size_t)C;
-    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const bf16* kg = qg + C;
-    const bf16* vg = qg + 2 * (size_t)C;
+    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const T16* kg = qg + C;
+    const T16* vg = qg + 2 * (size_t)C;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr = warp * 16;                       // the warp's first row in the tile
     const int row0 = q0 + wr + g, row1 = row0 + 8;  // this thread's two query rows
@@ -819,8 +857,8 @@ attn_flash1_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf
 
     for (int kt = 0; kt < ntiles; kt++) {
         const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
-        const bf16* Kt = Ks + buf * ATTN_BC * LDS;
-        const bf16* Vt = Vs + buf * ATTN_BC * LDS;
+        const T16* Kt = Ks + buf * ATTN_BC * LDS;
+        const T16* Vt = Vs + buf * ATTN_BC * LDS;
         const int j0 = kt * ATTN_BC;
 
         // S = Q K^T (16 x 64 per warp)
@@ -832,7 +870,7 @@ attn_flash1_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf
             for (int nb = 0; nb < NB; nb += 2) {
                 uint32_t kb[4];
                 attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
-                attn_mma2(s[nb], s[nb + 1], qa[kc], kb);
+                attn_mma2<T16>(s[nb], s[nb + 1], qa[kc], kb);
             }
         }
         // Scale into log2 units; causal mask (key > row) and tail mask (key >= T), only on
@@ -909,27 +947,27 @@ attn_flash1_fwd_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf
 // flash1 backward, kernel 1: dQ (and D_i = dout_i . out_i into Dbuf [B,NH,T] for kernel 2)
 // grid (ceil(T/64), B*NH), 128 threads, query tiles last-first.
 
-template <int HS>
+template <int HS, class T16>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash1_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, const bf16* __restrict__ dout,
-                         const bf16* __restrict__ qkv, const bf16* __restrict__ out,
+attn_flash1_bwd_dq_kernel(T16* __restrict__ dqkv, float* __restrict__ Dbuf, const T16* __restrict__ dout,
+                         const T16* __restrict__ qkv, const T16* __restrict__ out,
                          const float* __restrict__ lse, int T, int C, int NH, float scale_log2, float scale) {
     constexpr int LDS = AttnShape<HS>::LDS;
     constexpr int KC = HS / 16, ND = HS / 8, NB = ATTN_BC / 8, PC = ATTN_BC / 16;
     extern __shared__ __align__(16) unsigned char attn_smem[];
-    bf16* Qs = reinterpret_cast<bf16*>(attn_smem);  // [BR][LDS]
-    bf16* dOs = Qs + ATTN_BR * LDS;                  // [BR][LDS]
-    bf16* Ks = dOs + ATTN_BR * LDS;                  // [2][BC][LDS]
-    bf16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
+    T16* Qs = reinterpret_cast<T16*>(attn_smem);  // [BR][LDS]
+    T16* dOs = Qs + ATTN_BR * LDS;                  // [BR][LDS]
+    T16* Ks = dOs + ATTN_BR * LDS;                  // [2][BC][LDS]
+    T16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const size_t C3 = 3 * (size_t)C;
-    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const bf16* kg = qg + C;
-    const bf16* vg = qg + 2 * (size_t)C;
-    const bf16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
-    const bf16* og = out + (size_t)b * T * C + (size_t)h * HS;
+    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const T16* kg = qg + C;
+    const T16* vg = qg + 2 * (size_t)C;
+    const T16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
+    const T16* og = out + (size_t)b * T * C + (size_t)h * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr = warp * 16;
     const int row0 = q0 + wr + g, row1 = row0 + 8;
@@ -973,8 +1011,8 @@ attn_flash1_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, con
 
     for (int kt = 0; kt < ntiles; kt++) {
         const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
-        const bf16* Kt = Ks + buf * ATTN_BC * LDS;
-        const bf16* Vt = Vs + buf * ATTN_BC * LDS;
+        const T16* Kt = Ks + buf * ATTN_BC * LDS;
+        const T16* Vt = Vs + buf * ATTN_BC * LDS;
         const int j0 = kt * ATTN_BC;
 
         float s[NB][4], dp[NB][4];
@@ -1013,29 +1051,29 @@ attn_flash1_bwd_dq_kernel(bf16* __restrict__ dqkv, float* __restrict__ Dbuf, con
 // rows, queries the columns), so P^T and dS^T are A fragments for dV += P^T dO and
 // dK += dS^T Q directly.
 
-template <int HS>
+template <int HS, class T16>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash1_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Dbuf, const bf16* __restrict__ dout,
-                          const bf16* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
+attn_flash1_bwd_dkv_kernel(T16* __restrict__ dqkv, const float* __restrict__ Dbuf, const T16* __restrict__ dout,
+                          const T16* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
                           float scale_log2, float scale) {
     constexpr int LDS = AttnShape<HS>::LDS;
     constexpr int BQ = AttnShape<HS>::BQ;
     constexpr int KC = HS / 16, ND = HS / 8, NB = BQ / 8, PC = BQ / 16;
     extern __shared__ __align__(16) unsigned char attn_smem[];
-    bf16* Ks = reinterpret_cast<bf16*>(attn_smem);  // [BC][LDS]
-    bf16* Vs = Ks + ATTN_BC * LDS;                   // [BC][LDS]
-    bf16* Qs = Vs + ATTN_BC * LDS;                   // [2][BQ][LDS]
-    bf16* dOs = Qs + 2 * BQ * LDS;                   // [2][BQ][LDS]
+    T16* Ks = reinterpret_cast<T16*>(attn_smem);  // [BC][LDS]
+    T16* Vs = Ks + ATTN_BC * LDS;                   // [BC][LDS]
+    T16* Qs = Vs + ATTN_BC * LDS;                   // [2][BQ][LDS]
+    T16* dOs = Qs + 2 * BQ * LDS;                   // [2][BQ][LDS]
     float* Ls = reinterpret_cast<float*>(dOs + 2 * BQ * LDS);  // [2][BQ] lse * log2e
     float* Ds = Ls + 2 * BQ;                                    // [2][BQ] D
 
     const int j0 = blockIdx.x * ATTN_BC;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const size_t C3 = 3 * (size_t)C;
-    const bf16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const bf16* kg = qg + C;
-    const bf16* vg = qg + 2 * (size_t)C;
-    const bf16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
+    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
+    const T16* kg = qg + C;
+    const T16* vg = qg + 2 * (size_t)C;
+    const T16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
     const float* lseg = lse + (size_t)bh * T;
     const float* Dg = Dbuf + (size_t)bh * T;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -1079,8 +1117,8 @@ attn_flash1_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Db
         __syncthreads();
         // Skip when every query of the tile precedes every key of the warp (all masked).
         if (i0 + BQ - 1 >= j0 + kw) {
-            const bf16* Qt = Qs + buf * BQ * LDS;
-            const bf16* dOt = dOs + buf * BQ * LDS;
+            const T16* Qt = Qs + buf * BQ * LDS;
+            const T16* dOt = dOs + buf * BQ * LDS;
             const float* Lt = Ls + buf * BQ;
             const float* Dt = Ds + buf * BQ;
             float st[NB][4], dpt[NB][4];
@@ -1114,12 +1152,12 @@ attn_flash1_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Db
     }
 
     if (key0 < T) {
-        bf16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
         attn_store_row(p, dk, 0, scale);
         attn_store_row(p + C, dv, 0, 1.0f);
     }
     if (key1 < T) {
-        bf16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
         attn_store_row(p, dk, 1, scale);
         attn_store_row(p + C, dv, 1, 1.0f);
     }
@@ -1129,7 +1167,8 @@ attn_flash1_bwd_dkv_kernel(bf16* __restrict__ dqkv, const float* __restrict__ Db
 // Reference path kernels (--attention cublas)
 
 // dst[b,h,t,d] = src[(b*T + t) * src_stride + h*hs + d]   (to [B,NH,T,hs])
-static __global__ void attn_to_heads_kernel(bf16* __restrict__ dst, const bf16* __restrict__ src, size_t src_stride,
+template <class T16>
+static __global__ void attn_to_heads_kernel(T16* __restrict__ dst, const T16* __restrict__ src, size_t src_stride,
                                             int B, int T, int NH, int hs) {
     const size_t n = (size_t)B * NH * T * hs;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -1143,7 +1182,8 @@ static __global__ void attn_to_heads_kernel(bf16* __restrict__ dst, const bf16* 
 }
 
 // dst[(b*T + t) * dst_stride + h*hs + d] = src[b,h,t,d]   (back from [B,NH,T,hs])
-static __global__ void attn_from_heads_kernel(bf16* __restrict__ dst, size_t dst_stride, const bf16* __restrict__ src,
+template <class T16>
+static __global__ void attn_from_heads_kernel(T16* __restrict__ dst, size_t dst_stride, const T16* __restrict__ src,
                                               int B, int T, int NH, int hs) {
     const size_t n = (size_t)B * NH * T * hs;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -1160,7 +1200,8 @@ static __global__ void attn_from_heads_kernel(bf16* __restrict__ dst, size_t dst
 // P[r, j] = exp(S[r, j] scale - lse_r) for j <= i, 0 for j > i (bf16, all T columns written).
 // lse_in == NULL: lse_r = max + log(sum exp(. - max)) is computed and stored to lse_out;
 // otherwise lse_r = lse_in[r] (the backward's recomputation from the forward's lse).
-static __global__ void attn_softmax_kernel(bf16* __restrict__ P, float* __restrict__ lse_out,
+template <class T16>
+static __global__ void attn_softmax_kernel(T16* __restrict__ P, float* __restrict__ lse_out,
                                            const float* __restrict__ lse_in, const float* __restrict__ S,
                                            int rows, int T, float scale) {
     const int warps_per_block = blockDim.x / 32;
@@ -1169,7 +1210,7 @@ static __global__ void attn_softmax_kernel(bf16* __restrict__ P, float* __restri
     if (r >= rows) return;  // whole warps exit together
     const int i = r % T;
     const float* srow = S + (size_t)r * T;
-    bf16* prow = P + (size_t)r * T;
+    T16* prow = P + (size_t)r * T;
     float L;
     if (lse_in == NULL) {
         float mx = -INFINITY;
@@ -1183,26 +1224,27 @@ static __global__ void attn_softmax_kernel(bf16* __restrict__ P, float* __restri
     } else {
         L = lse_in[r];
     }
-    for (int j = lane; j < T; j += 32) prow[j] = float_to_bf16(j <= i ? expf(srow[j] * scale - L) : 0.0f);
+    for (int j = lane; j < T; j += 32) prow[j] = from_float<T16>(j <= i ? expf(srow[j] * scale - L) : 0.0f);
 }
 
 // Softmax backward in place, one warp per row: with D = sum_j P[j] dP[j] (P as stored, bf16),
 // PdS[j] = P[j] (dP[j] - D) scale for j <= i, 0 beyond. Each lane reads and then writes only
 // its own columns, and the reduction separates the two passes.
-static __global__ void attn_softmax_bwd_kernel(bf16* __restrict__ PdS, const float* __restrict__ dP, int rows, int T,
+template <class T16>
+static __global__ void attn_softmax_bwd_kernel(T16* __restrict__ PdS, const float* __restrict__ dP, int rows, int T,
                                                float scale) {
     const int warps_per_block = blockDim.x / 32;
     const int r = blockIdx.x * warps_per_block + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (r >= rows) return;
     const int i = r % T;
-    bf16* row = PdS + (size_t)r * T;
+    T16* row = PdS + (size_t)r * T;
     const float* dprow = dP + (size_t)r * T;
     float D = 0.0f;
-    for (int j = lane; j <= i; j += 32) D += bf16_to_float(row[j]) * dprow[j];
+    for (int j = lane; j <= i; j += 32) D += to_float(row[j]) * dprow[j];
     D = warp_reduce_sum(D);
     for (int j = lane; j < T; j += 32)
-        row[j] = float_to_bf16(j <= i ? bf16_to_float(row[j]) * (dprow[j] - D) * scale : 0.0f);
+        row[j] = from_float<T16>(j <= i ? to_float(row[j]) * (dprow[j] - D) * scale : 0.0f);
 }
 
 // ----------------------------------------------------------------------------
@@ -1210,9 +1252,9 @@ static __global__ void attn_softmax_bwd_kernel(bf16* __restrict__ PdS, const flo
 
 // Sub-buffer layout of the cublas path's scratch: nbf bf16 buffers of B*T*C elements, then
 // S (fp32) and P (bf16) of B*NH*T*T elements each, every piece 256-byte aligned.
-static inline size_t attn_cublas_scratch_bytes(int nbf, int B, int T, int C, int NH) {
+static inline size_t attn_cublas_scratch_bytes(int nbf, int B, int T, int C, int NH) {  // 16-bit q, k, ...
     const size_t btc = (size_t)B * T * C, tt = (size_t)B * NH * T * T;
-    return nbf * align_up_256(btc * sizeof(bf16)) + align_up_256(tt * sizeof(float)) + align_up_256(tt * sizeof(bf16));
+    return nbf * align_up_256(btc * sizeof(uint16_t)) + align_up_256(tt * sizeof(float)) + align_up_256(tt * sizeof(uint16_t));
 }
 
 // Bytes of scratch attention_forward_cuda needs (0 for flash and flash1).
@@ -1261,31 +1303,41 @@ static inline void attn_optin(const void* kernel, size_t bytes, int optin) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
+// Every kernel of impl for one 16-bit type, both head sizes.
+template <class T16>
+static inline void attn_optin_kernels(AttentionImpl impl, int optin) {
+    if (impl == ATTENTION_FLASH) {
+        attn_optin((const void*)attn_flash_fwd_kernel<64, T16>, FlashShape<64>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash_fwd_kernel<128, T16>, FlashShape<128>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash_bwd_kernel<64, T16>, FlashShape<64>::bwd_smem, optin);
+        attn_optin((const void*)attn_flash_bwd_kernel<128, T16>, FlashShape<128>::bwd_smem, optin);
+    } else {
+        attn_optin((const void*)attn_flash1_fwd_kernel<64, T16>, AttnShape<64>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash1_fwd_kernel<128, T16>, AttnShape<128>::fwd_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dq_kernel<64, T16>, AttnShape<64>::dq_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dq_kernel<128, T16>, AttnShape<128>::dq_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<64, T16>, AttnShape<64>::dkv_smem, optin);
+        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<128, T16>, AttnShape<128>::dkv_smem, optin);
+    }
+}
+
 // Prepares the attention kernels of `impl` on the current GPU: queries its opt-in shared
 // memory per block and sets the dynamic shared-memory attribute of every kernel of impl that
-// fits (both head sizes), once. cublas needs nothing. Call again after switching GPUs.
+// fits (both head sizes, both 16-bit types), once. cublas needs nothing. Call again after switching GPUs.
 static inline void attention_context_init(AttentionContext* ac, AttentionImpl impl) {
     CUDA_REQUIRE(attention_impl_valid(impl), "attention_context_init: unknown attention implementation %d", (int)impl);
     ac->impl = impl;
     ac->smem_optin = 0;
     if (impl == ATTENTION_CUBLAS) return;
-    int dev = 0, optin = 0;
+    int dev = 0, optin = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_REQUIRE(major >= 8, "%s attention needs sm_80 or newer (cp.async, mma.sync m16n8k16), this GPU is sm_%d.x; "
+                 "use --attention cublas", attention_impl_name(impl), major);
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     ac->smem_optin = optin;
-    if (impl == ATTENTION_FLASH) {
-        attn_optin((const void*)attn_flash_fwd_kernel<64>, FlashShape<64>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash_fwd_kernel<128>, FlashShape<128>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash_bwd_kernel<64>, FlashShape<64>::bwd_smem, optin);
-        attn_optin((const void*)attn_flash_bwd_kernel<128>, FlashShape<128>::bwd_smem, optin);
-    } else {
-        attn_optin((const void*)attn_flash1_fwd_kernel<64>, AttnShape<64>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash1_fwd_kernel<128>, AttnShape<128>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dq_kernel<64>, AttnShape<64>::dq_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dq_kernel<128>, AttnShape<128>::dq_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<64>, AttnShape<64>::dkv_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<128>, AttnShape<128>::dkv_smem, optin);
-    }
+    attn_optin_kernels<bf16>(impl, optin);
+    attn_optin_kernels<fp16>(impl, optin);
 }
 
 // A launch's shared memory against what attention_context_init found (host only: no CUDA call).
@@ -1299,21 +1351,21 @@ static inline void attn_require_smem(const AttentionContext* ac, size_t bytes, c
 // ----------------------------------------------------------------------------
 // Launches
 
-template <int HS>
-static void attn_flash_forward_launch(const AttentionContext* ac, bf16* out, float* lse, const bf16* qkv, int B,
+template <int HS, class T16>
+static void attn_flash_forward_launch(const AttentionContext* ac, T16* out, float* lse, const T16* qkv, int B,
                                       int T, int C, int NH, cudaStream_t stream) {
     const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
     const size_t smem = FlashShape<HS>::fwd_smem;
     attn_require_smem(ac, smem, "flash attention forward");
     const dim3 grid((unsigned)ceil_div(T, FLASH_FWD_BR), (unsigned)(B * NH));
-    attn_flash_fwd_kernel<HS><<<grid, FLASH_FWD_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    attn_flash_fwd_kernel<HS, T16><<<grid, FLASH_FWD_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
     CUDA_LAUNCH_CHECK();
 }
 
 // scratch: D [B*NH*T] floats, then (256-byte aligned) the dQ slices.
-template <int HS>
-static void attn_flash_backward_launch(const AttentionContext* ac, bf16* dqkv, void* scratch, const bf16* dout,
-                                       const bf16* qkv, const bf16* out, const float* lse, int B, int T, int C,
+template <int HS, class T16>
+static void attn_flash_backward_launch(const AttentionContext* ac, T16* dqkv, void* scratch, const T16* dout,
+                                       const T16* qkv, const T16* out, const float* lse, int B, int T, int C,
                                        int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = scale * ATTN_LOG2E;
@@ -1326,27 +1378,27 @@ static void attn_flash_backward_launch(const AttentionContext* ac, bf16* dqkv, v
     attn_flash_bwd_dot_kernel<HS><<<blocks, 256, 0, stream>>>(Dbuf, dout, out, B, T, C, NH);
     CUDA_LAUNCH_CHECK();
     const dim3 grid((unsigned)ceil_div(T, FLASH_BWD_BC), (unsigned)(B * NH));
-    attn_flash_bwd_kernel<HS><<<grid, FLASH_BWD_THREADS, smem, stream>>>(dqkv, dq_part, Dbuf, dout, qkv, lse, T, C,
+    attn_flash_bwd_kernel<HS, T16><<<grid, FLASH_BWD_THREADS, smem, stream>>>(dqkv, dq_part, Dbuf, dout, qkv, lse, T, C,
                                                                          NH, scale_log2, scale);
     CUDA_LAUNCH_CHECK();
     attn_flash_dq_sum_kernel<HS><<<blocks, 256, 0, stream>>>(dqkv, dq_part, B, T, C, NH, scale);
     CUDA_LAUNCH_CHECK();
 }
 
-template <int HS>
-static void attn_flash1_forward_launch(const AttentionContext* ac, bf16* out, float* lse, const bf16* qkv, int B,
+template <int HS, class T16>
+static void attn_flash1_forward_launch(const AttentionContext* ac, T16* out, float* lse, const T16* qkv, int B,
                                        int T, int C, int NH, cudaStream_t stream) {
     const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
     const size_t smem = AttnShape<HS>::fwd_smem;
     attn_require_smem(ac, smem, "flash1 attention forward");
     const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
-    attn_flash1_fwd_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    attn_flash1_fwd_kernel<HS, T16><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
     CUDA_LAUNCH_CHECK();
 }
 
-template <int HS>
-static void attn_flash1_backward_launch(const AttentionContext* ac, bf16* dqkv, float* Dbuf, const bf16* dout,
-                                        const bf16* qkv, const bf16* out, const float* lse, int B, int T, int C,
+template <int HS, class T16>
+static void attn_flash1_backward_launch(const AttentionContext* ac, T16* dqkv, float* Dbuf, const T16* dout,
+                                        const T16* qkv, const T16* out, const float* lse, int B, int T, int C,
                                         int NH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = scale * ATTN_LOG2E;
@@ -1354,11 +1406,11 @@ static void attn_flash1_backward_launch(const AttentionContext* ac, bf16* dqkv, 
     const size_t smem_dq = AttnShape<HS>::dq_smem, smem_kv = AttnShape<HS>::dkv_smem;
     attn_require_smem(ac, smem_dq, "flash1 attention backward (dQ)");
     attn_require_smem(ac, smem_kv, "flash1 attention backward (dK/dV)");
-    attn_flash1_bwd_dq_kernel<HS><<<grid, ATTN_THREADS, smem_dq, stream>>>(dqkv, Dbuf, dout, qkv, out, lse, T, C, NH,
+    attn_flash1_bwd_dq_kernel<HS, T16><<<grid, ATTN_THREADS, smem_dq, stream>>>(dqkv, Dbuf, dout, qkv, out, lse, T, C, NH,
                                                                            scale_log2, scale);
     CUDA_LAUNCH_CHECK();
     const dim3 grid_kv((unsigned)ceil_div(T, ATTN_BC), (unsigned)(B * NH));
-    attn_flash1_bwd_dkv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
+    attn_flash1_bwd_dkv_kernel<HS, T16><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
                                                                                scale_log2, scale);
     CUDA_LAUNCH_CHECK();
 }
@@ -1370,38 +1422,42 @@ static inline unsigned attn_grid_1d(size_t n, int threads) {
 }
 
 // Carves the cublas path's scratch: bf[0..nbf-1] then S, P.
-static inline void attn_cublas_carve(void* scratch, int nbf, int B, int T, int C, int NH, bf16** bf, float** S, bf16** P) {
-    const size_t btc = align_up_256((size_t)B * T * C * sizeof(bf16));
+template <class T16>
+static inline void attn_cublas_carve(void* scratch, int nbf, int B, int T, int C, int NH, T16** bf, float** S, T16** P) {
+    const size_t btc = align_up_256((size_t)B * T * C * sizeof(T16));
     const size_t tt = (size_t)B * NH * T * T;
     char* p = (char*)scratch;
-    for (int i = 0; i < nbf; i++) { bf[i] = (bf16*)p; p += btc; }
+    for (int i = 0; i < nbf; i++) { bf[i] = (T16*)p; p += btc; }
     *S = (float*)p;
     p += align_up_256(tt * sizeof(float));
-    *P = (bf16*)p;
+    *P = (T16*)p;
 }
 
 // One row-major strided-batched GEMM over the B*NH heads (see matmul_gemm_cuda).
+template <class T16>
 static inline void attn_batched_gemm(MatmulContext* mm, void* D, cudaDataType_t d_type, int ldd, long long sD,
-                                     const bf16* A, int lda, int transA, long long sA, const bf16* Bm, int ldb,
+                                     const T16* A, int lda, int transA, long long sA, const T16* Bm, int ldb,
                                      int transB, long long sB, int M, int N, int K, int batch, cudaStream_t stream) {
     MatmulGemm g = mm_gemm_init();
     g.M = M; g.N = N; g.K = K; g.batch = batch;
+    g.ab_type = mm_type_of(A);
     g.A = A; g.lda = lda; g.transA = transA; g.strideA = sA;
     g.B = Bm; g.ldb = ldb; g.transB = transB; g.strideB = sB;
     g.D = D; g.ldd = ldd; g.d_type = d_type; g.strideD = sD;
     matmul_gemm_cuda(mm, &g, stream);
 }
 
-static inline void attn_cublas_forward(MatmulContext* mm, bf16* out, float* lse, const bf16* qkv, void* scratch,
+template <class T16>
+static inline void attn_cublas_forward(MatmulContext* mm, T16* out, float* lse, const T16* qkv, void* scratch,
                                        int B, int T, int C, int NH, cudaStream_t stream) {
     const int hs = C / NH, batch = B * NH;
     const size_t C3 = 3 * (size_t)C;
     const long long th = (long long)T * hs, tt = (long long)T * T;
-    bf16* bf[4];
+    T16* bf[4];
     float* S;
-    bf16* P;
+    T16* P;
     attn_cublas_carve(scratch, 4, B, T, C, NH, bf, &S, &P);
-    bf16 *q = bf[0], *k = bf[1], *v = bf[2], *o = bf[3];
+    T16 *q = bf[0], *k = bf[1], *v = bf[2], *o = bf[3];
     const size_t n = (size_t)B * T * C;
     const unsigned grid = attn_grid_1d(n, 256);
     attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, C3, B, T, NH, hs);
@@ -1416,23 +1472,24 @@ static inline void attn_cublas_forward(MatmulContext* mm, bf16* out, float* lse,
     attn_softmax_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, lse, NULL, S, rows, T, 1.0f / sqrtf((float)hs));
     CUDA_LAUNCH_CHECK();
     // o[T,hs] = P[T,T] @ v[T,hs]
-    attn_batched_gemm(mm, o, CUDA_R_16BF, hs, th, P, T, 0, tt, v, hs, 0, th, T, hs, T, batch, stream);
+    attn_batched_gemm(mm, o, mm_type_of(o), hs, th, P, T, 0, tt, v, hs, 0, th, T, hs, T, batch, stream);
     attn_from_heads_kernel<<<grid, 256, 0, stream>>>(out, (size_t)C, o, B, T, NH, hs);
     CUDA_LAUNCH_CHECK();
 }
 
-static inline void attn_cublas_backward(MatmulContext* mm, bf16* dqkv, const bf16* dout, const bf16* qkv,
+template <class T16>
+static inline void attn_cublas_backward(MatmulContext* mm, T16* dqkv, const T16* dout, const T16* qkv,
                                         const float* lse, void* scratch, int B, int T, int C, int NH,
                                         cudaStream_t stream) {
     const int hs = C / NH, batch = B * NH;
     const size_t C3 = 3 * (size_t)C;
     const long long th = (long long)T * hs, tt = (long long)T * T;
     const float scale = 1.0f / sqrtf((float)hs);
-    bf16* bf[7];
+    T16* bf[7];
     float* S;
-    bf16* P;
+    T16* P;
     attn_cublas_carve(scratch, 7, B, T, C, NH, bf, &S, &P);
-    bf16 *q = bf[0], *k = bf[1], *v = bf[2], *dO = bf[3], *dq = bf[4], *dk = bf[5], *dv = bf[6];
+    T16 *q = bf[0], *k = bf[1], *v = bf[2], *dO = bf[3], *dq = bf[4], *dk = bf[5], *dv = bf[6];
     const size_t n = (size_t)B * T * C;
     const unsigned grid = attn_grid_1d(n, 256);
     attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, C3, B, T, NH, hs);
@@ -1449,14 +1506,14 @@ static inline void attn_cublas_backward(MatmulContext* mm, bf16* dqkv, const bf1
     attn_softmax_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, NULL, lse, S, rows, T, scale);
     CUDA_LAUNCH_CHECK();
     // dv[T,hs] = P^T @ dO
-    attn_batched_gemm(mm, dv, CUDA_R_16BF, hs, th, P, T, 1, tt, dO, hs, 0, th, T, hs, T, batch, stream);
+    attn_batched_gemm(mm, dv, mm_type_of(dv), hs, th, P, T, 1, tt, dO, hs, 0, th, T, hs, T, batch, stream);
     // dP[T,T] = dO @ v^T (fp32, into S)
     attn_batched_gemm(mm, S, CUDA_R_32F, T, tt, dO, hs, 0, th, v, hs, 1, th, T, T, hs, batch, stream);
     attn_softmax_bwd_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, S, rows, T, scale);
     CUDA_LAUNCH_CHECK();
     // dq = dS @ k, dk = dS^T @ q
-    attn_batched_gemm(mm, dq, CUDA_R_16BF, hs, th, P, T, 0, tt, k, hs, 0, th, T, hs, T, batch, stream);
-    attn_batched_gemm(mm, dk, CUDA_R_16BF, hs, th, P, T, 1, tt, q, hs, 0, th, T, hs, T, batch, stream);
+    attn_batched_gemm(mm, dq, mm_type_of(dq), hs, th, P, T, 0, tt, k, hs, 0, th, T, hs, T, batch, stream);
+    attn_batched_gemm(mm, dk, mm_type_of(dk), hs, th, P, T, 1, tt, q, hs, 0, th, T, hs, T, batch, stream);
     attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv, C3, dq, B, T, NH, hs);
     CUDA_LAUNCH_CHECK();
     attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv + C, C3, dk, B, T, NH, hs);
@@ -1469,8 +1526,9 @@ static inline void attn_cublas_backward(MatmulContext* mm, bf16* dqkv, const bf1
 // scratch: at least attention_forward_scratch_bytes(ac->impl, ...) bytes (flash, flash1:
 // none, may be NULL); mm: the matmul context (used by the cublas path only; may be NULL for
 // the flash ones).
-static inline void attention_forward_cuda(const AttentionContext* ac, MatmulContext* mm, bf16* out, float* lse,
-                                          const bf16* qkv, void* scratch, size_t scratch_bytes, int B, int T,
+template <class T16>
+static inline void attention_forward_cuda(const AttentionContext* ac, MatmulContext* mm, T16* out, float* lse,
+                                          const T16* qkv, void* scratch, size_t scratch_bytes, int B, int T,
                                           int C, int NH, cudaStream_t stream) {
     attn_check_args("attention_forward_cuda", false, ac, B, T, C, NH, scratch_bytes, scratch);
     CUDA_REQUIRE(out && lse && qkv, "attention_forward_cuda: NULL tensor");
@@ -1493,8 +1551,9 @@ static inline void attention_forward_cuda(const AttentionContext* ac, MatmulCont
 
 // dqkv[B,T,3C] (OVERWRITTEN) from dout[B,T,C], the forward's inputs qkv and outputs out, lse.
 // scratch: at least attention_backward_scratch_bytes(ac->impl, ...) bytes.
-static inline void attention_backward_cuda(const AttentionContext* ac, MatmulContext* mm, bf16* dqkv,
-                                           const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+template <class T16>
+static inline void attention_backward_cuda(const AttentionContext* ac, MatmulContext* mm, T16* dqkv,
+                                           const T16* dout, const T16* qkv, const T16* out, const float* lse,
                                            void* scratch, size_t scratch_bytes, int B, int T, int C, int NH,
                                            cudaStream_t stream) {
     attn_check_args("attention_backward_cuda", true, ac, B, T, C, NH, scratch_bytes, scratch);

@@ -1,4 +1,4 @@
-// Shared CUDA helpers for fsdp.c: error checks, bf16 helpers, 128-bit vector access,
+// Shared CUDA helpers for fsdp.c: error checks, 16-bit float helpers, 128-bit vector access,
 // warp/block reductions, ceil_div and the stochastic-rounding hash.
 //
 // Everything here has internal linkage (static) or is a template, so any number of
@@ -6,8 +6,11 @@
 // warning-free under -Wall -Wextra -Werror.
 //
 // Conventions
-// - bf16 is __nv_bfloat16. Storage is bf16, arithmetic fp32.
-// - 128-bit access: 8 bf16 or 4 fp32 per int4. The pointer must be 16-byte aligned; the
+// - Storage is 16-bit, arithmetic fp32. The 16-bit type is the run's --param-dtype: bf16
+//   (__nv_bfloat16, the default) or fp16 (__half, IEEE binary16, with loss scaling); every
+//   kernel that stores activations, parameters or their gradients is a template on it,
+//   named T16 throughout. to_float / from_float<T16> convert (round to nearest even).
+// - 128-bit access: 8 16-bit values or 4 fp32 per int4. The pointer must be 16-byte aligned; the
 //   callers (launchers in cuda_kernels.cuh) check alignment and sizes on the host.
 // - Reductions: warp_reduce_* are xor butterflies, so every lane ends with the same,
 //   bitwise identical value, and the order of operations depends only on the lane, never
@@ -16,6 +19,7 @@
 #define FSDP_KERNELS_CUDA_COMMON_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +30,7 @@
 #include "kernels/optimizer_math.h"
 
 typedef __nv_bfloat16 bf16;
+typedef __half fp16;
 
 // ----------------------------------------------------------------------------
 // Error checking
@@ -82,6 +87,26 @@ static __host__ __device__ __forceinline__ float bf16_to_float(bf16 x) { return 
 // Round to nearest even (NaN stays NaN, overflow gives inf), on host and device.
 static __host__ __device__ __forceinline__ bf16 float_to_bf16(float x) { return __float2bfloat16_rn(x); }
 
+// The two 16-bit storage types, as template arguments: exact widening, and rounding to
+// nearest even (fp16: subnormals below 2^-14, inf beyond 65504; NaN stays NaN).
+static __host__ __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+static __host__ __device__ __forceinline__ float to_float(fp16 x) { return __half2float(x); }
+static __host__ __device__ __forceinline__ float to_float(float x) { return x; }
+template <class T16> struct Float16Traits;
+template <> struct Float16Traits<bf16> {
+    static __host__ __device__ __forceinline__ bf16 round(float x) { return __float2bfloat16_rn(x); }
+    static __host__ __device__ __forceinline__ bf16 from_bits(unsigned short u) { return __ushort_as_bfloat16(u); }
+};
+template <> struct Float16Traits<fp16> {
+    static __host__ __device__ __forceinline__ fp16 round(float x) { return __float2half_rn(x); }
+    static __host__ __device__ __forceinline__ fp16 from_bits(unsigned short u) { return __ushort_as_half(u); }
+};
+template <class T16>
+__host__ __device__ __forceinline__ T16 from_float(float x) { return Float16Traits<T16>::round(x); }
+// A launcher's optional (NULL-able) tensor: NoDeduce<T16>::type* takes its type from the other
+// tensors, so a plain NULL may be passed.
+template <class T> struct NoDeduce { typedef T type; };
+
 // ----------------------------------------------------------------------------
 // 128-bit vectors
 
@@ -126,23 +151,27 @@ __device__ __forceinline__ void store128cs(T* p, const Packed128<T>& x) {
 }
 
 // Groups of 8 elements as 8 floats. The "8" forms (p 16-byte aligned) use 128-bit access:
-// one for bf16, two for fp32. The "n" forms are the scalar fallback for the last, partial
-// group of a range, or for unaligned pointers: they touch only the first cnt (<= 8)
-// elements and load zeros for the rest.
-static __device__ __forceinline__ void load8(float* dst, const bf16* p) {
-    const bf16x8 x = load128(p);
+// one for a 16-bit type, two for fp32. The "n" forms are the scalar fallback for the last,
+// partial group of a range, or for unaligned pointers: they touch only the first cnt (<= 8)
+// elements and load zeros for the rest. T16 is bf16 or fp16 (the fp32 forms are overloads).
+template <class T16>
+__device__ __forceinline__ void load8(float* dst, const T16* p) {
+    static_assert(sizeof(T16) == 2, "load8: a 16-bit type or float");
+    const Packed128<T16> x = load128(p);
 #pragma unroll
-    for (int k = 0; k < 8; k++) dst[k] = bf16_to_float(x[k]);
+    for (int k = 0; k < 8; k++) dst[k] = to_float(x[k]);
 }
 static __device__ __forceinline__ void load8(float* dst, const float* p) {
     const f32x4 a = load128(p), b = load128(p + 4);
 #pragma unroll
     for (int k = 0; k < 4; k++) { dst[k] = a[k]; dst[k + 4] = b[k]; }
 }
-static __device__ __forceinline__ void store8(bf16* p, const float* src) {  // round to nearest
-    bf16x8 x;
+template <class T16>
+__device__ __forceinline__ void store8(T16* p, const float* src) {  // round to nearest
+    static_assert(sizeof(T16) == 2, "store8: a 16-bit type or float");
+    Packed128<T16> x;
 #pragma unroll
-    for (int k = 0; k < 8; k++) x[k] = float_to_bf16(src[k]);
+    for (int k = 0; k < 8; k++) x[k] = from_float<T16>(src[k]);
     store128(p, x);
 }
 static __device__ __forceinline__ void store8(float* p, const float* src) {
@@ -152,17 +181,15 @@ static __device__ __forceinline__ void store8(float* p, const float* src) {
     store128(p, a);
     store128(p + 4, b);
 }
-static __device__ __forceinline__ void loadn(float* dst, const bf16* p, int cnt) {
+template <class T16>
+__device__ __forceinline__ void loadn(float* dst, const T16* p, int cnt) {
 #pragma unroll
-    for (int k = 0; k < 8; k++) dst[k] = k < cnt ? bf16_to_float(p[k]) : 0.0f;
+    for (int k = 0; k < 8; k++) dst[k] = k < cnt ? to_float(p[k]) : 0.0f;
 }
-static __device__ __forceinline__ void loadn(float* dst, const float* p, int cnt) {
+template <class T16>
+__device__ __forceinline__ void storen(T16* p, const float* src, int cnt) {
 #pragma unroll
-    for (int k = 0; k < 8; k++) dst[k] = k < cnt ? p[k] : 0.0f;
-}
-static __device__ __forceinline__ void storen(bf16* p, const float* src, int cnt) {
-#pragma unroll
-    for (int k = 0; k < 8; k++) if (k < cnt) p[k] = float_to_bf16(src[k]);
+    for (int k = 0; k < 8; k++) if (k < cnt) p[k] = from_float<T16>(src[k]);
 }
 static __device__ __forceinline__ void storen(float* p, const float* src, int cnt) {
 #pragma unroll

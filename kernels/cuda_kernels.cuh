@@ -5,10 +5,12 @@
 // Conventions
 //   B batch, T sequence length, C channels, N = B*T rows, OC output channels, V real
 //   vocabulary, Vp padded vocabulary (Vp >= V). Row-major, like the CPU twins.
-//   Storage: activations, parameters and their gradients are bf16; LayerNorm mean/rstd,
-//   losses, master weights, Adam moments and gradient shards are fp32. All arithmetic is
-//   fp32 (the grad-norm sum is double). bf16 results are rounded to nearest even, except
-//   the optimizer's bf16 parameter copy, which is stochastically rounded.
+//   Storage: activations, parameters and their gradients are 16-bit, T16 = bf16 or fp16 (the
+//   run's --param-dtype; every launcher below is a template on it, deduced from its
+//   pointers); LayerNorm mean/rstd, losses, master weights, Adam moments and gradient shards
+//   are fp32. All arithmetic is fp32 (the grad-norm sum is double). 16-bit results are
+//   rounded to nearest even, except the optimizer's bf16 parameter copy, which is
+//   stochastically rounded (fp16's is rounded to nearest: store8_param).
 //   Accumulate vs overwrite: exactly as the CPU twins. Every *_backward ACCUMULATES (+=)
 //   into its gradient outputs (dwte, dwpe, dinp, dweight, dbias); the caller zeroes them.
 //   Exception, by design: gelu_backward_inplace_cuda overwrites dout with dinp (no twin;
@@ -40,10 +42,10 @@
 //                               (stable CUB radix sort); the first position of each run
 //                               sums the run in position order, so every dwte row receives
 //                               its additions in the same order as the CPU twin (bitwise
-//                               equal fp32 sums before the final bf16 rounding).
+//                               equal fp32 sums before the final 16-bit rounding).
 //   layernorm_forward_cuda      out = LN(inp); mean, rstd [N] fp32 (may be NULL)      no scratch
 //   fused_residual_layernorm_forward_cuda
-//                               residual = bf16(a + b); out = LN(residual) (of the ROUNDED
+//                               residual = T16(a + b); out = LN(residual) (of the ROUNDED
 //                               residual, which is what the backward sees)            no scratch
 //   layernorm_backward_cuda     dinp += ...; dweight, dbias += ... (accumulate 1) or = ...
 //                               (0: a fresh gradient buffer, never read) (one pass over
@@ -59,24 +61,26 @@
 //                               (G * OC floats, G = row blocks <= 256)
 //   crossentropy_softmax_fused_cuda
 //                               losses[N] fp32; dloss != 0: logits overwritten in place
-//                               with dlogits (bf16), padded columns 0                no scratch
+//                               with dlogits (T16), padded columns 0                 no scratch
 //   adamw_update_cuda           adamw_update's formula on a flat fp32 range (weight decay per
 //                               element from a table of decayed runs, so one launch covers a
-//                               unit), plus the bf16 parameter copy with stochastic rounding
+//                               unit), plus the compute-dtype parameter copy (param_copy_cuda)
 //   sum_squares_cuda            out (double, device) = [out +] sum x^2
 //   sum_f32_cuda                out (double, device) = [out +] sum x (same scratch)
 //                               scratch: sum_squares_scratch_bytes() (8 KiB)
-//   fold_grad_cuda              dst (fp32) = or += src (fp32 or bf16), optionally adding the
+//   fold_grad_cuda              dst (fp32) = or += src (fp32 or T16), optionally adding the
 //                               new values' sum of squares to a device double (same scratch)
 //   grad_clip_scale_cuda        scale = clip / norm if 0 < clip < norm, else 1 (as fsdp.c)
-//   cast_f32_to_bf16_cuda, cast_f32_to_bf16_sr_cuda, cast_bf16_to_f32_cuda,
-//   accumulate_f32_cuda, accumulate_bf16_to_f32_cuda                               no scratch
+//   param_copy_cuda             the compute-dtype copy of fp32 master weights (bf16:
+//                               stochastic rounding; fp16: to nearest)
+//   cast_from_f32_cuda, cast_to_f32_cuda, accumulate_f32_cuda, accumulate_to_f32_cuda
+//                                                                                   no scratch
 //
-// Stochastic rounding (adamw_update_cuda, cast_f32_to_bf16_sr_cuda): the random bits of
+// Stochastic rounding (adamw_update_cuda, param_copy_cuda, bf16): the random bits of
 // element i are sr_bits(sr_key(seed, step), global_offset + i) (cuda_common.cuh), where
 // global_offset is the GLOBAL index of element 0 of the range in its flat unit. So the
 // result does not depend on the world size, on the sharding, nor on how a range is split
-// into launches, and the fused AdamW copy equals cast_f32_to_bf16_sr_cuda of the updated
+// into launches, and the fused AdamW copy equals param_copy_cuda of the updated
 // master with the same (seed, step, global_offset). Give each flat unit its own seed
 // (e.g. a hash of the run seed and the unit index) so that units do not share bits.
 #ifndef FSDP_KERNELS_CUDA_KERNELS_CUH
@@ -84,6 +88,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 #include <math.h>
+#include <type_traits>
 
 #include "kernels/cuda_common.cuh"
 
@@ -146,8 +151,9 @@ static __device__ __forceinline__ float gelu_grad(float x) {
 // dst[c] += (accumulate) or = (not: dst is not read) the sum over g (in order, strided by 8
 // per thread row, then the 8 partial sums in order) of partial[g * C + c]. Block (32, 8),
 // grid ceil(C / 32). Deterministic; both forms give the same bits on a zeroed dst.
+template <class T16>
 static __global__ void __launch_bounds__(256)
-sum_partials_kernel(bf16* __restrict__ dst, const float* __restrict__ partial, int G, int C, int accumulate) {
+sum_partials_kernel(T16* __restrict__ dst, const float* __restrict__ partial, int G, int C, int accumulate) {
     __shared__ float sh[8][32];
     const int c = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
@@ -160,11 +166,12 @@ sum_partials_kernel(bf16* __restrict__ dst, const float* __restrict__ partial, i
         float total = 0.0f;
 #pragma unroll
         for (int y = 0; y < 8; y++) total += sh[y][threadIdx.x];
-        dst[c] = float_to_bf16(accumulate ? bf16_to_float(dst[c]) + total : total);
+        dst[c] = from_float<T16>(accumulate ? to_float(dst[c]) + total : total);
     }
 }
 
-static inline void sum_partials(bf16* dst, const float* partial, int G, int C, int accumulate, cudaStream_t stream) {
+template <class T16>
+static inline void sum_partials(T16* dst, const float* partial, int G, int C, int accumulate, cudaStream_t stream) {
     sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dst, partial, G, C, accumulate);
     CUDA_LAUNCH_CHECK();
 }
@@ -173,9 +180,10 @@ static inline void sum_partials(bf16* dst, const float* partial, int G, int C, i
 // Encoder
 
 // One thread per 8 channels of one row.
+template <class T16>
 static __global__ void __launch_bounds__(256)
-encoder_forward_kernel(bf16* __restrict__ out, const int* __restrict__ inp,
-                       const bf16* __restrict__ wte, const bf16* __restrict__ wpe,
+encoder_forward_kernel(T16* __restrict__ out, const int* __restrict__ inp,
+                       const T16* __restrict__ wte, const T16* __restrict__ wpe,
                        int N, int T, int C) {
     const int C8 = C / 8;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -201,8 +209,9 @@ static __global__ void iota_kernel(int* __restrict__ x, int n) {
 // order, to its dwte row, starting from the row's current value (the CPU twin's order).
 // Runs are read 32 entries at a time (ballot: a run is a prefix of the chunk) and the rows
 // four at a time so that several loads are in flight.
+template <class T16>
 static __global__ void __launch_bounds__(32)
-encoder_backward_wte_kernel(bf16* __restrict__ dwte, const bf16* __restrict__ dout,
+encoder_backward_wte_kernel(T16* __restrict__ dwte, const T16* __restrict__ dout,
                             const int* __restrict__ sorted_tok, const int* __restrict__ sorted_pos,
                             int N, int C) {
     const int i = blockIdx.x;
@@ -212,7 +221,7 @@ encoder_backward_wte_kernel(bf16* __restrict__ dwte, const bf16* __restrict__ do
     const int pack = blockIdx.y * 32 + lane;
     const bool active = pack < C / 8;               // idle lanes still join the shuffles
     const size_t col = (size_t)pack * 8;
-    bf16* wrow = dwte + (size_t)tok * C + col;
+    T16* wrow = dwte + (size_t)tok * C + col;
     float acc[8];
 #pragma unroll
     for (int k = 0; k < 8; k++) acc[k] = 0.0f;
@@ -249,8 +258,9 @@ encoder_backward_wte_kernel(bf16* __restrict__ dwte, const bf16* __restrict__ do
 
 // dwpe[t] += (accumulate) or = the sum over b (in order) of dout[b, t]. One warp per (t,
 // 256-channel chunk).
+template <class T16>
 static __global__ void __launch_bounds__(32)
-encoder_backward_wpe_kernel(bf16* __restrict__ dwpe, const bf16* __restrict__ dout,
+encoder_backward_wpe_kernel(T16* __restrict__ dwpe, const T16* __restrict__ dout,
                             int B, int T, int C, int accumulate) {
     const int t = blockIdx.x;
     const int pack = blockIdx.y * 32 + threadIdx.x;
@@ -273,8 +283,9 @@ encoder_backward_wpe_kernel(bf16* __restrict__ dwpe, const bf16* __restrict__ do
     store8(dwpe + (size_t)t * C + col, w);
 }
 
-static inline void encoder_forward_cuda(bf16* out, const int* inp, const bf16* wte,
-                                        const bf16* wpe, int B, int T, int C,
+template <class T16>
+static inline void encoder_forward_cuda(T16* out, const int* inp, const T16* wte,
+                                        const T16* wpe, int B, int T, int C,
                                         cudaStream_t stream) {
     CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0, "need C %% 8 == 0 (B=%d T=%d C=%d)", B, T, C);
     CUDA_REQUIRE(is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe),
@@ -306,8 +317,9 @@ static inline size_t encoder_backward_scratch_bytes(int B, int T, int vocab) {
     return 3 * align_up_256((size_t)N * sizeof(int)) + align_up_256(encoder_backward_cub_bytes(N, vocab));
 }
 
-static inline void encoder_backward_cuda(bf16* dwte, bf16* dwpe, void* scratch, size_t scratch_bytes,
-                                         const bf16* dout, const int* inp, int B, int T, int C,
+template <class T16>
+static inline void encoder_backward_cuda(T16* dwte, T16* dwpe, void* scratch, size_t scratch_bytes,
+                                         const T16* dout, const int* inp, int B, int T, int C,
                                          int vocab, int accumulate, cudaStream_t stream) {
     CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0 && vocab > 0,
                  "need C %% 8 == 0 and vocab > 0 (B=%d T=%d C=%d vocab=%d)", B, T, C, vocab);
@@ -315,7 +327,7 @@ static inline void encoder_backward_cuda(bf16* dwte, bf16* dwpe, void* scratch, 
                  "dwte, dwpe and dout must be 16-byte aligned");
     const int N = B * T;
     if (N == 0) {  // empty sums
-        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dwpe, 0, (size_t)T * C * sizeof(bf16), stream));
+        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dwpe, 0, (size_t)T * C * sizeof(T16), stream));
         return;
     }
     const size_t need = encoder_backward_scratch_bytes(B, T, vocab);
@@ -345,21 +357,21 @@ static inline void encoder_backward_cuda(bf16* dwte, bf16* dwpe, void* scratch, 
 // ----------------------------------------------------------------------------
 // LayerNorm forward (optionally fused with the residual add before it)
 
-// One warp per row, 8 channels per lane per step. FUSED: residual = bf16(a + b) is written
+// One warp per row, 8 channels per lane per step. FUSED: residual = T16(a + b) is written
 // first and normalised as rounded; otherwise a is the input and residual/b are unused.
 // The row is read three times (sum, squared deviations, output); the re-reads hit L1/L2.
-template <bool FUSED>
+template <bool FUSED, class T16>
 static __global__ void __launch_bounds__(kLayerNormFwdWarps * 32)
-layernorm_forward_kernel(bf16* residual, bf16* __restrict__ out, float* __restrict__ mean,
-                         float* __restrict__ rstd, const bf16* a, const bf16* b,
-                         const bf16* __restrict__ weight, const bf16* __restrict__ bias,
+layernorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict__ mean,
+                         float* __restrict__ rstd, const T16* a, const T16* b,
+                         const T16* __restrict__ weight, const T16* __restrict__ bias,
                          int N, int C) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * kLayerNormFwdWarps + (threadIdx.x >> 5);
     if (row >= N) return;  // whole warp
     const int C8 = C / 8;
     const size_t off = (size_t)row * C;
-    const bf16* x = FUSED ? residual + off : a + off;
+    const T16* x = FUSED ? residual + off : a + off;
 
     float sum = 0.0f;
     for (int p = lane; p < C8; p += 32) {
@@ -369,8 +381,8 @@ layernorm_forward_kernel(bf16* residual, bf16* __restrict__ out, float* __restri
             load8(v, a + off + 8 * p);
             load8(vb, b + off + 8 * p);
 #pragma unroll
-            for (int k = 0; k < 8; k++) v[k] = bf16_to_float(float_to_bf16(v[k] + vb[k]));
-            store8(residual + off + 8 * p, v);  // exact: v already holds bf16 values
+            for (int k = 0; k < 8; k++) v[k] = to_float(from_float<T16>(v[k] + vb[k]));
+            store8(residual + off + 8 * p, v);  // exact: v already holds T16 values
         } else {
             load8(v, x + 8 * p);
         }
@@ -413,25 +425,27 @@ static inline void layernorm_check(const char* what, const void* out, const void
 }
 
 // out[N,C] = (inp - mean) * rstd * weight + bias; mean, rstd [N] fp32 (NULL: not stored).
-static inline void layernorm_forward_cuda(bf16* out, float* mean, float* rstd, const bf16* inp,
-                                          const bf16* weight, const bf16* bias, int N, int C,
+template <class T16>
+static inline void layernorm_forward_cuda(T16* out, float* mean, float* rstd, const T16* inp,
+                                          const T16* weight, const T16* bias, int N, int C,
                                           cudaStream_t stream) {
     layernorm_check("layernorm_forward_cuda", out, inp, weight, bias, N, C);
     if (N == 0) return;
-    layernorm_forward_kernel<false><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
+    layernorm_forward_kernel<false, T16><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
         NULL, out, mean, rstd, inp, NULL, weight, bias, N, C);
     CUDA_LAUNCH_CHECK();
 }
 
-// residual[N,C] = a + b (bf16, may alias a or b); out = layernorm(residual) as above.
-static inline void fused_residual_layernorm_forward_cuda(bf16* residual, bf16* out, float* mean,
-                                                         float* rstd, const bf16* a, const bf16* b,
-                                                         const bf16* weight, const bf16* bias,
+// residual[N,C] = a + b (T16, may alias a or b); out = layernorm(residual) as above.
+template <class T16>
+static inline void fused_residual_layernorm_forward_cuda(T16* residual, T16* out, float* mean,
+                                                         float* rstd, const T16* a, const T16* b,
+                                                         const T16* weight, const T16* bias,
                                                          int N, int C, cudaStream_t stream) {
     layernorm_check("fused_residual_layernorm_forward_cuda", out, a, weight, bias, N, C);
     CUDA_REQUIRE(is_aligned16(residual) && is_aligned16(b), "residual and b must be 16-byte aligned");
     if (N == 0) return;
-    layernorm_forward_kernel<true><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
+    layernorm_forward_kernel<true, T16><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
         residual, out, mean, rstd, a, b, weight, bias, N, C);
     CUDA_LAUNCH_CHECK();
 }
@@ -443,7 +457,7 @@ static inline void fused_residual_layernorm_forward_cuda(bf16* residual, bf16* o
 // threads split a row's C/8 packs of 8 channels: thread t owns packs t, t + nthreads, ...
 // (P of them, a template parameter), the same in every row. The block walks its rows RB at a
 // time: each thread loads its packs of x and dout for the RB rows ONCE (kept in registers as
-// bf16), adds its part of the two row sums sum(dnorm), sum(dnorm * norm) (dnorm = w dout,
+// 16-bit), adds its part of the two row sums sum(dnorm), sum(dnorm * norm) (dnorm = w dout,
 // norm = (x - mean) rstd), the block totals them (warp butterfly, then the warps' values in
 // warp order, which every thread reads itself from shared memory: all get bitwise equal
 // totals), and each thread then writes dinp for its packs and adds norm * dout and dout to
@@ -455,11 +469,11 @@ static inline void fused_residual_layernorm_forward_cuda(bf16* residual, bf16* o
 static constexpr int kLayerNormBwdMaxThreads = 256;  // threads per block (at most)
 static constexpr int kLayerNormBwdRowsInFlight = 4;   // P x RB: packs x rows in registers
 
-template <int P, int RB>
+template <int P, int RB, class T16>
 static __global__ void __launch_bounds__(kLayerNormBwdMaxThreads)
-layernorm_backward_kernel(bf16* __restrict__ dinp, float* __restrict__ partial_w,
-                          float* __restrict__ partial_b, const bf16* __restrict__ dout,
-                          const bf16* __restrict__ inp, const bf16* __restrict__ weight,
+layernorm_backward_kernel(T16* __restrict__ dinp, float* __restrict__ partial_w,
+                          float* __restrict__ partial_b, const T16* __restrict__ dout,
+                          const T16* __restrict__ inp, const T16* __restrict__ weight,
                           const float* __restrict__ mean, const float* __restrict__ rstd,
                           int N, int C, int rows_per_block) {
     __shared__ float red[2][kLayerNormBwdMaxThreads / 32][2 * RB];  // [round parity][warp][sums]
@@ -486,7 +500,7 @@ layernorm_backward_kernel(bf16* __restrict__ dinp, float* __restrict__ partial_w
 
     int par = 0;  // which half of red this round uses
     for (int rb = r0; rb < r1; rb += RB, par ^= 1) {
-        bf16x8 xr[RB][P], dr[RB][P];
+        Packed128<T16> xr[RB][P], dr[RB][P];
         float m[RB], s[RB], sums[2 * RB];
 #pragma unroll
         for (int r = 0; r < RB; r++) {
@@ -502,13 +516,13 @@ layernorm_backward_kernel(bf16* __restrict__ dinp, float* __restrict__ partial_w
                     xr[r][i] = load128(inp + off);
                     dr[r][i] = load128(dout + off);
                 } else {
-                    xr[r][i] = bf16x8::from_bits(make_int4(0, 0, 0, 0));
+                    xr[r][i] = Packed128<T16>::from_bits(make_int4(0, 0, 0, 0));
                     dr[r][i] = xr[r][i];
                 }
 #pragma unroll
                 for (int k = 0; k < 8; k++) {
-                    const float norm = (bf16_to_float(xr[r][i][k]) - m[r]) * s[r];
-                    const float dnorm = w[i][k] * bf16_to_float(dr[r][i][k]);
+                    const float norm = (to_float(xr[r][i][k]) - m[r]) * s[r];
+                    const float dnorm = w[i][k] * to_float(dr[r][i][k]);
                     sd += dnorm;
                     sdn += dnorm * norm;
                 }
@@ -541,8 +555,8 @@ layernorm_backward_kernel(bf16* __restrict__ dinp, float* __restrict__ partial_w
                 load8(dx, dinp + off);
 #pragma unroll
                 for (int k = 0; k < 8; k++) {
-                    const float d = bf16_to_float(dr[r][i][k]);
-                    const float norm = (bf16_to_float(xr[r][i][k]) - m[r]) * s[r];
+                    const float d = to_float(dr[r][i][k]);
+                    const float norm = (to_float(xr[r][i][k]) - m[r]) * s[r];
                     const float dnorm = w[i][k] * d;
                     dx[k] += (dnorm - sums[2 * r] - norm * sums[2 * r + 1]) * s[r];
                     aw[i][k] += norm * d;
@@ -583,9 +597,10 @@ static inline size_t layernorm_backward_scratch_bytes(int N, int C) {
 // dinp[N,C] += ..., dweight[C] and dbias[C] += ... (accumulate) or = ... (layernorm_backward's
 // formulas); inp is the forward's input (the rounded residual), mean/rstd the forward's
 // statistics. C <= 8192 (4 packs of 8 channels per thread, 256 threads).
-static inline void layernorm_backward_cuda(bf16* dinp, bf16* dweight, bf16* dbias, void* scratch,
-                                           size_t scratch_bytes, const bf16* dout, const bf16* inp,
-                                           const bf16* weight, const float* mean, const float* rstd,
+template <class T16>
+static inline void layernorm_backward_cuda(T16* dinp, T16* dweight, T16* dbias, void* scratch,
+                                           size_t scratch_bytes, const T16* dout, const T16* inp,
+                                           const T16* weight, const float* mean, const float* rstd,
                                            int N, int C, int accumulate, cudaStream_t stream) {
     layernorm_check("layernorm_backward_cuda", dinp, inp, weight, dout, N, C);
     int threads = 0;
@@ -594,8 +609,8 @@ static inline void layernorm_backward_cuda(bf16* dinp, bf16* dweight, bf16* dbia
                  4 * 8 * kLayerNormBwdMaxThreads);
     if (N == 0) {  // empty sums
         if (!accumulate) {
-            CUDA_CHECK(cudaMemsetAsync(dweight, 0, (size_t)C * sizeof(bf16), stream));
-            CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(bf16), stream));
+            CUDA_CHECK(cudaMemsetAsync(dweight, 0, (size_t)C * sizeof(T16), stream));
+            CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)C * sizeof(T16), stream));
         }
         return;
     }
@@ -632,9 +647,9 @@ static inline void layernorm_backward_cuda(bf16* dinp, bf16* dweight, bf16* dbia
     const int cnt = (n) - i0 < 8 ? (int)((n) - i0) : 8;                                     \
     const bool full = VEC && cnt == 8;
 
-template <bool VEC>
+template <bool VEC, class T16>
 static __global__ void __launch_bounds__(kFlatThreads)
-residual_forward_kernel(bf16* out, const bf16* a, const bf16* b, size_t n) {
+residual_forward_kernel(T16* out, const T16* a, const T16* b, size_t n) {
     FLAT_PROLOGUE(n)
     float x[8], y[8];
     load8_or_n(x, a + i0, full, cnt);
@@ -644,9 +659,9 @@ residual_forward_kernel(bf16* out, const bf16* a, const bf16* b, size_t n) {
     store8_or_n(out + i0, x, full, cnt);
 }
 
-template <bool VEC>
+template <bool VEC, class T16>
 static __global__ void __launch_bounds__(kFlatThreads)
-gelu_forward_kernel(bf16* out, const bf16* inp, size_t n) {
+gelu_forward_kernel(T16* out, const T16* inp, size_t n) {
     FLAT_PROLOGUE(n)
     float x[8];
     load8_or_n(x, inp + i0, full, cnt);
@@ -656,9 +671,9 @@ gelu_forward_kernel(bf16* out, const bf16* inp, size_t n) {
 }
 
 // INPLACE: dinp == dout and dinp = gelu'(inp) * dout; else dinp += gelu'(inp) * dout.
-template <bool VEC, bool INPLACE>
+template <bool VEC, bool INPLACE, class T16>
 static __global__ void __launch_bounds__(kFlatThreads)
-gelu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) {
+gelu_backward_kernel(T16* dinp, const T16* inp, const T16* dout, size_t n) {
     FLAT_PROLOGUE(n)
     float x[8], d[8], dx[8];
     load8_or_n(x, inp + i0, full, cnt);
@@ -672,7 +687,7 @@ gelu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* dout, size_t n) {
     store8_or_n(dinp + i0, dx, full, cnt);
 }
 
-// dst = src (converted; to bf16: round to nearest even), or dst += src when ACC.
+// dst = src (converted; to 16 bits: round to nearest even), or dst += src when ACC.
 template <bool VEC, bool ACC, class Dst, class Src>
 static __global__ void __launch_bounds__(kFlatThreads)
 convert_kernel(Dst* dst, const Src* src, size_t n) {
@@ -688,13 +703,18 @@ convert_kernel(Dst* dst, const Src* src, size_t n) {
     store8_or_n(dst + i0, s, full, cnt);
 }
 
-// Stochastic rounding of 8 floats (cnt valid) to bf16, element e having global index
-// gidx0 + e.
-static __device__ __forceinline__ void store8_sr(bf16* p, const float* v, bool full, int cnt,
-                                                 uint64_t key, uint64_t gidx0) {
-    bf16x8 r;
+// The compute-dtype copy of 8 fp32 master values (cnt valid), element e having global index
+// gidx0 + e: bf16 is stochastically rounded; fp16 (10 mantissa bits, and loss scaling for its
+// small range) is rounded to nearest even, as mixed-precision training with fp32 master
+// weights does (apex, DeepSpeed's fp16 optimizer), and key is unused.
+template <class T16>
+__device__ __forceinline__ void store8_param(T16* p, const float* v, bool full, int cnt, uint64_t key, uint64_t gidx0) {
+    Packed128<T16> r;
 #pragma unroll
-    for (int k = 0; k < 8; k++) r[k] = sr_round_bf16(v[k], sr_bits(key, gidx0 + k));
+    for (int k = 0; k < 8; k++) {
+        if constexpr (std::is_same<T16, bf16>::value) r[k] = sr_round_bf16(v[k], sr_bits(key, gidx0 + k));
+        else r[k] = from_float<T16>(v[k]);
+    }
     if (full) {
         store128(p, r);
     } else {
@@ -703,21 +723,21 @@ static __device__ __forceinline__ void store8_sr(bf16* p, const float* v, bool f
     }
 }
 
-template <bool VEC>
+template <bool VEC, class T16>
 static __global__ void __launch_bounds__(kFlatThreads)
-cast_sr_kernel(bf16* dst, const float* src, size_t n, uint64_t key, uint64_t global_offset) {
+param_copy_kernel(T16* dst, const float* src, size_t n, uint64_t key, uint64_t global_offset) {
     FLAT_PROLOGUE(n)
     float s[8];
     load8_or_n(s, src + i0, full, cnt);
-    store8_sr(dst + i0, s, full, cnt, key, global_offset + i0);
+    store8_param(dst + i0, s, full, cnt, key, global_offset + i0);
 }
 
 // adamw_update's arithmetic, element by element, in the same order of float operations
 // (optimizer_math.h's adamw_element: explicit roundings, no FMA, so the host's offloaded
 // AdamW gives the same bits; the cpu device's loop may fuse and differ in the last bit).
-template <bool VEC>
+template <bool VEC, class T16>
 static __global__ void __launch_bounds__(kFlatThreads)
-adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* grad, size_t n,
+adamw_kernel(float* param, float* m, float* v, T16* param16, const float* grad, size_t n,
              float lr, float beta1, float beta2, float omb1, float omb2, float bc1, float bc2,
              float eps, float weight_decay, const uint64_t* decay_toggles, int n_toggles,
              float grad_scale, const float* d_grad_scale, const int* d_skip, uint64_t key,
@@ -754,7 +774,7 @@ adamw_kernel(float* param, float* m, float* v, bf16* param_bf16, const float* gr
     store8_or_n(param + i0, p, full, cnt);
     store8_or_n(m + i0, mm, full, cnt);
     store8_or_n(v + i0, vv, full, cnt);
-    if (param_bf16 != NULL) store8_sr(param_bf16 + i0, p, full, cnt, key, global_offset + i0);
+    if (param16 != NULL) store8_param(param16 + i0, p, full, cnt, key, global_offset + i0);
 }
 
 #undef FLAT_PROLOGUE
@@ -827,8 +847,9 @@ static inline bool all_aligned16(const void* a, const void* b = NULL, const void
     return is_aligned16(a) && is_aligned16(b) && is_aligned16(c) && is_aligned16(d) && is_aligned16(e);
 }
 
-// out[n] = a + b (bf16). out may alias a or b.
-static inline void residual_forward_cuda(bf16* out, const bf16* a, const bf16* b, size_t n,
+// out[n] = a + b (T16). out may alias a or b.
+template <class T16>
+static inline void residual_forward_cuda(T16* out, const T16* a, const T16* b, size_t n,
                                          cudaStream_t stream) {
     if (n == 0) return;
     if (all_aligned16(out, a, b)) residual_forward_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(out, a, b, n);
@@ -837,7 +858,8 @@ static inline void residual_forward_cuda(bf16* out, const bf16* a, const bf16* b
 }
 
 // out[n] = gelu(inp) (tanh approximation). out may alias inp.
-static inline void gelu_forward_cuda(bf16* out, const bf16* inp, size_t n, cudaStream_t stream) {
+template <class T16>
+static inline void gelu_forward_cuda(T16* out, const T16* inp, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     if (all_aligned16(out, inp)) gelu_forward_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(out, inp, n);
     else gelu_forward_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(out, inp, n);
@@ -845,7 +867,8 @@ static inline void gelu_forward_cuda(bf16* out, const bf16* inp, size_t n, cudaS
 }
 
 // dinp[n] += gelu'(inp) * dout (the CPU twin's semantics). dinp must not alias dout.
-static inline void gelu_backward_cuda(bf16* dinp, const bf16* inp, const bf16* dout, size_t n,
+template <class T16>
+static inline void gelu_backward_cuda(T16* dinp, const T16* inp, const T16* dout, size_t n,
                                       cudaStream_t stream) {
     CUDA_REQUIRE(dinp != dout, "dinp aliases dout: use gelu_backward_inplace_cuda");
     if (n == 0) return;
@@ -855,7 +878,8 @@ static inline void gelu_backward_cuda(bf16* dinp, const bf16* inp, const bf16* d
 }
 
 // d_in_out[n] = gelu'(inp) * d_in_out (overwrites: dout becomes dinp, no extra buffer).
-static inline void gelu_backward_inplace_cuda(bf16* d_in_out, const bf16* inp, size_t n,
+template <class T16>
+static inline void gelu_backward_inplace_cuda(T16* d_in_out, const T16* inp, size_t n,
                                               cudaStream_t stream) {
     if (n == 0) return;
     if (all_aligned16(d_in_out, inp)) gelu_backward_kernel<true, true><<<flat_grid(n), kFlatThreads, 0, stream>>>(d_in_out, inp, d_in_out, n);
@@ -871,30 +895,36 @@ static inline void convert_launch(Dst* dst, const Src* src, size_t n, cudaStream
     CUDA_LAUNCH_CHECK();
 }
 
-// dst[n] = bf16(src), round to nearest even.
-static inline void cast_f32_to_bf16_cuda(bf16* dst, const float* src, size_t n, cudaStream_t stream) {
+// dst[n] = T16(src), round to nearest even.
+template <class T16>
+static inline void cast_from_f32_cuda(T16* dst, const float* src, size_t n, cudaStream_t stream) {
     convert_launch<false>(dst, src, n, stream);
 }
 // dst[n] = float(src) (exact).
-static inline void cast_bf16_to_f32_cuda(float* dst, const bf16* src, size_t n, cudaStream_t stream) {
+template <class T16>
+static inline void cast_to_f32_cuda(float* dst, const T16* src, size_t n, cudaStream_t stream) {
     convert_launch<false>(dst, src, n, stream);
 }
 // dst[n] += src (fp32; e.g. gradient accumulation of shards).
 static inline void accumulate_f32_cuda(float* dst, const float* src, size_t n, cudaStream_t stream) {
     convert_launch<true>(dst, src, n, stream);
 }
-// dst[n] += float(src) (a bf16 reduce-scatter result into the fp32 shard accumulator).
-static inline void accumulate_bf16_to_f32_cuda(float* dst, const bf16* src, size_t n, cudaStream_t stream) {
+// dst[n] += float(src) (a 16-bit reduce-scatter result into the fp32 shard accumulator).
+template <class T16>
+static inline void accumulate_to_f32_cuda(float* dst, const T16* src, size_t n, cudaStream_t stream) {
     convert_launch<true>(dst, src, n, stream);
 }
 
-// dst[n] = stochastic rounding of src; element i uses sr_bits(sr_key(seed, step), global_offset + i).
-static inline void cast_f32_to_bf16_sr_cuda(bf16* dst, const float* src, size_t n, uint64_t seed,
-                                            int step, size_t global_offset, cudaStream_t stream) {
+// dst[n] = the compute-dtype copy of the fp32 master src, as store8_param rounds it: bf16
+// stochastically, element i with sr_bits(sr_key(seed, step), global_offset + i); fp16 to
+// nearest even.
+template <class T16>
+static inline void param_copy_cuda(T16* dst, const float* src, size_t n, uint64_t seed,
+                                   int step, size_t global_offset, cudaStream_t stream) {
     if (n == 0) return;
     const uint64_t key = sr_key(seed, step);
-    if (all_aligned16(dst, src)) cast_sr_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset);
-    else cast_sr_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset);
+    if (all_aligned16(dst, src)) param_copy_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset);
+    else param_copy_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -903,13 +933,15 @@ static inline void cast_f32_to_bf16_sr_cuda(bf16* dst, const float* src, size_t 
 //   from grad_clip_scale_cuda]; m, v, param updated in place; t is the 1-based step, the
 //   bias corrections 1 - beta^t are computed in double on the host and rounded to float.
 // d_skip (device) != NULL and *d_skip: nothing is read or written (a skipped step).
-// When param_bf16 != NULL, param_bf16[i] = stochastic rounding of the new param[i] with
-// bits sr_bits(sr_key(seed, t), global_offset + i).
+// When param16 != NULL, param16[i] = the compute-dtype copy of the new param[i], rounded as
+// param_copy_cuda rounds it (bf16: stochastically with sr_bits(sr_key(seed, t),
+// global_offset + i); fp16: to nearest even). With no copy, pass (bf16*)NULL.
 //
 // decay_toggles (device memory, sorted, n_toggles of them) or NULL: the elements that decay
 // are those with an odd number of toggles at or before their index; the others use 0. One
 // launch then covers a whole flat unit whose tensors differ in decay (matrices vs biases).
-static inline void adamw_update_cuda(float* param, float* m, float* v, bf16* param_bf16,
+template <class T16>
+static inline void adamw_update_cuda(float* param, float* m, float* v, T16* param16,
                                      const float* grad, size_t n, float lr, float beta1,
                                      float beta2, float eps, float weight_decay,
                                      const uint64_t* decay_toggles, int n_toggles, int t,
@@ -921,13 +953,13 @@ static inline void adamw_update_cuda(float* param, float* m, float* v, bf16* par
     const float bc2 = (float)(1.0 - pow((double)beta2, (double)t));
     const float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
     const uint64_t key = sr_key(seed, t);
-    if (all_aligned16(param, m, v, grad, param_bf16)) {
+    if (all_aligned16(param, m, v, grad, param16)) {
         adamw_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(
-            param, m, v, param_bf16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
+            param, m, v, param16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
             weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset);
     } else {
         adamw_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(
-            param, m, v, param_bf16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
+            param, m, v, param16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
             weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset);
     }
     CUDA_LAUNCH_CHECK();
@@ -964,11 +996,12 @@ static inline void sum_f32_cuda(double* out, void* scratch, size_t scratch_bytes
     sum_f32_launch<false>(out, scratch, scratch_bytes, x, n, accumulate, stream);
 }
 
-// dst[n] (fp32) = src (first) or dst += src, src fp32 or bf16 (src_bf16): a reduced gradient
-// shard into the step's accumulator, with no zeroing pass before the first one. When sumsq
-// != NULL, *sumsq += the sum of the new dst[i]^2 (double, device; scratch as sum_squares_cuda),
-// so the gradient norm costs no pass of its own. Deterministic for a given n.
-static inline void fold_grad_cuda(float* dst, const void* src, int src_bf16, size_t n, int first, double* sumsq,
+// dst[n] (fp32) = src (first) or dst += src, src fp32 or 16-bit (Src: float, bf16, fp16): a
+// reduced gradient shard into the step's accumulator, with no zeroing pass before the first
+// one. When sumsq != NULL, *sumsq += the sum of the new dst[i]^2 (double, device; scratch as
+// sum_squares_cuda), so the gradient norm costs no pass of its own. Deterministic for a given n.
+template <class Src>
+static inline void fold_grad_cuda(float* dst, const Src* src, size_t n, int first, double* sumsq,
                                   void* scratch, size_t scratch_bytes, cudaStream_t stream) {
     if (n == 0) return;
     CUDA_REQUIRE(sumsq == NULL || (scratch != NULL && scratch_bytes >= sum_squares_scratch_bytes() && is_aligned16(scratch)),
@@ -978,19 +1011,10 @@ static inline void fold_grad_cuda(float* dst, const void* src, int src_bf16, siz
     double* partial = sumsq != NULL ? (double*)scratch : NULL;
     const bool vec = all_aligned16(dst, src);
     const unsigned g = (unsigned)blocks;
-    if (src_bf16) {
-        const bf16* s16 = (const bf16*)src;
-        if (vec && first) fold_grad_kernel<true, true, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
-        else if (vec) fold_grad_kernel<true, false, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
-        else if (first) fold_grad_kernel<false, true, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
-        else fold_grad_kernel<false, false, bf16><<<g, kSumSqThreads, 0, stream>>>(dst, s16, n, partial);
-    } else {
-        const float* s32 = (const float*)src;
-        if (vec && first) fold_grad_kernel<true, true, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
-        else if (vec) fold_grad_kernel<true, false, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
-        else if (first) fold_grad_kernel<false, true, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
-        else fold_grad_kernel<false, false, float><<<g, kSumSqThreads, 0, stream>>>(dst, s32, n, partial);
-    }
+    if (vec && first) fold_grad_kernel<true, true><<<g, kSumSqThreads, 0, stream>>>(dst, src, n, partial);
+    else if (vec) fold_grad_kernel<true, false><<<g, kSumSqThreads, 0, stream>>>(dst, src, n, partial);
+    else if (first) fold_grad_kernel<false, true><<<g, kSumSqThreads, 0, stream>>>(dst, src, n, partial);
+    else fold_grad_kernel<false, false><<<g, kSumSqThreads, 0, stream>>>(dst, src, n, partial);
     CUDA_LAUNCH_CHECK();
     if (sumsq == NULL) return;
     sum_squares_finish_kernel<<<1, kSumSqMaxBlocks, 0, stream>>>(sumsq, partial, (int)blocks, 1);
@@ -1012,8 +1036,9 @@ static inline void grad_clip_scale_cuda(float* scale, float* norm_out, const dou
 // Pass 1: block (32 lanes x 8 row lanes) owns 256 channels (32 x 8) of a block of R rows;
 // row lane y sums rows r0 + y, r0 + y + 8, ... in order; the 8 row lanes are added in order
 // through shared memory into partial[g][c]. Pass 2: sum_partials over g, in order.
+template <class T16>
 static __global__ void __launch_bounds__(256)
-bias_backward_kernel(float* __restrict__ partial, const bf16* __restrict__ dout, int N, int OC,
+bias_backward_kernel(float* __restrict__ partial, const T16* __restrict__ dout, int N, int OC,
                      int rows_per_block) {
     __shared__ float sh[8][32 * 8];
     const int g = blockIdx.y;
@@ -1051,12 +1076,13 @@ static inline size_t bias_backward_scratch_bytes(int N, int OC) {
     return (size_t)blocks * (size_t)OC * sizeof(float);
 }
 
-static inline void bias_backward_cuda(bf16* dbias, void* scratch, size_t scratch_bytes,
-                                      const bf16* dout, int N, int OC, int accumulate, cudaStream_t stream) {
+template <class T16>
+static inline void bias_backward_cuda(T16* dbias, void* scratch, size_t scratch_bytes,
+                                      const T16* dout, int N, int OC, int accumulate, cudaStream_t stream) {
     CUDA_REQUIRE(N >= 0 && OC > 0 && OC % 8 == 0, "need OC %% 8 == 0 (N=%d OC=%d)", N, OC);
     CUDA_REQUIRE(is_aligned16(dout), "dout must be 16-byte aligned");
     if (N == 0) {  // an empty sum
-        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)OC * sizeof(bf16), stream));
+        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dbias, 0, (size_t)OC * sizeof(T16), stream));
         return;
     }
     const size_t need = bias_backward_scratch_bytes(N, OC);
@@ -1090,16 +1116,17 @@ static __device__ __forceinline__ void softmax_combine(float& m, float& s, float
     s = a + b;
 }
 
+template <class T16>
 static __global__ void __launch_bounds__(kCrossEntropyThreads)
-crossentropy_softmax_kernel(bf16* logits, float* __restrict__ losses, const int* __restrict__ targets,
-                            int V, int Vp, float dloss) {
+crossentropy_softmax_kernel(T16* logits, float* __restrict__ losses, const int* __restrict__ targets,
+                            int V, int Vp, float dloss, const float* __restrict__ dloss_scale) {
     __shared__ float sh_m[32], sh_s[32];
     const size_t row = blockIdx.x;
-    bf16* x = logits + row * (size_t)Vp;
+    T16* x = logits + row * (size_t)Vp;
     const int target = targets[row];
     const bool valid = target >= 0 && target < V;
     float target_logit = 0.0f;
-    if (threadIdx.x == 0 && valid) target_logit = bf16_to_float(x[target]);
+    if (threadIdx.x == 0 && valid) target_logit = to_float(x[target]);
 
     float m = -INFINITY, s = 0.0f;
     const int npacks = ceil_div(V, 8);  // packs touching real columns (inside the row: Vp % 8 == 0)
@@ -1137,6 +1164,7 @@ crossentropy_softmax_kernel(bf16* logits, float* __restrict__ losses, const int*
     }
     if (threadIdx.x == 0) losses[row] = valid ? logf(s) + (m - target_logit) : NAN;
     if (dloss == 0.0f) return;
+    if (dloss_scale != NULL) dloss *= *dloss_scale;  // the loss scale (fp16): exact, a power of two
 
     const float kscale = dloss / s;
     for (int p = threadIdx.x; p < Vp / 8; p += blockDim.x) {
@@ -1154,15 +1182,18 @@ crossentropy_softmax_kernel(bf16* logits, float* __restrict__ losses, const int*
 }
 
 // losses[N] = -log softmax(logits[i, :V])[targets[i]] (fp32). dloss != 0: logits[N, Vp] is
-// overwritten in place with its gradient (bf16), padded columns 0; dloss == 0: untouched.
-static inline void crossentropy_softmax_fused_cuda(bf16* logits, float* losses, const int* targets,
+// overwritten in place with its gradient (T16), padded columns 0; dloss == 0: untouched.
+// dloss_scale (device, or NULL): the gradient is that of dloss * *dloss_scale (loss scaling).
+template <class T16>
+static inline void crossentropy_softmax_fused_cuda(T16* logits, float* losses, const int* targets,
                                                    int N, int V, int Vp, float dloss,
-                                                   cudaStream_t stream) {
+                                                   const float* dloss_scale, cudaStream_t stream) {
     CUDA_REQUIRE(N >= 0 && V > 0 && V <= Vp && Vp % 8 == 0,
                  "need 0 < V <= Vp and Vp %% 8 == 0 (N=%d V=%d Vp=%d)", N, V, Vp);
     CUDA_REQUIRE(is_aligned16(logits), "logits must be 16-byte aligned");
     if (N == 0) return;
-    crossentropy_softmax_kernel<<<N, kCrossEntropyThreads, 0, stream>>>(logits, losses, targets, V, Vp, dloss);
+    crossentropy_softmax_kernel<<<N, kCrossEntropyThreads, 0, stream>>>(logits, losses, targets, V, Vp, dloss,
+                                                                         dloss_scale);
     CUDA_LAUNCH_CHECK();
 }
 

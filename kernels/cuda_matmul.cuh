@@ -98,9 +98,9 @@
 // forward (GELU_AUX epilogue), 2 = fuse the forward and the backward (DGELU epilogue; the
 // default). When the heuristic has no algorithm for a fused epilogue, the context says so
 // once on stderr, turns that fusion off, and runs the separate form from then on: a run
-// never stops for want of an epilogue. Unfused, the pre-GELU values are rounded to bf16
+// never stops for want of an epilogue. Unfused, the pre-GELU values are rounded to 16 bits
 // before the GELU (fused, it is applied to the fp32 accumulator), so the two differ in the
-// last bits; each stays within the tests' bf16 tolerance of the CPU twin.
+// last bits; each stays within the tests' tolerance of the CPU twin.
 #ifndef FSDP_KERNELS_CUDA_MATMUL_CUH
 #define FSDP_KERNELS_CUDA_MATMUL_CUH
 
@@ -156,25 +156,35 @@ typedef enum {
 //   D[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * D      for each of `batch` matrices
 // A is stored [M,K] (lda >= K), or [K,M] (lda >= M) when transA; B is stored [K,N]
 // (ldb >= N), or [N,K] (ldb >= K) when transB; D is [M,N] with ldd >= N. Strides are in
-// elements between consecutive matrices of the batch. A, B are bf16; D is bf16 or fp32
-// (d_type CUDA_R_16BF / CUDA_R_32F). C is D itself (in place when beta != 0).
-// Epilogues (batch must be 1): bias is bf16[N]; aux is bf16 [M,N] row-major with ld ldaux.
+// elements between consecutive matrices of the batch. A, B are 16-bit of type ab_type
+// (CUDA_R_16BF or CUDA_R_16F: the run's --param-dtype); D is that type or fp32 (d_type
+// CUDA_R_32F). C is D itself (in place when beta != 0).
+// Epilogues (batch must be 1): bias is ab_type [N]; aux is ab_type [M,N] row-major with ld
+// ldaux.
 typedef struct {
     int M, N, K;
-    const bf16* A; int lda; int transA; long long strideA;
-    const bf16* B; int ldb; int transB; long long strideB;
+    cudaDataType_t ab_type;
+    const void* A; int lda; int transA; long long strideA;
+    const void* B; int ldb; int transB; long long strideB;
     void* D; int ldd; cudaDataType_t d_type; long long strideD;
     int batch;
     float alpha, beta;
     MatmulEpilogue epilogue;
-    const bf16* bias;
-    bf16* aux; int ldaux;
+    const void* bias;
+    void* aux; int ldaux;
 } MatmulGemm;
+
+// The cuBLASLt type of a 16-bit storage type.
+static inline cudaDataType_t mm_type_of(const bf16*) { return CUDA_R_16BF; }
+static inline cudaDataType_t mm_type_of(const fp16*) { return CUDA_R_16F; }
+static inline const char* mm_type_name(cudaDataType_t t) {
+    return t == CUDA_R_32F ? "fp32" : t == CUDA_R_16BF ? "bf16" : t == CUDA_R_16F ? "fp16" : "another type";
+}
 
 // Everything the heuristic's choice depends on. Compared with memcmp: always memset first.
 typedef struct {
     int64_t M, N, K, lda, ldb, ldd, transA, transB, strideA, strideB, strideD, batch;
-    int64_t d_type, epilogue, ldaux;
+    int64_t ab_type, d_type, epilogue, ldaux;
     int64_t alignA, alignB, alignD, alignBias, alignAux;
 } MatmulKey;
 
@@ -346,6 +356,7 @@ static inline void mm_make_key(MatmulKey* k, const MatmulGemm* g) {
     k->transA = g->transA != 0; k->transB = g->transB != 0;
     k->batch = g->batch;
     if (g->batch > 1) { k->strideA = g->strideA; k->strideB = g->strideB; k->strideD = g->strideD; }
+    k->ab_type = (int64_t)g->ab_type;
     k->d_type = (int64_t)g->d_type;
     k->epilogue = (int64_t)g->epilogue;
     k->ldaux = g->aux ? g->ldaux : 0;
@@ -381,8 +392,8 @@ static inline void mm_plan_layouts(MatmulPlan* p, const MatmulGemm* g) {
     CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
     CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
-    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->layoutA, CUDA_R_16BF, a_rows, a_cols, (int64_t)g->ldb));
-    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->layoutB, CUDA_R_16BF, b_rows, b_cols, (int64_t)g->lda));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->layoutA, g->ab_type, a_rows, a_cols, (int64_t)g->ldb));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->layoutB, g->ab_type, b_rows, b_cols, (int64_t)g->lda));
     CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->layoutD, g->d_type, (uint64_t)g->N, (uint64_t)g->M, (int64_t)g->ldd));
     if (g->batch > 1) {
         const int32_t count = g->batch;
@@ -397,7 +408,7 @@ static inline void mm_plan_layouts(MatmulPlan* p, const MatmulGemm* g) {
     const cublasLtEpilogue_t epi = mm_cublas_epilogue(g->epilogue);
     CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS) {
-        const int32_t bias_type = CUDA_R_16BF;
+        const int32_t bias_type = g->ab_type;
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
     if (g->epilogue == MATMUL_EPI_GELU_AUX || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS ||
@@ -423,9 +434,9 @@ static inline void mm_set_pointers(MatmulPlan* p, const MatmulGemm* g) {
 
 static inline void mm_describe(char* buf, size_t n, const MatmulGemm* g) {
     snprintf(buf, n,
-             "D[%d,%d] (%s, ldd %d) = op(A)[%d,%d] (lda %d%s) @ op(B)[%d,%d] (ldb %d%s), batch %d, "
+             "D[%d,%d] (%s, ldd %d) = op(A)[%d,%d] (%s, lda %d%s) @ op(B)[%d,%d] (ldb %d%s), batch %d, "
              "epilogue %s, beta %g, alignment A/B/D %lld/%lld/%lld bytes",
-             g->M, g->N, g->d_type == CUDA_R_32F ? "fp32" : "bf16", g->ldd, g->M, g->K, g->lda,
+             g->M, g->N, mm_type_name(g->d_type), g->ldd, g->M, g->K, mm_type_name(g->ab_type), g->lda,
              g->transA ? ", transposed" : "", g->K, g->N, g->ldb, g->transB ? ", transposed" : "",
              g->batch, mm_epilogue_name(g->epilogue), (double)g->beta,
              (long long)mm_alignment(g->A), (long long)mm_alignment(g->B),
@@ -674,7 +685,9 @@ static inline void mm_validate(const MatmulGemm* g) {
     CUDA_REQUIRE(g->lda >= (g->transA ? g->M : g->K) && g->ldb >= (g->transB ? g->K : g->N) && g->ldd >= g->N,
                  "matmul: leading dimension too small (lda %d ldb %d ldd %d for M=%d N=%d K=%d)",
                  g->lda, g->ldb, g->ldd, g->M, g->N, g->K);
-    CUDA_REQUIRE(g->d_type == CUDA_R_16BF || g->d_type == CUDA_R_32F, "matmul: D must be bf16 or fp32");
+    CUDA_REQUIRE(g->ab_type == CUDA_R_16BF || g->ab_type == CUDA_R_16F, "matmul: A and B must be bf16 or fp16");
+    CUDA_REQUIRE(g->d_type == g->ab_type || g->d_type == CUDA_R_32F, "matmul: D must be %s (as A and B) or fp32",
+                 mm_type_name(g->ab_type));
     const int has_bias = g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS;
     const int has_aux = g->epilogue == MATMUL_EPI_GELU_AUX || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS ||
                         g->epilogue == MATMUL_EPI_DGELU;
@@ -686,7 +699,8 @@ static inline void mm_validate(const MatmulGemm* g) {
     CUDA_REQUIRE(g->epilogue == MATMUL_EPI_NONE || g->batch == 1, "matmul: epilogues need batch 1");
     CUDA_REQUIRE(g->epilogue != MATMUL_EPI_DGELU || g->beta == 0.0f,
                  "matmul: the DGELU epilogue overwrites its output (beta must be 0)");
-    CUDA_REQUIRE(!has_aux || g->d_type == CUDA_R_16BF, "matmul: GELU epilogues need a bf16 output");
+    CUDA_REQUIRE(!has_aux || g->d_type == g->ab_type, "matmul: GELU epilogues need a %s output",
+                 mm_type_name(g->ab_type));
 }
 
 // Runs g on stream. Returns 0 (and does nothing) when cuBLASLt has no algorithm for it (the
@@ -756,6 +770,7 @@ static inline MatmulGemm mm_gemm_init(void) {
     memset(&g, 0, sizeof(g));
     g.batch = 1;
     g.alpha = 1.0f;
+    g.ab_type = CUDA_R_16BF;
     g.d_type = CUDA_R_16BF;
     g.epilogue = MATMUL_EPI_NONE;
     return g;
@@ -767,10 +782,13 @@ static inline MatmulGemm mm_gemm_init(void) {
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] when bias != NULL). Overwrites out.
 // pre_gelu != NULL adds the GELU: pre_gelu[N,OC] = inp @ W^T (+ bias), out = gelu(pre_gelu)
 // (OC % 8 == 0, pre_gelu 16-byte aligned), in the epilogue when ctx->fuse_gelu_forward.
-static inline void matmul_forward_cuda(MatmulContext* ctx, bf16* out, bf16* pre_gelu, const bf16* inp,
-                                       const bf16* weight, const bf16* bias, int N, int C, int OC,
+template <class T16>
+static inline void matmul_forward_cuda(MatmulContext* ctx, T16* out, typename NoDeduce<T16>::type* pre_gelu,
+                                       const T16* inp, const T16* weight, const typename NoDeduce<T16>::type* bias,
+                                       int N, int C, int OC,
                                        cudaStream_t stream) {
     MatmulGemm g = mm_gemm_init();
+    g.ab_type = g.d_type = mm_type_of(inp);
     g.M = N; g.N = OC; g.K = C;
     g.A = inp; g.lda = C;
     g.B = weight; g.ldb = C; g.transB = 1;
@@ -794,11 +812,13 @@ static inline void matmul_forward_cuda(MatmulContext* ctx, bf16* out, bf16* pre_
 // layer's input) applies the GELU backward, in the epilogue when ctx->fuse_gelu_backward:
 //   dinp = gelu'(pre_gelu) * (dout @ weight)
 // i.e. dinp is then the gradient w.r.t. pre_gelu; this form must overwrite (accumulate 0).
-static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, bf16* dinp, const bf16* dout,
-                                             const bf16* weight, const bf16* pre_gelu, int N, int C,
+template <class T16>
+static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, T16* dinp, const T16* dout,
+                                             const T16* weight, const typename NoDeduce<T16>::type* pre_gelu, int N, int C,
                                              int OC, int accumulate, cudaStream_t stream) {
     CUDA_REQUIRE(!(pre_gelu && accumulate), "matmul_backward_dinp_cuda: the DGELU form cannot accumulate");
     MatmulGemm g = mm_gemm_init();
+    g.ab_type = g.d_type = mm_type_of(dout);
     g.M = N; g.N = C; g.K = OC;
     g.A = dout; g.lda = OC;
     g.B = weight; g.ldb = C;
@@ -806,7 +826,7 @@ static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, bf16* dinp, con
     g.beta = accumulate ? 1.0f : 0.0f;
     if (pre_gelu && ctx->fuse_gelu_backward) {
         g.epilogue = MATMUL_EPI_DGELU;
-        g.aux = (bf16*)pre_gelu; g.ldaux = C;  // read only in this epilogue
+        g.aux = (void*)pre_gelu; g.ldaux = C;  // read only in this epilogue
         if (matmul_gemm_try_cuda(ctx, &g, stream)) return;
         mm_fusion_refused(&g, &ctx->fuse_gelu_backward);
         g.epilogue = MATMUL_EPI_NONE; g.aux = NULL; g.ldaux = 0;
@@ -816,11 +836,13 @@ static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, bf16* dinp, con
 }
 
 // dweight[OC,C] = dout[N,OC]^T @ inp[N,C]: accumulate = 1 adds (gradient accumulation across
-// micro-steps), 0 overwrites. dweight_type is CUDA_R_16BF or CUDA_R_32F (fp32 gradients).
+// micro-steps), 0 overwrites. dweight_type is T16's (mm_type_of) or CUDA_R_32F (fp32 gradients).
+template <class T16>
 static inline void matmul_backward_dweight_cuda(MatmulContext* ctx, void* dweight, cudaDataType_t dweight_type,
-                                                const bf16* dout, const bf16* inp, int N, int C, int OC,
+                                                const T16* dout, const T16* inp, int N, int C, int OC,
                                                 int accumulate, cudaStream_t stream) {
     MatmulGemm g = mm_gemm_init();
+    g.ab_type = mm_type_of(dout);
     g.M = OC; g.N = C; g.K = N;
     g.A = dout; g.lda = OC; g.transA = 1;
     g.B = inp; g.ldb = C;

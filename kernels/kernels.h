@@ -14,7 +14,8 @@
 //     branches), dweight and dbias as matmul_backward's;
 //   encoder_backward: dwte ACCUMULATES (only the rows of tokens seen: onto the LM head's
 //     gradient), dwpe rows [0, T) as matmul_backward's dweight (rows from T on untouched);
-//   crossentropy: losses[N] fp32; with dloss != 0 the logits become dlogits in place.
+//   crossentropy: losses[N] fp32; with dloss != 0 the logits become dlogits in place (times
+//     *loss_scale where the table has one).
 //
 // The schedule calls the kernel_* functions at the end of this header rather than the table:
 // each tells the profiler (when one listens, --profile-step) what kind of work starts, so the
@@ -39,6 +40,9 @@ struct Kernels {
     void* gelu_scratch;        // set by the model (cpu: the gradient w.r.t. the GELU output)
     int lm_head_rows;          // the padded vocabulary: a matmul of that width is the LM head
     void* impl;                // the device's own state (cuda: stream, cuBLASLt, scratch)
+    // Loss scaling (cuda, --param-dtype fp16): device memory holding the scale the backward
+    // multiplies dloss by (the engine's dynamic scaler updates it on the device), or NULL.
+    const float* loss_scale;
     // --profile-step: called before each kernel while set.
     void (*on_kernel)(void* ctx, KernelKind kind, int backward);
     void* on_kernel_ctx;

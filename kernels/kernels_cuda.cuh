@@ -1,4 +1,5 @@
-// The cuda device's kernel table (kernels.h): bf16 storage, fp32 math, every kernel of
+// The cuda device's kernel table (kernels.h): 16-bit storage (bf16, or fp16 with
+// --param-dtype fp16: the table's ops are cuda_op_*<T16>), fp32 math, every kernel of
 // cuda_*.cuh on the model's compute stream. Header-only (static), included by the translation
 // unit that builds the device (train/device.cuh) and compiled by nvcc or for the emulator.
 #ifndef FSDP_KERNELS_KERNELS_CUDA_CUH
@@ -41,62 +42,74 @@ typedef struct {
 } CudaKernels;
 
 static CudaKernels* cuda_of(Kernels* k) { return (CudaKernels*)k->impl; }
-#define BF(p) ((bf16*)(p))
-#define CBF(p) ((const bf16*)(p))
+#define BF(p) ((T16*)(p))
+#define CBF(p) ((const T16*)(p))
 
+template <class T16>
 static void cuda_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
     encoder_forward_cuda(BF(out), inp, CBF(wte), CBF(wpe), B, T, C, cuda_of(k)->stream);
 }
+template <class T16>
 static void cuda_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
                                      int accumulate) {
     CudaKernels* cd = cuda_of(k);
     encoder_backward_cuda(BF(dwte), BF(dwpe), cd->scratch, cd->scratch_bytes, CBF(dout), inp, B, T, C, cd->vocab, accumulate,
                           cd->stream);
 }
+template <class T16>
 static void cuda_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
                                    const void* weight, const void* bias, int N, int C) {
     layernorm_forward_cuda(BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C, cuda_of(k)->stream);
 }
+template <class T16>
 static void cuda_op_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd, const void* a,
                                             const void* b, const void* weight, const void* bias, int N, int C) {
     fused_residual_layernorm_forward_cuda(BF(residual), BF(out), mean, rstd, CBF(a), CBF(b), CBF(weight), CBF(bias), N, C,
                                           cuda_of(k)->stream);
 }
+template <class T16>
 static void cuda_op_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                     const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate) {
     CudaKernels* cd = cuda_of(k);
     layernorm_backward_cuda(BF(dinp), BF(dweight), BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), CBF(inp),
                             CBF(weight), mean, rstd, N, C, accumulate, cd->stream);
 }
+template <class T16>
 static void cuda_op_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
                                 int N, int C, int OC) {
     CudaKernels* cd = cuda_of(k);
     matmul_forward_cuda(&cd->mm, BF(out), BF(pre_gelu), CBF(inp), CBF(weight), CBF(bias), N, C, OC, cd->stream);
 }
+template <class T16>
 static void cuda_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                  const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate) {
     CudaKernels* cd = cuda_of(k);
     // dinp overwritten (with the GELU backward in the epilogue when pre_gelu is given); the
-    // weight gradient is written into the bf16 gradient slot (beta = 0: a fresh slot is
+    // weight gradient is written into the 16-bit gradient slot (beta = 0: a fresh slot is
     // neither zeroed nor read) or added to it (beta = 1); the bias gradient is a
     // deterministic reduction of its own.
     matmul_backward_dinp_cuda(&cd->mm, BF(dinp), CBF(dout), CBF(weight), CBF(pre_gelu), N, C, OC, 0, cd->stream);
-    matmul_backward_dweight_cuda(&cd->mm, dweight, CUDA_R_16BF, CBF(dout), CBF(inp), N, C, OC, accumulate, cd->stream);
+    matmul_backward_dweight_cuda(&cd->mm, dweight, mm_type_of(CBF(dout)), CBF(dout), CBF(inp), N, C, OC, accumulate,
+                                 cd->stream);
     if (dbias) bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, accumulate, cd->stream);
 }
+template <class T16>
 static void cuda_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
     CudaKernels* cd = cuda_of(k);
     attention_forward_cuda(&cd->attn, &cd->mm, BF(out), lse, CBF(qkv), cd->scratch, cd->scratch_bytes, B, T, C, NH, cd->stream);
 }
+template <class T16>
 static void cuda_op_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
                                     const float* lse, int B, int T, int C, int NH) {
     CudaKernels* cd = cuda_of(k);
     attention_backward_cuda(&cd->attn, &cd->mm, BF(dqkv), CBF(dout), CBF(qkv), CBF(out), lse, cd->scratch,
                             cd->scratch_bytes, B, T, C, NH, cd->stream);
 }
+template <class T16>
 static void cuda_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
-    crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, cuda_of(k)->stream);
+    crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, k->loss_scale, cuda_of(k)->stream);
 }
+template <class T16>
 static void cuda_op_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
     gelu_forward_cuda(BF(out), CBF(inp), n, cuda_of(k)->stream);
 }
@@ -113,15 +126,13 @@ static const int* cuda_op_tokens(Kernels* k, int slot, const int* host, size_t n
 static void cuda_op_to_host_async(Kernels* k, void* dst, const void* src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_of(k)->stream));
 }
+template <class T16>
 static void cuda_op_act_to_host_f32(Kernels* k, float* dst, const void* src, size_t n) {
     CudaKernels* cd = cuda_of(k);
     CUDA_REQUIRE(n <= cd->host_row_cap, "%zu elements exceed the %zu-element staging buffer", n, cd->host_row_cap);
     CUDA_CHECK(cudaMemcpyAsync(cd->host_row, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, cd->stream));
     cd->host_wait(cd->host_wait_ctx, cd->stream, "a device-to-host copy of activations");
-    for (size_t i = 0; i < n; i++) {  // bf16 is the top half of an fp32
-        uint32_t u = (uint32_t)cd->host_row[i] << 16;
-        memcpy(&dst[i], &u, sizeof(u));
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = to_float(Float16Traits<T16>::from_bits(cd->host_row[i]));
 }
 static void cuda_op_synchronize(Kernels* k) {
     CudaKernels* cd = cuda_of(k);
@@ -156,13 +167,31 @@ static size_t cuda_kernels_scratch_bytes(const CudaKernelsShape* s, AttentionImp
     return align_up_256(need);
 }
 
+// The ops that touch 16-bit tensors, for one compute dtype.
+template <class T16>
+static void kernels_cuda_set_ops(Kernels* k) {
+    k->encoder_forward = cuda_op_encoder_forward<T16>;
+    k->encoder_backward = cuda_op_encoder_backward<T16>;
+    k->layernorm_forward = cuda_op_layernorm_forward<T16>;
+    k->residual_layernorm_forward = cuda_op_residual_layernorm_forward<T16>;
+    k->layernorm_backward = cuda_op_layernorm_backward<T16>;
+    k->matmul_forward = cuda_op_matmul_forward<T16>;
+    k->matmul_backward = cuda_op_matmul_backward<T16>;
+    k->attention_forward = cuda_op_attention_forward<T16>;
+    k->attention_backward = cuda_op_attention_backward<T16>;
+    k->crossentropy = cuda_op_crossentropy<T16>;
+    k->gelu_forward = cuda_op_gelu_forward<T16>;
+    k->act_to_host_f32 = cuda_op_act_to_host_f32<T16>;
+}
+
 // The cuda table on `stream`; host waits go through host_wait(host_wait_ctx, ...).
 // gelu_fusion: cuda_matmul.cuh's level; with recomputable_gelu the forward's GELU runs as
 // the kernel gelu_forward runs, never in the epilogue, so that a recomputed GELU output
 // (activation recompute) equals the forward's bit for bit.
+// param_fp16: the compute dtype is fp16 (else bf16).
 static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)(void*, cudaStream_t, const char*),
                               void* host_wait_ctx, AttentionImpl attention, int gelu_fusion, int recomputable_gelu,
-                              const CudaKernelsShape* s) {
+                              int param_fp16, const CudaKernelsShape* s) {
     memset(k, 0, sizeof(*k));
     CudaKernels* cd = (CudaKernels*)calloc(1, sizeof(CudaKernels));
     cd->stream = stream;
@@ -190,23 +219,13 @@ static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)
     CUDA_CHECK(cudaMallocHost((void**)&cd->host_row, cd->host_row_cap * sizeof(uint16_t)));
     k->impl = cd;
     k->lm_head_rows = s->padded_vocab;
-    k->act_bytes = sizeof(bf16);
+    k->act_bytes = sizeof(uint16_t);  // bf16 or fp16
     k->gelu_needs_scratch = 0;  // cuBLASLt's DGELU epilogue
-    k->encoder_forward = cuda_op_encoder_forward;
-    k->encoder_backward = cuda_op_encoder_backward;
-    k->layernorm_forward = cuda_op_layernorm_forward;
-    k->residual_layernorm_forward = cuda_op_residual_layernorm_forward;
-    k->layernorm_backward = cuda_op_layernorm_backward;
-    k->matmul_forward = cuda_op_matmul_forward;
-    k->matmul_backward = cuda_op_matmul_backward;
-    k->attention_forward = cuda_op_attention_forward;
-    k->attention_backward = cuda_op_attention_backward;
-    k->crossentropy = cuda_op_crossentropy;
-    k->gelu_forward = cuda_op_gelu_forward;
+    if (param_fp16) kernels_cuda_set_ops<fp16>(k);
+    else kernels_cuda_set_ops<bf16>(k);
     k->zero = cuda_op_zero;
     k->tokens = cuda_op_tokens;
     k->to_host_async = cuda_op_to_host_async;
-    k->act_to_host_f32 = cuda_op_act_to_host_f32;
     k->synchronize = cuda_op_synchronize;
     k->mark = cuda_op_mark;
     k->mark_ms = cuda_op_mark_ms;

@@ -272,6 +272,12 @@ cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int wo
     return s;
 }
 
+void gpt2_checkpoint_state_add_loss_scaler(cJSON* state, float scale, int good_steps) {
+    cJSON* l = cJSON_AddObjectToObject(state, "loss_scaler");
+    cJSON_AddNumberToObject(l, "scale", scale);
+    cJSON_AddNumberToObject(l, "good_steps", good_steps);
+}
+
 // obj[key] as a whole number in [0, max], or a message naming the manifest and the field
 // (`what`: "state.step", ...). A negative, fractional, non-finite or huge value is refused
 // before it is converted (a cast of such a double is undefined or silently wrong).
@@ -388,6 +394,25 @@ int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece*
     }
     rs->step = (long)step;
     rs->seq_len = (long)seq_len;
+    // The fp16 loss scaler's state, when the run that saved it had one.
+    rs->loss_scale = 0.0f;
+    rs->loss_scale_good_steps = 0;
+    const cJSON* scaler = cJSON_GetObjectItemCaseSensitive(c.state, "loss_scaler");
+    if (scaler) {
+        const cJSON* sv = cJSON_IsObject(scaler) ? cJSON_GetObjectItemCaseSensitive(scaler, "scale") : NULL;
+        uint64_t good;
+        if (!cJSON_IsNumber(sv) || !(sv->valuedouble >= 1.0 && sv->valuedouble <= 16777216.0)) {
+            snprintf(err, errlen, "%s/manifest.json: state.loss_scaler.scale is not a number in [1, 2^24]", dir);
+            ckpt_close(&c);
+            return 1;
+        }
+        if (state_uint(&c, scaler, "good_steps", "state.loss_scaler.good_steps", INT32_MAX, &good, err, errlen)) {
+            ckpt_close(&c);
+            return 1;
+        }
+        rs->loss_scale = (float)sv->valuedouble;
+        rs->loss_scale_good_steps = (int)good;
+    }
     if (rs->seq_len != T && windows != 0) {  // an imported checkpoint has consumed no data yet
         snprintf(err, errlen, "%s/manifest.json: saved with --seq-len %ld, this run has %d (the data position counts windows of T)",
                  dir, rs->seq_len, T);

@@ -79,9 +79,13 @@ typedef struct {
     uint64_t windows_consumed;
     uint64_t seed;
     int shuffle;
+    float loss_scale;            // state.loss_scaler.scale (fp16 runs); 0: the checkpoint has none
+    int loss_scale_good_steps;   // state.loss_scaler.good_steps
 } Gpt2RunState;
 struct cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
                                     long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle);
+// An fp16 run's loss scaler (the next step's scale, finite steps in a row at it) into state.
+void gpt2_checkpoint_state_add_loss_scaler(struct cJSON* state, float scale, int good_steps);
 // The model config in an open checkpoint's state, checked (gpt2_config_check).
 int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t errlen);
 // Every tensor of cfg is in the checkpoint's manifest, with its shape.
@@ -91,7 +95,8 @@ int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* er
 // where the run stood. Every state field is checked before use, naming it: state.step (a
 // whole number in [0, 2^31), equal to the manifest's step), state.seq_len,
 // state.loader.windows_consumed (a whole number up to 2^53), shuffle (0 or 1), seed (a decimal
-// string of a uint64).
+// string of a uint64), and when present state.loss_scaler.scale (in [1, 2^24]) and
+// .good_steps (a whole number).
 int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
                          float* const arenas[CKPT_KINDS], int T, Gpt2RunState* rs, uint64_t* bytes_read,
                          char* err, size_t errlen);

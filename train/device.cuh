@@ -148,15 +148,25 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
         if (bc.use_nccl && pg->local_world > gpus)
             fatal_agreed(pg, "--comm nccl: %d local ranks share %d GPU(s), which NCCL refuses; use --comm mpi", pg->local_world, gpus);
     }
+    // Before sm_80 (a T4, sm_75): no bf16 tensor cores (fp16 only), and none of the flash
+    // kernels' instructions (cp.async, mma.sync m16n8k16).
+    const int sm80 = prop.major >= 8;
+    if (!sm80 && !o->param_fp16)
+        fatal_agreed(pg, "%s (sm_%d%d) has no bf16 tensor cores: train with --param-dtype fp16", prop.name, prop.major,
+                     prop.minor);
     AttentionImpl attention;
     int hs = c->channels / c->num_heads;
-    if (!strcmp(o->attention, "auto")) attention = attention_flash_supports(hs) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
+    if (!strcmp(o->attention, "auto")) attention = sm80 && attention_flash_supports(hs) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
+    else if (strcmp(o->attention, "cublas") && !sm80)
+        fatal_agreed(pg, "--attention %s needs sm_80 or newer (cp.async, mma.sync m16n8k16), %s is sm_%d%d; use --attention cublas",
+                     o->attention, prop.name, prop.major, prop.minor);
     else if (strcmp(o->attention, "cublas") && !attention_flash_supports(hs))
         fatal_agreed(pg, "--attention %s supports head sizes 64 and 128, this model's is %d; use --attention cublas", o->attention, hs);
     else attention = (AttentionImpl)attention_impl_from_name(o->attention);
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     bc.reduce_fp32 = o->reduce_fp32;
+    bc.param_fp16 = o->param_fp16;
     for (int u = 0; u < m->n_units; u++)
         if (m->units[u].padded > bc.max_unit_padded) bc.max_unit_padded = m->units[u].padded;
     bc.seed = o->seed;
@@ -176,17 +186,19 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     // made it that way too (its epilogue form differs in the last bits).
     const int recomputable_gelu = o->recompute == RECOMPUTE_SELECTIVE;
     kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, attention, o->gelu_fusion, recomputable_gelu,
-                      &shape);
+                      o->param_fp16, &shape);
     kernels_cuda_set_matmul_autotune(&d->kernels, o->matmul_autotune, pg->rank == 0);
 
     d->name = "cuda";
     d->impl = st;
     snprintf(d->gpu_name, sizeof(d->gpu_name), "%s", prop.name);
     snprintf(d->description, sizeof(d->description),
-             "GPU %d of %d: %s, %.1f GiB, sm_%d%d | collectives %s (%s), reduce %s | attention %s, gelu fusion %d%s, "
+             "GPU %d of %d: %s, %.1f GiB, sm_%d%d | %s | collectives %s (%s), reduce %s | attention %s, gelu fusion %d%s, "
              "matmul autotune %s%s", gpu, gpus,
              prop.name, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
-             bc.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why, o->reduce_fp32 ? "fp32" : "bf16",
+             o->param_fp16 ? "fp16 with loss scaling" : "bf16",
+             bc.use_nccl ? "nccl" : "mpi (staged through host memory)", comm_why,
+             o->reduce_fp32 ? "fp32" : o->param_fp16 ? "fp16" : "bf16",
              attention_impl_name(attention), o->gelu_fusion,
              recomputable_gelu && o->gelu_fusion > 0 ? " (backward only: selective recompute)" : "",
              kernels_cuda_matmul_autotune_name(&d->kernels), fcfg->offload ? " | optimizer on the host" : "");

@@ -31,6 +31,7 @@ typedef struct {
     uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
     Recompute recompute;       // cuda, selective: the forward's GELU must be recomputable exactly
     int matmul_autotune;       // cuda: MatmulTuneMode, -1 the build's default (cuda_matmul.cuh)
+    int param_fp16;            // cuda: the compute dtype is fp16 (--param-dtype fp16), else bf16
     // --plan: the sim device (kernels_sim.h, fsdp/backend_sim.h) modelling this profile
     // (train/plan.h) instead of a real one; its tables advance sim_clock. NULL otherwise.
     const struct SimProfile* sim;

@@ -95,12 +95,16 @@ void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic) 
     if (mt->rank != 0) return;
     double tok_s = (double)mt->tokens_per_step / (r->ms / 1000.0);
     double avg_ms = mt->timed_steps > 0 ? mt->train_ms_total / mt->timed_steps : r->ms;
-    char eta[32], mfu[32] = "", loss_s[32], norm_s[32];
+    char eta[32], mfu[32] = "", loss_s[32], norm_s[32], scale[48] = "", skipped[96] = "";
     format_duration((mt->end_step - r->step) * avg_ms / 1000.0, eta, sizeof(eta));
     if (mt->peak_flops > 0) snprintf(mfu, sizeof(mfu), " | mfu %.1f%%", 100.0 * tok_s * mt->flops_per_token / mt->peak_flops);
-    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | mem %.0f MiB | eta %s%s\n",
-           r->step, mt->max_steps, r->loss, r->norm, r->lr, r->ms, tok_s, mfu, r->mem_mib, eta,
-           r->skipped ? " | update skipped: non-finite loss or gradient norm" : "");
+    if (r->loss_scale > 0) snprintf(scale, sizeof(scale), " | scale %.9g", r->loss_scale);
+    if (r->overflow)
+        snprintf(skipped, sizeof(skipped), " | update skipped: gradient overflow, loss scale %.9g -> %.9g", r->loss_scale,
+                 r->next_loss_scale);
+    else if (r->skipped) snprintf(skipped, sizeof(skipped), " | update skipped: non-finite loss or gradient norm");
+    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | mem %.0f MiB%s | eta %s%s\n",
+           r->step, mt->max_steps, r->loss, r->norm, r->lr, r->ms, tok_s, mfu, r->mem_mib, scale, eta, skipped);
     fflush(stdout);
     if (!mt->jsonl) return;
     json_number(loss_s, sizeof(loss_s), "%.9f", r->loss);
@@ -110,6 +114,8 @@ void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic) 
             r->step, loss_s, r->lr, norm_s, r->ms, r->data_ms, tok_s, mt->tokens_per_step * (long)r->step, r->mem_mib);
     if (mt->peak_flops > 0) fprintf(mt->jsonl, ",\"mfu\":%.5f", tok_s * mt->flops_per_token / mt->peak_flops);
     if (r->skipped) fprintf(mt->jsonl, ",\"skipped\":true");
+    if (r->loss_scale > 0) fprintf(mt->jsonl, ",\"loss_scale\":%.9g", r->loss_scale);
+    if (r->overflow) fprintf(mt->jsonl, ",\"overflow\":true");
     fprintf(mt->jsonl, "}\n");
     fflush(mt->jsonl);
 }

@@ -30,6 +30,9 @@ typedef struct {
     double ms, data_ms;  // the step on the host clock; of it, reading data
     double mem_mib;      // cpu: peak resident; cuda: GPU memory in use (max over the run)
     int skipped;         // non-finite loss or norm: no update
+    float loss_scale;    // fp16: the scale this step's backward ran with (0: no loss scaling)
+    float next_loss_scale;  // ... and the next step's
+    int overflow;        // fp16: the gradients overflowed; skipped, and the scale halved
     int profiled;        // --profile-step's step (left out of the averages)
 } StepRecord;
 

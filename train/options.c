@@ -75,7 +75,14 @@ void print_usage(void) {
 "      --comm nccl|mpi          cuda collectives: NCCL, or MPI staged through host memory (several ranks\n"
 "                               may share a GPU, which NCCL refuses) [nccl when every local rank has\n"
 "                               its own GPU, else mpi]\n"
-"      --reduce-dtype bf16|fp32 cuda: dtype of the gradient reduce-scatter [bf16]\n"
+"      --param-dtype bf16|fp16  cuda: dtype of the parameters, activations and gradients the kernels\n"
+"                               use (master weights and Adam state stay fp32); fp16, for GPUs without\n"
+"                               bf16 (V100, T4), trains with dynamic loss scaling [bf16]\n"
+"      --loss-scale F           fp16: the first loss scale, in [1, 2^24] [65536]\n"
+"      --loss-scale-window N    fp16: double the scale after N steps in a row without overflow (an\n"
+"                               overflow skips the step and halves it); 0 keeps the scale fixed [1000]\n"
+"      --reduce-dtype bf16|fp32 cuda: dtype of the gradient reduce-scatter: 16-bit (the --param-dtype's)\n"
+"                               or fp32 [bf16]\n"
 "      --attention flash|flash1|cublas\n"
 "                               cuda: fused flash attention (FlashAttention-2's tiling), flash1 (the\n"
 "                               previous flash kernels), or the cuBLAS reference path [flash where\n"
@@ -159,7 +166,7 @@ static int parse_float(const char* flag, const char* s, double lo, double hi, fl
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end != '\0' || !isfinite(v)) { snprintf(e->msg, sizeof(e->msg), "%s: expected a number, got '%s'", flag, s); return 1; }
-    if (v < lo || v > hi) { snprintf(e->msg, sizeof(e->msg), "%s: %g is out of range [%g, %g]", flag, v, lo, hi); return 1; }
+    if (v < lo || v > hi) { snprintf(e->msg, sizeof(e->msg), "%s: %.9g is out of range [%.9g, %.9g]", flag, v, lo, hi); return 1; }
     *out = (float)v;
     return 0;
 }
@@ -172,6 +179,7 @@ enum {
     OPT_CKPT_COMPRESS, OPT_CKPT_ASYNC, OPT_RESUME, OPT_STOP_AT, OPT_RENDEZVOUS, OPT_RUN_ID,
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
     OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_OFFLOAD, OPT_MATMUL_AUTOTUNE,
+    OPT_PARAM_DTYPE, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
 };
 
@@ -196,6 +204,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
     o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
+    o->loss_scale = 65536.0f; o->loss_scale_window = 1000;
     o->sim_device = "h100"; o->gpus_per_node = 8;
 
     static const struct option longopts[] = {
@@ -233,6 +242,8 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"profile-step", required_argument, 0, OPT_PROFILE_STEP},
         {"peak-tflops", required_argument, 0, OPT_PEAK_TFLOPS},
         {"comm", required_argument, 0, OPT_COMM}, {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
+        {"param-dtype", required_argument, 0, OPT_PARAM_DTYPE}, {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
+        {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
         {"attention", required_argument, 0, OPT_ATTENTION},
         {"gelu-fusion", required_argument, 0, OPT_GELU_FUSION},
         {"matmul-autotune", required_argument, 0, OPT_MATMUL_AUTOTUNE},
@@ -245,6 +256,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     optind = 1;
     int ch, r = 0, val_given = 0;
     const char* plan_only = NULL;  // the first --plan-only flag given
+    const char* scaler_flag = NULL;  // the first loss-scaling flag given (fp16 only)
     long seed = 0;
     while ((ch = getopt_long(argc, argv, ":i:j:o:m:e:b:t:d:x:l:u:q:c:v:s:g:h", longopts, NULL)) != -1) {
         switch (ch) {
@@ -340,6 +352,20 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             else if (!strcmp(optarg, "bf16")) o->reduce_fp32 = 0;
             else { snprintf(e->msg, sizeof(e->msg), "--reduce-dtype: expected bf16 or fp32, got '%s'", optarg); r = 1; }
             break;
+        case OPT_PARAM_DTYPE:
+            if (!strcmp(optarg, "fp16")) o->param_fp16 = 1;
+            else if (!strcmp(optarg, "bf16")) o->param_fp16 = 0;
+            else { snprintf(e->msg, sizeof(e->msg), "--param-dtype: expected bf16 or fp16, got '%s'", optarg); r = 1; }
+            if (o->param_fp16 && !o->cuda_only_flag) o->cuda_only_flag = "--param-dtype fp16";
+            break;
+        case OPT_LOSS_SCALE:
+            r = parse_float("--loss-scale", optarg, 1.0, 16777216.0, &o->loss_scale, e);
+            if (!scaler_flag) scaler_flag = "--loss-scale";
+            break;
+        case OPT_LOSS_SCALE_WINDOW:
+            r = parse_int("--loss-scale-window", optarg, 0, INT_MAX, &o->loss_scale_window, e);
+            if (!scaler_flag) scaler_flag = "--loss-scale-window";
+            break;
         case OPT_ATTENTION:
             if (strcmp(optarg, "flash") && strcmp(optarg, "flash1") && strcmp(optarg, "cublas")) {
                 snprintf(e->msg, sizeof(e->msg), "--attention: expected flash, flash1 or cublas, got '%s'", optarg); r = 1;
@@ -392,6 +418,15 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     }
     if (optind < argc) { snprintf(e->msg, sizeof(e->msg), "unexpected argument '%s'", argv[optind]); return 1; }
     if (plan_only && !o->plan) { snprintf(e->msg, sizeof(e->msg), "%s applies to --plan only", plan_only); return 1; }
+    if (scaler_flag && !o->param_fp16) {
+        snprintf(e->msg, sizeof(e->msg), "%s applies to --param-dtype fp16 only (bf16 needs no loss scaling)", scaler_flag);
+        return 1;
+    }
+    if (o->param_fp16 && o->offload) {
+        snprintf(e->msg, sizeof(e->msg), "--param-dtype fp16 with --offload optimizer is not supported yet (the loss "
+                 "scaler runs with the GPU's optimizer): use one of them");
+        return 1;
+    }
     // The default validation shard belongs to the default training data: with other data
     // and no -j it would validate on Tiny Shakespeare (or fail on a file the user never named).
     if (!val_given && strcmp(o->train_data, DEFAULT_TRAIN_DATA) != 0) o->val_data = NULL;

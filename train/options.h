@@ -40,6 +40,9 @@ typedef struct {
     const char* device;
     const char* comm;            // cuda: "auto", "nccl" or "mpi"
     int reduce_fp32;             // cuda: --reduce-dtype fp32
+    int param_fp16;              // cuda: --param-dtype fp16
+    float loss_scale;            // fp16: --loss-scale, the first scale
+    int loss_scale_window;       // fp16: --loss-scale-window (0: a fixed scale)
     const char* cuda_only_flag;  // the first cuda-only flag given (--comm, --attention, ...)
     const char* attention;       // cuda: "auto", "flash", "flash1" or "cublas"
     int recompute;               // --recompute: 0 none, 1 selective, 2 full (train/device.h's Recompute)

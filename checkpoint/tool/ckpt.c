@@ -292,6 +292,11 @@ static int cmd_info(int argc, char** argv) {
         print_state_number(loader, "seed", "loader seed");
         print_state_number(loader, "shuffle", "loader shuffle");
     }
+    const cJSON* scaler = c.state ? cJSON_GetObjectItemCaseSensitive(c.state, "loss_scaler") : NULL;
+    if (cJSON_IsObject(scaler)) {  // an fp16 run's (--param-dtype fp16)
+        print_state_number(scaler, "scale", "loss scale");
+        print_state_number(scaler, "good_steps", "loss scale steps");
+    }
 
     uint64_t stored[CKPT_KINDS] = {0}, raw[CKPT_KINDS] = {0};
     int per_codec[CKPT_CODECS] = {0}, per_kind_chunks[CKPT_KINDS] = {0};

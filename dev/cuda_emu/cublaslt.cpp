@@ -21,15 +21,19 @@
 //   :MS     the device thread spends MS more milliseconds on each call (the events, which
 //           measure host time, see a slower algorithm).
 // Strict where cuBLASLt is: attribute sizes, ld >= rows, operand shapes, C == D in place
-// only with the same layout, supported types (A, B bf16; C, D bf16 or fp32; fp32 compute
-// and scale). Extra checks: every operand lies inside one device buffer, and its pointer
-// has the alignment promised to the heuristic (the algorithm is only valid for that).
-// Arithmetic: products of the bf16 inputs summed in double, rounded once to D's type.
+// only with the same layout, supported types (A, B both bf16 or both fp16; C, D that type
+// or fp32; fp32 compute and scale: the 16-bit rows of cublasLtMatmul's table of supported
+// type combinations). Extra checks: every operand lies inside one device buffer, and its
+// pointer has the alignment promised to the heuristic (the algorithm is only valid for that).
+// Arithmetic: the (exact) products of the 16-bit inputs summed in double, the epilogue in
+// double, then rounded to D's (and aux's) type: fp16 and fp32 once, bf16 through fp32
+// (to nearest even both times).
 // cublasLtMatmul checks its arguments and reads the host-side ones (alpha, beta, descriptor,
 // layouts) when called; the product is stream work (emu::enqueue_compute), done when the
 // stream gets to it.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -173,8 +177,8 @@ static cublasStatus_t check_shapes(const cublasLtMatmulDescOpaque_t* d, const cu
                    (unsigned long long)am, (unsigned long long)ak, (unsigned long long)bk, (unsigned long long)bn,
                    (unsigned long long)c->rows, (unsigned long long)c->cols, (unsigned long long)o->rows,
                    (unsigned long long)o->cols);
-    if (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF || c->type != o->type ||
-        (o->type != CUDA_R_16BF && o->type != CUDA_R_32F))
+    if ((a->type != CUDA_R_16BF && a->type != CUDA_R_16F) || b->type != a->type || c->type != o->type ||
+        (o->type != a->type && o->type != CUDA_R_32F))
         return bad(CUBLAS_STATUS_NOT_SUPPORTED, "types A %d B %d C %d D %d", a->type, b->type, c->type, o->type);
     if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch)
         return bad(CUBLAS_STATUS_INVALID_VALUE, "batch counts A %d B %d C %d D %d", a->batch, b->batch, c->batch, o->batch);
@@ -251,13 +255,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
 }
 
 static float load(const void* p, cudaDataType t, size_t i) {
-    return t == CUDA_R_16BF ? __bfloat162float(((const __nv_bfloat16*)p)[i]) : ((const float*)p)[i];
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+    if (t == CUDA_R_16F) return __half2float(((const __half*)p)[i]);
+    return ((const float*)p)[i];
 }
 static void store(void* p, cudaDataType t, size_t i, double v) {
     if (t == CUDA_R_16BF) ((__nv_bfloat16*)p)[i] = __float2bfloat16_rn((float)v);
+    else if (t == CUDA_R_16F) ((__half*)p)[i] = __double2half(v);
     else ((float*)p)[i] = (float)v;
 }
-static size_t type_bytes(cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; }
+static size_t type_bytes(cudaDataType t) { return t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 4; }
 // Bytes spanned by a layout's batch: the last column needs only `rows` elements.
 static size_t extent(const cublasLtMatrixLayoutOpaque_t* l) {
     if (l->rows == 0 || l->cols == 0) return 0;
@@ -383,7 +390,7 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
                 if (dgelu_aux) v *= dgelu(load(d->aux, aux_type, i + j * d->aux_ld));
                 store(D, lo->type, od + i + j * lo->ld, v);
                 if (flip) {  // the "ulp" candidate: the lowest bit of the stored value
-                    if (lo->type == CUDA_R_16BF) ((uint16_t*)D)[od + i + j * lo->ld] ^= 1u;
+                    if (type_bytes(lo->type) == 2) ((uint16_t*)D)[od + i + j * lo->ld] ^= 1u;
                     else ((uint32_t*)D)[od + i + j * lo->ld] ^= 1u;
                 }
             }

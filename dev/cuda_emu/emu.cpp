@@ -2,6 +2,7 @@
 // device memory, launches, the runtime API and the PTX instructions. See emu.h for what is
 // (and is not) emulated.
 #include "emu.h"
+#include "include/cuda_fp16.h"
 #include "include/cupti.h"
 
 // The CUPTI shim's subscriber (one at a time; see report_launch).
@@ -808,7 +809,14 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) { retu
 // ----------------------------------------------------------------------------
 // Device, streams, events, errors
 
-static const int kOptinSmem = 232448;  // sm_90: 227 KiB per block with the opt-in
+// The emulated GPU: an sm_90 (227 KiB of shared memory per block with the opt-in), or with
+// EMU_SM=75 an sm_75 (a T4: no bf16 tensor cores, 64 KiB with the opt-in), for the host-side
+// choices of older GPUs (the kernels themselves run whatever the number).
+static int emu_sm() {
+    const char* s = getenv("EMU_SM");
+    return s && !strcmp(s, "75") ? 75 : 90;
+}
+static int optin_smem() { return emu_sm() == 75 ? 65536 : 232448; }
 
 long long clock64() {
     struct timespec ts;
@@ -832,10 +840,10 @@ cudaError_t cudaGetDevice(int* dev) { *dev = current_device; return cudaSuccess;
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
     if (dev < 0 || dev >= emu::device_count()) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", dev);
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "cuda_emu (CPU emulation of an sm_90 GPU)");
+    snprintf(p->name, sizeof p->name, "cuda_emu (CPU emulation of an sm_%d GPU)", emu_sm());
     p->totalGlobalMem = kDeviceMem;
     p->sharedMemPerBlock = 48 << 10;
-    p->sharedMemPerBlockOptin = kOptinSmem;
+    p->sharedMemPerBlockOptin = optin_smem();
     p->sharedMemPerMultiprocessor = 228 << 10;
     p->regsPerBlock = 65536;
     p->warpSize = 32;
@@ -843,8 +851,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int dev) {
     p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
     p->maxGridSize[0] = 0x7fffffff; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
     p->multiProcessorCount = 132;
-    p->major = 9;
-    p->minor = 0;
+    p->major = emu_sm() / 10;
+    p->minor = emu_sm() % 10;
     p->l2CacheSize = 50 << 20;
     p->maxThreadsPerMultiProcessor = 2048;
     return cudaSuccess;
@@ -866,8 +874,9 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int dev) {
 }
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || value > kOptinSmem)
-            return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d): the limit is %d", value, kOptinSmem);
+        if (value < 0 || value > optin_smem())
+            return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d): the limit is %d", value,
+                        optin_smem());
         smem_optin[func] = value;
         return cudaSuccess;
     }
@@ -1228,8 +1237,10 @@ static Ptx parse_ptx(const char* text) {
             i++;
         }
     };
-    if (op == "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") {
+    if (op == "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" ||
+        op == "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") {
         p.kind = P_MMA;
+        p.num = op.find(".f16.f16.") != std::string::npos;  // 1: .f16 A/B, 0: .bf16
         shape({4, 4, 2, 4});
     } else if (op.rfind("ldmatrix.sync.aligned.m8n8.x", 0) == 0) {
         const std::string tail = op.substr(28);  // "4.trans.shared.b16"
@@ -1275,34 +1286,41 @@ static void set32(const AsmArg* a, size_t na, const Opnd& o, uint32_t v) {
     memcpy(a[o.reg].p, &v, 4);
 }
 
-static float bf16_bits(uint32_t reg, int half) {  // element `half` of a .bf16x2 register
-    const uint32_t u = (half ? reg >> 16 : reg & 0xffffu) << 16;
+// Element `hi` (0: the low half) of a .bf16x2 or .f16x2 register, exactly.
+static float x2_elem(uint32_t reg, int hi, bool f16) {
+    const uint32_t h = hi ? reg >> 16 : reg & 0xffffu;
+    if (f16) return __half2float(__ushort_as_half((unsigned short)h));
+    const uint32_t u = h << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-// mma.m16n8k16, .bf16 A/B, .f32 C/D (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
-// floating point type"), groupID = lane >> 2, threadID_in_group = lane % 4:
+// mma.m16n8k16, .bf16 or .f16 A/B, .f32 C/D (PTX ISA, "Matrix Fragments for mma.m16n8k16
+// with floating point type": the same layout for both), groupID = lane >> 2,
+// threadID_in_group = lane % 4:
 //   A: a0..a7 (two per register, lower index in the lower half)
 //      row = groupID for a0, a1, a4, a5, groupID + 8 for a2, a3, a6, a7
 //      col = threadID_in_group * 2 + (i & 1), + 8 for i >= 4
 //   B: b0..b3: row = threadID_in_group * 2 + (i & 1), + 8 for i >= 2; col = groupID
 //   C, D: c0..c3: row = groupID, + 8 for i >= 2; col = threadID_in_group * 2 + (i & 1)
-struct MmaIn { uint32_t a[4], b[2]; float c[4]; };
+struct MmaIn { uint32_t a[4], b[2]; float c[4]; int f16; };
 static void mma_complete(unsigned char (*s)[SLOT]) {
     stats.mma++;
     double A[16][16], B[16][8], D[16][8];  // D starts as C; exact products, double sums
+    int f16 = 0;
     for (int L = 0; L < 32; L++) {
         MmaIn in;
         memcpy(&in, s[L], sizeof in);
+        if (L == 0) f16 = in.f16;
+        if (in.f16 != f16) die("mma: lanes of a warp execute .bf16 and .f16 forms together");
         const int g = L >> 2, t = L & 3;
         for (int i = 0; i < 8; i++) {
             const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
             const int col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
-            A[row][col] = bf16_bits(in.a[i / 2], i & 1);
+            A[row][col] = x2_elem(in.a[i / 2], i & 1, f16);
         }
-        for (int i = 0; i < 4; i++) B[t * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] = bf16_bits(in.b[i / 2], i & 1);
+        for (int i = 0; i < 4; i++) B[t * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] = x2_elem(in.b[i / 2], i & 1, f16);
         for (int i = 0; i < 4; i++) D[i < 2 ? g : g + 8][t * 2 + (i & 1)] = in.c[i];
     }
     for (int r = 0; r < 16; r++)
@@ -1369,6 +1387,7 @@ void ptx(const char* text, std::initializer_list<AsmArg> args) {
     switch (p.kind) {
         case P_MMA: {
             MmaIn in;
+            in.f16 = p.num;
             for (int i = 0; i < 4; i++) in.a[i] = (uint32_t)get(a, na, p.g[1].v[i]);
             for (int i = 0; i < 2; i++) in.b[i] = (uint32_t)get(a, na, p.g[2].v[i]);
             for (int i = 0; i < 4; i++) {

@@ -4,8 +4,8 @@
 //   dev/test/test_kernels_emu.sh runs dev/test/test_kernels_cuda.cu and
 //   dev/test/test_attention_cuda.cu, unchanged, on the CPU: transform.py rewrites a copy of
 //   them and of kernels/*.cuh (kernel<<<...>>> launches, asm("PTX") statements, __shared__
-//   declarations), g++ compiles the copy against the shim headers in include/
-//   (cuda_runtime.h, cuda_bf16.h, cublasLt.h, cub, nccl.h), and this runtime executes the
+//   declarations), g++ compiles the copy against the shim headers in include/ (cuda_runtime.h,
+//   cuda_bf16.h, cuda_fp16.h, cublasLt.h, cub, nccl.h), and this runtime executes the
 //   kernels. dev/test/test_train_emu.sh does the same to train_gpt.cu (with -D__CUDACC__) and
 //   fsdp/backend_cuda.cuh: the whole `train_gpt --device cuda --comm mpi|nccl` path, compared
 //   with the cpu device.
@@ -34,7 +34,7 @@
 //     reaches its declaration. Launches are checked like the runtime does: block <= 1024
 //     threads (and <= __launch_bounds__), grid limits, dynamic shared memory <= 48 KiB
 //     unless cudaFuncSetAttribute(MaxDynamicSharedMemorySize) opted in (<= 227 KiB, sm_90).
-//   - PTX (asm statements): mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 and
+//   - PTX (asm statements): mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 (T: bf16 or f16) and
 //     ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16 from the fragment layouts of
 //     the PTX ISA; cp.async.{ca,cg}.shared.global, commit_group, wait_group N, wait_all:
 //     the destination is undefined from the issue (poisoned then) until the wait that
@@ -42,6 +42,7 @@
 //     issuing it while other warps still read the old contents, meets poison.
 //   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory, 80 GiB;
 //     EMU_DEVICE_COUNT=N reports N alike, all backed by the process's memory);
+//     EMU_SM=75 reports an sm_75 GPU instead of sm_90 (the host's choices for older GPUs);
 //     device work is asynchronous (Streams below); events measure host time (when the device
 //     thread reached the record; cudaEventElapsedTime refuses cudaEventDisableTiming events
 //     and answers cudaErrorNotReady before both are complete); stream and event handles are
@@ -50,7 +51,7 @@
 //     nccl.cpp): communicators between the processes of this machine through POSIX shared
 //     memory, collectives as stream work (emu::enqueue), reductions in rank order, non-blocking
 //     init, abort, a dead peer as ncclRemoteError (include/nccl.h says what else).
-//     cuBLASLt (cublaslt.cpp): column-major
+//     cuBLASLt (cublaslt.cpp): column-major (A, B both bf16 or both fp16; C, D that or fp32)
 //     D = alpha op(A) op(B) + beta C per matrix of a strided batch, bias / GELU_AUX(_BIAS) /
 //     DGELU epilogues (tanh GELU), strict about attribute sizes, layouts, in-place C == D
 //     and the alignments promised to the heuristic. CUB DeviceRadixSort::SortPairs: a

@@ -31,6 +31,7 @@
 #include <nccl.h>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -317,7 +318,9 @@ ncclResult_t barrier(State& s, Wait& w) {
 }
 
 // Element types: storage S, arithmetic in C (float for the 16-bit floats, whose result is
-// rounded back to S after every operation, as NCCL reduces in the data type).
+// rounded back to S after every operation, as NCCL reduces in the data type: an fp32 sum,
+// product, max or min of two bf16 or fp16 values rounded to nearest even is the correctly
+// rounded 16-bit result, as fp32's 24 bits are at least 2p + 2 for p = 8 or 11).
 template <class S> struct Tr {
     typedef S C;
     static C load(S v) { return v; }
@@ -328,10 +331,10 @@ template <> struct Tr<__nv_bfloat16> {
     static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
     static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
 };
-template <> struct Tr<_Float16> {
+template <> struct Tr<__half> {
     typedef float C;
-    static float load(_Float16 v) { return (float)v; }
-    static _Float16 store(float v) { return (_Float16)v; }
+    static float load(__half v) { return __half2float(v); }
+    static __half store(float v) { return __float2half_rn(v); }
 };
 
 template <class C> C combine(C a, C b, ncclRedOp_t op) {
@@ -385,7 +388,7 @@ void reduce(unsigned char* dst, const unsigned char* const* src, int n, size_t c
         case ncclUint32: reduce_t<uint32_t>(dst, src, n, count, op); break;
         case ncclInt64: reduce_t<int64_t>(dst, src, n, count, op); break;
         case ncclUint64: reduce_t<uint64_t>(dst, src, n, count, op); break;
-        case ncclFloat16: reduce_t<_Float16>(dst, src, n, count, op); break;
+        case ncclFloat16: reduce_t<__half>(dst, src, n, count, op); break;
         case ncclFloat32: reduce_t<float>(dst, src, n, count, op); break;
         case ncclFloat64: reduce_t<double>(dst, src, n, count, op); break;
         case ncclBfloat16: reduce_t<__nv_bfloat16>(dst, src, n, count, op); break;

@@ -1,7 +1,7 @@
 // Self-test of the emulator's NCCL shim (nccl.cpp), run by dev/test/test_train_emu.sh: forks
 // NRANKS processes (one emulated device each) that check what NCCL's documentation promises:
-// the collectives' results (in place and not, messages of many chunks, bf16 / fp32 / int32,
-// sum / avg / max), argument checks, the non-blocking protocol, a peer's abort and a dead peer
+// the collectives' results (in place and not, messages of many chunks, bf16 / fp16 / fp32 /
+// int32, sum / avg / max; fp16 against GCC's _Float16, not the cuda_fp16.h shim), argument checks, the non-blocking protocol, a peer's abort and a dead peer
 // (ncclRemoteError instead of a hang), a duplicate device, and no /dev/shm segment left over.
 // Prints "ok - ..." / "not ok - ..." lines (rank 0's, then any failure of another rank);
 // exits 0 when every check passed.
@@ -58,6 +58,27 @@ static ncclComm_t make_comm(ncclUniqueId id, int nranks, int rank, int blocking)
 }
 
 static float bf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// fp16 reference: GCC's _Float16 (conversions correctly rounded, from double too), so that
+// rounding the exact sum of two fp16 values once is what NCCL's fp16 addition gives.
+static uint16_t h16(double x) {
+    const _Float16 h = (_Float16)x;
+    uint16_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+static double f16(uint16_t u) {
+    _Float16 h;
+    memcpy(&h, &u, sizeof h);
+    return (double)h;
+}
+// Rank r's fp16 element j: mostly ordinary values; every 50th near 2^15 (its sum overflows to
+// inf), the next subnormal, the next cancelling across ranks.
+static uint16_t val16(int r, size_t j) {
+    if (j % 50 == 0) return h16(25000.0 + 1000.0 * r);
+    if (j % 50 == 1) return h16(3e-6 * (r + 1));
+    if (j % 50 == 2) return h16((r == 1 ? -2.0 : 1.0) * (1000.0 + (double)(j % 7)) + 0.25 * r);
+    return h16(0.1 * (r + 1) + (double)(j % 37) * 0.37);
+}
 
 static void collectives(ncclComm_t c, int me) {
     cudaStream_t s;
@@ -121,6 +142,62 @@ static void collectives(ncclComm_t c, int me) {
         bad += __bfloat162float(h[i]) != e;
     }
     CHECK(bad == 0, "bf16 reduce-scatter: %d wrong elements", bad);
+
+    // fp16: ReduceScatter sum; AllReduce avg in place (each input times the fp32 1/nranks,
+    // rounded to fp16, as for bf16); Reduce max to rank 2. Rounded to fp16 after every
+    // operation, in rank order.
+    {
+        __half *x, *y;
+        cudaMalloc(&x, N * n * 2);
+        cudaMalloc(&y, N * n * 2);
+        std::vector<uint16_t> hx(N * n);
+        for (size_t j = 0; j < N * n; j++) hx[j] = val16(me, j);
+        cudaMemcpy(x, hx.data(), N * n * 2, cudaMemcpyHostToDevice);
+        CHECK(settle(c, ncclReduceScatter(x, y, n, ncclFloat16, ncclSum, c, s)) == ncclSuccess, "fp16 reduce-scatter");
+        cudaStreamSynchronize(s);
+        cudaMemcpy(hx.data(), y, n * 2, cudaMemcpyDeviceToHost);
+        bad = 0;
+        int infs = 0, subnormals = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t e = val16(0, me * n + i);
+            for (int r = 1; r < N; r++) e = h16(f16(e) + f16(val16(r, me * n + i)));
+            bad += hx[i] != e;
+            infs += e == 0x7c00u;
+            subnormals += e > 0 && e < 0x0400u;
+        }
+        CHECK(bad == 0 && infs > 0 && subnormals > 0, "fp16 reduce-scatter sum: %d wrong elements (%d inf, %d subnormal)",
+              bad, infs, subnormals);
+        for (size_t j = 0; j < n; j++) hx[j] = val16(me, j + 1);
+        cudaMemcpy(x, hx.data(), n * 2, cudaMemcpyHostToDevice);
+        CHECK(settle(c, ncclAllReduce(x, x, n, ncclHalf, ncclAvg, c, s)) == ncclSuccess, "fp16 all-reduce avg");
+        cudaStreamSynchronize(s);
+        cudaMemcpy(hx.data(), x, n * 2, cudaMemcpyDeviceToHost);
+        bad = 0;
+        const float scale = (float)(1.0 / N);
+        auto pre = [&](int r, size_t j) { return f16(h16((float)f16(val16(r, j + 1)) * scale)); };
+        for (size_t i = 0; i < n; i++) {
+            uint16_t e = h16(pre(0, i));
+            for (int r = 1; r < N; r++) e = h16(f16(e) + pre(r, i));
+            bad += hx[i] != e;
+        }
+        CHECK(bad == 0, "fp16 all-reduce avg: %d wrong elements", bad);
+        for (size_t j = 0; j < n; j++) hx[j] = val16(me, j + 2);
+        cudaMemcpy(x, hx.data(), n * 2, cudaMemcpyHostToDevice);
+        CHECK(settle(c, ncclReduce(x, y, n, ncclFloat16, ncclMax, 2, c, s)) == ncclSuccess, "fp16 reduce max");
+        cudaStreamSynchronize(s);
+        if (me == 2) {
+            cudaMemcpy(hx.data(), y, n * 2, cudaMemcpyDeviceToHost);
+            bad = 0;
+            for (size_t i = 0; i < n; i++) {
+                double e = f16(val16(0, i + 2));
+                for (int r = 1; r < N; r++) e = std::max(e, f16(val16(r, i + 2)));
+                bad += hx[i] != h16(e);
+            }
+            CHECK(bad == 0, "fp16 reduce max: %d wrong elements", bad);
+        }
+        cudaFree(x);
+        cudaFree(y);
+    }
 
     // AllReduce: fp32 avg in place, int32 max.
     for (size_t i = 0; i < n; i++) hf[i] = (float)(me * 2 + 1) * (float)i;
@@ -254,6 +331,6 @@ int main() {
     waitpid(p2, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "two ranks on one device: rank 1 was not refused");
     failed |= g_failed;
-    if (!failed) printf("ok - nccl shim: collectives, argument checks, abort, dead peer, duplicate device (%d ranks)\n", N);
+    if (!failed) printf("ok - nccl shim: collectives (bf16, fp16, fp32, int32), argument checks, abort, dead peer, duplicate device (%d ranks)\n", N);
     return failed;
 }

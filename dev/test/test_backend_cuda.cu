@@ -8,9 +8,10 @@
 //
 // Checks, for each path (and both reduce dtypes where it matters): all-gather (several ops in
 // flight, waited in another order, one in place), reduce-scatter (bf16 and fp32 reduction;
-// `full` left unchanged), all_reduce_replicas (several staging chunks), step_decide (loss, norm, skip),
-// accumulate, sum_squares, adamw (vs the CPU twin), refresh_param_shard (stochastic rounding:
-// bitwise equal to a host computation and independent of how the range is split), alloc / zero
+// `full` left unchanged), all_reduce_replicas (several staging chunks), step_decide (loss, norm,
+// skip, loss scaling), accumulate, sum_squares, adamw (vs the CPU twin), refresh_param_shard
+// (stochastic rounding: bitwise equal to a host computation and independent of how the range
+// is split), alloc / zero
 // / host copies, and an ordering stress: kernels write a gather's source and destination slot,
 // or a reduce-scatter's input, behind random delays (a spinning kernel on the compute stream,
 // and on the comm stream) and a kernel checks every result right after wait(), repeated; a
@@ -310,26 +311,44 @@ static void test_replicas(Setup* s) {
     for (int r = 0; r < s->pg->shard_size; r++) want_sq += 4.0 * ((double)(base + r) + 1.0);
     FsdpStepStats* d_stats = (FsdpStepStats*)s->be.alloc(s->be.ctx, sizeof(FsdpStepStats));
     FsdpStepStats* h_stats = (FsdpStepStats*)s->be.alloc_host(s->be.ctx, sizeof(FsdpStepStats));
-    for (int poison = 0; poison < 2; poison++) {
+    // Cases: 0 plain (no loss scaling: scale 1, static); 1 one rank's loss NaN: every rank
+    // skips; 2 loss scaling (fp16) at scale 8, dynamic with growth interval 2 and one clean
+    // step behind it: the squares carry 8^2, the norm and clip scale are unscaled (the clip
+    // scale folds 1/8 in), and this clean step doubles the scale; 3 the same with one rank's
+    // squares infinite (an fp16 overflow): skipped, the scale halved, the count reset.
+    for (int c = 0; c < 4; c++) {
+        const float scale = c >= 2 ? 8.0f : 1.0f;
         FsdpStepStats mine;
         memset(&mine, 0, sizeof(mine));
         mine.loss_sum = (double)g_pg.rank + 1.0;
-        mine.sumsq = 4.0 * ((double)g_pg.rank + 1.0);
-        if (poison && g_pg.rank == g_pg.world - 1) mine.loss_sum = NAN;  // one rank's loss: every rank skips
+        mine.sumsq = 4.0 * ((double)g_pg.rank + 1.0) * (double)(scale * scale);
+        mine.loss_scale = scale;
+        if (c >= 2) { mine.growth_interval = 2; mine.good_steps = 1; }
+        if (c == 1 && g_pg.rank == g_pg.world - 1) mine.loss_sum = NAN;
+        if (c == 3 && g_pg.rank == base + s->pg->shard_size - 1) mine.sumsq = INFINITY;
         s->be.copy_to_device(s->be.ctx, d_stats, &mine, sizeof(mine));
         const float clip = 1.0f;
         s->be.step_decide(s->be.ctx, d_stats, 10.0, clip);
         s->be.step_stats_fetch(s->be.ctx, h_stats, d_stats);
         s->be.step_stats_wait(s->be.ctx);
-        const float norm = (float)sqrt(want_sq);
-        const bool ok = poison ? (h_stats->skip == 1 && isnan(h_stats->loss))
-                               : (h_stats->loss_sum == want_loss && h_stats->sumsq == want_sq &&
-                                  h_stats->loss == want_loss / 10.0 && h_stats->norm == norm &&
-                                  h_stats->clip_scale == clip / norm && h_stats->skip == 0);
-        snprintf(name, sizeof name, "%s: step_decide%s", s->label, poison ? " with one rank's loss NaN: skip" : "");
-        check(ok, name, "loss sum %g (want %g), squares %g (want %g), loss %g, norm %g, clip scale %g, skip %d",
-              h_stats->loss_sum, want_loss, h_stats->sumsq, want_sq, h_stats->loss, (double)h_stats->norm,
-              (double)h_stats->clip_scale, h_stats->skip);
+        const float norm = (float)sqrt(want_sq * (double)(scale * scale)) / scale;
+        const bool sums = h_stats->loss_sum == want_loss && h_stats->loss == want_loss / 10.0;
+        bool ok = false;
+        if (c == 0) ok = sums && h_stats->sumsq == want_sq && h_stats->norm == norm && h_stats->clip_scale == clip / norm &&
+                         h_stats->skip == 0 && h_stats->loss_scale == 1.0f && h_stats->overflow == 0;
+        if (c == 1) ok = h_stats->skip == 1 && isnan(h_stats->loss) && h_stats->overflow == 0;
+        if (c == 2) ok = sums && h_stats->norm == norm && h_stats->clip_scale == clip / norm / scale && h_stats->skip == 0 &&
+                         h_stats->step_loss_scale == scale && h_stats->loss_scale == 2.0f * scale &&
+                         h_stats->good_steps == 0 && h_stats->overflow == 0;
+        if (c == 3) ok = h_stats->skip == 1 && h_stats->overflow == 1 && h_stats->step_loss_scale == scale &&
+                         h_stats->loss_scale == scale / 2.0f && h_stats->good_steps == 0;
+        static const char* what[4] = {"", " with one rank's loss NaN: skip", " at loss scale 8: unscaled norm, scale doubled",
+                                      " at loss scale 8, squares overflowed: skip, scale halved"};
+        snprintf(name, sizeof name, "%s: step_decide%s", s->label, what[c]);
+        check(ok, name, "loss sum %g (want %g), squares %g (want %g), loss %g, norm %g, clip scale %g, skip %d, scale %g -> %g, "
+              "overflow %d", h_stats->loss_sum, want_loss, h_stats->sumsq, want_sq * scale * scale, h_stats->loss,
+              (double)h_stats->norm, (double)h_stats->clip_scale, h_stats->skip, (double)h_stats->step_loss_scale,
+              (double)h_stats->loss_scale, h_stats->overflow);
     }
     s->be.release(s->be.ctx, d_stats);
     s->be.release_host(s->be.ctx, h_stats);
@@ -599,7 +618,7 @@ static void test_engine(const ProcessGroup* pg, int use_nccl, int reduce_fp32, i
         flat_unit_finalize(&units[u], W, 64);
         if (units[u].padded > max_padded) max_padded = units[u].padded;
     }
-    FsdpConfig fcfg = {1, 1, sync_every, 0};
+    FsdpConfig fcfg = {1, 1, sync_every, 0, 0.0f, 0};
     const int max_ops = fsdp_max_ops(&fcfg, n_units);
 
     FsdpBackend cpu_be, gpu_be;

@@ -24,6 +24,19 @@ if command -v nvcc > /dev/null && [ -f build/train_gpt.o ]; then
     fi
 fi
 
+# A T4 build (GPU_ARCH=75): the flash kernels' sm_80 instructions (cp.async, mma.sync
+# m16n8k16) compile to traps there (kernels/cuda_attention.cuh), so train_gpt.cu must still
+# compile for sm_75, warnings as errors: the Makefile's own command, into a scratch object.
+if command -v nvcc > /dev/null && [ -f build/train_gpt.o ]; then
+    obj=${TEST_TMP:-$(mktemp -d)}/train_gpt_sm75.o
+    cmd=$(make -n GPU_ARCH=75 build/train_gpt.o 2>/dev/null | grep -- '-gencode arch=compute_75,code=sm_75' | grep -- ' -c train_gpt.cu' | head -n 1)
+    if [ -n "$cmd" ] && bash -c "${cmd/-o build\/train_gpt.o/-o $obj}" > "$obj.log" 2>&1 && [ -s "$obj" ]; then
+        echo "ok - train_gpt.cu compiles for sm_75 (a T4: --param-dtype fp16, cuBLAS attention) with warnings as errors"
+    else
+        echo "not ok - train_gpt.cu for sm_75: $(grep -m3 -E 'error|warning' "$obj.log" 2>/dev/null | tr '\n' ' ' | cut -c1-300)$([ -z "$cmd" ] && echo '(no nvcc command planned)')"
+    fi
+fi
+
 # NCCL from PyTorch's pip wheel (nvidia/nccl/{include/nccl.h,lib/libnccl.so.2}, no libnccl.so)
 # when neither the CUDA toolkit nor the system has nccl.h: scripts/find_nccl.sh finds it through
 # python3, and the Makefile compiles with its include/ and links libnccl.so.2 by name with an

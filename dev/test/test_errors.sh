@@ -135,6 +135,14 @@ expect_error "--matmul-autotune not a mode" "--matmul-autotune: expected auto, 0
 expect_error "--matmul-autotune on the cpu device" "--matmul-autotune applies to the cuda device only" "${launch[@]}" --device cpu --matmul-autotune 1
 expect_error "--offload not a choice" "--offload: expected none or optimizer, got 'gpu'" "${launch[@]}" --offload gpu
 expect_error "--offload optimizer on the cpu device" "--offload optimizer applies to the cuda device only" "${launch[@]}" --device cpu --offload optimizer
+expect_error "--param-dtype unknown" "--param-dtype: expected bf16 or fp16, got 'fp32'" "${launch[@]}" --param-dtype fp32
+expect_error "--param-dtype fp16 on the cpu device" "--param-dtype fp16 applies to the cuda device only" "${launch[@]}" --device cpu --param-dtype fp16
+expect_error "--loss-scale without fp16" "--loss-scale applies to --param-dtype fp16 only" "${launch[@]}" --loss-scale 1024
+expect_error "--loss-scale-window without fp16" "--loss-scale-window applies to --param-dtype fp16 only" "${launch[@]}" --loss-scale-window 10
+expect_error "--loss-scale out of range" "--loss-scale: 0.5 is out of range" "${launch[@]}" --param-dtype fp16 --loss-scale 0.5
+expect_error "--loss-scale-window negative" "--loss-scale-window: -1 is out of range" "${launch[@]}" --param-dtype fp16 --loss-scale-window -1
+expect_error "--param-dtype fp16 with --offload optimizer" "--param-dtype fp16 with --offload optimizer is not supported yet" \
+    "${launch[@]}" --param-dtype fp16 --offload optimizer
 
 # --- Shards changing under a run, batch splits, -j's default, the run lock, stop signals ---
 

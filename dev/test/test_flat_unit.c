@@ -103,9 +103,9 @@ int main(void) {
     for (int b = 0; b < 5; b++) flat_unit_finalize(&units[b], 2, 64);
     const size_t R = units[0].padded, B = units[3].padded;
     const struct { FsdpConfig cfg; const char* what; int n; size_t want[10]; } op_cases[] = {
-        {{1, 1, 1, 0}, "ZeRO-3, prefetch 1", 6, {R, B, B, R, B, B}},
-        {{2, 1, 0, 0}, "prefetch 2, gradients reduced on the last micro-step", 9, {R, B, B, B, R, B, B, B, B}},
-        {{1, 0, 1, 0}, "ZeRO-2 (blocks stay gathered)", 8, {R, B, B, B, B, R, B, B}},
+        {{1, 1, 1, 0, 0.0f, 0}, "ZeRO-3, prefetch 1", 6, {R, B, B, R, B, B}},
+        {{2, 1, 0, 0, 0.0f, 0}, "prefetch 2, gradients reduced on the last micro-step", 9, {R, B, B, B, R, B, B, B, B}},
+        {{1, 0, 1, 0, 0.0f, 0}, "ZeRO-2 (blocks stay gathered)", 8, {R, B, B, B, B, R, B, B}},
     };
     for (size_t c = 0; c < sizeof(op_cases) / sizeof(op_cases[0]); c++) {
         size_t got[16];

@@ -824,15 +824,15 @@ static void run_case(const Case* c, Tally* t) {
 }
 
 int main(void) {
-    // {prefetch, reshard_after_forward, sync_every_micro_step, offload}, micro-steps per step
+    // {prefetch, reshard_after_forward, sync_every_micro_step, offload, loss scale, its window}, micro-steps per step
     const Case cases[] = {
-        {"prefetch 1, ZeRO-3", {1, 1, 1, 0}, 1},
-        {"prefetch 2, ZeRO-3", {2, 1, 1, 0}, 1},
-        {"prefetch 0, ZeRO-3", {0, 1, 1, 0}, 1},
-        {"prefetch 1, ZeRO-2 (reshard_after_forward 0)", {1, 0, 1, 0}, 1},
-        {"prefetch 1, 2 micro-steps, reduce on the last only", {1, 1, 0, 0}, 2},
-        {"prefetch 1, 2 micro-steps, reduce every micro-step", {1, 1, 1, 0}, 2},
-        {"prefetch 2, ZeRO-2, 2 micro-steps, reduce on the last only", {2, 0, 0, 0}, 2},
+        {"prefetch 1, ZeRO-3", {1, 1, 1, 0, 0.0f, 0}, 1},
+        {"prefetch 2, ZeRO-3", {2, 1, 1, 0, 0.0f, 0}, 1},
+        {"prefetch 0, ZeRO-3", {0, 1, 1, 0, 0.0f, 0}, 1},
+        {"prefetch 1, ZeRO-2 (reshard_after_forward 0)", {1, 0, 1, 0, 0.0f, 0}, 1},
+        {"prefetch 1, 2 micro-steps, reduce on the last only", {1, 1, 0, 0, 0.0f, 0}, 2},
+        {"prefetch 1, 2 micro-steps, reduce every micro-step", {1, 1, 1, 0, 0.0f, 0}, 2},
+        {"prefetch 2, ZeRO-2, 2 micro-steps, reduce on the last only", {2, 0, 0, 0, 0.0f, 0}, 2},
     };
     Tally t = {0};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_case(&cases[i], &t);

@@ -28,7 +28,7 @@ static void die(const char* fmt, ...) {
 }
 
 static void build_model(GPT2* model, const GPT2Config* c, int B, int T) {
-    FsdpConfig fcfg = {1, 1, 1, 0};
+    FsdpConfig fcfg = {1, 1, 1, 0, 0.0f, 0};
     gpt2_build(model, c, 1, &g_pg, &fcfg, NULL, B, T);  // the cpu device
 }
 

@@ -1,12 +1,15 @@
-// GPU tests of the BF16 CUDA kernels (kernels/cuda_kernels.cuh) against their CPU twins
-// (kernels/cpu_kernels.h, fp32).
+// GPU tests of the 16-bit CUDA kernels (kernels/cuda_kernels.cuh) against their CPU twins
+// (kernels/cpu_kernels.h, fp32), for both storage types T16: bf16 and fp16 (--param-dtype).
 //
-// For every kernel: random inputs from a fixed seed, rounded to bf16; the GPU kernel runs on
-// the bf16 values, the CPU twin on the same values as fp32; outputs are compared with the
+// For every kernel: random inputs from a fixed seed, rounded to T16; the GPU kernel runs on
+// the T16 values, the CPU twin on the same values as fp32; outputs are compared with the
 // tolerances below. Backward kernels (and the other reductions) also run twice from the same
-// state and must agree bitwise. Stochastic rounding is checked for unbiasedness and for
-// independence from how a range is split into launches. Shapes exercise the edge cases:
-// C not a multiple of the block width, N = 1, Vp > V, odd n, unaligned pointers.
+// state and must agree bitwise. Stochastic rounding (bf16's parameter copy) is checked for
+// unbiasedness and for independence from how a range is split into launches; fp16's copy is
+// rounded to nearest, checked bitwise. Shapes exercise the edge cases: C not a multiple of the
+// block width, N = 1, Vp > V, odd n, unaligned pointers. Every kernel that is a template on
+// T16 runs in both types on every shape (test_storage_kernels); the names of the fp16 checks
+// end in " [fp16]", the bf16 ones carry no tag.
 //
 // Output: "ok - <check> (max err ...)" or "not ok - <check>: ..." per check; exit status 1
 // if any check failed. Without a usable GPU: "ok - cuda kernels # skip no GPU", status 0.
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu_kernels.h"
@@ -40,10 +44,26 @@
 // that cancel to ~0, whose fp32 error is relative to the terms that cancelled, not to the
 // result). This is stricter than "1e-2 of the tensor's max magnitude" everywhere and catches
 // errors confined to small elements, while any wrong index, sign or formula is off by O(1).
-static const double BF16_TOL_REL = 1.0 / 256.0;
-static const double BF16_TOL_ABS_FRAC = 1e-3;
+static constexpr double BF16_TOL_REL = 1.0 / 256.0;
+static constexpr double BF16_TOL_ABS_FRAC = 1e-3;
+// fp16 outputs (IEEE binary16: an 11-bit significand, normal from 2^-14, largest finite 65504;
+// every input here stays within [2^-14, 65504] in magnitude or is 0, except where a check is
+// about the edges). The same fp32 computation as above, rounded once to fp16: to nearest, so
+// |fp16(y) - y| <= 2^-11 |y| for a normal y (the unit roundoff of an 11-bit significand) and
+// <= 2^-25 (half the subnormal spacing 2^-24) below 2^-14. With y the GPU's fp32 value and
+// |y - cpu| = d its fp32 difference, |gpu - cpu| <= 2^-11 |cpu| + (1 + 2^-11) d: the relative
+// tolerance is the rounding itself, 2^-11 (8 times tighter than bf16's 2^-8, the ratio of the
+// two roundings), and d goes to the absolute floor. d is a handful of fp32 ulps of the terms
+// (sums of <= ~10^4 terms in another order: ~sqrt(n) 2^-24 ~ 6e-6 of their magnitude, expf
+// vs fast_expf ~2e-7): the floor is 2^-16 ~ 1.5e-5 of max|cpu|, 64 times tighter than bf16's
+// 1e-3 (which also had to absorb bf16 boundary cases), plus the 2^-25 of a subnormal result
+// (crossentropy's unscaled dlogits at V = 50257 are ~3e-7: subnormal in fp16).
+static constexpr double FP16_TOL_REL = 1.0 / 2048.0;
+static constexpr double FP16_TOL_ABS_FRAC = 1.0 / 65536.0;
+static constexpr double FP16_TOL_ABS_MIN = 1.0 / 33554432.0;  // 2^-25
 // fp32 statistics (LayerNorm mean/rstd, losses): fp32 sums in another order, ~1e-6 relative.
-// mean may cancel to ~0, so its floor is relative to the input's magnitude.
+// mean may cancel to ~0, so its floor is relative to the input's magnitude. (The same for
+// either storage type: the inputs are exact in fp32, only the fp32 arithmetic differs.)
 static const double STAT_TOL_REL = 1e-5;
 static const double MEAN_TOL_OF_MAX_INPUT = 1e-5;
 static const double LOSS_TOL_ABS = 1e-5;
@@ -54,10 +74,25 @@ static const double ADAMW_TOL_ABS_FRAC = 1e-6;
 // Sum of squares: exact products summed in double, only the order differs.
 static const double SUMSQ_TOL_REL = 1e-12;
 
+// The storage type's name, the tag its checks' names end in, and its tolerances (above).
+template <class T16> struct Dtype;
+template <> struct Dtype<bf16> {
+    static constexpr const char* name = "bf16";
+    static constexpr const char* tag = "";  // the bf16 checks keep their names
+    static constexpr double rel = BF16_TOL_REL, abs_frac = BF16_TOL_ABS_FRAC, abs_min = 0.0;
+};
+template <> struct Dtype<fp16> {
+    static constexpr const char* name = "fp16";
+    static constexpr const char* tag = " [fp16]";
+    static constexpr double rel = FP16_TOL_REL, abs_frac = FP16_TOL_ABS_FRAC, abs_min = FP16_TOL_ABS_MIN;
+};
+template <class T16> static constexpr bool is_bf16 = std::is_same<T16, bf16>::value;
+
 // ----------------------------------------------------------------------------
 // Reporting
 
 static int n_failed = 0, n_passed = 0;
+static const char* g_dtype_tag = "";  // appended to every check's name (DtypeScope)
 
 static void report(bool ok, const char* name, const char* fmt, ...) {
     char detail[512] = "";
@@ -69,14 +104,21 @@ static void report(bool ok, const char* name, const char* fmt, ...) {
     }
     if (ok) {
         n_passed++;
-        if (detail[0]) printf("ok - %s (%s)\n", name, detail);
-        else printf("ok - %s\n", name);
+        if (detail[0]) printf("ok - %s%s (%s)\n", name, g_dtype_tag, detail);
+        else printf("ok - %s%s\n", name, g_dtype_tag);
     } else {
         n_failed++;
-        printf("not ok - %s: %s\n", name, detail[0] ? detail : "failed");
+        printf("not ok - %s%s: %s\n", name, g_dtype_tag, detail[0] ? detail : "failed");
     }
     fflush(stdout);
 }
+// Every test of a T16 kernel holds one while it runs: its checks' names then end in T16's tag.
+template <class T16>
+struct DtypeScope {
+    const char* saved;
+    DtypeScope() : saved(g_dtype_tag) { g_dtype_tag = Dtype<T16>::tag; }
+    ~DtypeScope() { g_dtype_tag = saved; }
+};
 
 // ----------------------------------------------------------------------------
 // Random inputs (fixed seed), bf16 conversions, device buffers
@@ -93,12 +135,15 @@ struct Rng {
     int below(int n) { return (int)(next() % (uint64_t)n); }
 };
 
-static float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+template <class T16>
+static float round16(float x) { return to_float(from_float<T16>(x)); }
+static float round_bf16(float x) { return round16<bf16>(x); }
 
-// n values scale * normal + offset, rounded to bf16 (so the fp32 copy is exactly the bf16 input).
-static std::vector<float> rand_bf16(Rng& rng, size_t n, float scale, float offset = 0.0f) {
+// n values scale * normal + offset, rounded to T16 (so the fp32 copy is exactly the T16 input).
+template <class T16>
+static std::vector<float> rand16(Rng& rng, size_t n, float scale, float offset = 0.0f) {
     std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++) v[i] = round_bf16(scale * rng.normal() + offset);
+    for (size_t i = 0; i < n; i++) v[i] = round16<T16>(scale * rng.normal() + offset);
     return v;
 }
 static std::vector<float> rand_f32(Rng& rng, size_t n, float scale, float offset = 0.0f) {
@@ -106,17 +151,20 @@ static std::vector<float> rand_f32(Rng& rng, size_t n, float scale, float offset
     for (size_t i = 0; i < n; i++) v[i] = scale * rng.normal() + offset;
     return v;
 }
-static std::vector<bf16> to_bf16(const std::vector<float>& x) {
-    std::vector<bf16> y(x.size());
-    for (size_t i = 0; i < x.size(); i++) y[i] = float_to_bf16(x[i]);
+template <class T16>
+static std::vector<T16> to16(const std::vector<float>& x) {
+    std::vector<T16> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) y[i] = from_float<T16>(x[i]);
     return y;
 }
-static std::vector<float> from_bf16(const std::vector<bf16>& x) {
+template <class T16>
+static std::vector<float> from16(const std::vector<T16>& x) {
     std::vector<float> y(x.size());
-    for (size_t i = 0; i < x.size(); i++) y[i] = bf16_to_float(x[i]);
+    for (size_t i = 0; i < x.size(); i++) y[i] = to_float(x[i]);
     return y;
 }
-static uint16_t bits_of(bf16 x) { uint16_t u; memcpy(&u, &x, sizeof u); return u; }
+template <class T16>
+static uint16_t bits_of(T16 x) { uint16_t u; memcpy(&u, &x, sizeof u); return u; }
 
 // Device buffers; every allocation is freed at exit by the driver (the process is short).
 template <class T>
@@ -199,23 +247,26 @@ static void check_close_scaled(const char* name, const std::vector<float>& got, 
         report(true, name, "max err %.3g = %.2g of max|ref| %.3g", worst, max_abs(ref) > 0 ? worst / max_abs(ref) : 0.0,
                max_abs(ref));
 }
-static void check_bf16(const char* name, const std::vector<bf16>& got, const std::vector<float>& ref) {
-    check_close(name, from_bf16(got), ref, BF16_TOL_REL, BF16_TOL_ABS_FRAC * max_abs(ref));
+template <class T16>
+static void check16(const char* name, const std::vector<T16>& got, const std::vector<float>& ref) {
+    const double abs_tol = fmax(Dtype<T16>::abs_frac * max_abs(ref), Dtype<T16>::abs_min);
+    check_close(name, from16(got), ref, Dtype<T16>::rel, abs_tol);
 }
-// got must be exactly bf16(ref) (round to nearest even): for kernels whose fp32 arithmetic
+// got must be exactly T16(ref) (round to nearest even): for kernels whose fp32 arithmetic
 // is the CPU twin's, operation for operation.
-static void check_bf16_exact(const char* name, const std::vector<bf16>& got, const std::vector<float>& ref) {
+template <class T16>
+static void check16_exact(const char* name, const std::vector<T16>& got, const std::vector<float>& ref) {
     if (got.size() != ref.size()) { report(false, name, "size %zu vs %zu", got.size(), ref.size()); return; }
     for (size_t i = 0; i < ref.size(); i++) {
-        const bf16 want = float_to_bf16(ref[i]);
-        const bool both_nan = isnan(bf16_to_float(got[i])) && isnan(ref[i]);
+        const T16 want = from_float<T16>(ref[i]);
+        const bool both_nan = isnan(to_float(got[i])) && isnan(ref[i]);
         if (bits_of(got[i]) != bits_of(want) && !both_nan) {
-            report(false, name, "element %zu: got %.9g (0x%04x), want bf16(%.9g) = 0x%04x", i,
-                   (double)bf16_to_float(got[i]), bits_of(got[i]), (double)ref[i], bits_of(want));
+            report(false, name, "element %zu: got %.9g (0x%04x), want %s(%.9g) = 0x%04x", i, (double)to_float(got[i]),
+                   bits_of(got[i]), Dtype<T16>::name, (double)ref[i], bits_of(want));
             return;
         }
     }
-    report(true, name, "bitwise equal to bf16(cpu), %zu elements", ref.size());
+    report(true, name, "bitwise equal to %s(cpu), %zu elements", Dtype<T16>::name, ref.size());
 }
 template <class T>
 static void check_bitwise(const char* name, const std::vector<T>& a, const std::vector<T>& b) {
@@ -232,61 +283,63 @@ static void check_bitwise(const char* name, const std::vector<T>& a, const std::
 // ----------------------------------------------------------------------------
 // Encoder
 
+template <class T16>
 static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
+    const DtypeScope<T16> dtype;
     char name[200];
     const int N = B * T;
     std::vector<int> inp(N);
     for (int n = 0; n < N; n++) inp[n] = one_token ? V / 2 : rng.below(V);
-    std::vector<float> wte = rand_bf16(rng, (size_t)V * C, 0.5f), wpe = rand_bf16(rng, (size_t)T * C, 0.5f);
+    std::vector<float> wte = rand16<T16>(rng, (size_t)V * C, 0.5f), wpe = rand16<T16>(rng, (size_t)T * C, 0.5f);
     int* d_inp = dev_upload(inp);
-    bf16* d_wte = dev_upload(to_bf16(wte));
-    bf16* d_wpe = dev_upload(to_bf16(wpe));
-    bf16* d_out = dev_alloc<bf16>((size_t)N * C);
+    T16* d_wte = dev_upload(to16<T16>(wte));
+    T16* d_wpe = dev_upload(to16<T16>(wpe));
+    T16* d_out = dev_alloc<T16>((size_t)N * C);
 
     // Forward: one fp32 add, then round: exactly bf16 of the CPU's fp32 result.
     std::vector<float> ref((size_t)N * C);
     encoder_forward(ref.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
     encoder_forward_cuda(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
     snprintf(name, sizeof name, "encoder_forward B=%d T=%d C=%d V=%d", B, T, C, V);
-    check_bf16_exact(name, dev_download(d_out, (size_t)N * C), ref);
+    check16_exact(name, dev_download(d_out, (size_t)N * C), ref);
 
     // Backward, accumulating into nonzero gradients. The GPU adds every row to dwte/dwpe in
     // the CPU twin's order, so the fp32 sums are identical: bitwise equal to bf16(cpu).
-    std::vector<float> dout = rand_bf16(rng, (size_t)N * C, 1.0f);
-    std::vector<float> dwte0 = rand_bf16(rng, (size_t)V * C, 0.1f), dwpe0 = rand_bf16(rng, (size_t)T * C, 0.1f);
+    std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f);
+    std::vector<float> dwte0 = rand16<T16>(rng, (size_t)V * C, 0.1f), dwpe0 = rand16<T16>(rng, (size_t)T * C, 0.1f);
     std::vector<float> dwte = dwte0, dwpe = dwpe0;
     encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
-    bf16* d_dout = dev_upload(to_bf16(dout));
-    bf16* d_dwte = dev_upload(to_bf16(dwte0));
-    bf16* d_dwpe = dev_upload(to_bf16(dwpe0));
+    T16* d_dout = dev_upload(to16<T16>(dout));
+    T16* d_dwte = dev_upload(to16<T16>(dwte0));
+    T16* d_dwpe = dev_upload(to16<T16>(dwpe0));
     const size_t sbytes = encoder_backward_scratch_bytes(B, T, V);
     void* scratch = dev_scratch(sbytes);
     encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 1, 0);
-    std::vector<bf16> g_dwte = dev_download(d_dwte, (size_t)V * C), g_dwpe = dev_download(d_dwpe, (size_t)T * C);
+    std::vector<T16> g_dwte = dev_download(d_dwte, (size_t)V * C), g_dwpe = dev_download(d_dwpe, (size_t)T * C);
     snprintf(name, sizeof name, "encoder_backward dwte B=%d T=%d C=%d V=%d%s", B, T, C, V, one_token ? " (one token id)" : "");
-    check_bf16_exact(name, g_dwte, dwte);
+    check16_exact(name, g_dwte, dwte);
     snprintf(name, sizeof name, "encoder_backward dwpe B=%d T=%d C=%d", B, T, C);
-    check_bf16_exact(name, g_dwpe, dwpe);
+    check16_exact(name, g_dwpe, dwpe);
     // Determinism: again from the same state.
-    dev_set(d_dwte, to_bf16(dwte0));
-    dev_set(d_dwpe, to_bf16(dwpe0));
+    dev_set(d_dwte, to16<T16>(dwte0));
+    dev_set(d_dwpe, to16<T16>(dwpe0));
     encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 1, 0);
     snprintf(name, sizeof name, "encoder_backward deterministic B=%d T=%d C=%d V=%d", B, T, C, V);
-    std::vector<bf16> both1 = g_dwte, both2 = dev_download(d_dwte, (size_t)V * C);
+    std::vector<T16> both1 = g_dwte, both2 = dev_download(d_dwte, (size_t)V * C);
     both1.insert(both1.end(), g_dwpe.begin(), g_dwpe.end());
-    std::vector<bf16> p2 = dev_download(d_dwpe, (size_t)T * C);
+    std::vector<T16> p2 = dev_download(d_dwpe, (size_t)T * C);
     both2.insert(both2.end(), p2.begin(), p2.end());
     check_bitwise(name, both1, both2);
     // accumulate 0: dwpe overwritten, never read (NaN there must not show); dwte still added to.
     std::vector<float> dwte_o = dwte0, dwpe_o((size_t)T * C, 0.0f);
     encoder_backward(dwte_o.data(), dwpe_o.data(), dout.data(), inp.data(), B, T, C);
-    dev_set(d_dwte, to_bf16(dwte0));
-    dev_set(d_dwpe, to_bf16(std::vector<float>((size_t)T * C, NAN)));
+    dev_set(d_dwte, to16<T16>(dwte0));
+    dev_set(d_dwpe, to16<T16>(std::vector<float>((size_t)T * C, NAN)));
     encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0, 0);
     snprintf(name, sizeof name, "encoder_backward overwrite: dwte added to B=%d T=%d C=%d V=%d", B, T, C, V);
-    check_bf16_exact(name, dev_download(d_dwte, (size_t)V * C), dwte_o);
+    check16_exact(name, dev_download(d_dwte, (size_t)V * C), dwte_o);
     snprintf(name, sizeof name, "encoder_backward overwrite: dwpe over NaN B=%d T=%d C=%d", B, T, C);
-    check_bf16_exact(name, dev_download(d_dwpe, (size_t)T * C), dwpe_o);
+    check16_exact(name, dev_download(d_dwpe, (size_t)T * C), dwpe_o);
 
     cudaFree(d_inp); cudaFree(d_wte); cudaFree(d_wpe); cudaFree(d_out); cudaFree(d_dout);
     cudaFree(d_dwte); cudaFree(d_dwpe); cudaFree(scratch);
@@ -295,29 +348,31 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
 // ----------------------------------------------------------------------------
 // LayerNorm
 
+template <class T16>
 static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alias) {
+    const DtypeScope<T16> dtype;
     char name[200];
     const char* tag = fused ? (alias ? "fused_residual_layernorm_forward (residual aliases a)"
                                      : "fused_residual_layernorm_forward")
                             : "layernorm_forward";
     // Inputs with a mean far from 0 exercise the two-pass variance.
-    std::vector<float> a = rand_bf16(rng, (size_t)N * C, 1.5f, 3.0f);
-    std::vector<float> b = rand_bf16(rng, (size_t)N * C, 1.0f);
-    std::vector<float> w = rand_bf16(rng, C, 0.3f, 1.0f), bias = rand_bf16(rng, C, 0.2f);
+    std::vector<float> a = rand16<T16>(rng, (size_t)N * C, 1.5f, 3.0f);
+    std::vector<float> b = rand16<T16>(rng, (size_t)N * C, 1.0f);
+    std::vector<float> w = rand16<T16>(rng, C, 0.3f, 1.0f), bias = rand16<T16>(rng, C, 0.2f);
     std::vector<float> x = a;  // what the layernorm sees
     if (fused) {
         residual_forward(x.data(), a.data(), b.data(), x.size());
-        for (auto& v : x) v = round_bf16(v);  // the GPU normalises the rounded residual
+        for (auto& v : x) v = round16<T16>(v);  // the GPU normalises the rounded residual
     }
     std::vector<float> out((size_t)N * C), mean(N), rstd(N);
     layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C);
 
-    bf16* d_a = dev_upload(to_bf16(a));
-    bf16* d_b = dev_upload(to_bf16(b));
-    bf16* d_w = dev_upload(to_bf16(w));
-    bf16* d_bias = dev_upload(to_bf16(bias));
-    bf16* d_out = dev_alloc<bf16>((size_t)N * C);
-    bf16* d_res = alias ? d_a : dev_alloc<bf16>((size_t)N * C);
+    T16* d_a = dev_upload(to16<T16>(a));
+    T16* d_b = dev_upload(to16<T16>(b));
+    T16* d_w = dev_upload(to16<T16>(w));
+    T16* d_bias = dev_upload(to16<T16>(bias));
+    T16* d_out = dev_alloc<T16>((size_t)N * C);
+    T16* d_res = alias ? d_a : dev_alloc<T16>((size_t)N * C);
     float* d_mean = dev_alloc<float>(N);
     float* d_rstd = dev_alloc<float>(N);
     if (fused) fused_residual_layernorm_forward_cuda(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0);
@@ -327,10 +382,10 @@ static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alia
         snprintf(name, sizeof name, "%s residual N=%d C=%d", tag, N, C);
         std::vector<float> sum((size_t)N * C);
         residual_forward(sum.data(), a.data(), b.data(), sum.size());
-        check_bf16_exact(name, dev_download(d_res, (size_t)N * C), sum);
+        check16_exact(name, dev_download(d_res, (size_t)N * C), sum);
     }
     snprintf(name, sizeof name, "%s out N=%d C=%d", tag, N, C);
-    check_bf16(name, dev_download(d_out, (size_t)N * C), out);
+    check16(name, dev_download(d_out, (size_t)N * C), out);
     snprintf(name, sizeof name, "%s mean N=%d C=%d", tag, N, C);
     check_close(name, dev_download(d_mean, N), mean, STAT_TOL_REL, MEAN_TOL_OF_MAX_INPUT * max_abs(x));
     snprintf(name, sizeof name, "%s rstd N=%d C=%d", tag, N, C);
@@ -341,46 +396,48 @@ static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alia
     cudaFree(d_mean); cudaFree(d_rstd);
 }
 
+template <class T16>
 static void test_layernorm_backward(Rng& rng, int N, int C) {
+    const DtypeScope<T16> dtype;
     char name[200];
-    std::vector<float> x = rand_bf16(rng, (size_t)N * C, 1.5f, 2.0f);
-    std::vector<float> w = rand_bf16(rng, C, 0.3f, 1.0f), bias = rand_bf16(rng, C, 0.2f);
+    std::vector<float> x = rand16<T16>(rng, (size_t)N * C, 1.5f, 2.0f);
+    std::vector<float> w = rand16<T16>(rng, C, 0.3f, 1.0f), bias = rand16<T16>(rng, C, 0.2f);
     std::vector<float> out((size_t)N * C), mean(N), rstd(N);
     layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C);
-    std::vector<float> dout = rand_bf16(rng, (size_t)N * C, 1.0f);
-    std::vector<float> dinp0 = rand_bf16(rng, (size_t)N * C, 0.5f);
-    std::vector<float> dw0 = rand_bf16(rng, C, 1.0f), db0 = rand_bf16(rng, C, 1.0f);
+    std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f);
+    std::vector<float> dinp0 = rand16<T16>(rng, (size_t)N * C, 0.5f);
+    std::vector<float> dw0 = rand16<T16>(rng, C, 1.0f), db0 = rand16<T16>(rng, C, 1.0f);
     std::vector<float> dinp = dinp0, dw = dw0, db = db0;
     layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
                        mean.data(), rstd.data(), N, C);
 
-    bf16* d_x = dev_upload(to_bf16(x));
-    bf16* d_w = dev_upload(to_bf16(w));
-    bf16* d_dout = dev_upload(to_bf16(dout));
+    T16* d_x = dev_upload(to16<T16>(x));
+    T16* d_w = dev_upload(to16<T16>(w));
+    T16* d_dout = dev_upload(to16<T16>(dout));
     float* d_mean = dev_upload(mean);
     float* d_rstd = dev_upload(rstd);
-    bf16* d_dinp = dev_upload(to_bf16(dinp0));
-    bf16* d_dw = dev_upload(to_bf16(dw0));
-    bf16* d_db = dev_upload(to_bf16(db0));
+    T16* d_dinp = dev_upload(to16<T16>(dinp0));
+    T16* d_dw = dev_upload(to16<T16>(dw0));
+    T16* d_db = dev_upload(to16<T16>(db0));
     const size_t sbytes = layernorm_backward_scratch_bytes(N, C);
     void* scratch = dev_scratch(sbytes);
     layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 1, 0);
-    std::vector<bf16> g_dinp = dev_download(d_dinp, (size_t)N * C), g_dw = dev_download(d_dw, C), g_db = dev_download(d_db, C);
+    std::vector<T16> g_dinp = dev_download(d_dinp, (size_t)N * C), g_dw = dev_download(d_dw, C), g_db = dev_download(d_db, C);
     snprintf(name, sizeof name, "layernorm_backward dinp N=%d C=%d", N, C);
-    check_bf16(name, g_dinp, dinp);
+    check16(name, g_dinp, dinp);
     snprintf(name, sizeof name, "layernorm_backward dweight N=%d C=%d", N, C);
-    check_bf16(name, g_dw, dw);
+    check16(name, g_dw, dw);
     snprintf(name, sizeof name, "layernorm_backward dbias N=%d C=%d", N, C);
-    check_bf16(name, g_db, db);
+    check16(name, g_db, db);
 
-    dev_set(d_dinp, to_bf16(dinp0));
-    dev_set(d_dw, to_bf16(dw0));
-    dev_set(d_db, to_bf16(db0));
+    dev_set(d_dinp, to16<T16>(dinp0));
+    dev_set(d_dw, to16<T16>(dw0));
+    dev_set(d_db, to16<T16>(db0));
     layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 1, 0);
-    std::vector<bf16> all1 = g_dinp, all2 = dev_download(d_dinp, (size_t)N * C);
+    std::vector<T16> all1 = g_dinp, all2 = dev_download(d_dinp, (size_t)N * C);
     all1.insert(all1.end(), g_dw.begin(), g_dw.end());
     all1.insert(all1.end(), g_db.begin(), g_db.end());
-    std::vector<bf16> w2 = dev_download(d_dw, C), b2 = dev_download(d_db, C);
+    std::vector<T16> w2 = dev_download(d_dw, C), b2 = dev_download(d_db, C);
     all2.insert(all2.end(), w2.begin(), w2.end());
     all2.insert(all2.end(), b2.begin(), b2.end());
     snprintf(name, sizeof name, "layernorm_backward deterministic N=%d C=%d", N, C);
@@ -389,16 +446,16 @@ static void test_layernorm_backward(Rng& rng, int N, int C) {
     // accumulate 0: dweight and dbias overwritten, never read (NaN there must not show).
     std::vector<float> dinp_o = dinp0, dw_o(C, 0.0f), db_o(C, 0.0f);
     layernorm_backward(dinp_o.data(), dw_o.data(), db_o.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-    dev_set(d_dinp, to_bf16(dinp0));
-    dev_set(d_dw, to_bf16(std::vector<float>(C, NAN)));
-    dev_set(d_db, to_bf16(std::vector<float>(C, NAN)));
+    dev_set(d_dinp, to16<T16>(dinp0));
+    dev_set(d_dw, to16<T16>(std::vector<float>(C, NAN)));
+    dev_set(d_db, to16<T16>(std::vector<float>(C, NAN)));
     layernorm_backward_cuda(d_dinp, d_dw, d_db, scratch, sbytes, d_dout, d_x, d_w, d_mean, d_rstd, N, C, 0, 0);
     snprintf(name, sizeof name, "layernorm_backward overwrite: dinp N=%d C=%d", N, C);
-    check_bf16(name, dev_download(d_dinp, (size_t)N * C), dinp_o);
+    check16(name, dev_download(d_dinp, (size_t)N * C), dinp_o);
     snprintf(name, sizeof name, "layernorm_backward overwrite: dweight over NaN N=%d C=%d", N, C);
-    check_bf16(name, dev_download(d_dw, C), dw_o);
+    check16(name, dev_download(d_dw, C), dw_o);
     snprintf(name, sizeof name, "layernorm_backward overwrite: dbias over NaN N=%d C=%d", N, C);
-    check_bf16(name, dev_download(d_db, C), db_o);
+    check16(name, dev_download(d_db, C), db_o);
 
     cudaFree(d_x); cudaFree(d_w); cudaFree(d_dout); cudaFree(d_mean); cudaFree(d_rstd);
     cudaFree(d_dinp); cudaFree(d_dw); cudaFree(d_db); cudaFree(scratch);
@@ -408,92 +465,100 @@ static void test_layernorm_backward(Rng& rng, int N, int C) {
 // Residual, GELU (flat kernels; misalign = 1 runs on pointers one element past an
 // allocation, so the scalar path is used)
 
+template <class T16>
 static void test_residual(Rng& rng, size_t n, int misalign) {
+    const DtypeScope<T16> dtype;
     char name[200];
-    std::vector<float> a = rand_bf16(rng, n, 1.0f), b = rand_bf16(rng, n, 1.0f), ref(n);
+    std::vector<float> a = rand16<T16>(rng, n, 1.0f), b = rand16<T16>(rng, n, 1.0f), ref(n);
     residual_forward(ref.data(), a.data(), b.data(), n);
-    bf16* d_a = dev_alloc<bf16>(n + 1);
-    bf16* d_b = dev_alloc<bf16>(n + 1);
-    bf16* d_o = dev_alloc<bf16>(n + 1);
-    dev_set(d_a + misalign, to_bf16(a));
-    dev_set(d_b + misalign, to_bf16(b));
+    T16* d_a = dev_alloc<T16>(n + 1);
+    T16* d_b = dev_alloc<T16>(n + 1);
+    T16* d_o = dev_alloc<T16>(n + 1);
+    dev_set(d_a + misalign, to16<T16>(a));
+    dev_set(d_b + misalign, to16<T16>(b));
     residual_forward_cuda(d_o + misalign, d_a + misalign, d_b + misalign, n, 0);
     snprintf(name, sizeof name, "residual_forward n=%zu%s", n, misalign ? " unaligned" : "");
-    check_bf16_exact(name, dev_download(d_o + misalign, n), ref);
+    check16_exact(name, dev_download(d_o + misalign, n), ref);
     cudaFree(d_a); cudaFree(d_b); cudaFree(d_o);
 }
 
+template <class T16>
 static void test_gelu(Rng& rng, size_t n, int misalign) {
+    const DtypeScope<T16> dtype;
     char name[200];
     const char* tag = misalign ? " unaligned" : "";
-    std::vector<float> x = rand_bf16(rng, n, 3.0f);  // covers the tails (|x| up to ~15)
-    std::vector<float> dout = rand_bf16(rng, n, 1.0f), dinp0 = rand_bf16(rng, n, 0.5f);
+    std::vector<float> x = rand16<T16>(rng, n, 3.0f);  // covers the tails (|x| up to ~15)
+    std::vector<float> dout = rand16<T16>(rng, n, 1.0f), dinp0 = rand16<T16>(rng, n, 0.5f);
     std::vector<float> out(n), dinp = dinp0, dzero(n, 0.0f);
     gelu_forward(out.data(), x.data(), n);
     gelu_backward(dinp.data(), x.data(), dout.data(), n);
     gelu_backward(dzero.data(), x.data(), dout.data(), n);  // = gelu'(x) * dout
 
-    bf16* d_x = dev_alloc<bf16>(n + 1);
-    bf16* d_out = dev_alloc<bf16>(n + 1);
-    bf16* d_dout = dev_alloc<bf16>(n + 1);
-    bf16* d_dinp = dev_alloc<bf16>(n + 1);
-    bf16* X = d_x + misalign; bf16* O = d_out + misalign; bf16* D = d_dout + misalign; bf16* DI = d_dinp + misalign;
-    dev_set(X, to_bf16(x));
-    dev_set(D, to_bf16(dout));
-    dev_set(DI, to_bf16(dinp0));
+    T16* d_x = dev_alloc<T16>(n + 1);
+    T16* d_out = dev_alloc<T16>(n + 1);
+    T16* d_dout = dev_alloc<T16>(n + 1);
+    T16* d_dinp = dev_alloc<T16>(n + 1);
+    T16* X = d_x + misalign; T16* O = d_out + misalign; T16* D = d_dout + misalign; T16* DI = d_dinp + misalign;
+    dev_set(X, to16<T16>(x));
+    dev_set(D, to16<T16>(dout));
+    dev_set(DI, to16<T16>(dinp0));
     gelu_forward_cuda(O, X, n, 0);
     snprintf(name, sizeof name, "gelu_forward n=%zu%s", n, tag);
-    check_bf16(name, dev_download(O, n), out);
+    check16(name, dev_download(O, n), out);
     gelu_backward_cuda(DI, X, D, n, 0);
     snprintf(name, sizeof name, "gelu_backward (accumulate) n=%zu%s", n, tag);
-    check_bf16(name, dev_download(DI, n), dinp);
+    check16(name, dev_download(DI, n), dinp);
     gelu_backward_inplace_cuda(D, X, n, 0);
     snprintf(name, sizeof name, "gelu_backward_inplace n=%zu%s", n, tag);
-    check_bf16(name, dev_download(D, n), dzero);
+    check16(name, dev_download(D, n), dzero);
     // In place forward: out aliases inp.
     gelu_forward_cuda(X, X, n, 0);
     snprintf(name, sizeof name, "gelu_forward in place n=%zu%s", n, tag);
-    check_bf16(name, dev_download(X, n), out);
+    check16(name, dev_download(X, n), out);
     cudaFree(d_x); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dinp);
 }
 
 // ----------------------------------------------------------------------------
 // Bias gradient (CPU twin: matmul_backward's dbias, with a 1-channel input)
 
+template <class T16>
 static void test_bias_backward(Rng& rng, int N, int OC) {
+    const DtypeScope<T16> dtype;
     char name[200];
-    std::vector<float> dout = rand_bf16(rng, (size_t)N * OC, 1.0f);
-    std::vector<float> db0 = rand_bf16(rng, OC, 1.0f), db = db0;
+    std::vector<float> dout = rand16<T16>(rng, (size_t)N * OC, 1.0f);
+    std::vector<float> db0 = rand16<T16>(rng, OC, 1.0f), db = db0;
     std::vector<float> inp(N, 0.0f), weight(OC, 0.0f), dweight(OC, 0.0f);
     matmul_backward(NULL, dweight.data(), db.data(), dout.data(), inp.data(), weight.data(), N, 1, OC);
-    bf16* d_dout = dev_upload(to_bf16(dout));
-    bf16* d_db = dev_upload(to_bf16(db0));
+    T16* d_dout = dev_upload(to16<T16>(dout));
+    T16* d_db = dev_upload(to16<T16>(db0));
     const size_t sbytes = bias_backward_scratch_bytes(N, OC);
     void* scratch = dev_scratch(sbytes);
     bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 1, 0);
-    std::vector<bf16> g1 = dev_download(d_db, OC);
+    std::vector<T16> g1 = dev_download(d_db, OC);
     snprintf(name, sizeof name, "bias_backward N=%d OC=%d", N, OC);
-    check_bf16(name, g1, db);
-    dev_set(d_db, to_bf16(db0));
+    check16(name, g1, db);
+    dev_set(d_db, to16<T16>(db0));
     bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 1, 0);
     snprintf(name, sizeof name, "bias_backward deterministic N=%d OC=%d", N, OC);
     check_bitwise(name, g1, dev_download(d_db, OC));
     // accumulate 0: overwritten, never read (NaN there must not show).
     std::vector<float> db_o(OC, 0.0f), dweight_o(OC, 0.0f);
     matmul_backward(NULL, dweight_o.data(), db_o.data(), dout.data(), inp.data(), weight.data(), N, 1, OC);
-    dev_set(d_db, to_bf16(std::vector<float>(OC, NAN)));
+    dev_set(d_db, to16<T16>(std::vector<float>(OC, NAN)));
     bias_backward_cuda(d_db, scratch, sbytes, d_dout, N, OC, 0, 0);
     snprintf(name, sizeof name, "bias_backward overwrite over NaN N=%d OC=%d", N, OC);
-    check_bf16(name, dev_download(d_db, OC), db_o);
+    check16(name, dev_download(d_db, OC), db_o);
     cudaFree(d_dout); cudaFree(d_db); cudaFree(scratch);
 }
 
 // ----------------------------------------------------------------------------
 // Fused softmax + cross-entropy
 
+template <class T16>
 static void test_crossentropy(Rng& rng, int N, int V, int Vp) {
+    const DtypeScope<T16> dtype;
     char name[200];
-    std::vector<float> logits = rand_bf16(rng, (size_t)N * Vp, 2.0f);
+    std::vector<float> logits = rand16<T16>(rng, (size_t)N * Vp, 2.0f);
     for (int i = 0; i < N; i++)  // padded columns hold junk that must be ignored
         for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 100.0f;
     std::vector<int> targets(N);
@@ -502,47 +567,67 @@ static void test_crossentropy(Rng& rng, int N, int V, int Vp) {
     std::vector<float> ref = logits, losses(N);
     crossentropy_softmax_fused(ref.data(), losses.data(), targets.data(), N, V, Vp, dloss);
 
-    bf16* d_logits = dev_upload(to_bf16(logits));
+    T16* d_logits = dev_upload(to16<T16>(logits));
     int* d_targets = dev_upload(targets);
     float* d_losses = dev_alloc<float>(N);
     // Evaluation (dloss = 0): losses only, logits untouched.
-    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, 0.0f, 0);
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, 0.0f, NULL, 0);
     snprintf(name, sizeof name, "crossentropy losses (dloss=0) N=%d V=%d Vp=%d", N, V, Vp);
     check_close(name, dev_download(d_losses, N), losses, STAT_TOL_REL, LOSS_TOL_ABS);
     snprintf(name, sizeof name, "crossentropy dloss=0 leaves logits untouched N=%d V=%d Vp=%d", N, V, Vp);
-    check_bitwise(name, dev_download(d_logits, (size_t)N * Vp), to_bf16(logits));
-    // Training: dlogits in place.
-    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, 0);
+    check_bitwise(name, dev_download(d_logits, (size_t)N * Vp), to16<T16>(logits));
+    // Training: dlogits in place (no loss scale: dloss_scale NULL).
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, NULL, 0);
     std::vector<float> g_losses = dev_download(d_losses, N);
-    std::vector<bf16> g_dlogits = dev_download(d_logits, (size_t)N * Vp);
+    std::vector<T16> g_dlogits = dev_download(d_logits, (size_t)N * Vp);
     snprintf(name, sizeof name, "crossentropy losses N=%d V=%d Vp=%d", N, V, Vp);
     check_close(name, g_losses, losses, STAT_TOL_REL, LOSS_TOL_ABS);
     snprintf(name, sizeof name, "crossentropy dlogits in place N=%d V=%d Vp=%d", N, V, Vp);
-    check_bf16(name, g_dlogits, ref);
+    check16(name, g_dlogits, ref);
     bool pad_zero = true;
     for (int i = 0; i < N; i++)
         for (int j = V; j < Vp; j++) pad_zero = pad_zero && bits_of(g_dlogits[(size_t)i * Vp + j]) == 0;
     snprintf(name, sizeof name, "crossentropy padded columns get +0 N=%d V=%d Vp=%d", N, V, Vp);
     report(pad_zero, name, pad_zero ? NULL : "a padded column is not +0");
     // Determinism.
-    dev_set(d_logits, to_bf16(logits));
-    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, 0);
+    dev_set(d_logits, to16<T16>(logits));
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, NULL, 0);
     snprintf(name, sizeof name, "crossentropy deterministic N=%d V=%d Vp=%d", N, V, Vp);
     std::vector<float> l2 = dev_download(d_losses, N);
     check_bitwise(name, g_dlogits, dev_download(d_logits, (size_t)N * Vp));
     snprintf(name, sizeof name, "crossentropy losses deterministic N=%d V=%d Vp=%d", N, V, Vp);
     check_bitwise(name, g_losses, l2);
-    cudaFree(d_logits); cudaFree(d_targets); cudaFree(d_losses);
+    // Loss scaling: dloss_scale (device) multiplies dloss. A scale of 1 gives the bits of NULL;
+    // 1024 (a power of two: exact in fp32, so the fp32 dlogits are exactly 1024 times the
+    // unscaled ones) gives dlogits within the same tolerance of 1024 x the CPU twin's (in fp16
+    // they are then normal numbers: checked to 2^-11 of each element), and leaves the losses.
+    float* d_scale = dev_upload(std::vector<float>{1.0f});
+    dev_set(d_logits, to16<T16>(logits));
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, d_scale, 0);
+    snprintf(name, sizeof name, "crossentropy dloss_scale 1 gives the dlogits of NULL N=%d V=%d Vp=%d", N, V, Vp);
+    check_bitwise(name, g_dlogits, dev_download(d_logits, (size_t)N * Vp));
+    dev_set(d_scale, std::vector<float>{1024.0f});
+    dev_set(d_logits, to16<T16>(logits));
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, dloss, d_scale, 0);
+    std::vector<float> ref_scaled = ref;
+    for (float& v : ref_scaled) v *= 1024.0f;
+    snprintf(name, sizeof name, "crossentropy dlogits with dloss_scale 1024 = 1024 x cpu N=%d V=%d Vp=%d", N, V, Vp);
+    check16(name, dev_download(d_logits, (size_t)N * Vp), ref_scaled);
+    snprintf(name, sizeof name, "crossentropy losses unchanged by dloss_scale 1024 N=%d V=%d Vp=%d", N, V, Vp);
+    check_bitwise(name, dev_download(d_losses, N), g_losses);
+    cudaFree(d_logits); cudaFree(d_targets); cudaFree(d_losses); cudaFree(d_scale);
 }
 
+template <class T16>
 static void test_crossentropy_bad_target(Rng& rng) {
+    const DtypeScope<T16> dtype;
     const int N = 2, V = 10, Vp = 16;
-    std::vector<float> logits = rand_bf16(rng, (size_t)N * Vp, 1.0f);
+    std::vector<float> logits = rand16<T16>(rng, (size_t)N * Vp, 1.0f);
     std::vector<int> targets = {-1, V};
-    bf16* d_logits = dev_upload(to_bf16(logits));
+    T16* d_logits = dev_upload(to16<T16>(logits));
     int* d_targets = dev_upload(targets);
     float* d_losses = dev_alloc<float>(N);
-    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, 0.5f, 0);
+    crossentropy_softmax_fused_cuda(d_logits, d_losses, d_targets, N, V, Vp, 0.5f, NULL, 0);
     std::vector<float> l = dev_download(d_losses, N);
     report(isnan(l[0]) && isnan(l[1]), "crossentropy target outside [0, V) gives a NaN loss",
            "losses %g %g", (double)l[0], (double)l[1]);
@@ -552,21 +637,30 @@ static void test_crossentropy_bad_target(Rng& rng) {
 // ----------------------------------------------------------------------------
 // AdamW and stochastic rounding
 
+template <class T16>
 struct AdamState {
     float *p, *m, *v, *g;
-    bf16* pb;
+    T16* pb;  // the compute-dtype parameter copy
 };
 
-static AdamState adam_upload(const std::vector<float>& p, const std::vector<float>& m,
-                             const std::vector<float>& v, const std::vector<float>& g) {
-    AdamState s;
+template <class T16>
+static AdamState<T16> adam_upload(const std::vector<float>& p, const std::vector<float>& m,
+                                  const std::vector<float>& v, const std::vector<float>& g) {
+    AdamState<T16> s;
     s.p = dev_upload(p); s.m = dev_upload(m); s.v = dev_upload(v); s.g = dev_upload(g);
-    s.pb = dev_alloc<bf16>(p.size());
+    s.pb = dev_alloc<T16>(p.size());
     return s;
 }
-static void adam_free(AdamState& s) { cudaFree(s.p); cudaFree(s.m); cudaFree(s.v); cudaFree(s.g); cudaFree(s.pb); }
+template <class T16>
+static void adam_free(AdamState<T16>& s) { cudaFree(s.p); cudaFree(s.m); cudaFree(s.v); cudaFree(s.g); cudaFree(s.pb); }
 
+// bf16's parameter copy is stochastically rounded, fp16's rounded to nearest (store8_param):
+// each checked bitwise against its definition; everything else is the same for both.
+template <class T16>
 static void test_adamw(Rng& rng) {
+    const DtypeScope<T16> dtype;
+    const char* copy = is_bf16<T16> ? "bf16 SR copy" : "fp16 copy";
+    char name[200];
     const size_t n = 100003;  // odd: a scalar tail
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
     const uint64_t seed = 0x1234abcdull;
@@ -577,19 +671,19 @@ static void test_adamw(Rng& rng) {
 
     // Three steps against the CPU twin.
     std::vector<float> p = p0, m = m0, v = v0;
-    AdamState s = adam_upload(p0, m0, v0, grads[0]);
+    AdamState<T16> s = adam_upload<T16>(p0, m0, v0, grads[0]);
     for (int t = 1; t <= 3; t++) {
         adamw_update(p.data(), m.data(), v.data(), grads[t - 1].data(), n, lr, b1, b2, eps, wd, t, gs);
         dev_set(s.g, grads[t - 1]);
         adamw_update_cuda(s.p, s.m, s.v, s.pb, s.g, n, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, NULL, seed, goff, 0);
     }
     std::vector<float> gp = dev_download(s.p, n), gm = dev_download(s.m, n), gv = dev_download(s.v, n);
-    std::vector<bf16> gpb = dev_download(s.pb, n);
+    std::vector<T16> gpb = dev_download(s.pb, n);
     check_close("adamw_update 3 steps: param", gp, p, ADAMW_TOL_REL, ADAMW_TOL_ABS_FRAC * max_abs(p));
     check_close("adamw_update 3 steps: m", gm, m, ADAMW_TOL_REL, ADAMW_TOL_ABS_FRAC * max_abs(m));
     check_close("adamw_update 3 steps: v", gv, v, ADAMW_TOL_REL, ADAMW_TOL_ABS_FRAC * max_abs(v));
     // The bf16 copy is the stochastic rounding of the new master with the documented bits.
-    {
+    if constexpr (is_bf16<T16>) {
         const uint64_t key = sr_key(seed, 3);
         size_t bad = n;
         for (size_t i = 0; i < n && bad == n; i++)
@@ -602,24 +696,28 @@ static void test_adamw(Rng& rng) {
             within = within && d <= ldexp(fabs((double)gp[i]), -7);  // below one bf16 ulp
         }
         report(within, "adamw_update bf16 copy within one bf16 ulp of master", NULL);
+    } else {  // fp16: exactly __float2half_rn of the new master, seed and step unused
+        check16_exact("adamw_update fp16 copy = round to nearest of master", gpb, gp);
     }
-    // The standalone SR cast gives the same bits as the fused copy.
+    // The standalone copy gives the same bits as the fused one.
     {
-        bf16* d_sr = dev_alloc<bf16>(n);
-        cast_f32_to_bf16_sr_cuda(d_sr, s.p, n, seed, 3, goff, 0);
-        check_bitwise("cast_f32_to_bf16_sr equals the AdamW bf16 copy", dev_download(d_sr, n), gpb);
+        T16* d_sr = dev_alloc<T16>(n);
+        param_copy_cuda(d_sr, s.p, n, seed, 3, goff, 0);
+        snprintf(name, sizeof name, "param_copy equals the AdamW %s copy", Dtype<T16>::name);
+        check_bitwise(name, dev_download(d_sr, n), gpb);
         cudaFree(d_sr);
     }
     // Determinism and the device-side scale: grad_scale 1 with *d_grad_scale = gs is the same.
     {
-        AdamState s2 = adam_upload(p0, m0, v0, grads[0]);
+        AdamState<T16> s2 = adam_upload<T16>(p0, m0, v0, grads[0]);
         float* d_scale = dev_upload(std::vector<float>{gs});
         for (int t = 1; t <= 3; t++) {
             dev_set(s2.g, grads[t - 1]);
             adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, NULL, 0, t, 1.0f, d_scale, NULL, seed, goff, 0);
         }
         check_bitwise("adamw_update deterministic, device grad scale (param)", dev_download(s2.p, n), gp);
-        check_bitwise("adamw_update deterministic, device grad scale (bf16 copy)", dev_download(s2.pb, n), gpb);
+        snprintf(name, sizeof name, "adamw_update deterministic, device grad scale (%s copy)", Dtype<T16>::name);
+        check_bitwise(name, dev_download(s2.pb, n), gpb);
         // The device's skip flag (a step decided as non-finite): nothing changes, even with a
         // NaN gradient.
         int* d_skip = dev_upload(std::vector<int>{1});
@@ -629,7 +727,9 @@ static void test_adamw(Rng& rng) {
         adamw_update_cuda(s2.p, s2.m, s2.v, s2.pb, s2.g, n, lr, b1, b2, eps, wd, NULL, 0, 4, 1.0f, d_scale, d_skip, seed,
                           goff, 0);
         check_bitwise("adamw_update with the device skip flag set changes nothing (param)", dev_download(s2.p, n), gp);
-        check_bitwise("adamw_update with the device skip flag set changes nothing (bf16 copy)", dev_download(s2.pb, n), gpb);
+        snprintf(name, sizeof name, "adamw_update with the device skip flag set changes nothing (%s copy)",
+                 Dtype<T16>::name);
+        check_bitwise(name, dev_download(s2.pb, n), gpb);
         adam_free(s2);
         cudaFree(d_scale);
         cudaFree(d_skip);
@@ -637,14 +737,13 @@ static void test_adamw(Rng& rng) {
     // Independent of the split: [0, k) and [k, n) with the matching global offsets (k not a
     // multiple of 8: the second launch runs unaligned, on the scalar path).
     for (size_t k : {(size_t)12345, (size_t)8000}) {
-        AdamState s3 = adam_upload(p0, m0, v0, grads[0]);
+        AdamState<T16> s3 = adam_upload<T16>(p0, m0, v0, grads[0]);
         for (int t = 1; t <= 3; t++) {
             dev_set(s3.g, grads[t - 1]);
             adamw_update_cuda(s3.p, s3.m, s3.v, s3.pb, s3.g, k, lr, b1, b2, eps, wd, NULL, 0, t, gs, NULL, NULL, seed, goff, 0);
             adamw_update_cuda(s3.p + k, s3.m + k, s3.v + k, s3.pb + k, s3.g + k, n - k, lr, b1, b2, eps,
                               wd, NULL, 0, t, gs, NULL, NULL, seed, goff + k, 0);
         }
-        char name[200];
         snprintf(name, sizeof name, "adamw_update split at %zu equals one launch (param, m, v)", k);
         std::vector<float> a = dev_download(s3.p, n), am = dev_download(s3.m, n), av = dev_download(s3.v, n);
         a.insert(a.end(), am.begin(), am.end());
@@ -653,17 +752,17 @@ static void test_adamw(Rng& rng) {
         b.insert(b.end(), gm.begin(), gm.end());
         b.insert(b.end(), gv.begin(), gv.end());
         check_bitwise(name, a, b);
-        snprintf(name, sizeof name, "adamw_update split at %zu equals one launch (bf16 SR copy)", k);
+        snprintf(name, sizeof name, "adamw_update split at %zu equals one launch (%s)", k, copy);
         check_bitwise(name, dev_download(s3.pb, n), gpb);
         adam_free(s3);
     }
     // One launch over a "unit" whose runs differ in decay, against per-run launches (decay on
-    // the runs the table marks, 0 elsewhere): bitwise, bf16 copy included. The runs end off
+    // the runs the table marks, 0 elsewhere): bitwise, 16-bit copy included. The runs end off
     // the 8-element groups, so a group meets two of them.
     {
         const std::vector<uint64_t> toggles = {5, 40000, 40003, 77777, 90001, n};  // decayed: [5,40000) [40003,77777) [90001,n)
         const std::vector<size_t> cuts = {0, 5, 40000, 40003, 77777, 90001, n};
-        AdamState su = adam_upload(p0, m0, v0, grads[0]), sr = adam_upload(p0, m0, v0, grads[0]);
+        AdamState<T16> su = adam_upload<T16>(p0, m0, v0, grads[0]), sr = adam_upload<T16>(p0, m0, v0, grads[0]);
         uint64_t* d_toggles = dev_upload(toggles);
         for (int t = 1; t <= 3; t++) {
             dev_set(su.g, grads[t - 1]);
@@ -679,8 +778,8 @@ static void test_adamw(Rng& rng) {
         std::vector<float> a = dev_download(su.p, n), b = dev_download(sr.p, n);
         check_bitwise("adamw_update with a decay table equals one launch per run (param)", a, b);
         check_bitwise("adamw_update with a decay table equals one launch per run (m)", dev_download(su.m, n), dev_download(sr.m, n));
-        check_bitwise("adamw_update with a decay table equals one launch per run (bf16 SR copy)", dev_download(su.pb, n),
-                      dev_download(sr.pb, n));
+        snprintf(name, sizeof name, "adamw_update with a decay table equals one launch per run (%s)", copy);
+        check_bitwise(name, dev_download(su.pb, n), dev_download(sr.pb, n));
         bool differs = false;  // the table matters: a no-decay run differs from decaying it
         for (size_t i = 0; i < 5; i++) differs = differs || a[i] != gp[i];
         report(differs, "adamw_update: the first run (no decay) differs from the all-decay launch", NULL);
@@ -691,24 +790,28 @@ static void test_adamw(Rng& rng) {
 }
 
 // Folding reduced shards into the fp32 accumulator: the first copies (no zeroing), later ones
-// add, from fp32 or bf16, and the fused sum of squares equals sum_squares_cuda of the result.
+// add, from fp32 or T16, and the fused sum of squares equals sum_squares_cuda of the result.
+template <class T16>
 static void test_fold_grad(Rng& rng) {
+    const DtypeScope<T16> dtype;
     const size_t n = 300007;
     std::vector<float> a = rand_f32(rng, n, 1.0f), b = rand_f32(rng, n, 1.0f);
-    std::vector<float> b16 = from_bf16(to_bf16(b));
+    std::vector<float> b16 = from16(to16<T16>(b));
     float* d_dst = dev_upload(rand_f32(rng, n, 9.0f));  // garbage: the first fold must overwrite it
     float* d_a = dev_upload(a);
-    bf16* d_b = dev_upload(to_bf16(b));
+    T16* d_b = dev_upload(to16<T16>(b));
     double* d_sum = dev_upload(std::vector<double>{0.0});
     double* d_ref = dev_upload(std::vector<double>{0.0});
     void* scratch = dev_alloc<unsigned char>(sum_squares_scratch_bytes());
-    fold_grad_cuda(d_dst, d_a, 0, n, 1, NULL, NULL, 0, 0);
+    fold_grad_cuda(d_dst, d_a, n, 1, NULL, NULL, 0, 0);
     check_bitwise("fold_grad first: dst = src (fp32), nothing zeroed before", dev_download(d_dst, n), a);
-    fold_grad_cuda(d_dst, d_b, 1, n, 0, d_sum, scratch, sum_squares_scratch_bytes(), 0);
+    fold_grad_cuda(d_dst, d_b, n, 0, d_sum, scratch, sum_squares_scratch_bytes(), 0);
     std::vector<float> want(n);
     for (size_t i = 0; i < n; i++) want[i] = a[i] + b16[i];
     std::vector<float> got = dev_download(d_dst, n);
-    check_bitwise("fold_grad: dst += bf16 src", got, want);
+    char name[64];
+    snprintf(name, sizeof name, "fold_grad: dst += %s src", Dtype<T16>::name);
+    check_bitwise(name, got, want);
     sum_squares_cuda(d_ref, scratch, sum_squares_scratch_bytes(), d_dst, n, 0, 0);
     const double fused = dev_download(d_sum, 1)[0], ref = dev_download(d_ref, 1)[0];
     double exact = 0.0;
@@ -717,7 +820,7 @@ static void test_fold_grad(Rng& rng) {
            "fold_grad's fused sum of squares equals sum_squares_cuda of the result (1e-12)", "fused %.17g, pass %.17g, host %.17g",
            fused, ref, exact);
     // Accumulating: a second fused fold adds its sum to the same double.
-    fold_grad_cuda(d_dst, d_a, 0, n, 1, d_sum, scratch, sum_squares_scratch_bytes(), 0);
+    fold_grad_cuda(d_dst, d_a, n, 1, d_sum, scratch, sum_squares_scratch_bytes(), 0);
     double again = 0.0;
     for (size_t i = 0; i < n; i++) again += (double)a[i] * (double)a[i];
     const double two = dev_download(d_sum, 1)[0];
@@ -725,7 +828,7 @@ static void test_fold_grad(Rng& rng) {
            two, fused + again);
     // Unaligned (scalar path) and a tail: the same values.
     float* d_dst2 = dev_upload(std::vector<float>(n + 1, 0.0f));
-    fold_grad_cuda(d_dst2 + 1, d_a, 0, n, 1, NULL, NULL, 0, 0);
+    fold_grad_cuda(d_dst2 + 1, d_a, n, 1, NULL, NULL, 0, 0);
     std::vector<float> g2 = dev_download(d_dst2, n + 1);
     check_bitwise("fold_grad unaligned (scalar path)", std::vector<float>(g2.begin() + 1, g2.end()), a);
     cudaFree(d_dst); cudaFree(d_a); cudaFree(d_b); cudaFree(d_sum); cudaFree(d_ref); cudaFree(scratch); cudaFree(d_dst2);
@@ -739,7 +842,7 @@ static void test_stochastic_rounding(void) {
     float* d_in = dev_alloc<float>(n);
     for (float x : xs) {
         dev_set(d_in, std::vector<float>(n, x));
-        cast_f32_to_bf16_sr_cuda(d_out, d_in, n, 42, 7, 0, 0);
+        param_copy_cuda(d_out, d_in, n, 42, 7, 0, 0);
         std::vector<bf16> r = dev_download(d_out, n);
         // The two neighbours by truncation and truncation + 1 ulp (in magnitude).
         uint32_t u;
@@ -772,7 +875,7 @@ static void test_stochastic_rounding(void) {
         std::vector<float> big(n);
         for (size_t i = 0; i < n; i++) big[i] = ex[i % ex.size()];
         dev_set(d_in, big);
-        cast_f32_to_bf16_sr_cuda(d_out, d_in, n, 42, 7, 0, 0);
+        param_copy_cuda(d_out, d_in, n, 42, 7, 0, 0);
         std::vector<bf16> r = dev_download(d_out, n);
         bool ok = true;
         for (size_t i = 0; i < n; i++) {
@@ -788,14 +891,14 @@ static void test_stochastic_rounding(void) {
         float* d_x = dev_upload(x);
         bf16* d_a = dev_alloc<bf16>(x.size());
         bf16* d_b = dev_alloc<bf16>(x.size());
-        cast_f32_to_bf16_sr_cuda(d_a, d_x, x.size(), 5, 11, 777, 0);
+        param_copy_cuda(d_a, d_x, x.size(), 5, 11, 777, 0);
         const size_t k = 33333;
-        cast_f32_to_bf16_sr_cuda(d_b, d_x, k, 5, 11, 777, 0);
-        cast_f32_to_bf16_sr_cuda(d_b + k, d_x + k, x.size() - k, 5, 11, 777 + k, 0);
-        check_bitwise("cast_f32_to_bf16_sr split into two launches equals one", dev_download(d_b, x.size()),
+        param_copy_cuda(d_b, d_x, k, 5, 11, 777, 0);
+        param_copy_cuda(d_b + k, d_x + k, x.size() - k, 5, 11, 777 + k, 0);
+        check_bitwise("param_copy bf16 (stochastic rounding) split into two launches equals one", dev_download(d_b, x.size()),
                       dev_download(d_a, x.size()));
         // And the bits do change with the step.
-        cast_f32_to_bf16_sr_cuda(d_b, d_x, x.size(), 5, 12, 777, 0);
+        param_copy_cuda(d_b, d_x, x.size(), 5, 12, 777, 0);
         std::vector<bf16> a = dev_download(d_a, x.size()), b = dev_download(d_b, x.size());
         size_t diff = 0;
         for (size_t i = 0; i < x.size(); i++) diff += bits_of(a[i]) != bits_of(b[i]);
@@ -877,32 +980,48 @@ static void test_grad_clip_scale(void) {
 // ----------------------------------------------------------------------------
 // Casts and accumulation (exact operations: bitwise against the host)
 
+template <class T16>
 static void test_casts(Rng& rng, size_t n, int misalign) {
+    const DtypeScope<T16> dtype;
+    const char* dt = Dtype<T16>::name;
     char name[200];
     const char* tag = misalign ? " unaligned" : "";
     std::vector<float> x = rand_f32(rng, n, 10.0f);
-    // Special values: ties, +-0, denormals, overflow to inf, inf, NaN.
+    // Special values: ties, +-0, denormals, overflow to inf, inf, NaN; then fp16's: ties at 1
+    // (1 + 2^-11 to 1, 1 + 3 2^-11 up to 1 + 2^-9), subnormal ties (2^-25 to 0, 3 2^-25 to
+    // 2^-23), the smallest normal 2^-14 and the largest subnormal, 65519 (to 65504) and 65520
+    // (the tie above 65504: to inf).
     const float specials[] = {0.0f, -0.0f, 1.00390625f, 1.01171875f, 1e-40f, -3e-39f, 3.4e38f,
-                              -3.39e38f, INFINITY, -INFINITY, NAN, 65504.0f};
+                              -3.39e38f, INFINITY, -INFINITY, NAN, 65504.0f, 1.00048828125f, 1.00146484375f,
+                              0x1p-25f, -0x3p-25f, 0x1p-14f, 0x3ffp-24f, 65519.0f, -65520.0f};
     for (size_t i = 0; i < sizeof specials / sizeof specials[0] && i < n; i++) x[i] = specials[i];
     float* d_x = dev_alloc<float>(n + 1);
-    bf16* d_b = dev_alloc<bf16>(n + 1);
+    T16* d_b = dev_alloc<T16>(n + 1);
     float* d_y = dev_alloc<float>(n + 1);
-    float* X = d_x + misalign; bf16* Bp = d_b + misalign; float* Y = d_y + misalign;
+    float* X = d_x + misalign; T16* Bp = d_b + misalign; float* Y = d_y + misalign;
     dev_set(X, x);
-    cast_f32_to_bf16_cuda(Bp, X, n, 0);
-    snprintf(name, sizeof name, "cast_f32_to_bf16 n=%zu%s", n, tag);
-    std::vector<bf16> b = dev_download(Bp, n);
-    check_bf16_exact(name, b, x);
-    cast_bf16_to_f32_cuda(Y, Bp, n, 0);
-    snprintf(name, sizeof name, "cast_bf16_to_f32 n=%zu%s", n, tag);
+    cast_from_f32_cuda(Bp, X, n, 0);
+    snprintf(name, sizeof name, "cast_f32_to_%s n=%zu%s", dt, n, tag);
+    std::vector<T16> b = dev_download(Bp, n);
+    check16_exact(name, b, x);
+    cast_to_f32_cuda(Y, Bp, n, 0);
+    snprintf(name, sizeof name, "cast_%s_to_f32 n=%zu%s", dt, n, tag);
     std::vector<float> y = dev_download(Y, n), want(n);
-    for (size_t i = 0; i < n; i++) want[i] = bf16_to_float(b[i]);
+    for (size_t i = 0; i < n; i++) want[i] = to_float(b[i]);
     check_bitwise(name, y, want);
+    if constexpr (!is_bf16<T16>) {
+        // fp16's parameter copy rounds to nearest (store8_param): the cast's bits, whatever
+        // the seed, step and offset (bf16's stochastic copy: test_stochastic_rounding).
+        for (int step = 1; step <= 2; step++) {
+            param_copy_cuda(Bp, X, n, 42 + step, step, 1000 * step, 0);
+            snprintf(name, sizeof name, "param_copy to fp16 (round to nearest) n=%zu%s, step %d", n, tag, step);
+            check_bitwise(name, dev_download(Bp, n), b);
+        }
+    }
 
-    // dst += src, fp32 and bf16 sources (finite values only, so bitwise comparison holds).
+    // dst += src, fp32 and T16 sources (finite values only, so bitwise comparison holds).
     std::vector<float> dst0 = rand_f32(rng, n, 1.0f), src = rand_f32(rng, n, 1.0f);
-    std::vector<float> srcb = rand_bf16(rng, n, 1.0f);
+    std::vector<float> srcb = rand16<T16>(rng, n, 1.0f);
     std::vector<float> ref1(n), ref2(n);
     for (size_t i = 0; i < n; i++) { ref1[i] = dst0[i] + src[i]; ref2[i] = dst0[i] + srcb[i]; }
     dev_set(Y, dst0);
@@ -911,9 +1030,9 @@ static void test_casts(Rng& rng, size_t n, int misalign) {
     snprintf(name, sizeof name, "accumulate_f32 n=%zu%s", n, tag);
     check_bitwise(name, dev_download(Y, n), ref1);
     dev_set(Y, dst0);
-    dev_set(Bp, to_bf16(srcb));
-    accumulate_bf16_to_f32_cuda(Y, Bp, n, 0);
-    snprintf(name, sizeof name, "accumulate_bf16_to_f32 n=%zu%s", n, tag);
+    dev_set(Bp, to16<T16>(srcb));
+    accumulate_to_f32_cuda(Y, Bp, n, 0);
+    snprintf(name, sizeof name, "accumulate_%s_to_f32 n=%zu%s", dt, n, tag);
     check_bitwise(name, dev_download(Y, n), ref2);
     cudaFree(d_x); cudaFree(d_b); cudaFree(d_y);
 }
@@ -932,50 +1051,56 @@ static void test_casts(Rng& rng, size_t n, int misalign) {
 // that a failing one is skipped, that a GELU epilogue none of whose candidates runs falls
 // back to the kernels, the default (tuning off), and the full plan table.
 
+template <class T16>
 struct MmOperands {
     int N, C, OC;
-    std::vector<float> inp, w, bias, dout, pre_c, dinp0;  // the bf16 values, as fp32
-    bf16 *d_inp, *d_w, *d_bias, *d_dout, *d_pre_c;
+    std::vector<float> inp, w, bias, dout, pre_c, dinp0;  // the T16 values, as fp32
+    T16 *d_inp, *d_w, *d_bias, *d_dout, *d_pre_c;
 };
-static MmOperands mm_operands(Rng& rng, int N, int C, int OC) {
-    MmOperands o;
+template <class T16>
+static MmOperands<T16> mm_operands(Rng& rng, int N, int C, int OC) {
+    MmOperands<T16> o;
     o.N = N; o.C = C; o.OC = OC;
-    o.inp = rand_bf16(rng, (size_t)N * C, 1.0f);
-    o.w = rand_bf16(rng, (size_t)OC * C, 1.0f);
-    o.bias = rand_bf16(rng, OC, 1.0f);
-    o.dout = rand_bf16(rng, (size_t)N * OC, 1.0f);
-    o.pre_c = rand_bf16(rng, (size_t)N * C, 2.0f);
-    o.dinp0 = rand_bf16(rng, (size_t)N * C, 4.0f);
-    o.d_inp = dev_upload(to_bf16(o.inp));
-    o.d_w = dev_upload(to_bf16(o.w));
-    o.d_bias = dev_upload(to_bf16(o.bias));
-    o.d_dout = dev_upload(to_bf16(o.dout));
-    o.d_pre_c = dev_upload(to_bf16(o.pre_c));
+    o.inp = rand16<T16>(rng, (size_t)N * C, 1.0f);
+    o.w = rand16<T16>(rng, (size_t)OC * C, 1.0f);
+    o.bias = rand16<T16>(rng, OC, 1.0f);
+    o.dout = rand16<T16>(rng, (size_t)N * OC, 1.0f);
+    o.pre_c = rand16<T16>(rng, (size_t)N * C, 2.0f);
+    o.dinp0 = rand16<T16>(rng, (size_t)N * C, 4.0f);
+    o.d_inp = dev_upload(to16<T16>(o.inp));
+    o.d_w = dev_upload(to16<T16>(o.w));
+    o.d_bias = dev_upload(to16<T16>(o.bias));
+    o.d_dout = dev_upload(to16<T16>(o.dout));
+    o.d_pre_c = dev_upload(to16<T16>(o.pre_c));
     return o;
 }
-static void mm_operands_free(MmOperands& o) {
+template <class T16>
+static void mm_operands_free(MmOperands<T16>& o) {
     cudaFree(o.d_inp); cudaFree(o.d_w); cudaFree(o.d_bias); cudaFree(o.d_dout); cudaFree(o.d_pre_c);
 }
 
 struct MmOut {
     const char* name;
-    bool f32;
+    bool f32, half;  // fp32, fp16 (else bf16)
     std::vector<uint8_t> bytes;
     std::vector<float> values() const {
         const size_t n = bytes.size() / (f32 ? 4 : 2);
         std::vector<float> v(n);
         for (size_t i = 0; i < n; i++) {
             if (f32) memcpy(&v[i], &bytes[i * 4], 4);
+            else if (half) { fp16 h; memcpy(&h, &bytes[i * 2], 2); v[i] = to_float(h); }
             else { bf16 b; memcpy(&b, &bytes[i * 2], 2); v[i] = bf16_to_float(b); }
         }
         return v;
     }
 };
-static MmOut mm_fetch(const char* name, const void* d, size_t n, bool f32) {
+template <class T>
+static MmOut mm_fetch(const char* name, const T* d, size_t n) {
     MmOut o;
     o.name = name;
-    o.f32 = f32;
-    o.bytes = dev_download((const uint8_t*)d, n * (f32 ? 4 : 2));
+    o.f32 = std::is_same<T, float>::value;
+    o.half = std::is_same<T, fp16>::value;
+    o.bytes = dev_download((const uint8_t*)d, n * sizeof(T));
     return o;
 }
 
@@ -1001,16 +1126,18 @@ static void mm_context_free(MatmulContext* mm) {
 }
 
 // Every form of GEMM the model issues, on o, on stream s; the outputs, in a fixed order.
-static std::vector<MmOut> mm_run_ops(MatmulContext* mm, const MmOperands& o, cudaStream_t s) {
+template <class T16>
+static std::vector<MmOut> mm_run_ops(MatmulContext* mm, const MmOperands<T16>& o, cudaStream_t s) {
     const int N = o.N, C = o.C, OC = o.OC;
+    const cudaDataType_t t16 = mm_type_of(o.d_inp);
     std::vector<MmOut> outs;
-    bf16* out = dev_alloc<bf16>((size_t)N * OC);
-    bf16* gout = dev_alloc<bf16>((size_t)N * OC);
-    bf16* gpre = dev_alloc<bf16>((size_t)N * OC);
-    bf16* dacc = dev_upload(to_bf16(o.dinp0));
-    bf16* dinp = dev_alloc<bf16>((size_t)N * C);
-    bf16* dgelu = dev_alloc<bf16>((size_t)N * C);
-    bf16* dw16 = dev_alloc<bf16>((size_t)OC * C);
+    T16* out = dev_alloc<T16>((size_t)N * OC);
+    T16* gout = dev_alloc<T16>((size_t)N * OC);
+    T16* gpre = dev_alloc<T16>((size_t)N * OC);
+    T16* dacc = dev_upload(to16<T16>(o.dinp0));
+    T16* dinp = dev_alloc<T16>((size_t)N * C);
+    T16* dgelu = dev_alloc<T16>((size_t)N * C);
+    T16* dw16 = dev_alloc<T16>((size_t)OC * C);
     float* dw32 = dev_alloc<float>((size_t)OC * C);
     const int BM = 16, BN = 40, BATCH = 3;  // batch of [16, C] @ [40, C]^T, alpha 0.5
     float* bat = dev_alloc<float>((size_t)BATCH * BM * BN);
@@ -1031,10 +1158,11 @@ static std::vector<MmOut> mm_run_ops(MatmulContext* mm, const MmOperands& o, cud
     matmul_backward_dinp_cuda(mm, dinp, o.d_dout, o.d_w, NULL, N, C, OC, 0, s);
     matmul_backward_dinp_cuda(mm, dgelu, o.d_dout, o.d_w, o.d_pre_c, N, C, OC, 0, s);
     for (int k = 0; k < 2; k++) {
-        matmul_backward_dweight_cuda(mm, dw16, CUDA_R_16BF, o.d_dout, o.d_inp, N, C, OC, 1, s);
+        matmul_backward_dweight_cuda(mm, dw16, t16, o.d_dout, o.d_inp, N, C, OC, 1, s);
         matmul_backward_dweight_cuda(mm, dw32, CUDA_R_32F, o.d_dout, o.d_inp, N, C, OC, 1, s);
     }
     MatmulGemm g = mm_gemm_init();
+    g.ab_type = t16;
     g.M = BM; g.N = BN; g.K = C;
     g.A = o.d_inp; g.lda = C; g.strideA = (long long)BM * C;
     g.B = o.d_w; g.ldb = C; g.transB = 1; g.strideB = (long long)BN * C;
@@ -1043,15 +1171,15 @@ static std::vector<MmOut> mm_run_ops(MatmulContext* mm, const MmOperands& o, cud
     g.alpha = 0.5f;
     matmul_gemm_cuda(mm, &g, s);
     CUDA_CHECK(cudaStreamSynchronize(s));
-    outs.push_back(mm_fetch("forward + bias", out, (size_t)N * OC, false));
-    outs.push_back(mm_fetch("forward + bias + GELU", gout, (size_t)N * OC, false));
-    outs.push_back(mm_fetch("forward pre-GELU", gpre, (size_t)N * OC, false));
-    outs.push_back(mm_fetch("dinp accumulated (beta 1)", dacc, (size_t)N * C, false));
-    outs.push_back(mm_fetch("dinp", dinp, (size_t)N * C, false));
-    outs.push_back(mm_fetch("dinp + GELU backward", dgelu, (size_t)N * C, false));
-    outs.push_back(mm_fetch("dweight bf16 accumulated twice", dw16, (size_t)OC * C, false));
-    outs.push_back(mm_fetch("dweight fp32 accumulated twice", dw32, (size_t)OC * C, true));
-    outs.push_back(mm_fetch("batched GEMM", bat, (size_t)BATCH * BM * BN, true));
+    outs.push_back(mm_fetch("forward + bias", out, (size_t)N * OC));
+    outs.push_back(mm_fetch("forward + bias + GELU", gout, (size_t)N * OC));
+    outs.push_back(mm_fetch("forward pre-GELU", gpre, (size_t)N * OC));
+    outs.push_back(mm_fetch("dinp accumulated (beta 1)", dacc, (size_t)N * C));
+    outs.push_back(mm_fetch("dinp", dinp, (size_t)N * C));
+    outs.push_back(mm_fetch("dinp + GELU backward", dgelu, (size_t)N * C));
+    outs.push_back(mm_fetch("dweight 16-bit accumulated twice", dw16, (size_t)OC * C));
+    outs.push_back(mm_fetch("dweight fp32 accumulated twice", dw32, (size_t)OC * C));
+    outs.push_back(mm_fetch("batched GEMM", bat, (size_t)BATCH * BM * BN));
     cudaFree(out); cudaFree(gout); cudaFree(gpre); cudaFree(dacc); cudaFree(dinp); cudaFree(dgelu);
     cudaFree(dw16); cudaFree(dw32); cudaFree(bat);
     return outs;
@@ -1080,9 +1208,50 @@ static std::string mm_plans_are(const MatmulContext* mm, int ncand, int chosen, 
 }
 #endif
 
+// The untuned outputs' accumulations against the CPU twin, element by element (every form
+// against the twin, to a tensor-wide tolerance: dev/test/test_attention_cuda.cu).
+template <class T16>
+static void mm_check_untuned(const MmOperands<T16>& X, const std::vector<MmOut>& offX) {
+    const DtypeScope<T16> dtype;
+    const int N = X.N, C = X.C, OC = X.OC;
+    std::vector<float> dinp = X.dinp0, dw((size_t)OC * C, 0.0f), product((size_t)N * C, 0.0f), unused((size_t)OC * C);
+    matmul_backward(dinp.data(), dw.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
+    matmul_backward(NULL, dw.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
+    matmul_backward(product.data(), unused.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
+    // Two T16 roundings allowed, each element's: cuBLASLt on an H200 rounds the product to
+    // bf16 before it adds beta * C and rounds again (its max error, 0.238, was exactly that
+    // of bf16(bf16(product) + C) against the fp32 sum); the emulator rounds once. The same
+    // holds for fp16 with fp16's rounding: |fp16(fp16(p) + c) - (p + c)| <= 2^-11 (|p| +
+    // |p + c|) + (fp32 differences), i.e. Dtype<T16>::rel of the slack below, plus the floor.
+    std::vector<float> slack(product.size());
+    for (size_t i = 0; i < slack.size(); i++) slack[i] = fabsf(product[i]) + fabsf(dinp[i]);
+    char name[160];
+    snprintf(name, sizeof name, "matmul (untuned) dinp accumulated onto its input, beta 1 (two %s roundings)",
+             Dtype<T16>::name);
+    check_close_scaled(name, offX[3].values(), dinp, slack, Dtype<T16>::rel,
+                       fmax(Dtype<T16>::abs_frac * max_abs(dinp), Dtype<T16>::abs_min));
+    // fp32 output: the products of 16-bit inputs are exact in fp32 (8 + 8 or 11 + 11 significand
+    // bits), so only the fp32 summation order differs, whatever T16 is.
+    check_close("matmul (untuned) dweight fp32 accumulated twice", offX[7].values(), dw, 1e-5, 1e-5 * max_abs(dw));
+}
+
+// Every form of GEMM (mm_run_ops) in T16, untuned, and the accumulations' accuracy as above
+// (for fp16; bf16's run inside test_matmul_autotune).
+template <class T16>
+static void test_matmul_untuned(Rng& rng) {
+    MmOperands<T16> X = mm_operands<T16>(rng, 64, 96, 160);
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    MatmulContext* off = mm_context(MATMUL_TUNE_OFF);
+    mm_check_untuned(X, mm_run_ops(off, X, s));
+    mm_context_free(off);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    mm_operands_free(X);
+}
+
 static void test_matmul_autotune(Rng& rng) {
     const int N = 64, C = 96, OC = 160;
-    MmOperands X = mm_operands(rng, N, C, OC), Y = mm_operands(rng, N, C, OC);
+    MmOperands<bf16> X = mm_operands<bf16>(rng, N, C, OC), Y = mm_operands<bf16>(rng, N, C, OC);
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     char det[400];
@@ -1090,21 +1259,7 @@ static void test_matmul_autotune(Rng& rng) {
     // Untuned reference outputs, and their accuracy (the accumulations against the CPU twin).
     MatmulContext* off = mm_context(MATMUL_TUNE_OFF);
     const std::vector<MmOut> offX = mm_run_ops(off, X, s), offY = mm_run_ops(off, Y, s);
-    {
-        std::vector<float> dinp = X.dinp0, dw((size_t)OC * C, 0.0f), product((size_t)N * C, 0.0f), unused((size_t)OC * C);
-        matmul_backward(dinp.data(), dw.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
-        matmul_backward(NULL, dw.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
-        matmul_backward(product.data(), unused.data(), NULL, X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
-        // Two bf16 roundings allowed, each element's: cuBLASLt on an H200 rounds the product
-        // to bf16 before it adds beta * C and rounds again (its max error, 0.238, was exactly
-        // that of bf16(bf16(product) + C) against the fp32 sum); the emulator rounds once.
-        std::vector<float> slack(product.size());
-        for (size_t i = 0; i < slack.size(); i++) slack[i] = fabsf(product[i]) + fabsf(dinp[i]);
-        check_close_scaled("matmul (untuned) dinp accumulated onto its input, beta 1 (two bf16 roundings)",
-                           offX[3].values(), dinp, slack, BF16_TOL_REL, BF16_TOL_ABS_FRAC * max_abs(dinp));
-        check_close("matmul (untuned) dweight fp32 accumulated twice", offX[7].values(), dw, 1e-5,
-                    1e-5 * max_abs(dw));
-    }
+    mm_check_untuned(X, offX);
 
     // Exact mode: the untuned bits, on the operands it timed (X) and on others (Y); each
     // shape planned, timed and waited for once.
@@ -1280,14 +1435,14 @@ static void test_matmul_autotune(Rng& rng) {
             CUDA_CHECK(cudaMemsetAsync(out, 0xff, (size_t)N * OC * 2, s));
             matmul_forward_cuda(mm, out, NULL, X.d_inp, X.d_w, NULL, N, C, OC - 8, s);
             CUDA_CHECK(cudaStreamSynchronize(s));
-            got.push_back(mm_fetch("forward", out, (size_t)N * (OC - 8), false));
+            got.push_back(mm_fetch("forward", out, (size_t)N * (OC - 8)));
         }
         unsetenv("EMU_CUBLASLT_ALGOS");
         MatmulContext* ref = mm_context(MATMUL_TUNE_OFF);
         CUDA_CHECK(cudaMemsetAsync(out, 0xff, (size_t)N * OC * 2, s));
         matmul_forward_cuda(ref, out, NULL, X.d_inp, X.d_w, NULL, N, C, OC - 8, s);
         CUDA_CHECK(cudaStreamSynchronize(s));
-        const MmOut want = mm_fetch("forward", out, (size_t)N * (OC - 8), false);
+        const MmOut want = mm_fetch("forward", out, (size_t)N * (OC - 8));
         snprintf(det, sizeof det, "%d plans, %lld tuned; beyond the table: %lld queries, %lld tuned, %lld failed "
                  "for 2 calls", mm->nplans, t, mm->heuristic_queries - q, mm->tuned_shapes - t,
                  mm->failed_candidates - f);
@@ -1307,6 +1462,73 @@ static void test_matmul_autotune(Rng& rng) {
     mm_operands_free(Y);
 }
 // ----------------------------------------------------------------------------
+// Every test of a T16 kernel, on every shape, for one storage type (then the tests that are
+// not about it, in bf16's run, in the order they always ran): bf16's checks keep their inputs.
+
+template <class T16>
+static void test_storage_kernels(Rng& rng) {
+    // Encoder: N = 1; C = 200 (not a multiple of 256 channels per warp); small V (many
+    // repeated ids, unused rows must stay unchanged); a single id repeated 200 times (runs
+    // longer than the 32-entry chunks); GPT-2-like widths.
+    test_encoder<T16>(rng, 1, 1, 8, 3, false);
+    test_encoder<T16>(rng, 3, 37, 200, 50, false);
+    test_encoder<T16>(rng, 2, 100, 24, 5, true);
+    test_encoder<T16>(rng, 4, 64, 768, 1000, false);
+
+    // LayerNorm: N = 1; C = 776 (not a multiple of 256); C = 1600 (d48); many row blocks.
+    const int ln_shapes[][2] = {{1, 8}, {67, 776}, {130, 1600}};
+    for (auto& s : ln_shapes) {
+        test_layernorm_forward<T16>(rng, s[0], s[1], false, false);
+        test_layernorm_forward<T16>(rng, s[0], s[1], true, false);
+    }
+    test_layernorm_forward<T16>(rng, 33, 264, true, true);
+    // Backward (one pass: each thread holds 1, 2 or 4 packs of 8 channels, of 4, 2 or 1 rows
+    // at a time): 1 pack (C <= 2048; C = 776: 97 packs on 128 threads), 2 packs (C = 2056:
+    // 257 packs on 160 threads, most of them with one), 4 packs (C = 4104: 513 packs on 160
+    // threads; C = 8192, the widest); N not a multiple of the rows at a time, blocks of 16
+    // rows and of more (N = 9000: 18).
+    const int lnb_shapes[][2] = {{1, 8}, {67, 776}, {1000, 264}, {9000, 64}, {257, 1600},
+                                 {21, 2056}, {37, 4104}, {5, 8192}};
+    for (auto& s : lnb_shapes) test_layernorm_backward<T16>(rng, s[0], s[1]);
+
+    // Flat kernels: sizes around the 8-element groups, odd sizes, unaligned pointers.
+    for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_residual<T16>(rng, n, 0);
+    test_residual<T16>(rng, 1001, 1);
+    for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_gelu<T16>(rng, n, 0);
+    test_gelu<T16>(rng, 1001, 1);
+
+    // Bias gradient: N = 1; OC = 1000 (not a multiple of 256); many row blocks; tall.
+    const int bias_shapes[][2] = {{1, 8}, {333, 1000}, {5000, 72}, {20000, 264}};
+    for (auto& s : bias_shapes) test_bias_backward<T16>(rng, s[0], s[1]);
+
+    // Cross-entropy: V = 1 (loss 0, gradient 0); Vp > V with V not a multiple of 8; GPT-2's
+    // padded vocabulary.
+    test_crossentropy<T16>(rng, 1, 1, 8);
+    test_crossentropy<T16>(rng, 3, 37, 48);
+    test_crossentropy<T16>(rng, 5, 1000, 1024);
+    test_crossentropy<T16>(rng, 64, 50257, 50304);
+    test_crossentropy_bad_target<T16>(rng);
+
+    test_adamw<T16>(rng);
+    test_fold_grad<T16>(rng);
+    if (is_bf16<T16>) {  // not about the storage type
+        test_stochastic_rounding();  // bf16's parameter copy
+        test_sum_squares(rng, 1, 0);
+        test_sum_squares(rng, 1000, 0);
+        test_sum_squares(rng, 10000003, 0);  // more than one grid-stride pass
+        test_sum_squares(rng, 100001, 1);
+        test_grad_clip_scale();
+    }
+
+    test_casts<T16>(rng, 100003, 0);
+    test_casts<T16>(rng, 1001, 1);
+    test_casts<T16>(rng, 5, 0);
+
+    if constexpr (is_bf16<T16>) test_matmul_autotune(rng);
+    else test_matmul_untuned<T16>(rng);
+}
+
+// ----------------------------------------------------------------------------
 
 int main(void) {
     int count = 0;
@@ -1318,63 +1540,8 @@ int main(void) {
     CUDA_CHECK(cudaSetDevice(0));
     Rng rng(20240520);
 
-    // Encoder: N = 1; C = 200 (not a multiple of 256 channels per warp); small V (many
-    // repeated ids, unused rows must stay unchanged); a single id repeated 200 times (runs
-    // longer than the 32-entry chunks); GPT-2-like widths.
-    test_encoder(rng, 1, 1, 8, 3, false);
-    test_encoder(rng, 3, 37, 200, 50, false);
-    test_encoder(rng, 2, 100, 24, 5, true);
-    test_encoder(rng, 4, 64, 768, 1000, false);
-
-    // LayerNorm: N = 1; C = 776 (not a multiple of 256); C = 1600 (d48); many row blocks.
-    const int ln_shapes[][2] = {{1, 8}, {67, 776}, {130, 1600}};
-    for (auto& s : ln_shapes) {
-        test_layernorm_forward(rng, s[0], s[1], false, false);
-        test_layernorm_forward(rng, s[0], s[1], true, false);
-    }
-    test_layernorm_forward(rng, 33, 264, true, true);
-    // Backward (one pass: each thread holds 1, 2 or 4 packs of 8 channels, of 4, 2 or 1 rows
-    // at a time): 1 pack (C <= 2048; C = 776: 97 packs on 128 threads), 2 packs (C = 2056:
-    // 257 packs on 160 threads, most of them with one), 4 packs (C = 4104: 513 packs on 160
-    // threads; C = 8192, the widest); N not a multiple of the rows at a time, blocks of 16
-    // rows and of more (N = 9000: 18).
-    const int lnb_shapes[][2] = {{1, 8}, {67, 776}, {1000, 264}, {9000, 64}, {257, 1600},
-                                 {21, 2056}, {37, 4104}, {5, 8192}};
-    for (auto& s : lnb_shapes) test_layernorm_backward(rng, s[0], s[1]);
-
-    // Flat kernels: sizes around the 8-element groups, odd sizes, unaligned pointers.
-    for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_residual(rng, n, 0);
-    test_residual(rng, 1001, 1);
-    for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_gelu(rng, n, 0);
-    test_gelu(rng, 1001, 1);
-
-    // Bias gradient: N = 1; OC = 1000 (not a multiple of 256); many row blocks; tall.
-    const int bias_shapes[][2] = {{1, 8}, {333, 1000}, {5000, 72}, {20000, 264}};
-    for (auto& s : bias_shapes) test_bias_backward(rng, s[0], s[1]);
-
-    // Cross-entropy: V = 1 (loss 0, gradient 0); Vp > V with V not a multiple of 8; GPT-2's
-    // padded vocabulary.
-    test_crossentropy(rng, 1, 1, 8);
-    test_crossentropy(rng, 3, 37, 48);
-    test_crossentropy(rng, 5, 1000, 1024);
-    test_crossentropy(rng, 64, 50257, 50304);
-    test_crossentropy_bad_target(rng);
-
-    test_adamw(rng);
-    test_fold_grad(rng);
-    test_stochastic_rounding();
-
-    test_sum_squares(rng, 1, 0);
-    test_sum_squares(rng, 1000, 0);
-    test_sum_squares(rng, 10000003, 0);  // more than one grid-stride pass
-    test_sum_squares(rng, 100001, 1);
-    test_grad_clip_scale();
-
-    test_casts(rng, 100003, 0);
-    test_casts(rng, 1001, 1);
-    test_casts(rng, 5, 0);
-
-    test_matmul_autotune(rng);
+    test_storage_kernels<bf16>(rng);
+    test_storage_kernels<fp16>(rng);
 
     CUDA_CHECK(cudaDeviceSynchronize());
     printf("# cuda kernels: %d passed, %d failed\n", n_passed, n_failed);

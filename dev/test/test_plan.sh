@@ -95,6 +95,21 @@ else
     not_ok "--offload optimizer plan failed: $(tail -n 2 "$out/slow_host.log" "$out/fast_host.log" | tr '\n' ' ')"
 fi
 
+# --param-dtype fp16: the same bytes and rates as bf16 on a GPU profile (its loss scale is one
+# multiply in the cross-entropy and one in the decision), so the same plan; the cpu profile,
+# which models the fp32 cpu device, refuses it in one line.
+if $TG --plan "${off[@]}" --sim-device h100 --param-dtype fp16 >"$out/fp16.log" 2>&1 && diff -q "$out/on_gpu.log" "$out/fp16.log" >/dev/null; then
+    ok "--param-dtype fp16 plan: identical to bf16's (budget $(awk '/^  total/ {print $2, $3}' "$out/fp16.log"), step $(row_field "$out/fp16.log" step 3) ms)"
+else
+    not_ok "--param-dtype fp16 plan differs from bf16's or failed: $(diff "$out/on_gpu.log" "$out/fp16.log" | head -n 4 | tr '\n' ' ')"
+fi
+msg=$($TG --plan -m d4 -b 2 -t 64 --sim-device cpu --param-dtype fp16 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(wc -l <<<"$msg")" = 1 ] && grep -q -- '--param-dtype fp16: loss scaling needs the optimizer on a GPU' <<<"$msg"; then
+    ok "--param-dtype fp16 on the cpu profile: refused in one line ($msg)"
+else
+    not_ok "--param-dtype fp16 on the cpu profile: status $rc, '$msg'"
+fi
+
 # 3. Scaling: every world's communication is at least the bandwidth bound (its bytes over
 #    the fastest link), and a larger world never predicts less communication per rank.
 if $TG --plan -m d12 -b 8 -t 1024 --plan-world 8,16,64,512 --sim-device h100 >"$out/scale.log" 2>&1; then

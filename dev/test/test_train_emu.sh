@@ -35,6 +35,12 @@
 #     the job with rank 0's "did not complete within --comm-timeout 4" error, no hang: its
 #     first host wait after the stalled collectives is the model's stream sync, which must
 #     keep the deadline; no /dev/shm/emu_nccl.* segment is left behind;
+#   - --param-dtype fp16: at least as close to the cpu run as bf16 (both within 2%), the same
+#     engine budget, the scale on every step line; a first scale of 2^24 overflows (skipped,
+#     halved, weights untouched, not a bad step); --loss-scale-window 1 doubles it per clean
+#     step; save + resume bitwise with the scaler in the manifest; np=2 NCCL vs np=1 within
+#     1e-2 and bitwise the staged path; resumed from a bf16 checkpoint; on an sm_75 GPU
+#     (EMU_SM=75) bf16 and --attention flash refused, fp16 trains with the cuBLAS attention;
 #   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
 #     np=2 losses: the staged all-gather copies back only the first rank's slice; the bf16
 #     ncclReduceScatter passes recvcount n / 2; and, caught only because the emulator's streams
@@ -129,9 +135,9 @@ PYEOF
 }
 # staged: the all-gather copies back only the first rank's slice of the gathered unit.
 make_mutant staged_gather '(\bs->bytes\s*=\s*)W\s*\*\s*(shard_bytes\s*;)' '\1\2'
-# nccl: the bf16 reduce-scatter passes recvcount n / 2 (a valid call, so the shim cannot
+# nccl: the 16-bit reduce-scatter passes recvcount n / 2 (a valid call, so the shim cannot
 # refuse it: each rank reduces the wrong elements and half its shard stays stale).
-make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*shard_out\s*,\s*)n(\s*,\s*ncclBfloat16)' '\1n / 2\2'
+make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*shard_out\s*,\s*)n(\s*,\s*cb_nccl16\(c\))' '\1n / 2\2'
 # nccl, stream ordering (CUDA_NOTES arrows 1/3'): compute does not wait for the collective.
 make_mutant nccl_no_done_wait 'CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, s->done, 0\)\);' ''
 # nccl, stream ordering (arrows 2/3/5): the comm stream does not wait for compute.
@@ -265,6 +271,24 @@ nccl nccl_save_offload 1 -b 2 --offload optimizer -o "$TMP/nccl_split_offload" -
 nccl nccl_resume_from_offload 1 -b 2 -o "$TMP/nccl_split_offload" --ckpt-every 2 --resume auto
 cuda cuda_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/cuda_hsdp_offload"
 nccl nccl_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/nccl_hsdp_offload"
+# --param-dtype fp16 (dynamic loss scaling): against bf16 and the cpu; a first scale of 2^24
+# that overflows (halved and skipped each step, not counted as bad steps); a scale doubled
+# after every clean step (--loss-scale-window 1) until it overflows; the scaler's state
+# through a checkpoint; W=2, NCCL and staged; an fp16 run resumed from a bf16 checkpoint.
+nccl nccl_fp16 1 -b 2 -s 4 -g 8 --param-dtype fp16 -o "$TMP/nccl_fp16"
+nccl nccl_fp16_overflow 1 -b 2 --param-dtype fp16 --loss-scale 16777216 --max-bad-steps 2 -o "$TMP/nccl_fp16_overflow"
+nccl nccl_fp16_grow 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_grow"
+nccl nccl_fp16_save 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_split" --ckpt-every 2 --stop-at-step 2
+nccl nccl_fp16_resume 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_split" --ckpt-every 2 --resume auto
+nccl nccl_fp16_np2 2 -b 1 -d 64 --param-dtype fp16 -o "$TMP/nccl_fp16_np2"
+cuda cuda_fp16_np2 2 -b 1 -d 64 --param-dtype fp16 -o "$TMP/cuda_fp16_np2"
+# An sm_75 GPU (a T4: EMU_SM=75): bf16 refused, fp16 trains with the cuBLAS attention (the
+# flash kernels need sm_80), an explicit --attention flash refused.
+EMU_SM=75 nccl sm75_bf16 1 -b 2 -x 1 -o "$TMP/sm75_bf16"
+EMU_SM=75 nccl sm75_flash 1 -b 2 -x 1 --param-dtype fp16 --attention flash -o "$TMP/sm75_flash"
+EMU_SM=75 nccl sm75_fp16 1 -b 2 --param-dtype fp16 -o "$TMP/sm75_fp16"
+ck="$TMP/nccl_split/ckpt/step_00000002"
+[ -f "$ck/manifest.json" ] && nccl nccl_fp16_from_bf16 1 -b 2 --param-dtype fp16 --resume "$ck" -o "$TMP/nccl_fp16_from_bf16"
 ck="$TMP/cuda_split/ckpt/step_00000002"
 [ -f "$ck/manifest.json" ] && cpu cpu_from_cuda 1 -b 2 -o "$TMP/cpu_from_cuda" --resume "$ck"
 
@@ -298,7 +322,7 @@ if good cuda_ref; then
     grep -m1 '^# cuda_emu' "$TMP/cuda_ref.log"
     # The emulator's cudaMemGetInfo counts exactly what the process allocated: the printed
     # budget must be all of it (an allocation the budget misses, or counts twice, shows).
-    for run in cuda_ref nccl_np2 cuda_recompute_full nccl_offload nccl_np2_offload; do
+    for run in cuda_ref nccl_np2 cuda_recompute_full nccl_offload nccl_np2_offload nccl_fp16; do
         mem=$(grep -m1 '^peak GPU memory' "$TMP/$run.log")
         read -r m b <<<"$(peak_gpu_mem "$TMP/$run.log")"
         if awk -v m="${m:-}" -v b="${b:-}" 'BEGIN { exit !(b > 0 && m - b < 0.05 && b - m < 0.05) }'; then
@@ -532,6 +556,83 @@ if [ "$rc" != 0 ] && [ "$rc" != missing ] && grep -q 'weights are those after st
     ok "$TAG cuda, NaN loss at steps 2 and 3, --max-bad-steps 2: stops at step 3 (status $rc): $msg"
 else
     not_ok "$TAG cuda, NaN loss at steps 2 and 3, --max-bad-steps 2: status $rc, '$msg'"
+fi
+# --param-dtype fp16. Under the emulator every product and sum is exact but for the 16-bit
+# roundings, and fp16 has 3 more significand bits than bf16 (rounding 8x finer) while nothing
+# here overflows or underflows at the default scale: so the fp16 run must stay at least as
+# close to the fp32 cpu run as the bf16 run does, and both within 2% of it (as cuda vs cpu).
+if good cpu_ref nccl_ref nccl_fp16; then
+    compare "--param-dtype fp16 vs the fp32 cpu run: within 2%, and at least as close as bf16" \
+        "$TMP/cpu_ref/metrics.jsonl" "$TMP/nccl_fp16/metrics.jsonl" --rtol 0.02 --closer-than "$TMP/nccl_ref/metrics.jsonl"
+    compare "--param-dtype fp16 vs bf16, 4 steps from the same init (within 2%)" \
+        "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_fp16/metrics.jsonl" --rtol 0.02
+    if diff <(engine_lines "$TMP/nccl_ref.log") <(engine_lines "$TMP/nccl_fp16.log") >/dev/null &&
+       [ "$(grep -c '| scale 65536 | ' "$TMP/nccl_fp16.log")" = 4 ] && ! grep -q '| scale ' "$TMP/nccl_ref.log"; then
+        ok "$TAG --param-dtype fp16: the budget's engine lines are bf16's; every step line shows the scale (65536)"
+    else
+        not_ok "$TAG --param-dtype fp16: budget lines or step lines: $(grep -m1 '^step' "$TMP/nccl_fp16.log")"
+    fi
+fi
+# scales NAME: the loss scale of each step of run NAME, from its metrics.
+scales() { grep -o '"loss_scale":[0-9.e+]*' "$TMP/$1/metrics.jsonl" | cut -d: -f2 | tr '\n' ' '; }
+if good nccl_fp16_overflow; then
+    skipped=$(grep -c 'update skipped: gradient overflow' "$TMP/nccl_fp16_overflow.log")
+    v0=$(grep -m1 '^val loss' "$TMP/nccl_fp16_overflow.log" | awk '{print $3}')
+    v4=$(grep '^val loss' "$TMP/nccl_fp16_overflow.log" | tail -n 1 | awk '{print $3}')
+    if [ "$(scales nccl_fp16_overflow)" = "16777216 8388608 4194304 2097152 " ] && [ "$skipped" = 4 ] && [ -n "$v0" ] && [ "$v0" = "$v4" ] &&
+       grep -q 'loss scale 2097152 -> 1048576$' "$TMP/nccl_fp16_overflow.log"; then
+        ok "$TAG fp16, a first scale of 2^24 overflows: each step skipped and the scale halved (2^24 .. 2^21), weights unchanged (val loss $v0 at steps 0 and 4), not counted by --max-bad-steps 2"
+    else
+        not_ok "$TAG fp16 overflow: scales '$(scales nccl_fp16_overflow)', $skipped overflow lines, val loss '$v0' -> '$v4'"
+    fi
+fi
+if good nccl_fp16_grow; then
+    if [ "$(scales nccl_fp16_grow)" = "65536 131072 262144 524288 " ] &&
+       [ "$(grep -c 'update skipped' "$TMP/nccl_fp16_grow.log")" = 1 ] && grep -q '^step    4/4 .*loss scale 524288 -> 262144$' "$TMP/nccl_fp16_grow.log"; then
+        ok "$TAG fp16, --loss-scale-window 1: the scale doubles after each clean step (65536 .. 524288) until step 4 overflows, is skipped and halved"
+    else
+        not_ok "$TAG fp16 growth: scales '$(scales nccl_fp16_grow)': $(grep 'update skipped' "$TMP/nccl_fp16_grow.log" | cut -c1-200)"
+    fi
+fi
+if good nccl_fp16_grow nccl_fp16_save nccl_fp16_resume; then
+    man="$TMP/nccl_fp16_split/ckpt/step_00000002/manifest.json"
+    if grep -q '"loss_scaler":{"scale":262144,"good_steps":0}' "$man" && [ "$(scales nccl_fp16_split)" = "$(scales nccl_fp16_grow)" ]; then
+        compare "fp16: save at step 2 + resume == uninterrupted (bitwise; the scaler's state, 262144, in the manifest)" \
+            "$TMP/nccl_fp16_grow/metrics.jsonl" "$TMP/nccl_fp16_split/metrics.jsonl" --exact --from-step 3
+    else
+        not_ok "$TAG fp16 resume: manifest scaler '$(grep -o '"loss_scaler":{[^}]*}' "$man")', scales '$(scales nccl_fp16_split)' vs '$(scales nccl_fp16_grow)'"
+    fi
+fi
+good nccl_fp16 nccl_fp16_np2 && compare "fp16 --comm nccl np=2 vs np=1 (within 1e-2)" \
+    "$TMP/nccl_fp16/metrics.jsonl" "$TMP/nccl_fp16_np2/metrics.jsonl" --rtol 0.01
+good cuda_fp16_np2 nccl_fp16_np2 && compare "fp16 --comm nccl np=2 vs the staged --comm mpi np=2 (bitwise)" \
+    "$TMP/cuda_fp16_np2/metrics.jsonl" "$TMP/nccl_fp16_np2/metrics.jsonl" --exact
+if good nccl_ref nccl_fp16_from_bf16; then
+    if grep -q 'has no loss scaler state (saved by a bf16 run): starting at --loss-scale 65536' "$TMP/nccl_fp16_from_bf16.log"; then
+        compare "fp16 resumed from a bf16 run's checkpoint (said, at the first scale) vs bf16 uninterrupted (within 2%)" \
+            "$TMP/nccl_ref/metrics.jsonl" "$TMP/nccl_fp16_from_bf16/metrics.jsonl" --rtol 0.02 --from-step 3
+    else
+        not_ok "$TAG fp16 resumed from a bf16 checkpoint: no note that it starts at --loss-scale"
+    fi
+fi
+# refused NAME PATTERN WHAT: run NAME exited non-zero with one error line matching PATTERN.
+refused() {
+    local rc msg
+    rc=$(cat "$TMP/$1.rc" 2>/dev/null || echo missing)
+    msg=$(grep -m1 '^error' "$TMP/$1.log" | cut -c1-240)
+    if [ "$rc" != 0 ] && [ "$rc" != missing ] && grep -qE -- "$2" <<<"$msg"; then ok "$TAG $3: refused ($msg)"
+    else not_ok "$TAG $3: status $rc, '$msg'"; fi
+}
+refused sm75_bf16 'cuda_emu \(CPU emulation of an sm_75 GPU\) \(sm_75\) has no bf16 tensor cores: train with --param-dtype fp16' \
+    "sm_75 GPU, bf16"
+refused sm75_flash '--attention flash needs sm_80 or newer .*; use --attention cublas' "sm_75 GPU, --attention flash"
+if good nccl_fp16 sm75_fp16; then
+    if grep -q '^cuda: .*sm_75 | fp16 with loss scaling | .* attention cublas' "$TMP/sm75_fp16.log"; then
+        compare "sm_75 GPU, --param-dtype fp16: the cuBLAS attention chosen, vs flash on sm_90 (within 2%)" \
+            "$TMP/nccl_fp16/metrics.jsonl" "$TMP/sm75_fp16/metrics.jsonl" --rtol 0.02
+    else
+        not_ok "$TAG sm_75 GPU, fp16: $(grep -m1 '^cuda: ' "$TMP/sm75_fp16.log" | cut -c1-240)"
+    fi
 fi
 # Kernel launches (CUPTI's callback API; the emulator's shim reports each launch, cuBLASLt
 # matmul and NCCL collective): the per-phase column adds up to the step's total, and a block's

@@ -154,6 +154,18 @@ mutate seed_junk "$good" 'm["state"]["loader"]["seed"] = "12abc"'
 expect_error "a loader seed that is not a decimal string is refused" "${M}state.loader.seed is not a decimal string" resume seed_junk
 mutate no_windows "$good" 'del m["state"]["loader"]["windows_consumed"]'
 expect_error "a missing data position is refused, naming it" "${M}state.loader.windows_consumed is missing" resume no_windows
+# The fp16 loss scaler's state (--param-dtype fp16 runs write it; every resume checks it).
+for case in "scaler_zero|m['state']['loss_scaler'] = {'scale': 0, 'good_steps': 0}" \
+            "scaler_str|m['state']['loss_scaler'] = {'scale': 'x', 'good_steps': 0}" \
+            "scaler_huge|m['state']['loss_scaler'] = {'scale': 2.0**25, 'good_steps': 0}" \
+            "scaler_num|m['state']['loss_scaler'] = 5"; do
+    IFS='|' read -r name code <<<"$case"
+    mutate "$name" "$good" "$code"
+    expect_error "$name is refused" "${M}state.loss_scaler.scale is not a number in \[1, 2\^24\]" resume "$name"
+done
+mutate scaler_good_neg "$good" 'm["state"]["loss_scaler"] = {"scale": 1024, "good_steps": -1}'
+expect_error "a negative loss scaler step count is refused" \
+    "${M}state.loss_scaler.good_steps = -1 is not a whole number in \[0, [0-9]+\]" resume scaler_good_neg
 
 # ---- model config in the state, and llm.c model headers: bounded before any layout or allocation
 mutate cfg_L1e8 "$good" 'm["state"]["config"]["num_layers"] = 10**8'

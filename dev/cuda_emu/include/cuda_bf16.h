@@ -1,10 +1,12 @@
 // Shim: bfloat16 of the CPU emulator (see ../emu.h), per the CUDA Math API documentation:
 // __nv_bfloat16 is the upper 16 bits of an IEEE fp32; conversions from float round to
 // nearest even (NaN stays a NaN, overflow gives inf); __nv_bfloat162 holds .x (low half in
-// memory) and .y.
+// memory) and .y. Like CUDA 12's cuda_bf16.h, it brings in cuda_fp16.h (__half).
 #pragma once
 #include <stdint.h>
 #include <string.h>
+
+#include "cuda_fp16.h"
 
 struct __nv_bfloat16 { unsigned short __x; };
 struct __nv_bfloat162 { __nv_bfloat16 x, y; };
