@@ -28,6 +28,8 @@
 #   accum        gradient accumulation with and without --no-grad-sync-until-last
 #   variants     --attention cublas, --reduce-dtype fp32, --gelu-fusion 0
 #   offload      --offload optimizer (AdamW on the host) vs the GPU's AdamW: bitwise
+#   fp16         --param-dtype fp16 vs the fp32 cpu run (at least as close as bf16, within 2%),
+#                every step at a loss scale; a first scale of 2^24 overflows: halved and skipped
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -38,7 +40,7 @@ PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
 
 skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
-GROUPS_ALL="ref determinism resume cross ranks accum variants offload"
+GROUPS_ALL="ref determinism resume cross ranks accum variants offload fp16"
 for g in ${GPU_TESTS:-}; do  # a misspelt group would otherwise pass by checking nothing
     [[ " $GROUPS_ALL " == *" $g "* ]] || { not_ok "GPU_TESTS: unknown group '$g' (groups: $GROUPS_ALL)"; exit 1; }
 done
@@ -84,7 +86,7 @@ fi
 # The references: 20 steps on each device, same seed (so the same initial weights). The cpu
 # one only where a group compares against it.
 cpu_ok=0
-if want ref || want cross; then run cpu_ref 1 --device cpu -b 4 -o "$out/cpu_ref" && cpu_ok=1; fi
+if want ref || want cross || want fp16; then run cpu_ref 1 --device cpu -b 4 -o "$out/cpu_ref" && cpu_ok=1; fi
 run cuda_ref 1 --device cuda -b 4 -o "$out/cuda_ref" -s 10 -g 8 && cuda_ok=1 || cuda_ok=0
 if want ref && [ $cuda_ok = 1 ]; then
     grep -q '^sample (step 10)' "$out/cuda_ref.log" && ok "sampling on cuda" || not_ok "sampling on cuda: no sample printed"
@@ -177,6 +179,28 @@ if want offload; then
     run cuda_offload 1 --device cuda -b 4 -o "$out/cuda_offload" -s 10 -g 8 --offload optimizer && [ $cuda_ok = 1 ] &&
         compare "--offload optimizer == AdamW on the GPU (bitwise)" "$out/cuda_ref/metrics.jsonl" \
             "$out/cuda_offload/metrics.jsonl" --exact
+fi
+
+# fp16 has 3 more significand bits than bf16: from the same init it must stay at least as
+# close to the fp32 cpu run (over the 20 steps and the val losses), and show its scale on
+# every step line; 2^24 as the first scale overflows (dlogits alone reach 2^24 / 256 tokens):
+# the first steps are skipped with the scale halved each time, the weights untouched.
+if want fp16; then
+    if run cuda_fp16 1 --device cuda -b 4 -o "$out/cuda_fp16" -s 10 -g 8 --param-dtype fp16 && [ $cuda_ok = 1 ] && [ $cpu_ok = 1 ]; then
+        compare "--param-dtype fp16 vs cpu, 20 steps from the same init: within 2%, and at least as close as bf16" \
+            "$out/cpu_ref/metrics.jsonl" "$out/cuda_fp16/metrics.jsonl" --rtol 0.02 --closer-than "$out/cuda_ref/metrics.jsonl"
+        lines=$(grep -c '^step .* | scale [0-9]' "$out/cuda_fp16.log")
+        [ "$lines" = 20 ] && ok "--param-dtype fp16: 20 step lines with the loss scale" ||
+            not_ok "--param-dtype fp16: $lines of 20 step lines show the loss scale"
+    fi
+    if run cuda_fp16_overflow 1 --device cuda -b 4 -x 4 -o "$out/cuda_fp16_overflow" --param-dtype fp16 --loss-scale 16777216; then
+        first=$(grep -m1 '^step ' "$out/cuda_fp16_overflow.log")
+        if grep -q 'update skipped: gradient overflow, loss scale 16777216 -> 8388608$' <<<"$first"; then
+            ok "--param-dtype fp16, a first scale of 2^24: step 1 overflows, skipped and the scale halved ($(grep -c 'gradient overflow' "$out/cuda_fp16_overflow.log") of 4 steps)"
+        else
+            not_ok "--param-dtype fp16, a first scale of 2^24: step 1 '$first'"
+        fi
+    fi
 fi
 
 # Whether the reference run had to fall back from the GELU epilogues: it says so on stderr.
