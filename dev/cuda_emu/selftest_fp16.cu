@@ -37,14 +37,7 @@
 #error "selftest_fp16 needs the compiler's _Float16 (GCC >= 12 on x86-64) as its reference"
 #endif
 
-#define CHECK(x)                                                                                  \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-            exit(2);                                                                              \
-        }                                                                                         \
-    } while (0)
+#include <emu_selftest_check.h>  // CHECK
 
 static int failures = 0;
 static void report(bool ok, const char* what, const std::string& detail) {

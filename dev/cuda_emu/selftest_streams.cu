@@ -34,14 +34,7 @@
 #include <map>
 #include <string>
 
-#define CHECK(x)                                                                                  \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-            exit(2);                                                                              \
-        }                                                                                         \
-    } while (0)
+#include <emu_selftest_check.h>  // CHECK
 
 static const int N = 512;
 static const int kSeeds = 32;
