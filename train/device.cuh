@@ -25,6 +25,9 @@
 #include "fsdp/backend_cuda.cuh"
 #include "kernels/kernels_cuda.cuh"
 #endif
+#ifdef FSDP_TRAFFIC_AUDIT  // dev/test/test_traffic_emu.sh's emulated build: counted traffic beside the planner's
+#include "dev/cuda_emu/traffic_audit.h"
+#endif
 
 // GPUs this process can use, 0 on a host-only build; why says what is missing when 0.
 static int usable_gpus(char* why, size_t whylen) {
@@ -285,6 +288,9 @@ static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* p
     if (o && o->cuda) {
 #ifdef __CUDACC__
         cuda_open(d, o, pg, fcfg, m, B, T);
+#ifdef FSDP_TRAFFIC_AUDIT
+        traffic_audit_attach(d, m, o, pg);
+#endif
         return;
 #else
         fatal(pg, "--device cuda: this build has no CUDA support (built without nvcc)");

@@ -348,6 +348,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// The traffic counts (emu.h): every element of a matrix operand once (what a GEMM moves at
+// the least; cuBLASLt's kernels may read A or B more than once when they tile it).
+static void count_matrix(const void* p, cudaDataType t, uint64_t rows, uint64_t cols, int64_t ld, int32_t batch,
+                         int64_t stride, int store) {
+    const size_t e = type_bytes(t);
+    for (int32_t bt = 0; bt < batch; bt++)
+        for (uint64_t c = 0; c < cols; c++)
+            emu::traffic_range((const char*)p + ((size_t)bt * stride + c * ld) * e, rows * e, store);
+}
+static void count_layout(const void* p, const cublasLtMatrixLayoutOpaque_t& l, int store) {
+    count_matrix(p, l.type, l.rows, l.cols, l.ld, l.batch, l.stride, store);
+}
+
 // D = alpha op(A) op(B) + beta C (+ epilogue), on the device thread.
 static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, const void* A,
                        const cublasLtMatrixLayoutOpaque_t& LA, const void* B, const cublasLtMatrixLayoutOpaque_t& LB,
@@ -396,4 +409,12 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
             }
         }
     }
+    count_layout(A, LA, 0);
+    count_layout(B, LB, 0);
+    if (beta != 0.0f) count_layout(C, LC, 0);
+    count_layout(D, LO, 1);
+    if (bias) count_matrix(d->bias, bias_type, m, 1, (int64_t)m, 1, 0, 0);
+    if (gelu_aux || dgelu_aux) count_matrix(d->aux, aux_type, m, n, d->aux_ld, 1, 0, gelu_aux ? 1 : 0);
+    emu::traffic_flops(2.0 * (double)m * (double)n * (double)k * lo->batch);
+    emu::traffic_launch_done();
 }

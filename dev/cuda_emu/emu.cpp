@@ -17,6 +17,8 @@ struct CUpti_Subscriber_st {
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -311,6 +313,96 @@ static bool pinned_range(const void* p, size_t bytes) {  // inside one cudaMallo
     if (it == host_allocs.begin()) return false;
     --it;
     return (uintptr_t)p + bytes <= it->first + it->second;
+}
+
+// ----------------------------------------------------------------------------
+// Traffic counts (emu.h, "Traffic"): per launch, the distinct 32-byte sectors of device
+// memory loaded (not counting those the launch stored first) and stored, in a bitmap per
+// buffer (two bits per sector), cleared when the launch ends. Only the thread running a device operation counts (kname or traffic_op set),
+// so host code never does. A cudaFree synchronises the device before it drops a buffer's
+// bitmap: no launch is running then.
+
+static thread_local bool traffic_op = false;  // a library call or copy is counting its operands
+struct TrafficBuf { uintptr_t base; size_t bytes; std::vector<uint64_t> bits[2]; bool touched; };
+static std::map<uintptr_t, TrafficBuf*>& traffic_bufs = *new std::map<uintptr_t, TrafficBuf*>;  // under mem_mu
+static std::vector<TrafficBuf*>& traffic_touched = *new std::vector<TrafficBuf*>;  // this launch's (device thread)
+static std::atomic<unsigned long long> traffic_generation{0};  // bumped when a buffer goes
+static thread_local TrafficBuf* traffic_last = NULL;           // the last buffer hit, valid for
+static thread_local unsigned long long traffic_last_generation = 0;  // ... this generation
+static Traffic traffic;                 // totals (written by the device thread)
+static double launch_sectors[2];        // distinct sectors of the running launch
+
+// The buffer holding [a, a + n), or NULL where that is not one device buffer.
+static TrafficBuf* traffic_buf(uintptr_t a, size_t n) {
+    TrafficBuf* b = traffic_last;
+    const unsigned long long g = traffic_generation.load(std::memory_order_acquire);
+    if (b && traffic_last_generation == g && a >= b->base && a + n <= b->base + b->bytes) return b;
+    std::lock_guard<std::mutex> lk(mem_mu);
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return NULL;
+    --it;
+    if (a + n > it->first + it->second) return NULL;
+    TrafficBuf*& t = traffic_bufs[it->first];
+    if (!t) {
+        t = new TrafficBuf{it->first, it->second, {}, false};
+        for (int s = 0; s < 2; s++) t->bits[s].assign((it->second + 32 * 64 - 1) / (32 * 64), 0);
+    }
+    traffic_last = t;
+    traffic_last_generation = g;
+    return t;
+}
+
+static void traffic_count(uintptr_t a, size_t n, int store) {
+    TrafficBuf* b = traffic_buf(a, n);
+    if (!b) return;
+    traffic.accessed[store] += (double)n;
+    // A sector comes from DRAM at its first load, unless the launch has written it already
+    // (then it is in the cache), and goes back once however often it is stored.
+    std::vector<uint64_t>& bits = b->bits[store];
+    const std::vector<uint64_t>& stored = b->bits[1];
+    for (size_t sec = (a - b->base) / 32, last = (a + n - 1 - b->base) / 32; sec <= last; sec++) {
+        const uint64_t bit = 1ull << (sec % 64);
+        if ((bits[sec / 64] | stored[sec / 64]) & bit) continue;
+        bits[sec / 64] |= bit;
+        launch_sectors[store] += 1;
+        if (!b->touched) { b->touched = true; traffic_touched.push_back(b); }
+    }
+}
+
+void traffic_access(const void* p, size_t n, int store) {
+    if ((kname || traffic_op) && n) traffic_count((uintptr_t)p, n, store != 0);
+}
+
+void traffic_range(const void* p, size_t n, int store) {
+    traffic_op = true;
+    traffic_access(p, n, store);
+    traffic_op = false;
+}
+
+void traffic_flops(double flops) { traffic.flops += flops; }
+
+void traffic_launch_done() {
+    for (int s = 0; s < 2; s++) {
+        traffic.sectors[s] += 32.0 * launch_sectors[s];
+        launch_sectors[s] = 0;
+    }
+    for (TrafficBuf* b : traffic_touched) {
+        for (int s = 0; s < 2; s++) std::fill(b->bits[s].begin(), b->bits[s].end(), 0);
+        b->touched = false;
+    }
+    traffic_touched.clear();
+    traffic.launches++;
+}
+
+void traffic_totals(Traffic* out) { *out = traffic; }
+
+// cudaFree: the buffer's bitmap goes with it (the device is idle).
+static void traffic_forget(uintptr_t base) {  // (under mem_mu)
+    auto it = traffic_bufs.find(base);
+    if (it == traffic_bufs.end()) return;
+    delete it->second;
+    traffic_bufs.erase(it);
+    traffic_generation.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace emu
@@ -696,6 +788,7 @@ cudaError_t cudaFree(void* p) {
     auto it = allocs.find((uintptr_t)p);
     check_guards(it->first, it->second, "cudaFree");
     device_bytes -= (it->second + 255) & ~(size_t)255;
+    emu::traffic_forget(it->first);
     allocs.erase(it);
     free((unsigned char*)p - GUARD);
     return cudaSuccess;
@@ -782,7 +875,14 @@ static cudaError_t copy(const char* api, void* dst, const void* src, size_t n, c
         std::vector<unsigned char> buf((const unsigned char*)src, (const unsigned char*)src + n);
         seq = issue(lk, s, OP_DEVICE, api, [dst, buf = std::move(buf)]() { memcpy(dst, buf.data(), buf.size()); });
     } else {
-        seq = issue(lk, s, OP_DEVICE, api, [dst, src, n]() { memcpy(dst, src, n); });
+        seq = issue(lk, s, OP_DEVICE, api, [dst, src, n, dst_dev, src_dev]() {
+            memcpy(dst, src, n);
+            if (dst_dev && src_dev) {  // device -> device: a copy kernel's traffic (transfers are not counted)
+                emu::traffic_range(src, n, 0);
+                emu::traffic_range(dst, n, 1);
+                emu::traffic_launch_done();
+            }
+        });
     }
     if (wait) host_wait(lk, api, [s, seq] { return s->done >= seq; });
     return cudaSuccess;
@@ -800,7 +900,11 @@ static cudaError_t set(const char* api, void* p, int value, size_t n, cudaStream
     std::unique_lock<std::mutex> lk(mu);
     if (!sync_api && !stream_ok(st))
         return fail(cudaErrorInvalidResourceHandle, "%s on %p: not a live stream", api, (void*)st);
-    if (n) issue(lk, sync_api ? legacy : S(st), OP_DEVICE, api, [p, value, n]() { memset(p, value, n); });
+    if (n) issue(lk, sync_api ? legacy : S(st), OP_DEVICE, api, [p, value, n]() {
+        memset(p, value, n);
+        emu::traffic_range(p, n, 1);
+        emu::traffic_launch_done();
+    });
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t n) { return set("cudaMemset", p, value, n, NULL, true); }
@@ -1127,6 +1231,7 @@ static void run_kernel(const char* name, dim3 grid, dim3 block, size_t smem_req,
                 run_block();
             }
     check_all_guards(name);
+    traffic_launch_done();
     kname = NULL;
 }
 
@@ -1307,6 +1412,7 @@ static float x2_elem(uint32_t reg, int hi, bool f16) {
 struct MmaIn { uint32_t a[4], b[2]; float c[4]; int f16; };
 static void mma_complete(unsigned char (*s)[SLOT]) {
     stats.mma++;
+    traffic_flops(2.0 * 16 * 8 * 16);
     double A[16][16], B[16][8], D[16][8];  // D starts as C; exact products, double sums
     int f16 = 0;
     for (int L = 0; L < 32; L++) {
@@ -1422,6 +1528,7 @@ void ptx(const char* text, std::initializer_list<AsmArg> args) {
             unsigned char* d = smem_at(dst, n, "cp.async");
             memset(d, 0xff, n);
             cur->copies.push_back(Copy{d, src, (unsigned)n, cur->committed});
+            traffic_access(src, n, 0);  // a global load (its shared-memory side is not counted)
             stats.cp_async++;
             break;
         }

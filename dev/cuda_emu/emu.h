@@ -286,6 +286,32 @@ template <class T> AsmArg asm_in(const T& x) {
     return a;
 }
 void ptx(const char* text, std::initializer_list<AsmArg> args);
+
+// Traffic counts (dev/test/test_traffic_emu.sh sets them beside the planner's cost model):
+// what the device operations moved in device memory and how many tensor-core FLOPs they
+// issued, counted, not timed. A kernel's own loads and stores are seen only in a build
+// whose kernels are compiled with -fsanitize=kernel-address and linked with
+// dev/cuda_emu/traffic_hooks.cpp (the compiler then calls a hook at every access, and the
+// hook calls traffic_access; built at -O0, since at -O1 and above GCC drops a check it
+// deems redundant, a store's after a load of the same address); cp.async sources, mma.sync, cuBLASLt operands, CUB sorts,
+// memsets and device-to-device copies are counted in every build. A "launch" is one kernel
+// grid, one cuBLASLt matmul, one sort, one memset or copy.
+struct Traffic {
+    double accessed[2];  // bytes [0] loaded, [1] stored: every access of every thread
+    double sectors[2];   // 32 x the distinct 32-byte sectors loaded / stored, per launch, summed
+                         // (a load of a sector the launch stored before is not counted): what
+                         // a launch moves to and from DRAM when nothing it touches twice leaves
+                         // the caches in between (the quantity a cost model prices)
+    double flops;        // 2 x the multiply-adds of mma.sync and cuBLASLt matmuls
+    long long launches;
+};
+void traffic_totals(Traffic* out);  // the totals so far (synchronise the device first)
+// An access of n bytes at p by the running kernel (counted only inside a device buffer).
+void traffic_access(const void* p, size_t n, int store);
+// An operand of a library call or copy on the device thread: every byte of it once.
+void traffic_range(const void* p, size_t n, int store);
+void traffic_flops(double flops);
+void traffic_launch_done();  // folds the running launch's distinct sectors into the totals
 }  // namespace emu
 
 #define threadIdx (emu::tid)
