@@ -82,14 +82,14 @@ static void sim_all_reduce_replicas(void* ctx, float* buf, size_t n) {
 }
 // The step's decision: the loss and the sum of squares all-reduced (two doubles, waited for:
 // the decision follows it), then one small kernel on the bf16 profiles (the fp32 one decides
-// on the host). s is never read: a fake address on the bf16 profiles.
+// on the host) reading and writing s. s is never read: a fake address on the bf16 profiles.
 static void sim_step_decide(void* ctx, FsdpStepStats* st, double tokens, float grad_clip) {
     SimBackend* s = (SimBackend*)ctx;
     start_collective(s, -1, sim_ring_time(&s->cfg.shard_link, s->cfg.shard_size, 2 * sizeof(double), 1), 0);
     if (s->cfg.replicate_size > 1)
         start_collective(s, -1, sim_ring_time(&s->cfg.replica_link, s->cfg.replicate_size, sizeof(double), 1), 0);
     wait_until(s->clock, s->clock->comm);
-    if (!s->cfg.fp32) sim_kernel(s->clock, SIM_WORK_VECTOR, 0, sizeof(FsdpStepStats));
+    if (!s->cfg.fp32) sim_kernel(s->clock, SIM_WORK_VECTOR, 0, 2.0 * sizeof(FsdpStepStats));  // read, then written
 }
 // The per-token losses' sum (one kernel reading them) and the sum of squares of a shard.
 static void sim_sum_into(void* ctx, double* acc, const float* x, size_t n, int accumulate) {
@@ -121,7 +121,11 @@ static void sim_fold_grad(void* ctx, float* dst, const void* src, size_t src_byt
     sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, (sum_squares ? 3.0 : 1.0) * n,
                (double)n * (src_bytes + (first ? 4 : 8)));
 }
-static void sim_folded_sum_squares(void* ctx, double* out) {}
+// The folds' sum copied out, then cleared: two launches of one double each.
+static void sim_folded_sum_squares(void* ctx, double* out) {
+    sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, 0, 2.0 * sizeof(double));
+    sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, 0, sizeof(double));
+}
 // The fused AdamW also writes the bf16 shard.
 static void sim_adamw_unit(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard, size_t n,
                            const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2, float eps,

@@ -1,6 +1,13 @@
 // The sim device's kernel table: costs from shapes (kernels_sim.h). The FLOP and byte counts
 // follow what the kernels read and write (e bytes per activation or parameter element, fp32
-// statistics); they are a model, not the kernels' exact traffic (caches, fusion details).
+// statistics). With 2-byte elements the table models the cuda device's kernels as they are
+// written (kernels/cuda_*.cuh: the flash attention's tiles, the partial sums of the
+// LayerNorm and bias backward, the embedding backward's sort); dev/test/test_traffic_emu.sh
+// holds every operation's bytes within 10% of what the emulator counts those kernels
+// moving (distinct 32-byte sectors per launch: what a launch whose re-reads hit the cache
+// moves to and from DRAM), and the matrix work's FLOPs within 10% of their tensor-core
+// FLOPs. With 4-byte elements (the cpu profile) the byte and FLOP counts are the operations'
+// own, as the cpu kernels do them.
 #include "kernels/kernels_sim.h"
 
 #include <stdlib.h>
@@ -51,16 +58,37 @@ double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
 }
 
 static SimClock* clk(Kernels* k) { return (SimClock*)k->impl; }
+static int models_cuda(const Kernels* k) { return k->act_bytes != sizeof(float); }
 
+// The cuda kernels' two-pass row reductions (kernels/cuda_kernels.cuh, row_partition): the
+// blocks of rows whose fp32 partial sums a second kernel adds up.
+static double partial_blocks(int N, int min_rows, int max_blocks) {
+    int rows = (N + max_blocks - 1) / max_blocks;
+    if (rows < min_rows) rows = min_rows;
+    return (double)((N + rows - 1) / rows);
+}
+// Bytes of the partial sums of `cols` columns over N rows: written, then read.
+static double partials_bytes(int N, int cols, int min_rows, int max_blocks) {
+    return 2.0 * partial_blocks(N, min_rows, max_blocks) * cols * sizeof(float);
+}
+
+// A row of wte per token (rows of repeated tokens count as many times: a bound, reached
+// when a micro-batch's tokens are distinct), the T rows of wpe once, out written.
 static void sim_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
     double e = (double)k->act_bytes, BTC = (double)B * T * C;
-    sim_kernel(clk(k), SIM_WORK_VECTOR, BTC, 3 * BTC * e + (double)B * T * 4);
+    sim_kernel(clk(k), SIM_WORK_VECTOR, BTC, 2 * BTC * e + (double)T * C * e + (double)B * T * 4);
 }
+// Rows of dwte read and written (one per token, as the forward's bound), dwpe's T rows
+// summed over B and written (read too when accumulating). cuda: dout is read by both the
+// dwte and the dwpe kernel, and the token ids are sorted first (iota, one pass of the sort
+// over ids and positions: the emulator's count; CUB makes one per 8 key bits) and read
+// back sorted.
 static void sim_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
                                  int accumulate) {
-    // dout read once, rows of dwte read and written, dwpe's T rows summed over B
-    double e = (double)k->act_bytes, BTC = (double)B * T * C;
-    sim_kernel(clk(k), SIM_WORK_VECTOR, 2 * BTC, BTC * e + 2 * BTC * e + 2.0 * T * C * e);
+    double e = (double)k->act_bytes, BTC = (double)B * T * C, TC = (double)T * C, BT = (double)B * T;
+    double bytes = (models_cuda(k) ? 2 : 1) * BTC * e + 2 * BTC * e + TC * e * (accumulate ? 2 : 1);
+    if (models_cuda(k)) bytes += BT * 4 * (1 + 4 + 2);
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 2 * BTC, bytes);
 }
 static void sim_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp, const void* weight,
                                   const void* bias, int N, int C) {
@@ -72,11 +100,15 @@ static void sim_residual_layernorm_forward(Kernels* k, void* residual, void* out
     double e = (double)k->act_bytes, NC = (double)N * C;
     sim_kernel(clk(k), SIM_WORK_VECTOR, 9 * NC, 4 * NC * e + 8.0 * N + 2.0 * C * e);
 }
+// dout and inp read, dinp read and written (it accumulates), the statistics and weight
+// read, dweight and dbias written (and read when accumulating). cuda: through fp32 partial
+// sums per block of rows (cuda_kernels.cuh: at least 16 rows, at most 512 blocks).
 static void sim_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                    const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate) {
-    // dout and inp read, dinp read and written (it accumulates), the statistics read
     double e = (double)k->act_bytes, NC = (double)N * C;
-    sim_kernel(clk(k), SIM_WORK_VECTOR, 14 * NC, 4 * NC * e + 8.0 * N + 4.0 * C * e);
+    double bytes = 4 * NC * e + 8.0 * N + (accumulate ? 5.0 : 3.0) * C * e;
+    if (models_cuda(k)) bytes += 2 * partials_bytes(N, C, 16, 512);
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 14 * NC, bytes);
 }
 static void sim_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
                                int N, int C, int OC) {
@@ -87,21 +119,68 @@ static void sim_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void
 static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                 const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate) {
     // Two GEMMs (dinp = dout W, dweight = dout^T inp): dout read by both, the GELU input
-    // read through the epilogue, dweight read when it accumulates.
+    // read through the epilogue, dweight read when it accumulates. cuda: the bias gradient
+    // is a reduction of its own, reading dout a third time into fp32 partial sums per block
+    // of rows (at least 32 rows, at most 256 blocks), then dbias written (read when
+    // accumulating).
     double e = (double)k->act_bytes, n = N, c = C, oc = OC;
     double bytes = (2 * n * oc + oc * c + n * c * (pre_gelu ? 2 : 1) + n * c + oc * c * (accumulate ? 2 : 1)) * e;
+    if (dbias && models_cuda(k)) bytes += n * oc * e + partials_bytes(N, OC, 32, 256) + oc * e * (accumulate ? 2 : 1);
     sim_kernel(clk(k), SIM_WORK_MATMUL, 4 * n * c * oc + (dbias ? n * oc : 0), bytes);
 }
-// Causal attention: QK^T and PV over the lower triangle, 2 x 2 x B x T^2/2 x C FLOPs forward
-// (FlashAttention's count); the backward recomputes the scores and does four more products.
-static void sim_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-    double e = (double)k->act_bytes, BT = (double)B * T;
-    sim_kernel(clk(k), SIM_WORK_ATTENTION, 2.0 * BT * T * C, (3 * BT * C + BT * C) * e + 4.0 * B * NH * T);
+// Causal attention. cpu: QK^T and PV over the lower triangle, 2 x 2 x B x T^2/2 x C FLOPs
+// forward (FlashAttention's count); the backward recomputes the scores and does four more
+// products. cuda (kernels/cuda_attention.cuh, ATTENTION_FLASH): the query x key pairs the
+// tiles compute, masked ones included, per (batch, head):
+//   forward: blocks of 128 queries, a warp per 32 of them; the block's key tiles (64 keys,
+//     32 for head size 128) up to its last visible key, each skipped by a warp none of whose
+//     rows sees it;
+//   backward: key blocks of 128 (a warp per 16 keys), query blocks of 64 (32) from the key
+//     block's first key on; the warps with a key some query of the block sees.
+static double flash_forward_pairs(int T, int hs) {
+    const int BR = 128, W = 32, BC = hs <= 64 ? 64 : 32;
+    double pairs = 0;
+    for (int q0 = 0; q0 < T; q0 += BR) {
+        const int kend = q0 + BR < T ? q0 + BR : T, ntiles = (kend + BC - 1) / BC;
+        for (int w = 0; w < BR; w += W) {
+            const int seen = (q0 + w + W - 1) / BC + 1;  // tiles starting at or before the warp's last row
+            pairs += (double)W * BC * (seen < ntiles ? seen : ntiles);
+        }
+    }
+    return pairs;
 }
+static double flash_backward_pairs(int T, int hs) {
+    const int BC = 128, BR = hs <= 64 ? 64 : 32;
+    double pairs = 0;
+    for (int j0 = 0; j0 < T; j0 += BC)
+        for (int i0 = j0; i0 < T; i0 += BR) {
+            int chunks = (i0 + BR - 1 - j0) / 16 + 1;
+            if (chunks > (T - j0 + 15) / 16) chunks = (T - j0 + 15) / 16;
+            if (chunks > BC / 16) chunks = BC / 16;
+            pairs += 16.0 * BR * chunks;
+        }
+    return pairs;
+}
+// q, k, v read, out and lse written (the tiles re-read K and V per query block: cached).
+static void sim_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    double e = (double)k->act_bytes, BT = (double)B * T, hs = (double)C / NH;
+    double flops = models_cuda(k) ? 4.0 * B * NH * flash_forward_pairs(T, C / NH) * hs : 2.0 * BT * T * C;
+    sim_kernel(clk(k), SIM_WORK_ATTENTION, flops, (3 * BT * C + BT * C) * e + 4.0 * B * NH * T);
+}
+// cpu: q, k, v, out, dout read, dqkv written. cuda, three launches: D = rowsum(dout * out)
+// (dout, out read, D written); the main kernel (q, k, v, dout, lse, D read, dk and dv
+// written, fp32 dQ slices written: R rows per (batch, head) of each key block's reach,
+// R = nkb T - 128 nkb (nkb - 1) / 2, nkb = ceil(T / 128)); the slices read and dq written.
 static void sim_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
                                    const float* lse, int B, int T, int C, int NH) {
-    double e = (double)k->act_bytes, BT = (double)B * T;
-    sim_kernel(clk(k), SIM_WORK_ATTENTION, 5.0 * BT * T * C, (3 * BT * C + 2 * BT * C + 3 * BT * C) * e + 4.0 * B * NH * T);
+    double e = (double)k->act_bytes, BT = (double)B * T, BTC = BT * C, hs = (double)C / NH;
+    if (!models_cuda(k)) {
+        sim_kernel(clk(k), SIM_WORK_ATTENTION, 5.0 * BT * T * C, (3 * BTC + 2 * BTC + 3 * BTC) * e + 4.0 * B * NH * T);
+        return;
+    }
+    const double nkb = (T + 127) / 128, R = nkb * T - 128 * nkb * (nkb - 1) / 2;
+    const double bytes = 9 * BTC * e + 12.0 * B * NH * T + 8.0 * B * C * R;
+    sim_kernel(clk(k), SIM_WORK_ATTENTION, 10.0 * B * NH * flash_backward_pairs(T, C / NH) * hs, bytes);
 }
 static void sim_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     double e = (double)k->act_bytes, NV = (double)N * Vp;
