@@ -25,9 +25,6 @@
 #include "fsdp/backend_cuda.cuh"
 #include "kernels/kernels_cuda.cuh"
 #endif
-#ifdef FSDP_TRAFFIC_AUDIT  // dev/test/test_traffic_emu.sh's emulated build: counted traffic beside the planner's
-#include "dev/cuda_emu/traffic_audit.h"
-#endif
 
 // GPUs this process can use, 0 on a host-only build; why says what is missing when 0.
 static int usable_gpus(char* why, size_t whylen) {
@@ -288,8 +285,8 @@ static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* p
     if (o && o->cuda) {
 #ifdef __CUDACC__
         cuda_open(d, o, pg, fcfg, m, B, T);
-#ifdef FSDP_TRAFFIC_AUDIT
-        traffic_audit_attach(d, m, o, pg);
+#ifdef FSDP_TRAFFIC_AUDIT  // dev/test/test_traffic_emu.sh's emulated build (a hook its header defines)
+        FSDP_TRAFFIC_AUDIT(d, m, o, pg);
 #endif
         return;
 #else

@@ -1,5 +1,7 @@
 // The traffic audit (dev/test/test_traffic_emu.sh): the emulated train_gpt --device cuda,
-// built with -DFSDP_TRAFFIC_AUDIT and the counting hooks (emu.h, "Traffic counts"), puts each
+// built with `-include dev/cuda_emu/traffic_audit.h` (train/ includes nothing from dev/:
+// device_open calls the hook FSDP_TRAFFIC_AUDIT, defined below, when it is defined) and the
+// counting hooks (emu.h, "Traffic counts"), puts each
 // operation of its kernel table and each compute operation of its FSDP backend beside what
 // the planner (train_gpt --plan) charges for the same call. Every call runs twice: on the
 // sim device's table and backend (kernels/kernels_sim.c, fsdp/backend_sim.c: the modelled
@@ -24,8 +26,11 @@
 #include <string.h>
 
 #include "fsdp/backend_sim.h"
+#include "kernels/cuda_common.cuh"
 #include "kernels/kernels_sim.h"
 #include "train/device.h"
+
+#define FSDP_TRAFFIC_AUDIT traffic_audit_attach
 
 typedef struct {
     char op[40], shape[96];

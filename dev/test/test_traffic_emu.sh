@@ -59,7 +59,7 @@ sbuild=$!
 EXE=$T/train_gpt
 build $EXE $T/src/train_gpt.cu $T/src/kernels/*.cuh $T/src/fsdp/*.cuh $T/src/train/*.cuh $E/traffic_audit.h "${HDRS[@]}" \
         $(ls comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${OBJS[@]}" "${LIB_OBJS[@]}" -- \
-    g++ -std=gnu++17 -w -D__CUDACC__ -DFSDP_TRAFFIC_AUDIT "${COUNT[@]}" -I$E/include $(mpicxx --showme:compile) \
+    g++ -std=gnu++17 -w -D__CUDACC__ -include $E/traffic_audit.h "${COUNT[@]}" -I$E/include $(mpicxx --showme:compile) \
         -DOMPI_SKIP_MPICXX -I$T/src -I. -I$BLAS_INC -fopenmp -x c++ $T/src/train_gpt.cu -x none "${OBJS[@]}" \
         "${LIB_OBJS[@]}" -o $EXE $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
         -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
