@@ -263,7 +263,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
             else kernel_layernorm_forward(k, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, p.t[LN1_W], p.t[LN1_B], N, (int)C);
             void* residual = res_b ? res_out : res_a;
             kernel_matmul_forward(k, la.qkv, NULL, la.ln1, p.t[QKV_W], p.t[QKV_B], N, (int)C, 3 * (int)C);
-            kernel_attention_forward(k, la.atty, la.lse, la.qkv, B, T, (int)C, NH);
+            kernel_attention_forward(k, la.atty, la.lse, la.qkv, B, T, (int)C, NH, NH);
             kernel_matmul_forward(k, a->proj_out, NULL, la.atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, (int)C, (int)C);
             kernel_residual_layernorm_forward(k, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual, a->proj_out, p.t[LN2_W], p.t[LN2_B], N, (int)C);
             kernel_matmul_forward(k, la.fch_gelu, la.fch, la.ln2, p.t[FC_W], p.t[FC_B], N, (int)C, 4 * (int)C);
@@ -306,7 +306,7 @@ static void recompute_block(GPT2* model, const BlockTensors* bp, const LayerActs
         return;
     }
     kernel_matmul_forward(k, la->qkv, NULL, la->ln1, p.t[QKV_W], p.t[QKV_B], N, C, 3 * C);
-    kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH);
+    kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, NH);
     kernel_matmul_forward(k, a->proj_out, NULL, la->atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, C, C);
     kernel_residual_layernorm_forward(k, la->residual2, la->ln2, la->ln2_mean, la->ln2_rstd, residual, a->proj_out,
                                       p.t[LN2_W], p.t[LN2_B], N, C);
@@ -356,7 +356,7 @@ static void gpt2_backward(GPT2* model, int B, int T) {
             kernel_layernorm_backward(k, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, la.residual2, p.t[LN2_W], la.ln2_mean, la.ln2_rstd, N, (int)C, acc);
             // Attention branch: d(residual2) -> d(residual).
             kernel_matmul_backward(k, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, la.atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C, acc);
-            kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH);
+            kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH, NH);
             kernel_matmul_backward(k, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, la.ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C, acc);
             kernel_layernorm_backward(k, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], la.ln1_mean, la.ln1_rstd, N, (int)C, acc);
         }

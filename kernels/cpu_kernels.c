@@ -373,8 +373,16 @@ static void attention_check_head_size(int hs) {
     }
 }
 
+static void attention_check_kv_heads(int NH, int KVH) {
+    if (KVH != NH) {
+        fprintf(stderr, "attention: grouped-query attention (%d kv heads, %d heads) is not implemented yet\n", KVH, NH);
+        abort();
+    }
+}
+
 void attention_forward(float* restrict out, float* restrict lse, const float* restrict qkv,
-                       int B, int T, int C, int NH) {
+                       int B, int T, int C, int NH, int KVH) {
+    attention_check_kv_heads(NH, KVH);
     const int hs = C / NH;
     const size_t C3 = 3 * (size_t)C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -457,7 +465,8 @@ void attention_forward(float* restrict out, float* restrict lse, const float* re
 
 void attention_backward(float* restrict dqkv, const float* restrict dout,
                         const float* restrict qkv, const float* restrict out,
-                        const float* restrict lse, int B, int T, int C, int NH) {
+                        const float* restrict lse, int B, int T, int C, int NH, int KVH) {
+    attention_check_kv_heads(NH, KVH);
     const int hs = C / NH;
     const int hsp = (hs + 15) / 16 * 16;  // hs padded: rows of the row-major tile copies
     const size_t C3 = 3 * (size_t)C;

@@ -46,10 +46,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // out is [B,T,C] (heads concatenated); lse is [B,NH,T], the log-sum-exp of each row of
 // scaled scores (scale 1/sqrt(hs)), saved for the backward, which recomputes probabilities.
 // The head size hs must be <= 128 (fixed-size stack tiles); larger aborts with a message.
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH);
 // dqkv[B,T,3C] += gradient w.r.t. qkv. out and lse are the forward's outputs.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int C, int NH, int KVH);
 
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // out may alias inp.

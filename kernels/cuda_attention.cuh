@@ -1529,8 +1529,9 @@ static inline void attn_cublas_backward(MatmulContext* mm, T16* dqkv, const T16*
 template <class T16>
 static inline void attention_forward_cuda(const AttentionContext* ac, MatmulContext* mm, T16* out, float* lse,
                                           const T16* qkv, void* scratch, size_t scratch_bytes, int B, int T,
-                                          int C, int NH, cudaStream_t stream) {
+                                          int C, int NH, int KVH, cudaStream_t stream) {
     attn_check_args("attention_forward_cuda", false, ac, B, T, C, NH, scratch_bytes, scratch);
+    CUDA_REQUIRE(KVH == NH, "attention_forward_cuda: grouped-query attention (KVH %d != NH %d) is not implemented yet", KVH, NH);
     CUDA_REQUIRE(out && lse && qkv, "attention_forward_cuda: NULL tensor");
     if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
@@ -1555,8 +1556,9 @@ template <class T16>
 static inline void attention_backward_cuda(const AttentionContext* ac, MatmulContext* mm, T16* dqkv,
                                            const T16* dout, const T16* qkv, const T16* out, const float* lse,
                                            void* scratch, size_t scratch_bytes, int B, int T, int C, int NH,
-                                           cudaStream_t stream) {
+                                           int KVH, cudaStream_t stream) {
     attn_check_args("attention_backward_cuda", true, ac, B, T, C, NH, scratch_bytes, scratch);
+    CUDA_REQUIRE(KVH == NH, "attention_backward_cuda: grouped-query attention (KVH %d != NH %d) is not implemented yet", KVH, NH);
     CUDA_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward_cuda: NULL tensor");
     if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&

@@ -61,9 +61,9 @@ struct Kernels {
                            int N, int C, int OC);
     void (*matmul_backward)(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                             const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate);
-    void (*attention_forward)(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH);
+    void (*attention_forward)(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH);
     void (*attention_backward)(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
-                               const float* lse, int B, int T, int C, int NH);
+                               const float* lse, int B, int T, int C, int NH, int KVH);
     void (*crossentropy)(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss);
     // out[n] = gelu(inp), what matmul_forward with pre_gelu leaves in out when its GELU is not
     // in the matmul's epilogue (recompute relies on that: the cuda device then runs unfused).
@@ -137,14 +137,15 @@ static inline void kernel_matmul_backward(Kernels* k, void* dinp, void* dweight,
     kernel_starts(k, OC == k->lm_head_rows ? KERNEL_LM_HEAD : KERNEL_MATMUL, 1);
     k->matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC, accumulate);
 }
-static inline void kernel_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+static inline void kernel_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+                                            int KVH) {
     kernel_starts(k, KERNEL_ATTENTION, 0);
-    k->attention_forward(k, out, lse, qkv, B, T, C, NH);
+    k->attention_forward(k, out, lse, qkv, B, T, C, NH, KVH);
 }
 static inline void kernel_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
-                                             const float* lse, int B, int T, int C, int NH) {
+                                             const float* lse, int B, int T, int C, int NH, int KVH) {
     kernel_starts(k, KERNEL_ATTENTION, 1);
-    k->attention_backward(k, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    k->attention_backward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, KVH);
 }
 static inline void kernel_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp,
                                        float dloss) {

@@ -63,13 +63,13 @@ static void cpu_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void* 
         gelu_backward((float*)dinp, (const float*)pre_gelu, dact, n);
     }
 }
-static void cpu_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-    attention_forward((float*)out, lse, (const float*)qkv, B, T, C, NH);
+static void cpu_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {
+    attention_forward((float*)out, lse, (const float*)qkv, B, T, C, NH, KVH);
 }
 static void cpu_op_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
-                                   const float* lse, int B, int T, int C, int NH) {
-    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float));  // the CPU kernel accumulates
-    attention_backward((float*)dqkv, (const float*)dout, (const float*)qkv, (const float*)out, lse, B, T, C, NH);
+                                   const float* lse, int B, int T, int C, int NH, int KVH) {
+    memset(dqkv, 0, (size_t)B * T * (C + 2 * (size_t)(C / NH) * KVH) * sizeof(float));  // the CPU kernel accumulates
+    attention_backward((float*)dqkv, (const float*)dout, (const float*)qkv, (const float*)out, lse, B, T, C, NH, KVH);
 }
 static void cpu_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     crossentropy_softmax_fused((float*)logits, losses, targets, N, V, Vp, dloss);

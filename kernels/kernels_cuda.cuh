@@ -94,16 +94,16 @@ static void cuda_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void*
     if (dbias) bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, accumulate, cd->stream);
 }
 template <class T16>
-static void cuda_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+static void cuda_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {
     CudaKernels* cd = cuda_of(k);
-    attention_forward_cuda(&cd->attn, &cd->mm, BF(out), lse, CBF(qkv), cd->scratch, cd->scratch_bytes, B, T, C, NH, cd->stream);
+    attention_forward_cuda(&cd->attn, &cd->mm, BF(out), lse, CBF(qkv), cd->scratch, cd->scratch_bytes, B, T, C, NH, KVH, cd->stream);
 }
 template <class T16>
 static void cuda_op_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
-                                    const float* lse, int B, int T, int C, int NH) {
+                                    const float* lse, int B, int T, int C, int NH, int KVH) {
     CudaKernels* cd = cuda_of(k);
     attention_backward_cuda(&cd->attn, &cd->mm, BF(dqkv), CBF(dout), CBF(qkv), CBF(out), lse, cd->scratch,
-                            cd->scratch_bytes, B, T, C, NH, cd->stream);
+                            cd->scratch_bytes, B, T, C, NH, KVH, cd->stream);
 }
 template <class T16>
 static void cuda_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {

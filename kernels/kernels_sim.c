@@ -162,24 +162,26 @@ static double flash_backward_pairs(int T, int hs) {
     return pairs;
 }
 // q, k, v read, out and lse written (the tiles re-read K and V per query block: cached).
-static void sim_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-    double e = (double)k->act_bytes, BT = (double)B * T, hs = (double)C / NH;
+// With grouped-query attention (KVH < NH) k and v are KVH heads wide.
+static void sim_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {
+    double e = (double)k->act_bytes, BT = (double)B * T, hs = (double)C / NH, kvC = hs * KVH;
     double flops = models_cuda(k) ? 4.0 * B * NH * flash_forward_pairs(T, C / NH) * hs : 2.0 * BT * T * C;
-    sim_kernel(clk(k), SIM_WORK_ATTENTION, flops, (3 * BT * C + BT * C) * e + 4.0 * B * NH * T);
+    sim_kernel(clk(k), SIM_WORK_ATTENTION, flops, (2 * BT * C + 2 * BT * kvC) * e + 4.0 * B * NH * T);
 }
 // cpu: q, k, v, out, dout read, dqkv written. cuda, three launches: D = rowsum(dout * out)
 // (dout, out read, D written); the main kernel (q, k, v, dout, lse, D read, dk and dv
 // written, fp32 dQ slices written: R rows per (batch, head) of each key block's reach,
 // R = nkb T - 128 nkb (nkb - 1) / 2, nkb = ceil(T / 128)); the slices read and dq written.
 static void sim_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
-                                   const float* lse, int B, int T, int C, int NH) {
-    double e = (double)k->act_bytes, BT = (double)B * T, BTC = BT * C, hs = (double)C / NH;
+                                   const float* lse, int B, int T, int C, int NH, int KVH) {
+    double e = (double)k->act_bytes, BT = (double)B * T, BTC = BT * C, hs = (double)C / NH, BTkv = BT * hs * KVH;
     if (!models_cuda(k)) {
-        sim_kernel(clk(k), SIM_WORK_ATTENTION, 5.0 * BT * T * C, (3 * BTC + 2 * BTC + 3 * BTC) * e + 4.0 * B * NH * T);
+        sim_kernel(clk(k), SIM_WORK_ATTENTION, 5.0 * BT * T * C, (4 * BTC + 4 * BTkv) * e + 4.0 * B * NH * T);
         return;
     }
+    // D: dout, out read; main: q, dout, k, v read, dk, dv written; dq written from the slices.
     const double nkb = (T + 127) / 128, R = nkb * T - 128 * nkb * (nkb - 1) / 2;
-    const double bytes = 9 * BTC * e + 12.0 * B * NH * T + 8.0 * B * C * R;
+    const double bytes = (5 * BTC + 4 * BTkv) * e + 12.0 * B * NH * T + 8.0 * B * C * R;
     sim_kernel(clk(k), SIM_WORK_ATTENTION, 10.0 * B * NH * flash_backward_pairs(T, C / NH) * hs, bytes);
 }
 static void sim_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {

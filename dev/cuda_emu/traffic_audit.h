@@ -154,18 +154,18 @@ static void audit_matmul_backward(Kernels* k, void* dinp, void* dweight, void* d
                [&] { g_audit->sim.matmul_backward(&g_audit->sim, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC, accumulate); },
                [&] { g_audit->inner.matmul_backward(k, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC, accumulate); });
 }
-static void audit_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-    AUDIT_SHAPE("B=%d T=%d C=%d NH=%d", B, T, C, NH);
+static void audit_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {
+    AUDIT_SHAPE("B=%d T=%d C=%d NH=%d KVH=%d", B, T, C, NH, KVH);
     audit_call("attention_forward", shape,
-               [&] { g_audit->sim.attention_forward(&g_audit->sim, out, lse, qkv, B, T, C, NH); },
-               [&] { g_audit->inner.attention_forward(k, out, lse, qkv, B, T, C, NH); });
+               [&] { g_audit->sim.attention_forward(&g_audit->sim, out, lse, qkv, B, T, C, NH, KVH); },
+               [&] { g_audit->inner.attention_forward(k, out, lse, qkv, B, T, C, NH, KVH); });
 }
 static void audit_attention_backward(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
-                                     const float* lse, int B, int T, int C, int NH) {
-    AUDIT_SHAPE("B=%d T=%d C=%d NH=%d", B, T, C, NH);
+                                     const float* lse, int B, int T, int C, int NH, int KVH) {
+    AUDIT_SHAPE("B=%d T=%d C=%d NH=%d KVH=%d", B, T, C, NH, KVH);
     audit_call("attention_backward", shape,
-               [&] { g_audit->sim.attention_backward(&g_audit->sim, dqkv, dout, qkv, out, lse, B, T, C, NH); },
-               [&] { g_audit->inner.attention_backward(k, dqkv, dout, qkv, out, lse, B, T, C, NH); });
+               [&] { g_audit->sim.attention_backward(&g_audit->sim, dqkv, dout, qkv, out, lse, B, T, C, NH, KVH); },
+               [&] { g_audit->inner.attention_backward(k, dqkv, dout, qkv, out, lse, B, T, C, NH, KVH); });
 }
 static void audit_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     AUDIT_SHAPE("N=%d V=%d Vp=%d%s", N, V, Vp, dloss != 0.0f ? " backward" : "");

@@ -384,8 +384,8 @@ static AttnRun run_attention(const AttentionContext* ac, MatmulContext* mm, cons
     }
     for (int k = 0; k < 2; k++) {
         if (ss) CUDA_CHECK(cudaMemset(scratch, 0xff, ss));
-        attention_forward_cuda(ac, mm, out[k], lse[k], d_qkv, scratch, ss, B, T, C, NH, 0);
-        attention_backward_cuda(ac, mm, dqkv[k], d_dout, d_qkv, out[k], lse[k], scratch, ss, B, T, C, NH, 0);
+        attention_forward_cuda(ac, mm, out[k], lse[k], d_qkv, scratch, ss, B, T, C, NH, NH, 0);
+        attention_backward_cuda(ac, mm, dqkv[k], d_dout, d_qkv, out[k], lse[k], scratch, ss, B, T, C, NH, NH, 0);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     AttnRun res;
@@ -429,8 +429,8 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
     const std::vector<float> qkv = rand16<T16>(r, (size_t)B * T * 3 * C, amp);
     const std::vector<float> dout = rand16<T16>(r, (size_t)B * T * C, 1.0f);
     std::vector<float> out_c((size_t)B * T * C), lse_c((size_t)B * NH * T), dqkv_c((size_t)B * T * 3 * C, 0.0f);
-    attention_forward(out_c.data(), lse_c.data(), qkv.data(), B, T, C, NH);
-    attention_backward(dqkv_c.data(), dout.data(), qkv.data(), out_c.data(), lse_c.data(), B, T, C, NH);
+    attention_forward(out_c.data(), lse_c.data(), qkv.data(), B, T, C, NH, NH);
+    attention_backward(dqkv_c.data(), dout.data(), qkv.data(), out_c.data(), lse_c.data(), B, T, C, NH, NH);
     T16 *d_qkv = dev16<T16>(qkv), *d_dout = dev16<T16>(dout);
 
     AttnRun runs[kNImpls];
@@ -535,12 +535,12 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
         float ms[2];
         for (int pass = 0; pass < 2; pass++) {
             const int iters = 10;
-            attention_forward_cuda(ac, mm, out, lse, d_qkv, scratch, ss, B, T, C, NH, 0);  // warm-up
-            attention_backward_cuda(ac, mm, dqkv, d_dout, d_qkv, out, lse, scratch, ss, B, T, C, NH, 0);
+            attention_forward_cuda(ac, mm, out, lse, d_qkv, scratch, ss, B, T, C, NH, NH, 0);  // warm-up
+            attention_backward_cuda(ac, mm, dqkv, d_dout, d_qkv, out, lse, scratch, ss, B, T, C, NH, NH, 0);
             CUDA_CHECK(cudaEventRecord(e0, 0));
             for (int i = 0; i < iters; i++) {
-                if (pass == 0) attention_forward_cuda(ac, mm, out, lse, d_qkv, scratch, ss, B, T, C, NH, 0);
-                else attention_backward_cuda(ac, mm, dqkv, d_dout, d_qkv, out, lse, scratch, ss, B, T, C, NH, 0);
+                if (pass == 0) attention_forward_cuda(ac, mm, out, lse, d_qkv, scratch, ss, B, T, C, NH, NH, 0);
+                else attention_backward_cuda(ac, mm, dqkv, d_dout, d_qkv, out, lse, scratch, ss, B, T, C, NH, NH, 0);
             }
             CUDA_CHECK(cudaEventRecord(e1, 0));
             CUDA_CHECK(cudaEventSynchronize(e1));
@@ -570,27 +570,27 @@ static AttentionContext host_context(AttentionImpl impl, int optin) {
 }
 static void refuse_head_size(void) {  // hs = 96 / 3 = 32: not a flash head size
     const AttentionContext ac = host_context(ATTENTION_FLASH, 227 << 10);
-    attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 96, 3, 0);
+    attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 96, 3, 3, 0);
 }
 static void refuse_head_size_flash1(void) {
     const AttentionContext ac = host_context(ATTENTION_FLASH1, 227 << 10);
     attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
-                            (const float*)256, (void*)256, 1 << 20, 1, 8, 96, 3, 0);
+                            (const float*)256, (void*)256, 1 << 20, 1, 8, 96, 3, 3, 0);
 }
 static void refuse_scratch(void) {  // the flash backward needs D and the dQ slices
     const AttentionContext ac = host_context(ATTENTION_FLASH, 227 << 10);
     attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
                             (const float*)256, (void*)256, attention_backward_scratch_bytes(ATTENTION_FLASH1, 1, 8, 128, 2),
-                            1, 8, 128, 2, 0);
+                            1, 8, 128, 2, 2, 0);
 }
 static void refuse_smem(void) {  // a GPU with 99 KiB per block (sm_86): flash's hs 128 backward needs more
     const AttentionContext ac = host_context(ATTENTION_FLASH, 99 << 10);
     attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
-                            (const float*)256, (void*)256, 1 << 20, 1, 8, 256, 2, 0);
+                            (const float*)256, (void*)256, 1 << 20, 1, 8, 256, 2, 2, 0);
 }
 static void refuse_uninitialised(void) {  // attention_context_init never ran
     const AttentionContext ac = host_context(ATTENTION_FLASH, 0);
-    attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 128, 2, 0);
+    attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 128, 2, 2, 0);
 }
 static void refuse_dgelu_accumulate(void) {
     matmul_backward_dinp_cuda(NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256, 8, 8, 8, 1, 0);

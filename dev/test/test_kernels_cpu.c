@@ -634,8 +634,8 @@ static void test_attention(int B, int T, int C, int NH, double amp, double ramp,
     if (ramp != 0.0) ramp_keys(qkv, B, T, C, ramp);
     double* qkv_d = to_double(qkv, NQ);
     float *out = falloc(NO), *lse = falloc(NL), *out2 = falloc(NO), *lse2 = falloc(NL);
-    attention_forward(out, lse, qkv, B, T, C, NH);
-    attention_forward(out2, lse2, qkv, B, T, C, NH);
+    attention_forward(out, lse, qkv, B, T, C, NH, NH);
+    attention_forward(out2, lse2, qkv, B, T, C, NH, NH);
     double *out_ref = dalloc(NO), *lse_ref = dalloc(NL);
     ref_attention_forward(out_ref, lse_ref, qkv_d, B, T, C, NH);
     snprintf(name, sizeof name, "attention_forward %s out matches reference", tag);
@@ -652,11 +652,11 @@ static void test_attention(int B, int T, int C, int NH, double amp, double ramp,
     double* dqkv_ref = dalloc(NQ);
     ref_attention_backward(dqkv_ref, R_d, qkv_d, B, T, C, NH);
     float *dqkv = falloc(NQ), *dqkv2 = falloc(NQ);
-    attention_backward(dqkv, R, qkv, out, lse, B, T, C, NH);
-    attention_backward(dqkv2, R, qkv, out, lse, B, T, C, NH);
+    attention_backward(dqkv, R, qkv, out, lse, B, T, C, NH, NH);
+    attention_backward(dqkv2, R, qkv, out, lse, B, T, C, NH, NH);
     float* g0 = grad_start(dqkv_ref, NQ);
     float* acc = fcopy(g0, NQ);
-    attention_backward(acc, R, qkv, out, lse, B, T, C, NH);
+    attention_backward(acc, R, qkv, out, lse, B, T, C, NH, NH);
     snprintf(name, sizeof name, "attention_backward %s dqkv", tag);
     check_grad(name, dqkv, dqkv2, g0, acc, dqkv_ref, NQ);
 
@@ -676,7 +676,7 @@ static void test_attention_t1(void) {
     const size_t NQ = (size_t)B * T * 3 * C, NO = (size_t)B * T * C, NL = (size_t)B * NH * T;
     float* qkv = frand(NQ, 1.0, 0.0);
     float *out = falloc(NO), *lse = falloc(NL);
-    attention_forward(out, lse, qkv, B, T, C, NH);
+    attention_forward(out, lse, qkv, B, T, C, NH, NH);
     double *v = dalloc(NO), *s = dalloc(NL);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -699,9 +699,9 @@ static void test_attention_causal(void) {
     const size_t NQ = (size_t)B * T * 3 * C, NO = (size_t)B * T * C, NL = (size_t)B * NH * T;
     float* qkv = frand(NQ, 1.0, 0.0);
     float *out = falloc(NO), *lse = falloc(NL), *out2 = falloc(NO), *lse2 = falloc(NL);
-    attention_forward(out, lse, qkv, B, T, C, NH);
+    attention_forward(out, lse, qkv, B, T, C, NH, NH);
     for (int c = 0; c < 3 * C; c++) qkv[((size_t)0 * T + t0) * 3 * C + c] += 0.5f;
-    attention_forward(out2, lse2, qkv, B, T, C, NH);
+    attention_forward(out2, lse2, qkv, B, T, C, NH, NH);
     int ok = 1, changed = 0;
     size_t bad = 0;
     for (int b = 0; b < B; b++)
@@ -729,7 +729,7 @@ static void test_attention_causal(void) {
         for (int t = t0; t < T; t++)
             for (int c = 0; c < C; c++) dout[((size_t)b * T + t) * C + c] = 0.0f;
     float* dqkv = falloc(NQ);
-    attention_backward(dqkv, dout, qkv, out2, lse2, B, T, C, NH);
+    attention_backward(dqkv, dout, qkv, out2, lse2, B, T, C, NH, NH);
     ok = 1;
     int nonzero_before = 0;
     for (int b = 0; b < B; b++)
