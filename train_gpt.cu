@@ -50,21 +50,48 @@ extern "C" void openblas_set_num_threads(int num_threads);
 // the cpu, bf16 on cuda, so the schedule addresses activations and parameters in bytes).
 static inline void* elem_at(const void* base, size_t i, size_t elem) { return (char*)base + i * elem; }
 
-// Pointers into a gathered unit (parameters or gradients: same layout), in the compute dtype.
-typedef struct { void *wte, *wpe, *lnfw, *lnfb; } RootTensors;
-typedef struct { void* t[BLOCK_TENSORS]; } BlockTensors;
+// Pointers into a gathered unit (parameters or gradients: same layout), in the compute dtype,
+// named by role so that one schedule runs both families: what a family lacks is NULL (Llama:
+// positions, biases, the norms' bias; its head is its own tensor where GPT-2's is wte).
+typedef struct { void *wte, *wpe, *lnfw, *lnfb, *head; } RootTensors;
+typedef struct {
+    void *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} BlockTensors;
 
 static RootTensors root_tensors(const ModelLayout* m, void* base, size_t elem) {
-    const FlatUnit* u = &m->units[0];
-    RootTensors r = {elem_at(base, u->tensors[ROOT_WTE].offset, elem), elem_at(base, u->tensors[ROOT_WPE].offset, elem),
-                     elem_at(base, u->tensors[ROOT_LNF_W].offset, elem), elem_at(base, u->tensors[ROOT_LNF_B].offset, elem)};
+    const FlatTensor* t = m->units[0].tensors;
+    RootTensors r;
+    memset(&r, 0, sizeof(r));
+    if (m->config.arch == ARCH_LLAMA3) {
+        r.wte = elem_at(base, t[LROOT_EMB].offset, elem);
+        r.lnfw = elem_at(base, t[LROOT_NORM].offset, elem);
+        r.head = elem_at(base, t[LROOT_OUTPUT].offset, elem);
+    } else {
+        r.wte = r.head = elem_at(base, t[ROOT_WTE].offset, elem);
+        r.wpe = elem_at(base, t[ROOT_WPE].offset, elem);
+        r.lnfw = elem_at(base, t[ROOT_LNF_W].offset, elem);
+        r.lnfb = elem_at(base, t[ROOT_LNF_B].offset, elem);
+    }
     return r;
 }
 
 static BlockTensors block_tensors(const ModelLayout* m, int u, int layer_in_unit, void* base, size_t elem) {
+    const int nb = block_tensor_count(&m->config);
+    const FlatTensor* t = m->units[u].tensors + (size_t)layer_in_unit * nb;
     BlockTensors b;
-    for (int j = 0; j < BLOCK_TENSORS; j++)
-        b.t[j] = elem_at(base, m->units[u].tensors[layer_in_unit * BLOCK_TENSORS + j].offset, elem);
+    memset(&b, 0, sizeof(b));
+    if (m->config.arch == ARCH_LLAMA3) {
+        b.ln1w = elem_at(base, t[ATTN_NORM_W].offset, elem);
+        b.qkvw = elem_at(base, t[WQKV].offset, elem);
+        b.projw = elem_at(base, t[WO].offset, elem);
+        b.ln2w = elem_at(base, t[FFN_NORM_W].offset, elem);
+        b.fcw = elem_at(base, t[W13].offset, elem);
+        b.fcprojw = elem_at(base, t[W2].offset, elem);
+    } else {
+        void** dst[BLOCK_TENSORS] = {&b.ln1w, &b.ln1b, &b.qkvw, &b.qkvb, &b.projw, &b.projb,
+                                     &b.ln2w, &b.ln2b, &b.fcw, &b.fcb, &b.fcprojw, &b.fcprojb};
+        for (int j = 0; j < BLOCK_TENSORS; j++) *dst[j] = elem_at(base, t[j].offset, elem);
+    }
     return b;
 }
 
@@ -73,23 +100,29 @@ static BlockTensors block_tensors(const ModelLayout* m, int u, int layer_in_unit
 // device's activation dtype except the fp32 statistics and losses. Per-layer buffers are
 // strided by the allocated B*T, so a smaller forward (sampling with B = 1) uses the same memory.
 
+// Widths: Q = qkv_width (GPT-2 3C; Llama (NH + 2 KVH) hs), H = the MLP's first matmul (GPT-2
+// 4C, the GELU's input; Llama 2F, gate|up), A = its activation (GPT-2 4C; Llama F). Llama's
+// norms keep no mean (RMSNorm): the mean buffers are GPT-2's only; q and k in qkv are kept
+// rotated (RoPE applied), what attention reads.
 typedef struct {
     void* encoded;                        // [B,T,C]
     void* ln1; float *ln1_mean, *ln1_rstd;// [L,B,T,C], [L,B,T] x2
-    void* qkv;                            // [L,B,T,3C]
+    void* qkv;                            // [L,B,T,Q]
     void* atty;                           // [L,B,T,C]
     float* att_lse;                       // [L,B,NH,T]
     void* residual2;                      // [L,B,T,C]
     void* ln2; float *ln2_mean, *ln2_rstd;
-    void *fch, *fch_gelu;                 // [L,B,T,4C] (fch: the GELU's input)
+    void *fch, *fch_gelu;                 // [L,B,T,H], [L,B,T,A]
     void* residual3;                      // [L,B,T,C]
     void* lnf; float *lnf_mean, *lnf_rstd;// [B,T,C], [B,T] x2
     void* logits;                         // [B,T,Vp]; the loss overwrites it with dlogits
     float* losses;                        // [B,T]
     void* proj_out;                       // [B,T,C] a projection's output before its residual add
     // backward scratch, one layer's worth
-    void *dresidual, *dbtc, *dqkv, *dfch; // [B,T,C] x2, [B,T,3C], [B,T,4C]
-    void* gelu_scratch;                   // [B,T,4C] where the device needs it (else NULL)
+    void *dresidual, *dbtc, *dqkv, *dfch; // [B,T,C] x2, [B,T,Q], [B,T,H]
+    void* dact;                           // [B,T,A] Llama: the gradient w.r.t. the SwiGLU's output
+    void* gelu_scratch;                   // [B,T,4C] GPT-2, where the device needs it (else NULL)
+    size_t Q, H, A;                       // the widths
     size_t BT;                            // allocated B*T
     // Layers kept of what a block's backward reads (--recompute; the rest is rebuilt in the
     // backward, into slot 0): matmul and attention outputs, residual2 and the statistics
@@ -112,34 +145,39 @@ static size_t carve_activations(Activations* a, const GPT2Config* c, size_t B, s
     size_t BT = B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
     size_t Vp = (size_t)c->padded_vocab_size, e = k->act_bytes, f = sizeof(float), off = 0;
     size_t Lk = recompute == RECOMPUTE_FULL ? 1 : L, Lc = recompute == RECOMPUTE_NONE ? L : 1;
+    const int llama = c->arch == ARCH_LLAMA3;
+    const size_t Q = (size_t)qkv_width(c), H = llama ? 2 * (size_t)c->ffn_dim : 4 * C, A = llama ? (size_t)c->ffn_dim : 4 * C;
+    const size_t M = llama ? 0 : 1;  // LayerNorm means kept (RMSNorm has none)
     char* base = (char*)mem;
+    a->Q = Q; a->H = H; a->A = A;
     a->encoded = carve(base, &off, BT * C, e);
     a->ln1 = carve(base, &off, Lc * BT * C, e);
-    a->ln1_mean = (float*)carve(base, &off, Lk * BT, f);
+    a->ln1_mean = (float*)carve(base, &off, M * Lk * BT, f);
     a->ln1_rstd = (float*)carve(base, &off, Lk * BT, f);
-    a->qkv = carve(base, &off, Lk * BT * 3 * C, e);
+    a->qkv = carve(base, &off, Lk * BT * Q, e);
     a->atty = carve(base, &off, Lk * BT * C, e);
     a->att_lse = (float*)carve(base, &off, Lk * B * NH * T, f);
     a->residual2 = carve(base, &off, Lk * BT * C, e);
     a->ln2 = carve(base, &off, Lc * BT * C, e);
-    a->ln2_mean = (float*)carve(base, &off, Lk * BT, f);
+    a->ln2_mean = (float*)carve(base, &off, M * Lk * BT, f);
     a->ln2_rstd = (float*)carve(base, &off, Lk * BT, f);
-    a->fch = carve(base, &off, Lk * BT * 4 * C, e);
-    a->fch_gelu = carve(base, &off, Lc * BT * 4 * C, e);
+    a->fch = carve(base, &off, Lk * BT * H, e);
+    a->fch_gelu = carve(base, &off, Lc * BT * A, e);
     a->residual3 = carve(base, &off, L * BT * C, e);
     a->kept_layers = Lk;
     a->cheap_layers = Lc;
     a->lnf = carve(base, &off, BT * C, e);
-    a->lnf_mean = (float*)carve(base, &off, BT, f);
+    a->lnf_mean = (float*)carve(base, &off, M * BT, f);
     a->lnf_rstd = (float*)carve(base, &off, BT, f);
     a->logits = carve(base, &off, BT * Vp, e);
     a->losses = (float*)carve(base, &off, BT, f);
     a->proj_out = carve(base, &off, BT * C, e);
     a->dresidual = carve(base, &off, BT * C, e);
     a->dbtc = carve(base, &off, BT * C, e);
-    a->dqkv = carve(base, &off, BT * 3 * C, e);
-    a->dfch = carve(base, &off, BT * 4 * C, e);
-    a->gelu_scratch = carve(base, &off, k->gelu_needs_scratch ? BT * 4 * C : 0, e);
+    a->dqkv = carve(base, &off, BT * Q, e);
+    a->dfch = carve(base, &off, BT * H, e);
+    a->dact = carve(base, &off, llama ? BT * A : 0, e);
+    a->gelu_scratch = carve(base, &off, k->gelu_needs_scratch && !llama ? BT * 4 * C : 0, e);
     a->BT = BT;
     a->total_bytes = off;
     return off;
@@ -156,17 +194,17 @@ static LayerActs layer_acts(const Activations* a, int l, size_t C, int NH, size_
     const size_t at = (a->kept_layers > 1 ? (size_t)l : 0) * a->BT, cat = (a->cheap_layers > 1 ? (size_t)l : 0) * a->BT;
     LayerActs x;
     x.ln1 = elem_at(a->ln1, cat * C, e);
-    x.ln1_mean = a->ln1_mean + at;
+    x.ln1_mean = a->ln1_mean ? a->ln1_mean + at : NULL;
     x.ln1_rstd = a->ln1_rstd + at;
-    x.qkv = elem_at(a->qkv, at * 3 * C, e);
+    x.qkv = elem_at(a->qkv, at * a->Q, e);
     x.atty = elem_at(a->atty, at * C, e);
     x.lse = a->att_lse + at * NH;
     x.residual2 = elem_at(a->residual2, at * C, e);
     x.ln2 = elem_at(a->ln2, cat * C, e);
-    x.ln2_mean = a->ln2_mean + at;
+    x.ln2_mean = a->ln2_mean ? a->ln2_mean + at : NULL;
     x.ln2_rstd = a->ln2_rstd + at;
-    x.fch = elem_at(a->fch, at * 4 * C, e);
-    x.fch_gelu = elem_at(a->fch_gelu, cat * 4 * C, e);
+    x.fch = elem_at(a->fch, at * a->H, e);
+    x.fch_gelu = elem_at(a->fch_gelu, cat * a->A, e);
     return x;
 }
 
@@ -228,6 +266,56 @@ static int gpt2_load_weights(GPT2* model, const char* path, int version, char* e
     return 0;
 }
 
+// ---- the pieces where the families differ (everything else in the schedule is shared)
+
+// The block's norms: LayerNorm (GPT-2) or RMSNorm (Llama: no bias, no mean), of a, or with
+// b != NULL of residual = a + b (the fused residual add: residual written, then normalised).
+static void norm_forward(GPT2* model, void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
+                         const void* weight, const void* bias, int N) {
+    Kernels* k = &model->dev.kernels;
+    const int C = model->config.channels;
+    if (model->config.arch == ARCH_LLAMA3) {
+        if (b) kernel_residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C);
+        else kernel_rmsnorm_forward(k, out, rstd, a, weight, N, C);
+    } else {
+        if (b) kernel_residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C);
+        else kernel_layernorm_forward(k, out, mean, rstd, a, weight, bias, N, C);
+    }
+}
+static void norm_backward(GPT2* model, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                          const void* weight, const float* mean, const float* rstd, int N, int acc) {
+    Kernels* k = &model->dev.kernels;
+    const int C = model->config.channels;
+    if (model->config.arch == ARCH_LLAMA3) kernel_rmsnorm_backward(k, dinp, dweight, dout, inp, weight, rstd, N, C, acc);
+    else kernel_layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, acc);
+}
+
+// Attention: qkv = ln1 Wqkv^T (+ b), q and k rotated (Llama), the causal attention (k and v
+// heads shared by groups of query heads in Llama), the output projection into proj_out.
+static void attention_block_forward(GPT2* model, const BlockTensors* p, const LayerActs* la, int B, int T) {
+    const GPT2Config* c = &model->config;
+    Kernels* k = &model->dev.kernels;
+    const int N = B * T, C = c->channels, NH = c->num_heads, Q = qkv_width(c);
+    const int llama = c->arch == ARCH_LLAMA3, KVH = llama ? c->num_kv_heads : NH;
+    kernel_matmul_forward(k, la->qkv, NULL, la->ln1, p->qkvw, p->qkvb, N, C, Q);
+    if (llama) kernel_rope(k, la->qkv, B, T, NH, KVH, C / NH, model_rope(c), 0);
+    kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, KVH);
+    kernel_matmul_forward(k, model->acts.proj_out, NULL, la->atty, p->projw, p->projb, N, C, C);
+}
+// The MLP's first matmul and its activation: GPT-2 fch = ln2 W^T + b, fch_gelu = gelu(fch)
+// (fused in the matmul where the device does); Llama fch = ln2 W13^T (gate|up), fch_gelu =
+// swiglu(fch).
+static void mlp_up_forward(GPT2* model, const BlockTensors* p, const LayerActs* la, int N) {
+    const GPT2Config* c = &model->config;
+    Kernels* k = &model->dev.kernels;
+    if (c->arch == ARCH_LLAMA3) {
+        kernel_matmul_forward(k, la->fch, NULL, la->ln2, p->fcw, NULL, N, c->channels, 2 * c->ffn_dim);
+        kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, c->ffn_dim);
+    } else {
+        kernel_matmul_forward(k, la->fch_gelu, la->fch, la->ln2, p->fcw, p->fcb, N, c->channels, 4 * c->channels);
+    }
+}
+
 // Forward over B x T tokens. Writes per-position losses to acts.losses (targets required;
 // device memory: see gpt2_losses_to_host). With dloss != 0 the logits buffer is left holding
 // dlogits for the backward.
@@ -244,10 +332,10 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
     model->tok_inputs = tok;
 
     RootTensors root = root_tensors(m, fsdp_forward_pre(f, 0), pe);
-    kernel_encoder_forward(k, a->encoded, tok, root.wte, root.wpe, B, T, (int)C);
+    kernel_encoder_forward(k, a->encoded, tok, root.wte, root.wpe, B, T, (int)C);  // (Llama: no wpe)
     // The residual stream: block l's output is residual3[l] = residual2[l] + (MLP projection).
-    // That add is fused into the LayerNorm that reads its result (the next block's ln_1, or
-    // ln_f), so until then the stream is the pair (res_a, res_b); res_b NULL: just res_a.
+    // That add is fused into the norm that reads its result (the next block's first, or the
+    // final one), so until then the stream is the pair (res_a, res_b); res_b NULL: just res_a.
     void* res_a = a->encoded;
     void* res_b = NULL;
     void* res_out = NULL;  // where the pending sum goes
@@ -259,24 +347,20 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
             BlockTensors p = block_tensors(m, u, j, unit_params, pe);
             LayerActs la = layer_acts(a, l, C, NH, e);
 
-            if (res_b) kernel_residual_layernorm_forward(k, res_out, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, res_b, p.t[LN1_W], p.t[LN1_B], N, (int)C);
-            else kernel_layernorm_forward(k, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, p.t[LN1_W], p.t[LN1_B], N, (int)C);
+            norm_forward(model, res_out, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, res_b, p.ln1w, p.ln1b, N);
             void* residual = res_b ? res_out : res_a;
-            kernel_matmul_forward(k, la.qkv, NULL, la.ln1, p.t[QKV_W], p.t[QKV_B], N, (int)C, 3 * (int)C);
-            kernel_attention_forward(k, la.atty, la.lse, la.qkv, B, T, (int)C, NH, NH);
-            kernel_matmul_forward(k, a->proj_out, NULL, la.atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, (int)C, (int)C);
-            kernel_residual_layernorm_forward(k, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual, a->proj_out, p.t[LN2_W], p.t[LN2_B], N, (int)C);
-            kernel_matmul_forward(k, la.fch_gelu, la.fch, la.ln2, p.t[FC_W], p.t[FC_B], N, (int)C, 4 * (int)C);
-            kernel_matmul_forward(k, a->proj_out, NULL, la.fch_gelu, p.t[FCPROJ_W], p.t[FCPROJ_B], N, 4 * (int)C, (int)C);
+            attention_block_forward(model, &p, &la, B, T);
+            norm_forward(model, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual, a->proj_out, p.ln2w, p.ln2b, N);
+            mlp_up_forward(model, &p, &la, N);
+            kernel_matmul_forward(k, a->proj_out, NULL, la.fch_gelu, p.fcprojw, p.fcprojb, N, (int)a->A, (int)C);
             res_a = la.residual2;
             res_b = a->proj_out;
             res_out = elem_at(a->residual3, l * stride * C, e);
         }
         fsdp_forward_post(f, u);
     }
-    if (res_b) kernel_residual_layernorm_forward(k, res_out, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, res_b, root.lnfw, root.lnfb, N, (int)C);
-    else kernel_layernorm_forward(k, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, root.lnfw, root.lnfb, N, (int)C);
-    kernel_matmul_forward(k, a->logits, NULL, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size);
+    norm_forward(model, res_out, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, res_b, root.lnfw, root.lnfb, N);
+    kernel_matmul_forward(k, a->logits, NULL, a->lnf, root.head, NULL, N, (int)C, c->padded_vocab_size);
     kernel_crossentropy(k, a->logits, a->losses, tgt, N, c->vocab_size, c->padded_vocab_size, dloss);
     fsdp_forward_post(f, 0);
 }
@@ -291,26 +375,22 @@ static void gpt2_losses_to_host(GPT2* model, float* dst, int B, int T) {
 // --recompute: rebuilds what block l's backward reads and the forward did not keep, from the
 // block's input (residual: residual3 of the block before, or the embedding) and its gathered
 // parameters, with the forward's kernels on the same inputs, so the values are the forward's
-// bit for bit. (A LayerNorm of a stored residual equals the fused residual-add LayerNorm the
-// forward ran: both normalise the rounded sum.)
-static void recompute_block(GPT2* model, const BlockTensors* bp, const LayerActs* la, void* residual, int B, int T) {
-    const GPT2Config* c = &model->config;
+// bit for bit. (A norm of a stored residual equals the fused residual-add norm the forward
+// ran: both normalise the rounded sum.)
+static void recompute_block(GPT2* model, const BlockTensors* p, const LayerActs* la, void* residual, int B, int T) {
     Activations* a = &model->acts;
     Kernels* k = &model->dev.kernels;
-    const BlockTensors p = *bp;
-    int N = B * T, C = c->channels, NH = c->num_heads;
-    kernel_layernorm_forward(k, la->ln1, la->ln1_mean, la->ln1_rstd, residual, p.t[LN1_W], p.t[LN1_B], N, C);
+    int N = B * T;
+    norm_forward(model, NULL, la->ln1, la->ln1_mean, la->ln1_rstd, residual, NULL, p->ln1w, p->ln1b, N);
     if (model->recompute == RECOMPUTE_SELECTIVE) {
-        kernel_layernorm_forward(k, la->ln2, la->ln2_mean, la->ln2_rstd, la->residual2, p.t[LN2_W], p.t[LN2_B], N, C);
-        kernel_gelu_forward(k, la->fch_gelu, la->fch, (size_t)N * 4 * C);
+        norm_forward(model, NULL, la->ln2, la->ln2_mean, la->ln2_rstd, la->residual2, NULL, p->ln2w, p->ln2b, N);
+        if (model->config.arch == ARCH_LLAMA3) kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, model->config.ffn_dim);
+        else kernel_gelu_forward(k, la->fch_gelu, la->fch, (size_t)N * a->A);
         return;
     }
-    kernel_matmul_forward(k, la->qkv, NULL, la->ln1, p.t[QKV_W], p.t[QKV_B], N, C, 3 * C);
-    kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, NH);
-    kernel_matmul_forward(k, a->proj_out, NULL, la->atty, p.t[ATTPROJ_W], p.t[ATTPROJ_B], N, C, C);
-    kernel_residual_layernorm_forward(k, la->residual2, la->ln2, la->ln2_mean, la->ln2_rstd, residual, a->proj_out,
-                                      p.t[LN2_W], p.t[LN2_B], N, C);
-    kernel_matmul_forward(k, la->fch_gelu, la->fch, la->ln2, p.t[FC_W], p.t[FC_B], N, C, 4 * C);
+    attention_block_forward(model, p, la, B, T);
+    norm_forward(model, la->residual2, la->ln2, la->ln2_mean, la->ln2_rstd, residual, a->proj_out, p->ln2w, p->ln2b, N);
+    mlp_up_forward(model, p, la, N);
 }
 
 // Backward of the last forward (which must have had dloss != 0), on the same tokens. Each
@@ -322,7 +402,8 @@ static void gpt2_backward(GPT2* model, int B, int T) {
     Fsdp* f = &model->fsdp;
     Kernels* k = &model->dev.kernels;
     size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = k->act_bytes, pe = model->dev.backend.param_bytes;
-    int N = (int)BT, NH = c->num_heads;
+    int N = (int)BT, NH = c->num_heads, Q = qkv_width(c), A = (int)a->A;
+    const int llama = c->arch == ARCH_LLAMA3, KVH = llama ? c->num_kv_heads : NH;
 
     RootTensors root = root_tensors(m, fsdp_backward_pre(f, 0), pe);
     RootTensors droot = root_tensors(m, fsdp_grad(f, 0), pe);
@@ -332,10 +413,9 @@ static void gpt2_backward(GPT2* model, int B, int T) {
     const int acc = fsdp_grad_accumulates(f);
 
     void* residual_last = c->num_layers > 0 ? elem_at(a->residual3, (size_t)(c->num_layers - 1) * stride * C, e) : a->encoded;
-    kernel_matmul_backward(k, a->dbtc, droot.wte, NULL, a->logits, a->lnf, root.wte, NULL, N, (int)C, c->padded_vocab_size, acc);
+    kernel_matmul_backward(k, a->dbtc, droot.head, NULL, a->logits, a->lnf, root.head, NULL, N, (int)C, c->padded_vocab_size, acc);
     k->zero(k, a->dresidual, BT * C * e);
-    kernel_layernorm_backward(k, a->dresidual, droot.lnfw, droot.lnfb, a->dbtc, residual_last, root.lnfw,
-                          a->lnf_mean, a->lnf_rstd, N, (int)C, acc);
+    norm_backward(model, a->dresidual, droot.lnfw, droot.lnfb, a->dbtc, residual_last, root.lnfw, a->lnf_mean, a->lnf_rstd, N, acc);
 
     for (int u = m->n_units - 1; u >= 1; u--) {
         void* unit_params = fsdp_backward_pre(f, u);
@@ -351,26 +431,34 @@ static void gpt2_backward(GPT2* model, int B, int T) {
             if (model->recompute != RECOMPUTE_NONE) recompute_block(model, &p, &la, residual, B, T);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
-            kernel_matmul_backward(k, a->dfch, g.t[FCPROJ_W], g.t[FCPROJ_B], a->dresidual, la.fch_gelu, p.t[FCPROJ_W], la.fch, N, 4 * (int)C, (int)C, acc);
-            kernel_matmul_backward(k, a->dbtc, g.t[FC_W], g.t[FC_B], a->dfch, la.ln2, p.t[FC_W], NULL, N, (int)C, 4 * (int)C, acc);
-            kernel_layernorm_backward(k, a->dresidual, g.t[LN2_W], g.t[LN2_B], a->dbtc, la.residual2, p.t[LN2_W], la.ln2_mean, la.ln2_rstd, N, (int)C, acc);
-            // Attention branch: d(residual2) -> d(residual).
-            kernel_matmul_backward(k, a->dbtc, g.t[ATTPROJ_W], g.t[ATTPROJ_B], a->dresidual, la.atty, p.t[ATTPROJ_W], NULL, N, (int)C, (int)C, acc);
-            kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH, NH);
-            kernel_matmul_backward(k, a->dbtc, g.t[QKV_W], g.t[QKV_B], a->dqkv, la.ln1, p.t[QKV_W], NULL, N, (int)C, 3 * (int)C, acc);
-            kernel_layernorm_backward(k, a->dresidual, g.t[LN1_W], g.t[LN1_B], a->dbtc, residual, p.t[LN1_W], la.ln1_mean, la.ln1_rstd, N, (int)C, acc);
+            if (llama) {
+                kernel_matmul_backward(k, a->dact, g.fcprojw, NULL, a->dresidual, la.fch_gelu, p.fcprojw, NULL, N, A, (int)C, acc);
+                kernel_swiglu_backward(k, a->dfch, a->dact, la.fch, N, c->ffn_dim);
+            } else {
+                kernel_matmul_backward(k, a->dfch, g.fcprojw, g.fcprojb, a->dresidual, la.fch_gelu, p.fcprojw, la.fch, N, A, (int)C, acc);
+            }
+            kernel_matmul_backward(k, a->dbtc, g.fcw, g.fcb, a->dfch, la.ln2, p.fcw, NULL, N, (int)C, (int)a->H, acc);
+            norm_backward(model, a->dresidual, g.ln2w, g.ln2b, a->dbtc, la.residual2, p.ln2w, la.ln2_mean, la.ln2_rstd, N, acc);
+            // Attention branch: d(residual2) -> d(residual). (Llama: the gradient w.r.t. the
+            // rotated q and k is rotated back before the projection's backward.)
+            kernel_matmul_backward(k, a->dbtc, g.projw, g.projb, a->dresidual, la.atty, p.projw, NULL, N, (int)C, (int)C, acc);
+            kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH, KVH);
+            if (llama) kernel_rope(k, a->dqkv, B, T, NH, KVH, (int)C / NH, model_rope(c), 1);
+            kernel_matmul_backward(k, a->dbtc, g.qkvw, g.qkvb, a->dqkv, la.ln1, p.qkvw, NULL, N, (int)C, Q, acc);
+            norm_backward(model, a->dresidual, g.ln1w, g.ln1b, a->dbtc, residual, p.ln1w, la.ln1_mean, la.ln1_rstd, N, acc);
         }
         fsdp_backward_post(f, u);
     }
-    // The embedding's backward adds to wte (onto the LM head's gradient) and writes wpe's
+    // The embedding's backward adds to wte: GPT-2's holds the LM head's gradient already; Llama's
+    // is its own tensor, zeroed first in a fresh buffer. GPT-2's wpe: the backward writes its
     // first T rows; in a fresh buffer the rows from T on (none when T is the model's maximum)
     // are zeroed here.
-    if (!acc && T < c->max_seq_len)
+    if (!acc && llama) k->zero(k, droot.wte, (size_t)c->padded_vocab_size * C * pe);
+    if (!acc && !llama && T < c->max_seq_len)
         k->zero(k, elem_at(droot.wpe, (size_t)T * C, pe), (size_t)(c->max_seq_len - T) * C * pe);
     kernel_encoder_backward(k, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C, acc);
     fsdp_backward_post(f, 0);
 }
-
 
 // ----------------------------------------------------------------------------------------
 // Sampling: autoregressive generation from <|endoftext|>, top-k with temperature. Every

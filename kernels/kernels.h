@@ -14,6 +14,10 @@
 //     branches), dweight and dbias as matmul_backward's;
 //   encoder_backward: dwte ACCUMULATES (only the rows of tokens seen: onto the LM head's
 //     gradient), dwpe rows [0, T) as matmul_backward's dweight (rows from T on untouched);
+//   rmsnorm_backward: as layernorm_backward (no bias);
+//   rope: in place on qkv's q and k heads; inverse rotates back (the backward, on dqkv);
+//   swiglu_backward: dinp is OVERWRITTEN;
+//   encoder_forward/_backward with wpe/dwpe NULL: token embeddings only (Llama);
 //   crossentropy: losses[N] fp32; with dloss != 0 the logits become dlogits in place (times
 //     *loss_scale where the table has one).
 //
@@ -24,6 +28,7 @@
 #define FSDP_KERNELS_KERNELS_H
 
 #include <stddef.h>
+#include "kernels/rope.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,6 +70,17 @@ struct Kernels {
     void (*attention_backward)(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
                                const float* lse, int B, int T, int C, int NH, int KVH);
     void (*crossentropy)(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss);
+    // The Llama family (kernels/cpu_kernels_llama.h): RMSNorm (rstd [N] fp32), the fused
+    // residual add + RMSNorm, rotary embeddings on qkv [B,T,(NH + 2 KVH) hs], and SwiGLU on
+    // the fused gate|up projection [N, 2F] -> [N, F].
+    void (*rmsnorm_forward)(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C);
+    void (*residual_rmsnorm_forward)(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
+                                     const void* weight, int N, int C);
+    void (*rmsnorm_backward)(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+                             const float* rstd, int N, int C, int accumulate);
+    void (*rope)(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse);
+    void (*swiglu_forward)(Kernels* k, void* out, const void* inp, int N, int F);
+    void (*swiglu_backward)(Kernels* k, void* dinp, const void* dout, const void* inp, int N, int F);
     // out[n] = gelu(inp), what matmul_forward with pre_gelu leaves in out when its GELU is not
     // in the matmul's epilogue (recompute relies on that: the cuda device then runs unfused).
     void (*gelu_forward)(Kernels* k, void* out, const void* inp, size_t n);
@@ -151,6 +167,34 @@ static inline void kernel_crossentropy(Kernels* k, void* logits, float* losses, 
                                        float dloss) {
     kernel_starts(k, KERNEL_LOSS, 0);
     k->crossentropy(k, logits, losses, targets, N, V, Vp, dloss);
+}
+static inline void kernel_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+    kernel_starts(k, KERNEL_LAYERNORM, 0);
+    k->rmsnorm_forward(k, out, rstd, inp, weight, N, C);
+}
+static inline void kernel_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a,
+                                                   const void* b, const void* weight, int N, int C) {
+    kernel_starts(k, KERNEL_LAYERNORM, 0);
+    k->residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C);
+}
+static inline void kernel_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp,
+                                           const void* weight, const float* rstd, int N, int C, int accumulate) {
+    kernel_starts(k, KERNEL_LAYERNORM, 1);
+    k->rmsnorm_backward(k, dinp, dweight, dout, inp, weight, rstd, N, C, accumulate);
+}
+// Rotary embeddings run beside attention (its inputs' positions), so they count as attention.
+static inline void kernel_rope(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse) {
+    kernel_starts(k, KERNEL_ATTENTION, inverse);
+    k->rope(k, qkv, B, T, NH, KVH, hs, p, inverse);
+}
+// SwiGLU is the MLP's activation, as GELU is.
+static inline void kernel_swiglu_forward(Kernels* k, void* out, const void* inp, int N, int F) {
+    kernel_starts(k, KERNEL_MATMUL, 0);
+    k->swiglu_forward(k, out, inp, N, F);
+}
+static inline void kernel_swiglu_backward(Kernels* k, void* dinp, const void* dout, const void* inp, int N, int F) {
+    kernel_starts(k, KERNEL_MATMUL, 1);
+    k->swiglu_backward(k, dinp, dout, inp, N, F);
 }
 static inline void kernel_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
     kernel_starts(k, KERNEL_MATMUL, 0);  // the MLP's activation: its matmul's epilogue elsewhere

@@ -8,13 +8,14 @@
 #include <time.h>
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels_llama.h"
 
 static void cpu_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
     encoder_forward((float*)out, inp, (const float*)wte, (const float*)wpe, B, T, C);
 }
 static void cpu_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
                                     int accumulate) {
-    if (!accumulate) memset(dwpe, 0, (size_t)T * C * sizeof(float));  // the CPU kernel adds
+    if (!accumulate && dwpe) memset(dwpe, 0, (size_t)T * C * sizeof(float));  // the CPU kernel adds
     encoder_backward((float*)dwte, (float*)dwpe, (const float*)dout, inp, B, T, C);
 }
 static void cpu_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
@@ -82,6 +83,28 @@ static const int* cpu_op_tokens(Kernels* k, int slot, const int* host, size_t n)
 static void cpu_op_to_host_async(Kernels* k, void* dst, const void* src, size_t bytes) { if (dst != src) memcpy(dst, src, bytes); }
 static void cpu_op_act_to_host_f32(Kernels* k, float* dst, const void* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void cpu_op_synchronize(Kernels* k) {}
+static void cpu_op_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+    rmsnorm_forward((float*)out, rstd, (const float*)inp, (const float*)weight, N, C);
+}
+static void cpu_op_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
+                                            const void* weight, int N, int C) {
+    residual_forward((float*)residual, (const float*)a, (const float*)b, (size_t)N * C);
+    rmsnorm_forward((float*)out, rstd, (const float*)residual, (const float*)weight, N, C);
+}
+static void cpu_op_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp,
+                                    const void* weight, const float* rstd, int N, int C, int accumulate) {
+    if (!accumulate) memset(dweight, 0, (size_t)C * sizeof(float));
+    rmsnorm_backward((float*)dinp, (float*)dweight, (const float*)dout, (const float*)inp, (const float*)weight, rstd, N, C);
+}
+static void cpu_op_rope(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse) {
+    rope_forward((float*)qkv, B, T, NH, KVH, hs, p, inverse);
+}
+static void cpu_op_swiglu_forward(Kernels* k, void* out, const void* inp, int N, int F) {
+    swiglu_forward((float*)out, (const float*)inp, N, F);
+}
+static void cpu_op_swiglu_backward(Kernels* k, void* dinp, const void* dout, const void* inp, int N, int F) {
+    swiglu_backward((float*)dinp, (const float*)dout, (const float*)inp, N, F);
+}
 static void* cpu_op_mark(Kernels* k) {
     struct timespec* t = (struct timespec*)malloc(sizeof(*t));
     clock_gettime(CLOCK_MONOTONIC, t);
@@ -108,6 +131,12 @@ void kernels_cpu_init(Kernels* k, int padded_vocab) {
     k->attention_forward = cpu_op_attention_forward;
     k->attention_backward = cpu_op_attention_backward;
     k->crossentropy = cpu_op_crossentropy;
+    k->rmsnorm_forward = cpu_op_rmsnorm_forward;
+    k->residual_rmsnorm_forward = cpu_op_residual_rmsnorm_forward;
+    k->rmsnorm_backward = cpu_op_rmsnorm_backward;
+    k->rope = cpu_op_rope;
+    k->swiglu_forward = cpu_op_swiglu_forward;
+    k->swiglu_backward = cpu_op_swiglu_backward;
     k->gelu_forward = cpu_op_gelu_forward;
     k->zero = cpu_op_zero;
     k->tokens = cpu_op_tokens;

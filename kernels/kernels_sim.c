@@ -76,7 +76,7 @@ static double partials_bytes(int N, int cols, int min_rows, int max_blocks) {
 // when a micro-batch's tokens are distinct), the T rows of wpe once, out written.
 static void sim_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
     double e = (double)k->act_bytes, BTC = (double)B * T * C;
-    sim_kernel(clk(k), SIM_WORK_VECTOR, BTC, 2 * BTC * e + (double)T * C * e + (double)B * T * 4);
+    sim_kernel(clk(k), SIM_WORK_VECTOR, BTC, 2 * BTC * e + (wpe ? (double)T * C * e : 0) + (double)B * T * 4);
 }
 // Rows of dwte read and written (one per token, as the forward's bound), dwpe's T rows
 // summed over B and written (read too when accumulating). cuda: dout is read by both the
@@ -86,7 +86,7 @@ static void sim_encoder_forward(Kernels* k, void* out, const int* inp, const voi
 static void sim_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
                                  int accumulate) {
     double e = (double)k->act_bytes, BTC = (double)B * T * C, TC = (double)T * C, BT = (double)B * T;
-    double bytes = (models_cuda(k) ? 2 : 1) * BTC * e + 2 * BTC * e + TC * e * (accumulate ? 2 : 1);
+    double bytes = dwpe ? (models_cuda(k) ? 2 : 1) * BTC * e + 2 * BTC * e + TC * e * (accumulate ? 2 : 1) : 3 * BTC * e;
     if (models_cuda(k)) bytes += BT * 4 * (1 + 4 + 2);
     sim_kernel(clk(k), SIM_WORK_VECTOR, 2 * BTC, bytes);
 }
@@ -191,6 +191,38 @@ static void sim_crossentropy(Kernels* k, void* logits, float* losses, const int*
 static void sim_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
     sim_kernel(clk(k), SIM_WORK_VECTOR, 10.0 * (double)n, 2.0 * (double)n * k->act_bytes);
 }
+// The Llama family's vector kernels, one pass each: RMSNorm reads its input and writes its
+// output and rstd; the backward is LayerNorm's without the bias (the same fp32 partial sums
+// per block of rows on cuda); rope reads and writes the q and k heads; SwiGLU reads gate|up
+// and writes the product, its backward reads dout and gate|up and writes both gradients.
+static void sim_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+    double e = (double)k->act_bytes, NC = (double)N * C;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 4 * NC, 2 * NC * e + 4.0 * N + C * e);
+}
+static void sim_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
+                                         const void* weight, int N, int C) {
+    double e = (double)k->act_bytes, NC = (double)N * C;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 5 * NC, 4 * NC * e + 4.0 * N + C * e);
+}
+static void sim_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+                                 const float* rstd, int N, int C, int accumulate) {
+    double e = (double)k->act_bytes, NC = (double)N * C;
+    double bytes = 4 * NC * e + 4.0 * N + (accumulate ? 3.0 : 2.0) * C * e;
+    if (models_cuda(k)) bytes += partials_bytes(N, C, 16, 512);
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 9 * NC, bytes);
+}
+static void sim_rope(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse) {
+    double n = (double)B * T * (NH + KVH) * hs;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 3 * n, 2 * n * k->act_bytes);
+}
+static void sim_swiglu_forward(Kernels* k, void* out, const void* inp, int N, int F) {
+    double nf = (double)N * F;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 8 * nf, 3 * nf * k->act_bytes);
+}
+static void sim_swiglu_backward(Kernels* k, void* dinp, const void* dout, const void* inp, int N, int F) {
+    double nf = (double)N * F;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 14 * nf, 5 * nf * k->act_bytes);
+}
 static void sim_zero(Kernels* k, void* p, size_t bytes) { sim_kernel(clk(k), SIM_WORK_VECTOR, 0, (double)bytes); }
 // The token ids stay on the host: no kernel reads them.
 static const int* sim_tokens(Kernels* k, int slot, const int* host, size_t n) { return host; }
@@ -227,6 +259,12 @@ void kernels_sim_init(Kernels* k, SimClock* clock, int padded_vocab, size_t act_
     k->attention_backward = sim_attention_backward;
     k->crossentropy = sim_crossentropy;
     k->gelu_forward = sim_gelu_forward;
+    k->rmsnorm_forward = sim_rmsnorm_forward;
+    k->residual_rmsnorm_forward = sim_residual_rmsnorm_forward;
+    k->rmsnorm_backward = sim_rmsnorm_backward;
+    k->rope = sim_rope;
+    k->swiglu_forward = sim_swiglu_forward;
+    k->swiglu_backward = sim_swiglu_backward;
     k->zero = sim_zero;
     k->tokens = sim_tokens;
     k->to_host_async = sim_to_host_async;

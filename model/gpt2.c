@@ -27,11 +27,53 @@ const char* gpt2_config_check(const GPT2Config* c) {
         return "vocab_size is implausibly large (> 2^26)";
     if (c->channels % c->num_heads != 0) return "channels is not a multiple of num_heads";
     if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size < vocab_size";
+    if (c->arch != ARCH_GPT2 && c->arch != ARCH_LLAMA3) return "unknown architecture";
+    if (c->arch == ARCH_LLAMA3) {
+        if (c->num_kv_heads < 1 || c->num_kv_heads > c->num_heads || c->num_heads % c->num_kv_heads != 0)
+            return "num_kv_heads does not divide num_heads";
+        if ((c->channels / c->num_heads) % 2 != 0) return "the head size (channels / num_heads) is odd: RoPE rotates pairs";
+        if (c->ffn_dim < 1 || c->ffn_dim > LLAMA_MAX_FFN) return "ffn_dim is not in [1, 2^20]";
+        // (Comparisons written so that a NaN fails them.)
+        if (!(c->rope_theta > 1.0f && c->rope_theta < 1e30f)) return "rope_theta is not a finite number > 1";
+        if (!(c->rope_factor >= 0.0f && c->rope_factor < 1e6f)) return "rope_factor is not in [0, 1e6)";
+        if (c->rope_factor > 1.0f &&
+            !(c->rope_low_freq_factor > 0.0f && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+              c->rope_high_freq_factor < 1e6f && c->rope_original_max_pos >= 1))
+            return "RoPE scaling needs 0 < low_freq_factor < high_freq_factor and original_max_pos >= 1";
+    }
     if (gpt2_num_parameters(c) > GPT2_MAX_PARAMETERS) return "more than 2^40 parameters";
     return NULL;
 }
 
+// Llama 3's shapes (Meta's params.json): layers, channels, heads, kv heads, F, and the RoPE
+// scaling factor of the released checkpoints (3.2: 32, 3.1: 8).
+static const struct { const char* name; int layers, channels, heads, kv_heads, ffn; float factor; } llama_presets[] = {
+    {"llama3:tiny", 4, 256, 4, 2, 768, 0.0f},
+    {"llama3:1b", 16, 2048, 32, 8, 8192, 32.0f},
+    {"llama3:3b", 28, 3072, 24, 8, 8192, 32.0f},
+    {"llama3:8b", 32, 4096, 32, 8, 14336, 8.0f},
+};
+
 int preset_config(const char* name, GPT2Config* c) {
+    for (size_t i = 0; i < sizeof(llama_presets) / sizeof(llama_presets[0]); i++) {
+        if (strcmp(name, llama_presets[i].name) != 0) continue;
+        c->arch = ARCH_LLAMA3;
+        c->num_layers = llama_presets[i].layers;
+        c->channels = llama_presets[i].channels;
+        c->num_heads = llama_presets[i].heads;
+        c->num_kv_heads = llama_presets[i].kv_heads;
+        c->ffn_dim = llama_presets[i].ffn;
+        c->rope_theta = 500000.0f;
+        c->rope_factor = llama_presets[i].factor;
+        c->rope_low_freq_factor = 1.0f;
+        c->rope_high_freq_factor = 4.0f;
+        c->rope_original_max_pos = 8192;
+        const int tiny = i == 0;
+        c->vocab_size = tiny ? GPT2_VOCAB : LLAMA3_VOCAB;
+        c->padded_vocab_size = pad_vocab(c->vocab_size);
+        c->max_seq_len = tiny ? 1024 : 8192;
+        return 0;
+    }
     if (name[0] != 'd' || !isdigit((unsigned char)name[1])) return 1;
     char* end;
     long depth = strtol(name + 1, &end, 10);
@@ -46,10 +88,34 @@ int preset_config(const char* name, GPT2Config* c) {
     return 0;
 }
 
+const char* const LLAMA_BLOCK_TENSOR_NAMES[LLAMA_BLOCK_TENSORS] = {
+    "attention_norm.weight", "attention.wqkv.weight", "attention.wo.weight", "ffn_norm.weight",
+    "feed_forward.w13.weight", "feed_forward.w2.weight"};
+
 const char* const BLOCK_TENSOR_NAMES[BLOCK_TENSORS] = {
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+int model_first_kind(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LK_EMB : K_WTE; }
+int model_end_kind(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? NUM_ALL_KINDS : NUM_KINDS; }
+int block_tensor_count(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_BLOCK_TENSORS : BLOCK_TENSORS; }
+int root_tensor_count(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_ROOT_TENSORS : ROOT_TENSORS; }
+int is_block_kind(int kind) { return (kind >= K_LN1W && kind <= K_FCPROJB) || (kind >= LK_ATTN_NORM && kind <= LK_W2); }
+RopeParams model_rope(const GPT2Config* c) {
+    RopeParams p = {c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                    c->rope_original_max_pos};
+    return p;
+}
+int qkv_width(const GPT2Config* c) {
+    return c->arch == ARCH_LLAMA3 ? (c->num_heads + 2 * c->num_kv_heads) * (c->channels / c->num_heads) : 3 * c->channels;
+}
+// The kind of root tensor i and of block tensor j of c's family.
+static int root_kind(const GPT2Config* c, int i) {
+    static const int gpt2_root[ROOT_TENSORS] = {K_WTE, K_WPE, K_LNFW, K_LNFB};
+    return c->arch == ARCH_LLAMA3 ? LK_EMB + i : gpt2_root[i];
+}
+static int block_kind(const GPT2Config* c, int j) { return (c->arch == ARCH_LLAMA3 ? LK_ATTN_NORM : K_LN1W) + j; }
 
 void block_tensor_shape(const GPT2Config* c, int j, size_t* rows, size_t* cols) {
     size_t C = (size_t)c->channels;
@@ -76,13 +142,17 @@ void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]) {
     sizes[K_LNFB] = C;
 }
 
-int kind_layers(const GPT2Config* c, int kind) {
-    return (kind >= K_LN1W && kind <= K_FCPROJB) ? c->num_layers : 1;
-}
+int kind_layers(const GPT2Config* c, int kind) { return is_block_kind(kind) ? c->num_layers : 1; }
 
 void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols) {
-    size_t C = (size_t)c->channels;
+    size_t C = (size_t)c->channels, F = (size_t)c->ffn_dim;
     switch (kind) {
+    case LK_EMB: case LK_OUTPUT: *rows = (size_t)c->padded_vocab_size; *cols = C; break;
+    case LK_NORM: case LK_ATTN_NORM: case LK_FFN_NORM: *rows = 1; *cols = C; break;
+    case LK_WQKV: *rows = (size_t)qkv_width(c); *cols = C; break;
+    case LK_WO: *rows = C; *cols = C; break;
+    case LK_W13: *rows = 2 * F; *cols = C; break;
+    case LK_W2: *rows = C; *cols = F; break;
     case K_WTE: *rows = (size_t)c->padded_vocab_size; *cols = C; break;
     case K_WPE: *rows = (size_t)c->max_seq_len; *cols = C; break;
     case K_LNFW: case K_LNFB: *rows = 1; *cols = C; break;
@@ -96,14 +166,22 @@ void gpt2_tensor_name(int kind, int layer, char* out, size_t outlen) {
     case K_WPE: snprintf(out, outlen, "wpe"); break;
     case K_LNFW: snprintf(out, outlen, "ln_f.weight"); break;
     case K_LNFB: snprintf(out, outlen, "ln_f.bias"); break;
-    default: snprintf(out, outlen, "h.%d.%s", layer, BLOCK_TENSOR_NAMES[kind - K_LN1W]);
+    case LK_EMB: snprintf(out, outlen, "tok_embeddings.weight"); break;
+    case LK_NORM: snprintf(out, outlen, "norm.weight"); break;
+    case LK_OUTPUT: snprintf(out, outlen, "output.weight"); break;
+    default:
+        if (kind >= LK_ATTN_NORM) snprintf(out, outlen, "layers.%d.%s", layer, LLAMA_BLOCK_TENSOR_NAMES[kind - LK_ATTN_NORM]);
+        else snprintf(out, outlen, "h.%d.%s", layer, BLOCK_TENSOR_NAMES[kind - K_LN1W]);
     }
 }
 
 size_t gpt2_num_parameters(const GPT2Config* c) {
-    size_t sizes[NUM_KINDS], n = 0;
-    kind_sizes(c, sizes);
-    for (int k = 0; k < NUM_KINDS; k++) n += sizes[k] * (size_t)kind_layers(c, k);
+    size_t n = 0;
+    for (int k = model_first_kind(c); k < model_end_kind(c); k++) {
+        size_t rows, cols;
+        kind_shape(c, k, &rows, &cols);
+        n += rows * cols * (size_t)kind_layers(c, k);
+    }
     return n;
 }
 
@@ -120,21 +198,23 @@ int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int s
     m->n_units = 1 + (c->num_layers + layers_per_unit - 1) / layers_per_unit;   // <= 100001
     m->units = (FlatUnit*)calloc((size_t)m->n_units, sizeof(FlatUnit));
     if (!m->units) { m->n_units = 0; return 2; }
-    static const int root_kinds[ROOT_TENSORS] = {K_WTE, K_WPE, K_LNFW, K_LNFB};
     char name[FLAT_UNIT_NAME_LEN];
     size_t rows, cols;
     int full = 0;
-    for (int i = 0; i < ROOT_TENSORS; i++) {
-        gpt2_tensor_name(root_kinds[i], 0, name, sizeof(name));
-        kind_shape(c, root_kinds[i], &rows, &cols);
-        full |= flat_unit_add(&m->units[0], name, rows, cols, i < ROOT_LNF_W) < 0;  // wte and wpe decay
+    // Weight decay on matrices only (embeddings and heads included), not on norms and biases.
+    for (int i = 0; i < root_tensor_count(c); i++) {
+        const int kind = root_kind(c, i);
+        gpt2_tensor_name(kind, 0, name, sizeof(name));
+        kind_shape(c, kind, &rows, &cols);
+        const int decays = kind == K_WTE || kind == K_WPE || kind == LK_EMB || kind == LK_OUTPUT;
+        full |= flat_unit_add(&m->units[0], name, rows, cols, decays) < 0;
     }
     for (int l = 0; l < c->num_layers; l++) {
         FlatUnit* u = &m->units[1 + l / layers_per_unit];
-        for (int j = 0; j < BLOCK_TENSORS; j++) {
-            gpt2_tensor_name(K_LN1W + j, l, name, sizeof(name));
-            block_tensor_shape(c, j, &rows, &cols);
-            full |= flat_unit_add(u, name, rows, cols, rows > 1) < 0;  // decay on matrices only
+        for (int j = 0; j < block_tensor_count(c); j++) {
+            gpt2_tensor_name(block_kind(c, j), l, name, sizeof(name));
+            kind_shape(c, block_kind(c, j), &rows, &cols);
+            full |= flat_unit_add(u, name, rows, cols, rows > 1) < 0;
         }
     }
     if (full) { free(m->units); m->units = NULL; m->n_units = 0; return 1; }  // (bounded above: cannot happen)
@@ -148,10 +228,10 @@ int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int s
 
 // Where tensor i of unit u sits in llm.c's file order: its kind and layer.
 void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer) {
-    static const int root_kinds[ROOT_TENSORS] = {K_WTE, K_WPE, K_LNFW, K_LNFB};
-    if (u == 0) { *kind = root_kinds[i]; *layer = 0; return; }
-    *kind = K_LN1W + i % BLOCK_TENSORS;
-    *layer = (u - 1) * m->layers_per_unit + i / BLOCK_TENSORS;
+    if (u == 0) { *kind = root_kind(&m->config, i); *layer = 0; return; }
+    const int nb = block_tensor_count(&m->config);
+    *kind = block_kind(&m->config, i % nb);
+    *layer = (u - 1) * m->layers_per_unit + i / nb;
 }
 
 // Element offset of (kind, layer) in the parameter section of an llm.c model file.

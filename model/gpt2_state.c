@@ -42,10 +42,14 @@ void gpt2_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_p
         #pragma omp parallel for schedule(static)
         for (size_t e = lo; e < hi; e++) {
             float v;
-            if (kind == K_LN1W || kind == K_LN2W || kind == K_LNFW) v = 1.0f;
+            if (kind == K_LN1W || kind == K_LN2W || kind == K_LNFW || kind == LK_NORM || kind == LK_ATTN_NORM ||
+                kind == LK_FFN_NORM)
+                v = 1.0f;
             else if (t->rows == 1) v = 0.0f;  // biases
-            else if (kind == K_WTE && e / t->cols >= (size_t)c->vocab_size) v = 0.0f;  // padded rows
-            else v = normal_at(seed, stream, e) * ((kind == K_ATTPROJW || kind == K_FCPROJW) ? proj_std : 0.02f);
+            else if ((kind == K_WTE || kind == LK_EMB || kind == LK_OUTPUT) && e / t->cols >= (size_t)c->vocab_size)
+                v = 0.0f;  // padded rows
+            else v = normal_at(seed, stream, e) *
+                     ((kind == K_ATTPROJW || kind == K_FCPROJW || kind == LK_WO || kind == LK_W2) ? proj_std : 0.02f);
             dst[e - lo] = v;
         }
     }
@@ -250,6 +254,21 @@ static void config_fields(GPT2Config* c, int* f[CONFIG_KEYS]) {
     f[3] = &c->num_layers; f[4] = &c->num_heads; f[5] = &c->channels;
 }
 
+// Llama's further keys: whole numbers, then the RoPE numbers (floats, written exactly: a float
+// is a double exactly).
+#define LLAMA_INT_KEYS 3
+static const char* const llama_int_keys[LLAMA_INT_KEYS] = {"num_kv_heads", "ffn_dim", "rope_original_max_pos"};
+static void llama_int_fields(GPT2Config* c, int* f[LLAMA_INT_KEYS]) {
+    f[0] = &c->num_kv_heads; f[1] = &c->ffn_dim; f[2] = &c->rope_original_max_pos;
+}
+#define LLAMA_FLOAT_KEYS 4
+static const char* const llama_float_keys[LLAMA_FLOAT_KEYS] = {"rope_theta", "rope_factor", "rope_low_freq_factor",
+                                                               "rope_high_freq_factor"};
+static void llama_float_fields(GPT2Config* c, float* f[LLAMA_FLOAT_KEYS]) {
+    f[0] = &c->rope_theta; f[1] = &c->rope_factor; f[2] = &c->rope_low_freq_factor; f[3] = &c->rope_high_freq_factor;
+}
+static const char* arch_name(int arch) { return arch == ARCH_LLAMA3 ? "llama3" : "gpt2"; }
+
 cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
                              long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle) {
     cJSON* s = cJSON_CreateObject();
@@ -258,6 +277,15 @@ cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int wo
     int* f[CONFIG_KEYS];
     config_fields(&copy, f);
     for (int i = 0; i < CONFIG_KEYS; i++) cJSON_AddNumberToObject(cfg, config_keys[i], *f[i]);
+    cJSON_AddStringToObject(cfg, "arch", arch_name(c->arch));
+    if (c->arch == ARCH_LLAMA3) {
+        int* fi[LLAMA_INT_KEYS];
+        float* ff[LLAMA_FLOAT_KEYS];
+        llama_int_fields(&copy, fi);
+        llama_float_fields(&copy, ff);
+        for (int i = 0; i < LLAMA_INT_KEYS; i++) cJSON_AddNumberToObject(cfg, llama_int_keys[i], *fi[i]);
+        for (int i = 0; i < LLAMA_FLOAT_KEYS; i++) cJSON_AddNumberToObject(cfg, llama_float_keys[i], (double)*ff[i]);
+    }
     cJSON_AddNumberToObject(s, "step", (double)step);
     cJSON_AddNumberToObject(s, "tokens", (double)tokens);
     cJSON_AddNumberToObject(s, "world", world);
@@ -313,6 +341,35 @@ int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t err
         if (state_uint(c, conf, config_keys[i], what, INT32_MAX, &v, err, errlen)) return 1;
         *f[i] = (int)v;
     }
+    // No "arch": a checkpoint from before Llama, GPT-2.
+    const cJSON* arch = cJSON_GetObjectItemCaseSensitive(conf, "arch");
+    if (arch && !(cJSON_IsString(arch) && (!strcmp(arch->valuestring, "gpt2") || !strcmp(arch->valuestring, "llama3")))) {
+        snprintf(err, errlen, "%s/manifest.json: state.config.arch is not \"gpt2\" or \"llama3\"", c->dir);
+        return 1;
+    }
+    cfg->arch = arch && !strcmp(arch->valuestring, "llama3") ? ARCH_LLAMA3 : ARCH_GPT2;
+    if (cfg->arch == ARCH_LLAMA3) {
+        int* fi[LLAMA_INT_KEYS];
+        float* ff[LLAMA_FLOAT_KEYS];
+        llama_int_fields(cfg, fi);
+        llama_float_fields(cfg, ff);
+        for (int i = 0; i < LLAMA_INT_KEYS; i++) {
+            uint64_t v;
+            char what[64];
+            snprintf(what, sizeof(what), "state.config.%s", llama_int_keys[i]);
+            if (state_uint(c, conf, llama_int_keys[i], what, INT32_MAX, &v, err, errlen)) return 1;
+            *fi[i] = (int)v;
+        }
+        for (int i = 0; i < LLAMA_FLOAT_KEYS; i++) {
+            const cJSON* v = cJSON_GetObjectItemCaseSensitive(conf, llama_float_keys[i]);
+            if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 1e30)) {
+                snprintf(err, errlen, "%s/manifest.json: state.config.%s is missing or not a finite number", c->dir,
+                         llama_float_keys[i]);
+                return 1;
+            }
+            *ff[i] = (float)v->valuedouble;
+        }
+    }
     const char* bad = gpt2_config_check(cfg);
     if (bad) {
         snprintf(err, errlen, "%s/manifest.json: inconsistent model config (%s)", c->dir, bad);
@@ -322,7 +379,7 @@ int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t err
 }
 
 int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen) {
-    for (int k = 0; k < NUM_KINDS; k++)
+    for (int k = model_first_kind(cfg); k < model_end_kind(cfg); k++)
         for (int l = 0; l < kind_layers(cfg, k); l++) {
             char name[CKPT_NAME_LEN];
             gpt2_tensor_name(k, l, name, sizeof(name));
@@ -356,6 +413,12 @@ int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece*
     int *a[CONFIG_KEYS], *b[CONFIG_KEYS];
     config_fields(&saved, a);
     config_fields(&mine, b);
+    if (saved.arch != mine.arch) {
+        snprintf(err, errlen, "%s/manifest.json: the checkpoint is a %s model, this run's is %s", dir, arch_name(saved.arch),
+                 arch_name(mine.arch));
+        ckpt_close(&c);
+        return 1;
+    }
     for (int i = 0; i < CONFIG_KEYS; i++)
         if (*a[i] != *b[i]) {
             snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d "
@@ -364,6 +427,26 @@ int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece*
             ckpt_close(&c);
             return 1;
         }
+    if (mine.arch == ARCH_LLAMA3) {
+        int *ai[LLAMA_INT_KEYS], *bi[LLAMA_INT_KEYS];
+        float *af[LLAMA_FLOAT_KEYS], *bf[LLAMA_FLOAT_KEYS];
+        llama_int_fields(&saved, ai); llama_int_fields(&mine, bi);
+        llama_float_fields(&saved, af); llama_float_fields(&mine, bf);
+        for (int i = 0; i < LLAMA_INT_KEYS; i++)
+            if (*ai[i] != *bi[i]) {
+                snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d", dir,
+                         llama_int_keys[i], *ai[i], *bi[i]);
+                ckpt_close(&c);
+                return 1;
+            }
+        for (int i = 0; i < LLAMA_FLOAT_KEYS; i++)
+            if (*af[i] != *bf[i]) {
+                snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %g, this run's has %g", dir,
+                         llama_float_keys[i], (double)*af[i], (double)*bf[i]);
+                ckpt_close(&c);
+                return 1;
+            }
+    }
     // Where the run stood: every field checked (a negative, fractional or huge step would
     // train from the wrong step, a bad data position on other data).
     const cJSON* loader = cJSON_GetObjectItemCaseSensitive(c.state, "loader");

@@ -24,9 +24,16 @@ void print_usage(void) {
 "                               DIR/train_gpt.lock (and its checkpoint directory's) while it lasts:\n"
 "                               a second run on that directory is refused, naming the holder\n"
 "model\n"
-"  -m, --model dN               GPT-2 preset: N layers (d12 = 124M, d24 = 350M, d36 = 774M, d48 = 1558M) [d12]\n"
+"  -m, --model NAME             a preset: GPT-2's dN, N layers (d12 = 124M, d24 = 350M, d36 = 774M,\n"
+"                               d48 = 1558M), or Llama 3's llama3:tiny (4 layers, 256 channels, GPT-2's\n"
+"                               vocabulary), llama3:1b, llama3:3b (Llama 3.2), llama3:8b (Llama 3.1) [d12]\n"
+"      --arch gpt2|llama3       the family, for a shape given by the flags below [the preset's]\n"
 "      --layers N --channels N --heads N   any other shape (override the preset)\n"
-"      --max-seq N              learned positions [1024]\n"
+"      --kv-heads N --ffn-dim N --rope-theta F   Llama: k/v heads (grouped-query attention;\n"
+"                               divides --heads), the SwiGLU's width, the RoPE base [llama3:tiny's]\n"
+"      --vocab N                vocabulary size (padded to a multiple of 128) [GPT-2's 50257;\n"
+"                               llama3:1b/3b/8b: 128256]\n"
+"      --max-seq N              GPT-2: learned positions; Llama: longest sequence [1024; llama3 1b-8b: 8192]\n"
 "  -e, --init-from FILE         start from an llm.c model file (version 3 fp32 or 5 bf16)\n"
 "      --save-model FILE        write an llm.c model file (fp32) at the end\n"
 "      --seed N                 initialisation, sampling and shuffling seed [1337]\n"
@@ -181,6 +188,7 @@ enum {
     OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_OFFLOAD, OPT_MATMUL_AUTOTUNE,
     OPT_PARAM_DTYPE, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
+    OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
@@ -212,6 +220,9 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"output", required_argument, 0, 'o'}, {"model", required_argument, 0, 'm'},
         {"layers", required_argument, 0, OPT_LAYERS}, {"channels", required_argument, 0, OPT_CHANNELS},
         {"heads", required_argument, 0, OPT_HEADS}, {"max-seq", required_argument, 0, OPT_MAX_SEQ},
+        {"arch", required_argument, 0, OPT_ARCH}, {"kv-heads", required_argument, 0, OPT_KV_HEADS},
+        {"ffn-dim", required_argument, 0, OPT_FFN_DIM}, {"rope-theta", required_argument, 0, OPT_ROPE_THETA},
+        {"vocab", required_argument, 0, OPT_VOCAB},
         {"init-from", required_argument, 0, 'e'}, {"save-model", required_argument, 0, OPT_SAVE_MODEL},
         {"seed", required_argument, 0, OPT_SEED},
         {"batch-size", required_argument, 0, 'b'}, {"seq-len", required_argument, 0, 't'},
@@ -268,6 +279,17 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_CHANNELS: r = parse_int("--channels", optarg, 1, 1 << 16, &o->channels, e); break;
         case OPT_HEADS: r = parse_int("--heads", optarg, 1, 1024, &o->heads, e); break;
         case OPT_MAX_SEQ: r = parse_int("--max-seq", optarg, 1, 1 << 20, &o->max_seq, e); break;
+        case OPT_ARCH:
+            if (strcmp(optarg, "gpt2") && strcmp(optarg, "llama3")) {
+                snprintf(e->msg, sizeof(e->msg), "--arch: unknown family '%s' (expected gpt2 or llama3)", optarg);
+                r = 1;
+            }
+            o->arch = optarg;
+            break;
+        case OPT_KV_HEADS: r = parse_int("--kv-heads", optarg, 1, 1024, &o->kv_heads, e); break;
+        case OPT_FFN_DIM: r = parse_int("--ffn-dim", optarg, 1, LLAMA_MAX_FFN, &o->ffn_dim, e); break;
+        case OPT_ROPE_THETA: r = parse_float("--rope-theta", optarg, 1.0001, 1e12, &o->rope_theta, e); break;
+        case OPT_VOCAB: r = parse_int("--vocab", optarg, 1, GPT2_MAX_VOCAB - VOCAB_PAD_MULTIPLE, &o->vocab, e); break;
         case 'e': o->init_from = optarg; break;
         case OPT_SAVE_MODEL: o->save_model = optarg; break;
         case OPT_SEED: r = parse_long("--seed", optarg, 0, LONG_MAX, &seed, e); o->seed = (uint64_t)seed; break;
@@ -466,25 +488,59 @@ void batch_split(const Options* o, int world, long* total_tokens, int* grad_accu
 int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e) {
     memset(c, 0, sizeof(*c));
     if (o->init_from) {
-        if (o->model || o->layers || o->channels || o->heads || o->max_seq) {
-            snprintf(e->msg, sizeof(e->msg), "--init-from %s defines the model shape: drop -m/--layers/--channels/--heads/--max-seq", o->init_from);
+        if (o->model || o->layers || o->channels || o->heads || o->max_seq || o->arch || o->kv_heads || o->ffn_dim ||
+            o->rope_theta > 0.0f || o->vocab) {
+            snprintf(e->msg, sizeof(e->msg), "--init-from %s defines the model shape: drop -m/--arch/--layers/--channels/"
+                     "--heads/--kv-heads/--ffn-dim/--rope-theta/--vocab/--max-seq", o->init_from);
             return 1;
         }
         return read_model_header(o->init_from, c, file_version, e->msg, sizeof(e->msg));
     }
-    const char* preset = o->model ? o->model : "d12";
+    // --arch without -m starts from the family's smallest preset.
+    const char* preset = o->model ? o->model : o->arch && !strcmp(o->arch, "llama3") ? "llama3:tiny" : "d12";
     if (preset_config(preset, c)) {
-        snprintf(e->msg, sizeof(e->msg), "--model: unknown preset '%s' (expected d1 ... d48, e.g. d12)", preset);
+        snprintf(e->msg, sizeof(e->msg), "--model: unknown preset '%s' (expected d1 ... d48, e.g. d12, or llama3:tiny, "
+                 "llama3:1b, llama3:3b, llama3:8b)", preset);
+        return 1;
+    }
+    const int llama = c->arch == ARCH_LLAMA3;
+    if (o->arch && (!strcmp(o->arch, "llama3")) != llama) {
+        snprintf(e->msg, sizeof(e->msg), "--arch %s contradicts --model %s (a %s preset)", o->arch, preset,
+                 llama ? "llama3" : "GPT-2");
+        return 1;
+    }
+    if (!llama && (o->kv_heads || o->ffn_dim || o->rope_theta > 0.0f)) {
+        snprintf(e->msg, sizeof(e->msg), "--kv-heads, --ffn-dim and --rope-theta are Llama's: give --arch llama3 or a llama3 preset");
         return 1;
     }
     if (o->layers) c->num_layers = o->layers;
     if (o->channels) c->channels = o->channels;
     if (o->heads) c->num_heads = o->heads;
-    c->max_seq_len = o->max_seq ? o->max_seq : 1024;
-    c->vocab_size = GPT2_VOCAB;
-    c->padded_vocab_size = pad_vocab(GPT2_VOCAB);
+    if (o->kv_heads) c->num_kv_heads = o->kv_heads;
+    else if (llama && o->heads && c->num_heads % c->num_kv_heads != 0) c->num_kv_heads = c->num_heads;
+    if (o->ffn_dim) c->ffn_dim = o->ffn_dim;
+    if (o->rope_theta > 0.0f) c->rope_theta = o->rope_theta;
+    if (o->max_seq) c->max_seq_len = o->max_seq;
+    else if (!llama) c->max_seq_len = 1024;
+    if (o->vocab) c->vocab_size = o->vocab;
+    else if (!llama) c->vocab_size = GPT2_VOCAB;
+    c->padded_vocab_size = pad_vocab(c->vocab_size);
     if (c->channels % c->num_heads != 0) {
         snprintf(e->msg, sizeof(e->msg), "--channels %d is not a multiple of --heads %d", c->channels, c->num_heads);
+        return 1;
+    }
+    if (llama && c->num_heads % c->num_kv_heads != 0) {
+        snprintf(e->msg, sizeof(e->msg), "--kv-heads %d does not divide --heads %d", c->num_kv_heads, c->num_heads);
+        return 1;
+    }
+    if (llama && (c->channels / c->num_heads) % 2 != 0) {
+        snprintf(e->msg, sizeof(e->msg), "--channels %d / --heads %d is an odd head size: RoPE rotates pairs", c->channels,
+                 c->num_heads);
+        return 1;
+    }
+    const char* bad = gpt2_config_check(c);
+    if (bad) {
+        snprintf(e->msg, sizeof(e->msg), "the model shape: %s", bad);
         return 1;
     }
     return 0;

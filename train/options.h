@@ -23,6 +23,9 @@ typedef struct {
     const char* output_dir;
     const char* model;
     int layers, channels, heads, max_seq;
+    const char* arch;            // --arch: "gpt2" or "llama3" (NULL: the preset's)
+    int kv_heads, ffn_dim, vocab;
+    float rope_theta;
     const char* init_from;
     const char* save_model;
     int batch_size, seq_len;
