@@ -899,6 +899,19 @@ static void print_memory_budget(const GPT2* model, const MemoryBudget* b) {
     }
 }
 
+// The model's line of the setup (the run's and --plan's).
+static void print_model_line(const GPT2Config* c, size_t num_parameters) {
+    printf("model: %s, %d layers, %d heads", c->arch == ARCH_LLAMA3 ? "Llama 3" : "GPT-2", c->num_layers, c->num_heads);
+    if (c->arch == ARCH_LLAMA3) printf(" (%d kv heads)", c->num_kv_heads);
+    printf(", %d channels", c->channels);
+    if (c->arch == ARCH_LLAMA3) {
+        printf(", SwiGLU %d, RoPE theta %g", c->ffn_dim, (double)c->rope_theta);
+        if (c->rope_factor > 1.0f) printf(" scaled x%g", (double)c->rope_factor);
+    }
+    printf(", max_seq %d, vocab %d (padded %d): %zu parameters\n", c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+           num_parameters);
+}
+
 // What the run is, and the memory budget per rank, before the first step.
 static void print_setup(const Run* r, const char* device, const char* why, int threads, double peak_tflops,
                         const MemoryBudget* budget) {
@@ -911,8 +924,7 @@ static void print_setup(const Run* r, const char* device, const char* why, int t
     if (model->dev.description[0])
         printf("%s: %s | peak %.0f TFLOP/s%s\n", model->dev.name, model->dev.description, peak_tflops,
                peak_tflops > 0 ? "" : " (unknown GPU: no MFU; --peak-tflops sets it)");
-    printf("model: %d layers, %d heads, %d channels, max_seq %d, vocab %d (padded %d): %zu parameters\n", c->num_layers,
-           c->num_heads, c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size, model->layout.num_parameters);
+    print_model_line(c, model->layout.num_parameters);
     printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s\n",
            model->layout.n_units - 1, opt->unit_layers, pg->shard_size, pg->replicate_size, opt->prefetch,
            opt->reshard_after_forward, opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step");
@@ -1014,9 +1026,7 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     row->model_flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config->num_layers * config->channels * (double)row->T;
     if (detail) {
         printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, model->dev.description);
-        printf("model: %d layers, %d heads, %d channels, max_seq %d, vocab %d (padded %d): %zu parameters\n", config->num_layers,
-               config->num_heads, config->channels, config->max_seq_len, config->vocab_size, config->padded_vocab_size,
-               model->layout.num_parameters);
+        print_model_line(config, model->layout.num_parameters);
         printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s, recompute %s\n",
                model->layout.n_units - 1, opt->unit_layers, S, world / S, opt->prefetch, opt->reshard_after_forward,
                opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step",

@@ -178,6 +178,40 @@ static void audit_gelu_forward(Kernels* k, void* out, const void* inp, size_t n)
     audit_call("gelu_forward", shape, [&] { g_audit->sim.gelu_forward(&g_audit->sim, out, inp, n); },
                [&] { g_audit->inner.gelu_forward(k, out, inp, n); });
 }
+static void audit_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+    AUDIT_SHAPE("N=%d C=%d", N, C);
+    audit_call("rmsnorm_forward", shape, [&] { g_audit->sim.rmsnorm_forward(&g_audit->sim, out, rstd, inp, weight, N, C); },
+               [&] { g_audit->inner.rmsnorm_forward(k, out, rstd, inp, weight, N, C); });
+}
+static void audit_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
+                                           const void* weight, int N, int C) {
+    AUDIT_SHAPE("N=%d C=%d", N, C);
+    audit_call("residual_rmsnorm_forward", shape,
+               [&] { g_audit->sim.residual_rmsnorm_forward(&g_audit->sim, residual, out, rstd, a, b, weight, N, C); },
+               [&] { g_audit->inner.residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C); });
+}
+static void audit_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+                                   const float* rstd, int N, int C, int accumulate) {
+    AUDIT_SHAPE("N=%d C=%d acc=%d", N, C, accumulate);
+    audit_call("rmsnorm_backward", shape,
+               [&] { g_audit->sim.rmsnorm_backward(&g_audit->sim, dinp, dweight, dout, inp, weight, rstd, N, C, accumulate); },
+               [&] { g_audit->inner.rmsnorm_backward(k, dinp, dweight, dout, inp, weight, rstd, N, C, accumulate); });
+}
+static void audit_rope(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse) {
+    AUDIT_SHAPE("B=%d T=%d NH=%d KVH=%d hs=%d%s", B, T, NH, KVH, hs, inverse ? " inverse" : "");
+    audit_call("rope", shape, [&] { g_audit->sim.rope(&g_audit->sim, qkv, B, T, NH, KVH, hs, p, inverse); },
+               [&] { g_audit->inner.rope(k, qkv, B, T, NH, KVH, hs, p, inverse); });
+}
+static void audit_swiglu_forward(Kernels* k, void* out, const void* inp, int N, int F) {
+    AUDIT_SHAPE("N=%d F=%d", N, F);
+    audit_call("swiglu_forward", shape, [&] { g_audit->sim.swiglu_forward(&g_audit->sim, out, inp, N, F); },
+               [&] { g_audit->inner.swiglu_forward(k, out, inp, N, F); });
+}
+static void audit_swiglu_backward(Kernels* k, void* dinp, const void* dout, const void* inp, int N, int F) {
+    AUDIT_SHAPE("N=%d F=%d", N, F);
+    audit_call("swiglu_backward", shape, [&] { g_audit->sim.swiglu_backward(&g_audit->sim, dinp, dout, inp, N, F); },
+               [&] { g_audit->inner.swiglu_backward(k, dinp, dout, inp, N, F); });
+}
 static void audit_zero(Kernels* k, void* p, size_t bytes) {
     AUDIT_SHAPE("bytes=%zu", bytes);
     audit_call("zero", shape, [&] { g_audit->sim.zero(&g_audit->sim, p, bytes); }, [&] { g_audit->inner.zero(k, p, bytes); });
@@ -287,6 +321,12 @@ static void traffic_audit_attach(Device* d, const ModelLayout* m, const DeviceOp
     k->attention_backward = audit_attention_backward;
     k->crossentropy = audit_crossentropy;
     k->gelu_forward = audit_gelu_forward;
+    k->rmsnorm_forward = audit_rmsnorm_forward;
+    k->residual_rmsnorm_forward = audit_residual_rmsnorm_forward;
+    k->rmsnorm_backward = audit_rmsnorm_backward;
+    k->rope = audit_rope;
+    k->swiglu_forward = audit_swiglu_forward;
+    k->swiglu_backward = audit_swiglu_backward;
     k->zero = audit_zero;
     FsdpBackend* be = &d->backend;
     be->zero = audit_be_zero;

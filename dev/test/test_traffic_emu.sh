@@ -95,7 +95,10 @@ PY
 #     added; AdamW on half the parameters);
 #   w2_nosync: the same with --no-grad-sync-until-last (the second micro-step's backward
 #     accumulates into the gradient slots: the beta = 1 GEMMs, the accumulating LayerNorm,
-#     bias and embedding backward)
+#     bias and embedding backward);
+#   llama: one rank, one step of the same shape as a Llama 3 (--arch llama3: RMSNorm, RoPE,
+#     grouped-query attention with one kv head for the two query heads, SwiGLU of width 320,
+#     an untied head), the planner's prices of the Llama kernels against theirs
 audit() {
     local name=$1 np=$2; shift 2
     timeout -k 5 300 env EMU_STREAMS=sync EMU_DEVICE_COUNT=$np OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
@@ -156,3 +159,4 @@ PY
 audit w1 1 --comm mpi -b 2 -x 1
 audit w2_accum 2 --comm nccl -b 1 -d 512 -x 2
 audit w2_nosync 2 --comm nccl -b 1 -d 512 -x 1 --no-grad-sync-until-last
+audit llama 1 --comm mpi -b 2 -x 1 --arch llama3 --kv-heads 1 --ffn-dim 320
