@@ -322,7 +322,7 @@ if [ "$(timings "$ATT_LOG" | wc -l)" -ge 3 ]; then
 fi
 
 # 7. End to end: train_gpt --device cuda on a small model (its runs' logs go to logs/e2e/).
-GPU_TESTS_RUN=${DEVICE_CHECK_GPU_TESTS:-ref determinism resume offload fp16}
+GPU_TESTS_RUN=${DEVICE_CHECK_GPU_TESTS:-ref determinism resume offload fp16 llama}
 if built e2e ./train_gpt &&
    run_part e2e 150 env GPU_TESTS="$GPU_TESTS_RUN" GPU_TEST_RUN_TIMEOUT=60 GPU_TEST_LOGS="$LOGS/e2e" TEST_TMP="$WORK/e2e" \
        bash dev/test/test_train_gpu.sh; then

@@ -30,6 +30,9 @@
 #   offload      --offload optimizer (AdamW on the host) vs the GPU's AdamW: bitwise
 #   fp16         --param-dtype fp16 vs the fp32 cpu run (at least as close as bf16, within 2%),
 #                every step at a loss scale; a first scale of 2^24 overflows: halved and skipped
+#   llama        the same shape as Llama 3 (--arch llama3: RMSNorm, RoPE, grouped-query
+#                attention with one kv head for two query heads, SwiGLU): cuda vs cpu within
+#                2%, two cuda runs bitwise equal, save + resume bitwise
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -40,7 +43,7 @@ PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
 
 skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
-GROUPS_ALL="ref determinism resume cross ranks accum variants offload fp16"
+GROUPS_ALL="ref determinism resume cross ranks accum variants offload fp16 llama"
 for g in ${GPU_TESTS:-}; do  # a misspelt group would otherwise pass by checking nothing
     [[ " $GROUPS_ALL " == *" $g "* ]] || { not_ok "GPU_TESTS: unknown group '$g' (groups: $GROUPS_ALL)"; exit 1; }
 done
@@ -201,6 +204,20 @@ if want fp16; then
             not_ok "--param-dtype fp16, a first scale of 2^24: step 1 '$first'"
         fi
     fi
+fi
+
+if want llama; then
+    llama=(--arch llama3 --kv-heads 1 --ffn-dim 320)
+    run llama_cpu 1 --device cpu -b 4 "${llama[@]}" -o "$out/llama_cpu" && l_cpu=1 || l_cpu=0
+    run llama_cuda 1 --device cuda -b 4 "${llama[@]}" -o "$out/llama_cuda" && l_cuda=1 || l_cuda=0
+    [ $l_cpu = 1 ] && [ $l_cuda = 1 ] && compare "Llama: cuda vs cpu, 20 steps from the same init (bf16 vs fp32)" \
+        "$out/llama_cpu/metrics.jsonl" "$out/llama_cuda/metrics.jsonl" --rtol 0.02
+    run llama_again 1 --device cuda -b 4 "${llama[@]}" -o "$out/llama_again" && [ $l_cuda = 1 ] &&
+        compare "Llama: two identical cuda runs" "$out/llama_cuda/metrics.jsonl" "$out/llama_again/metrics.jsonl" --exact
+    run llama_save 1 --device cuda -b 4 "${llama[@]}" -o "$out/llama_split" --ckpt-every 10 --stop-at-step 10 &&
+        run llama_resume 1 --device cuda -b 4 "${llama[@]}" -o "$out/llama_split" --ckpt-every 10 --resume auto && [ $l_cuda = 1 ] &&
+        compare "Llama: cuda save at step 10 + resume == 20 uninterrupted steps" "$out/llama_cuda/metrics.jsonl" \
+            "$out/llama_split/metrics.jsonl" --exact
 fi
 
 # Whether the reference run had to fall back from the GELU epilogues: it says so on stderr.
