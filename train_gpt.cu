@@ -266,6 +266,13 @@ static int gpt2_load_weights(GPT2* model, const char* path, int version, char* e
     return 0;
 }
 
+// Llama's rotary embedding, as the kernels take it.
+static RopeParams model_rope(const GPT2Config* c) {
+    RopeParams p = {c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                    c->rope_original_max_pos};
+    return p;
+}
+
 // ---- the pieces where the families differ (everything else in the schedule is shared)
 
 // The block's norms: LayerNorm (GPT-2) or RMSNorm (Llama: no bias, no mean), of a, or with
@@ -818,6 +825,9 @@ static int check_run_flags(const Options* opt, const GPT2Config* config, const P
         snprintf(m, n, "%s applies to the cuda device only, and this run is on the cpu device (%s)", opt->cuda_only_flag, why);
     else if (!strcmp(device, "cuda") && config->channels % 8 != 0)  // 128-bit row kernels
         snprintf(m, n, "--device cuda needs --channels to be a multiple of 8, got %d", config->channels);
+    else if (opt->save_model && config->arch == ARCH_LLAMA3)  // refused before training, not after it
+        snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no Llama layout: keep a Llama "
+                 "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)");
     else
         return 0;
     return 1;

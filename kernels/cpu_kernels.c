@@ -103,8 +103,9 @@ void encoder_forward(float* restrict out, const int* restrict inp, const float* 
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
         const float* w = wte + (size_t)inp[n] * C;
-        const float* p = wpe + (size_t)(n % T) * C;
         float* o = out + (size_t)n * C;
+        if (!wpe) { for (int c = 0; c < C; c++) o[c] = w[c]; continue; }  // no learned positions (Llama)
+        const float* p = wpe + (size_t)(n % T) * C;
         for (int c = 0; c < C; c++) o[c] = w[c] + p[c];
     }
 }
@@ -143,7 +144,7 @@ void encoder_backward(float* restrict dwte, float* restrict dwpe, const float* r
         }
         // dwpe: row t receives the sum over the batch; rows t are independent.
         #pragma omp for schedule(static)
-        for (int t = 0; t < T; t++) {
+        for (int t = 0; t < (dwpe ? T : 0); t++) {
             for (int c0 = 0; c0 < C; c0 += COL_TILE) {
                 add_column_sums_tile(dwpe + (size_t)t * C + c0, dout + (size_t)t * C + c0,
                                      B, (size_t)T * C, min_int(COL_TILE, C - c0));
@@ -374,8 +375,9 @@ static void attention_check_head_size(int hs) {
 }
 
 static void attention_check_kv_heads(int NH, int KVH) {
-    if (KVH != NH) {
-        fprintf(stderr, "attention: grouped-query attention (%d kv heads, %d heads) is not implemented yet\n", KVH, NH);
+    if (KVH < 1 || NH % KVH != 0) {
+        fprintf(stderr, "attention: %d kv heads do not divide the %d heads (grouped-query attention needs "
+                "NH %% KVH == 0 and KVH >= 1)\n", KVH, NH);
         abort();
     }
 }
@@ -383,8 +385,8 @@ static void attention_check_kv_heads(int NH, int KVH) {
 void attention_forward(float* restrict out, float* restrict lse, const float* restrict qkv,
                        int B, int T, int C, int NH, int KVH) {
     attention_check_kv_heads(NH, KVH);
-    const int hs = C / NH;
-    const size_t C3 = 3 * (size_t)C;
+    const int hs = C / NH, group = NH / KVH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs;  // row stride of qkv
     const float scale = 1.0f / sqrtf((float)hs);
     attention_check_head_size(hs);
     const int nqb = (T + ATT_Q - 1) / ATT_Q;
@@ -396,9 +398,9 @@ void attention_forward(float* restrict out, float* restrict lse, const float* re
         for (int h = 0; h < NH; h++) {
             for (int qb = 0; qb < nqb; qb++) {
                 const int t0 = qb * ATT_Q, nq = min_int(ATT_Q, T - t0), tend = t0 + nq;
-                const float* seq = qkv + (size_t)b * T * C3 + (size_t)h * hs;  // q of token 0
-                const float* keys = seq + C;
-                const float* values = seq + 2 * (size_t)C;
+                const float* seq = qkv + (size_t)b * T * QW + (size_t)h * hs;  // q of token 0
+                const float* keys = qkv + (size_t)b * T * QW + C + (size_t)(h / group) * hs;
+                const float* values = keys + (size_t)KVH * hs;
                 float qt[ATT_MAX_HS * ATT_Q];  // qt[d][i] = scale * q_i[d] (0 for padding)
                 float ot[ATT_MAX_HS * ATT_Q];  // ot[d][i]: running sum of exp(s - m) v[d]
                 float st[ATT_KEYS * ATT_Q];    // scores, then probabilities, st[j][i]
@@ -407,7 +409,7 @@ void attention_forward(float* restrict out, float* restrict lse, const float* re
                     // Padding queries (i >= nq) copy the last real one; their results are
                     // dropped. With them, every column has at least one unmasked key.
                     const int tq = i < nq ? t0 + i : tend - 1;
-                    const float* q = seq + (size_t)tq * C3;
+                    const float* q = seq + (size_t)tq * QW;
                     for (int d = 0; d < hs; d++) qt[d * ATT_Q + i] = scale * q[d];
                     last[i] = (float)tq;  // the last key this query may see (causal)
                     m[i] = -INFINITY;
@@ -419,7 +421,7 @@ void attention_forward(float* restrict out, float* restrict lse, const float* re
                     // so each query has at least key j0 unmasked in every tile.
                     const int nk = min_int(ATT_KEYS, tend - j0);
                     memset(st, 0, (size_t)nk * ATT_Q * sizeof(float));
-                    small_matmul(nk, ATT_Q, hs, keys + (size_t)j0 * C3, C3, 1, qt, ATT_Q, st, ATT_Q);
+                    small_matmul(nk, ATT_Q, hs, keys + (size_t)j0 * QW, QW, 1, qt, ATT_Q, st, ATT_Q);
                     // Causal mask, and the tile's max per query.
                     float tmax[ATT_Q];
                     for (int i = 0; i < ATT_Q; i++) tmax[i] = -INFINITY;
@@ -450,7 +452,7 @@ void attention_forward(float* restrict out, float* restrict lse, const float* re
                     for (int d = 0; d < hs; d++)
                         for (int i = 0; i < ATT_Q; i++) ot[d * ATT_Q + i] *= corr[i];
                     // ot[d][i] += sum_j v_j[d] p[j][i]
-                    small_matmul(hs, ATT_Q, nk, values + (size_t)j0 * C3, 1, C3, st, ATT_Q, ot, ATT_Q);
+                    small_matmul(hs, ATT_Q, nk, values + (size_t)j0 * QW, 1, QW, st, ATT_Q, ot, ATT_Q);
                 }
                 for (int i = 0; i < nq; i++) {
                     float* o = out + ((size_t)b * T + t0 + i) * C + (size_t)h * hs;
@@ -467,25 +469,25 @@ void attention_backward(float* restrict dqkv, const float* restrict dout,
                         const float* restrict qkv, const float* restrict out,
                         const float* restrict lse, int B, int T, int C, int NH, int KVH) {
     attention_check_kv_heads(NH, KVH);
-    const int hs = C / NH;
+    const int hs = C / NH, group = NH / KVH;
     const int hsp = (hs + 15) / 16 * 16;  // hs padded: rows of the row-major tile copies
-    const size_t C3 = 3 * (size_t)C;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs;  // row stride of qkv and dqkv
     const float scale = 1.0f / sqrtf((float)hs);
     attention_check_head_size(hs);
-    // One (b, head) pair per iteration: the pair owns the columns of dq, dk, dv of head h
-    // in the rows of batch b, so threads never write the same element, and each pair walks
-    // key tiles and query blocks in a fixed order (deterministic whatever the schedule).
+    // One (b, kv head) pair per iteration: the pair owns the columns of dk, dv of kv head j
+    // and of dq of its group's query heads in the rows of batch b, so threads never write
+    // the same element, and each pair walks key tiles, query heads and query blocks in a
+    // fixed order (deterministic whatever the schedule). A key tile's dk, dv are summed over
+    // the group's query heads in its stack buffers, head after head, before one write.
     // Loop order as in FlashAttention-2's backward: the gradients of a key tile are summed
     // over all query blocks in stack buffers; dq is added to once per (tile, block).
     // Here keys are the vector dimension: p[i][j], ds[i][j] for query i, key j.
     #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const size_t base = (size_t)b * T * C3 + (size_t)h * hs;
-            const float* seq = qkv + base;  // q of token 0 of this head; k at +C, v at +2C
-            float* dseq = dqkv + base;
-            const float* dout_seq = dout + (size_t)b * T * C + (size_t)h * hs;
-            const float* out_seq = out + (size_t)b * T * C + (size_t)h * hs;
+        for (int kvh = 0; kvh < KVH; kvh++) {
+            const size_t kbase = (size_t)b * T * QW + C + (size_t)kvh * hs;
+            const float* kseq = qkv + kbase;  // k of token 0 of this kv head; v at +KVH*hs
+            float* dkseq = dqkv + kbase;
             float kt[ATT_MAX_HS * ATT_BWD_KEYS];  // kt[d][j] = k_j[d], transposed tile
             float vt[ATT_MAX_HS * ATT_BWD_KEYS];  // vt[d][j] = v_j[d]
             float kr[ATT_BWD_KEYS * ATT_MAX_HS];  // kr[j][d] = k_j[d], rows of hsp
@@ -503,8 +505,8 @@ void attention_backward(float* restrict dqkv, const float* restrict dout,
                 memset(vt, 0, (size_t)hs * nkp * sizeof(float));
                 memset(kr, 0, (size_t)nkp * hsp * sizeof(float));
                 for (int j = 0; j < nk; j++) {
-                    const float* k = seq + (size_t)(j0 + j) * C3 + C;
-                    const float* v = k + C;
+                    const float* k = kseq + (size_t)(j0 + j) * QW;
+                    const float* v = k + (size_t)KVH * hs;
                     for (int d = 0; d < hs; d++) {
                         kt[d * nkp + j] = k[d];
                         vt[d * nkp + j] = v[d];
@@ -513,54 +515,60 @@ void attention_backward(float* restrict dqkv, const float* restrict dout,
                 }
                 memset(dk, 0, (size_t)nk * hsp * sizeof(float));
                 memset(dv, 0, (size_t)nk * hsp * sizeof(float));
-                // The query blocks that see this tile: queries >= j0 (j0 is a multiple
-                // of ATT_Q, so blocks start at j0).
-                for (int t0 = j0; t0 < T; t0 += ATT_Q) {
-                    const int nq = min_int(ATT_Q, T - t0);
-                    memset(qr, 0, (size_t)nq * hsp * sizeof(float));
-                    memset(dor, 0, (size_t)nq * hsp * sizeof(float));
-                    memset(p, 0, (size_t)nq * nkp * sizeof(float));
-                    memset(ds, 0, (size_t)nq * nkp * sizeof(float));
-                    // s[i][j] = q_i . k_j and dP[i][j] = dout_i . v_j, q and dout read in place.
-                    small_matmul(nq, nkp, hs, seq + (size_t)t0 * C3, C3, 1, kt, nkp, p, nkp);
-                    small_matmul(nq, nkp, hs, dout_seq + (size_t)t0 * C, C, 1, vt, nkp, ds, nkp);
-                    // D_i = dout_i . out_i = sum_j p_ij dP_ij: softmax backward is p (dP - D).
-                    float D[ATT_Q];
-                    row_dots(nq, hs, dout_seq + (size_t)t0 * C, C, out_seq + (size_t)t0 * C, C, D);
-                    for (int i = 0; i < nq; i++) {
-                        const int tq = t0 + i;
-                        const float* q = seq + (size_t)tq * C3;
-                        const float* dO = dout_seq + (size_t)tq * C;
-                        memcpy(qr + (size_t)i * hsp, q, (size_t)hs * sizeof(float));
-                        memcpy(dor + (size_t)i * hsp, dO, (size_t)hs * sizeof(float));
-                        const float L = lse[((size_t)b * NH + h) * T + tq];
-                        // p = exp(s scale - lse), recomputed, 0 for keys after the query
-                        // (and padding keys); dS = p (dP - D) scale.
-                        const int nvalid = min_int(nkp, tq + 1 - j0);
-                        float* pi = p + (size_t)i * nkp;
-                        float* dsi = ds + (size_t)i * nkp;
-                        for (int j = 0; j < nkp; j++) {
-                            const float x = select_f(j < nvalid, pi[j] * scale - L, -INFINITY);
-                            pi[j] = fast_expf(x);
-                            dsi[j] = pi[j] * (dsi[j] - D[i]) * scale;
+                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                    const float* seq = qkv + (size_t)b * T * QW + (size_t)h * hs;  // q of token 0
+                    float* dseq = dqkv + (size_t)b * T * QW + (size_t)h * hs;
+                    const float* dout_seq = dout + (size_t)b * T * C + (size_t)h * hs;
+                    const float* out_seq = out + (size_t)b * T * C + (size_t)h * hs;
+                    // The query blocks that see this tile: queries >= j0 (j0 is a multiple
+                    // of ATT_Q, so blocks start at j0).
+                    for (int t0 = j0; t0 < T; t0 += ATT_Q) {
+                        const int nq = min_int(ATT_Q, T - t0);
+                        memset(qr, 0, (size_t)nq * hsp * sizeof(float));
+                        memset(dor, 0, (size_t)nq * hsp * sizeof(float));
+                        memset(p, 0, (size_t)nq * nkp * sizeof(float));
+                        memset(ds, 0, (size_t)nq * nkp * sizeof(float));
+                        // s[i][j] = q_i . k_j and dP[i][j] = dout_i . v_j, q and dout read in place.
+                        small_matmul(nq, nkp, hs, seq + (size_t)t0 * QW, QW, 1, kt, nkp, p, nkp);
+                        small_matmul(nq, nkp, hs, dout_seq + (size_t)t0 * C, C, 1, vt, nkp, ds, nkp);
+                        // D_i = dout_i . out_i = sum_j p_ij dP_ij: softmax backward is p (dP - D).
+                        float D[ATT_Q];
+                        row_dots(nq, hs, dout_seq + (size_t)t0 * C, C, out_seq + (size_t)t0 * C, C, D);
+                        for (int i = 0; i < nq; i++) {
+                            const int tq = t0 + i;
+                            const float* q = seq + (size_t)tq * QW;
+                            const float* dO = dout_seq + (size_t)tq * C;
+                            memcpy(qr + (size_t)i * hsp, q, (size_t)hs * sizeof(float));
+                            memcpy(dor + (size_t)i * hsp, dO, (size_t)hs * sizeof(float));
+                            const float L = lse[((size_t)b * NH + h) * T + tq];
+                            // p = exp(s scale - lse), recomputed, 0 for keys after the query
+                            // (and padding keys); dS = p (dP - D) scale.
+                            const int nvalid = min_int(nkp, tq + 1 - j0);
+                            float* pi = p + (size_t)i * nkp;
+                            float* dsi = ds + (size_t)i * nkp;
+                            for (int j = 0; j < nkp; j++) {
+                                const float x = select_f(j < nvalid, pi[j] * scale - L, -INFINITY);
+                                pi[j] = fast_expf(x);
+                                dsi[j] = pi[j] * (dsi[j] - D[i]) * scale;
+                            }
                         }
+                        // dq_i += sum_j dS[i][j] k_j
+                        memset(dqs, 0, (size_t)nq * hsp * sizeof(float));
+                        small_matmul(nq, hsp, nk, ds, nkp, 1, kr, hsp, dqs, hsp);
+                        for (int i = 0; i < nq; i++) {
+                            float* dq = dseq + (size_t)(t0 + i) * QW;
+                            const float* src = dqs + (size_t)i * hsp;
+                            for (int d = 0; d < hs; d++) dq[d] += src[d];
+                        }
+                        // dk_j += sum_i dS[i][j] q_i and dv_j += sum_i p[i][j] dout_i
+                        small_matmul(nk, hsp, nq, ds, 1, nkp, qr, hsp, dk, hsp);
+                        small_matmul(nk, hsp, nq, p, 1, nkp, dor, hsp, dv, hsp);
                     }
-                    // dq_i += sum_j dS[i][j] k_j
-                    memset(dqs, 0, (size_t)nq * hsp * sizeof(float));
-                    small_matmul(nq, hsp, nk, ds, nkp, 1, kr, hsp, dqs, hsp);
-                    for (int i = 0; i < nq; i++) {
-                        float* dq = dseq + (size_t)(t0 + i) * C3;
-                        const float* src = dqs + (size_t)i * hsp;
-                        for (int d = 0; d < hs; d++) dq[d] += src[d];
-                    }
-                    // dk_j += sum_i dS[i][j] q_i and dv_j += sum_i p[i][j] dout_i
-                    small_matmul(nk, hsp, nq, ds, 1, nkp, qr, hsp, dk, hsp);
-                    small_matmul(nk, hsp, nq, p, 1, nkp, dor, hsp, dv, hsp);
                 }
                 // The tile's key and value gradients go back into dqkv (accumulating).
                 for (int j = 0; j < nk; j++) {
-                    float* dkr = dseq + (size_t)(j0 + j) * C3 + C;
-                    float* dvr = dkr + C;
+                    float* dkr = dkseq + (size_t)(j0 + j) * QW;
+                    float* dvr = dkr + (size_t)KVH * hs;
                     const float* dks = dk + (size_t)j * hsp;
                     const float* dvs = dv + (size_t)j * hsp;
                     for (int d = 0; d < hs; d++) {

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe NULL: no positions (dwpe NULL in the backward)
 void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
                      int B, int T, int C);
 // dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
@@ -40,14 +40,20 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int C, int OC);
 
-// Causal multi-head self-attention, flash-style: nothing of size T x T is kept.
-// qkv is [B,T,3C] laid out as (q | k | v), each split into NH heads of size hs = C/NH
-// (head h of q is qkv[b,t, h*hs : (h+1)*hs], of k at offset C + h*hs, of v at 2C + h*hs).
+// Causal multi-head self-attention, flash-style: nothing of size T x T is kept, with
+// grouped-query attention (GQA): NH query heads share KVH key/value heads.
+// hs = C/NH is the head size of every head; KVH >= 1 and NH % KVH == 0 (else abort with a
+// message); group = NH/KVH. qkv is [B,T,QW], QW = C + 2*KVH*hs, laid out as (q | k | v):
+// the NH q heads (head h at qkv[b,t, h*hs : (h+1)*hs]), then the KVH k heads (head j at
+// C + j*hs), then the KVH v heads (head j at C + KVH*hs + j*hs). Query head h attends with
+// kv head h / group: consecutive query heads share a kv head (Llama's, HF's repeat_kv).
+// KVH == NH is plain multi-head attention (GPT-2: QW = 3C).
 // out is [B,T,C] (heads concatenated); lse is [B,NH,T], the log-sum-exp of each row of
 // scaled scores (scale 1/sqrt(hs)), saved for the backward, which recomputes probabilities.
 // The head size hs must be <= 128 (fixed-size stack tiles); larger aborts with a message.
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH);
-// dqkv[B,T,3C] += gradient w.r.t. qkv. out and lse are the forward's outputs.
+// dqkv[B,T,QW] += gradient w.r.t. qkv (qkv's layout); the dk, dv of kv head j are summed
+// over the query heads of its group. out and lse are the forward's outputs.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH, int KVH);
 

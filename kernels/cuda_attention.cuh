@@ -1,12 +1,19 @@
-// Causal multi-head self-attention on the GPU, 16-bit storage, FP32 softmax. The CPU twin is
+// Causal multi-head self-attention on the GPU, 16-bit storage, FP32 softmax, with
+// grouped-query attention (GQA): NH query heads share KVH key/value heads. The CPU twin is
 // attention_forward / attention_backward in kernels/cpu_kernels.h; the layouts are the same:
-//   qkv  [B,T,3C]  (q | k | v), head h of q at qkv[b,t, h*hs : (h+1)*hs], of k at C + h*hs,
-//                  of v at 2C + h*hs; hs = C / NH
+//   hs = C / NH (every head); KVH >= 1, NH % KVH == 0 (else refused); group = NH / KVH;
+//   QW = C + 2*KVH*hs (3C when KVH == NH, GPT-2)
+//   qkv  [B,T,QW]  (q | k | v): q head h at qkv[b,t, h*hs : (h+1)*hs], k head j at C + j*hs,
+//                  v head j at C + KVH*hs + j*hs; query head h uses kv head h / group
+//                  (consecutive query heads share one, as Llama's / HF's repeat_kv)
 //   out  [B,T,C]   heads concatenated                                (bf16, OVERWRITTEN)
 //   lse  [B,NH,T]  log-sum-exp of each row of scaled scores, natural log (fp32, OVERWRITTEN)
-//   dqkv [B,T,3C]  gradient w.r.t. qkv                               (bf16, OVERWRITTEN)
+//   dqkv [B,T,QW]  gradient w.r.t. qkv; dk, dv of kv head j summed over its group's query
+//                  heads (in fp32, rounded once)                     (bf16, OVERWRITTEN)
 // Unlike the CPU twin (which accumulates), the backward OVERWRITES every element of dqkv:
 // the attention's input gradient is a fresh activation gradient in GPT-2, nothing to add to.
+// With KVH == NH every implementation runs exactly the multi-head computation (same
+// kernels, grids and operation order: bitwise the results of before GQA existed).
 // Scale 1/sqrt(hs) in fp32. All three implementations share this interface (out + lse in
 // the forward; the backward takes out, lse, dout and needs nothing else from the forward).
 // Every one is deterministic: no atomics; each output element is written by one thread
@@ -28,6 +35,12 @@
 // with a message pointing at --attention cublas), any T >= 1 (tail tiles are masked),
 // C % 8 == 0 (true for those head sizes), 16-byte aligned qkv/out/dout/dqkv, B*NH < 65536.
 // P and dS are rounded to bf16 for their tensor-core products (P's row sums stay fp32).
+// GQA in both: the forward and the dQ side run per query head and read K/V of its kv head
+// (the group's blocks, adjacent in the grid, read the same K/V rows); the dK/dV side runs
+// one block per (key block, b, kv head) that walks the group's query heads one after the
+// other, their query blocks each, accumulating dK/dV in registers before one store: the
+// group's sum in a fixed order, no atomics and no extra scratch (grid B*KVH instead of
+// B*NH, each block doing group times the work).
 //
 // ATTENTION_FLASH (--attention flash, the default), FlashAttention-2's shape:
 //   forward: one block of 4 warps per 128 queries of one (b, head); each warp owns 32 query
@@ -54,8 +67,9 @@
 //   4.5 T at T = 1024): see attention_backward_scratch_bytes.
 //   Dynamic shared memory per block: hs 64: 54 / 91 KiB (forward / backward main kernel);
 //   hs 128: 68 / 112.5 KiB (the backward is over the 99 KiB of sm_86/sm_89: refused there).
-//   Registers (ptxas -v, sm_90 / sm_80, no spills): forward 248 / 242 (hs 64), 241 / 244
-//   (hs 128); backward main kernel 222 / 237, 251 / 252; D and dQ-sum kernels 24 and 44.
+//   Registers (ptxas -v, nvcc 13.0, sm_90 / sm_80, no spills): forward 243 / 239 (hs 64),
+//   244 / 242 (hs 128); backward main kernel 234 / 229, 245 / 253; D and dQ-sum kernels 24
+//   and 44.
 //
 // ATTENTION_FLASH1 (--attention flash1): the previous kernels, kept selectable until a GPU
 //   shows which is faster:
@@ -69,13 +83,18 @@
 //   Dynamic shared memory per block: hs 64: 45 / 54 / 55 KiB (forward / dQ / dK-dV);
 //   hs 128: 85 / 102 / 69 KiB.
 //
-// ATTENTION_CUBLAS (--attention cublas, the reference path): permutes q, k, v to
-// [B,NH,T,hs], S = q k^T by a strided-batched cuBLASLt GEMM in fp32, a causal softmax kernel
-// (fp32 math, writes P in bf16 and lse), out = P v, un-permutes. Backward: recomputes S and
-// P from lse, dV = P^T dout, dP = dout v^T, dS = P (dP - rowsum(P dP)) scale (a softmax
-// backward kernel, in place over P), dQ = dS k, dK = dS^T q, un-permutes into dqkv. It
+// ATTENTION_CUBLAS (--attention cublas, the reference path): permutes q to [B,NH,T,hs], k
+// and v to [B,KVH,T,hs], S = q k^T by a strided-batched cuBLASLt GEMM in fp32, a causal
+// softmax kernel (fp32 math, writes P in bf16 and lse), out = P v, un-permutes. Backward:
+// recomputes S and P from lse, dV = P^T dout, dP = dout v^T, dS = P (dP - rowsum(P dP)) scale
+// (a softmax backward kernel, in place over P), dQ = dS k, dK = dS^T q, un-permutes into
+// dqkv. GQA: the group's query heads of one kv head are consecutive in [B,NH,T,hs], so
+// they form one [group*T, hs] matrix: every GEMM is batched over (b, kv head) with group*T
+// rows of q, dout, S, P (k and v are not repeated), and dK = dS^T q, dV = P^T dout sum over
+// the group inside the GEMM (k = group*T, fp32 accumulation, one rounding). It
 // materialises T x T per (b, head): scratch is about B*NH*T*T*6 bytes plus 4 (forward) or
-// 7 (backward) copies of B*T*C bf16 -- attention_*_scratch_bytes give the exact figures.
+// 7 (backward) copies of B*T*C bf16, whatever KVH (the k, v, dk, dv copies use B*T*KVH*hs
+// of theirs) -- attention_*_scratch_bytes give the exact figures.
 // Any head size (cuBLASLt with a fixed algorithm, warp-ordered sums).
 //
 // The caller provides the scratch (device memory, sub-buffers are 256-byte aligned inside
@@ -360,17 +379,17 @@ static __device__ __forceinline__ void attn_store_row(T16* p, const float (&acc)
 
 // The K/V loop of the forward kernels and flash1's dQ kernel: before key tile kt of ntiles,
 // starts loading tile kt + 1 into the other half of the double-buffered tiles Ks, Vs
-// ([2][BC][LDS]; BC keys per tile, NT threads in the block), then
+// ([2][BC][LDS]; BC keys per tile, NT threads in the block; QW the row stride of qkv), then
 // waits until tile kt has landed (this thread's copies, then the whole block's). Returns the
 // half (0 or 1) that holds tile kt.
 template <int HS, int BC = ATTN_BC, int NT = ATTN_THREADS, class T16>
 static __device__ __forceinline__ int attn_next_kv_tile(T16* Ks, T16* Vs, const T16* kg, const T16* vg,
-                                                        size_t C3, int kt, int ntiles, int T) {
+                                                        size_t QW, int kt, int ntiles, int T) {
     constexpr int LDS = HS + 8;
     const int buf = kt & 1;
     if (kt + 1 < ntiles) {
-        attn_load_tile<HS, BC, NT>(Ks + (buf ^ 1) * BC * LDS, kg, C3, (kt + 1) * BC, T);
-        attn_load_tile<HS, BC, NT>(Vs + (buf ^ 1) * BC * LDS, vg, C3, (kt + 1) * BC, T);
+        attn_load_tile<HS, BC, NT>(Ks + (buf ^ 1) * BC * LDS, kg, QW, (kt + 1) * BC, T);
+        attn_load_tile<HS, BC, NT>(Vs + (buf ^ 1) * BC * LDS, vg, QW, (kt + 1) * BC, T);
         attn_cp_async_commit();
         attn_cp_async_wait<1>();
     } else {
@@ -385,11 +404,12 @@ static __device__ __forceinline__ int attn_next_kv_tile(T16* Ks, T16* Vs, const 
 // grid (ceil(T/128), B*NH), 128 threads (4 warps). Warp w owns query rows 32w .. 32w+31 of
 // the block's 128 as two m-tiles (mt = 0, 1: rows +0..15, +16..31); this thread holds rows
 // g and g + 8 of each. Query tiles are visited last-first (the most key tiles start first).
+// K and V are those of the query head's kv head (qkv rows of QW = C + 2 KVH HS).
 
 template <int HS, class T16>
 __global__ void __launch_bounds__(FLASH_FWD_THREADS)
 attn_flash_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16* __restrict__ qkv,
-                      int T, int C, int NH, float scale_log2) {
+                      int T, int C, int NH, int KVH, float scale_log2) {
     using SH = FlashShape<HS>;
     constexpr int LDS = SH::LDS, BR = FLASH_FWD_BR, BC = SH::FWD_BC, NT = FLASH_FWD_THREADS;
     constexpr int KC = HS / 16;  // k-chunks of the head dimension
@@ -404,20 +424,20 @@ attn_flash_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16*
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t C3 = 3 * (size_t)C;
-    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const T16* kg = qg + C;
-    const T16* vg = qg + 2 * (size_t)C;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
+    const T16* qg = qkv + (size_t)b * T * QW + (size_t)h * HS;
+    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)(h / (NH / KVH)) * HS;
+    const T16* vg = kg + (size_t)KVH * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr = warp * 32;  // the warp's first row in the tile
 
     const int kend = min(q0 + BR, T);  // keys [0, kend) are visible to some row
     const int ntiles = (kend + BC - 1) / BC;
 
-    attn_load_tile<HS, BR, NT>(Qs, qg, C3, q0, T);
+    attn_load_tile<HS, BR, NT>(Qs, qg, QW, q0, T);
     attn_cp_async_commit();  // group: Q
-    attn_load_tile<HS, BC, NT>(Ks, kg, C3, 0, T);
-    attn_load_tile<HS, BC, NT>(Vs, vg, C3, 0, T);
+    attn_load_tile<HS, BC, NT>(Ks, kg, QW, 0, T);
+    attn_load_tile<HS, BC, NT>(Vs, vg, QW, 0, T);
     attn_cp_async_commit();   // group: K/V tile 0
     attn_cp_async_wait<1>();  // Q has landed (this thread's part) ...
     __syncthreads();          // ... and everyone's
@@ -437,7 +457,7 @@ attn_flash_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16*
     for (int mt = 0; mt < 2; mt++) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
 
     for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = attn_next_kv_tile<HS, BC, NT>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
+        const int buf = attn_next_kv_tile<HS, BC, NT>(Ks, Vs, kg, vg, QW, kt, ntiles, T);
         const T16* Kt = Ks + buf * BC * LDS;
         const T16* Vt = Vs + buf * BC * LDS;
         const int j0 = kt * BC;
@@ -602,8 +622,10 @@ static __host__ __device__ __forceinline__ size_t attn_flash_slice_row(int j, in
 static __host__ __device__ __forceinline__ size_t attn_flash_dq_rows(int T) { return attn_flash_slice_row(ceil_div(T, FLASH_BWD_BC), T); }
 
 // ----------------------------------------------------------------------------
-// flash backward, launch 2: the main kernel, one block per 128 keys of one (b, head)
-// grid (ceil(T/128), B*NH), 256 threads (8 warps); key block 0 (the most query blocks) first.
+// flash backward, launch 2: the main kernel, one block per 128 keys of one (b, kv head)
+// grid (ceil(T/128), B*KVH), 256 threads (8 warps); key block 0 (the most query blocks) first.
+// The block walks the steps (query head of the kv head's group, query block), head-major:
+// group * nqt steps, one pipeline across them (with KVH == NH: one head, the query blocks).
 // Warp w owns keys 16w .. 16w+15 of the block (this thread: rows g, g + 8 of them) and
 // computes, per query block of BR queries (from the block's first key on), transposed
 // products with keys as rows: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are A
@@ -611,17 +633,18 @@ static __host__ __device__ __forceinline__ size_t attn_flash_dq_rows(int T) { re
 // shared memory (bf16, [128 keys][BR]) and the 8 warps compute dQ_part = dS K for the
 // query block: warp w takes 16 rows (w % (BR/16)) and HS / (8 / (BR/16)) columns, the
 // k-loop running over the key chunks that can be visible (keys <= the block's last query,
-// keys < T). The fp32 result goes to this key block's dQ slice (no atomics). Barriers per
-// query block: one after the tile loads (which also orders the previous block's dQ reads of
-// dS^T before this block's writes), one between the dS^T stores and the dQ product; the
-// prefetch of the next Q/dO/lse/D tile into the other buffer is issued after the second
-// barrier of the previous block, when nobody reads that buffer any more.
+// keys < T). The fp32 result goes to this key block's dQ slice of that query head (no
+// atomics). dK and dV stay in registers over all the steps: the group's sum. Barriers per
+// step: one after the tile loads (which also orders the previous step's dQ reads of
+// dS^T before this step's writes), one between the dS^T stores and the dQ product; the
+// prefetch of the next step's Q/dO/lse/D tile into the other buffer is issued after the
+// second barrier of the previous step, when nobody reads that buffer any more.
 
 template <int HS, class T16>
 __global__ void __launch_bounds__(FLASH_BWD_THREADS)
 attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const float* __restrict__ Dbuf,
                       const T16* __restrict__ dout, const T16* __restrict__ qkv, const float* __restrict__ lse,
-                      int T, int C, int NH, float scale_log2, float scale) {
+                      int T, int C, int NH, int KVH, float scale_log2, float scale) {
     using SH = FlashShape<HS>;
     constexpr int LDS = SH::LDS, BC = FLASH_BWD_BC, BR = SH::BWD_BR, LDSS = SH::LDSS, NT = FLASH_BWD_THREADS;
     constexpr int KC = HS / 16, ND = HS / 8, NB = BR / 8, PC = BR / 16;
@@ -639,30 +662,34 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
     float* Ds = Ls + 2 * BR;                                 // [2][BR] D
 
     const int jb = blockIdx.x, j0 = jb * BC;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t C3 = 3 * (size_t)C;
-    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const T16* kg = qg + C;
-    const T16* vg = qg + 2 * (size_t)C;
-    const T16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float* lseg = lse + (size_t)bh * T;
-    const float* Dg = Dbuf + (size_t)bh * T;
+    const int group = NH / KVH;
+    const int b = blockIdx.y / KVH, kvh = blockIdx.y % KVH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
+    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)kvh * HS;
+    const T16* vg = kg + (size_t)KVH * HS;
+    const T16* qg0 = qkv + (size_t)b * T * QW;  // q of token 0, head 0 (head h at + h HS)
+    const T16* dog0 = dout + (size_t)b * T * C;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int kw = warp * 16;                       // the warp's first key in the block
     const int key0 = j0 + kw + g, key1 = key0 + 8;  // this thread's two keys
     const int qr = (warp % RT) * 16, qc = (warp / RT) * (DN * 8);  // the warp's tile of the dQ product
-    float* part = dq_part + ((size_t)bh * attn_flash_dq_rows(T) + attn_flash_slice_row(jb, T)) * HS;  // row j0
 
-    const int nqt = (T - j0 + BR - 1) / BR;  // query blocks starting at j0
+    const int nqt = (T - j0 + BR - 1) / BR;  // query blocks starting at j0, per query head
+    const int nsteps = group * nqt;
 
-    attn_load_tile<HS, BC, NT>(Ks, kg, C3, j0, T);
-    attn_load_tile<HS, BC, NT>(Vs, vg, C3, j0, T);
-    attn_load_tile<HS, BR, NT>(Qs, qg, C3, j0, T);
-    attn_load_tile<HS, BR, NT>(dOs, dog, C, j0, T);
-    for (int i = threadIdx.x; i < BR; i += NT) {
-        const int t = j0 + i;
-        Ls[i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
-        Ds[i] = t < T ? Dg[t] : 0.0f;
+    attn_load_tile<HS, BC, NT>(Ks, kg, QW, j0, T);
+    attn_load_tile<HS, BC, NT>(Vs, vg, QW, j0, T);
+    {
+        const int h = kvh * group;  // the first step: the group's first head, queries from j0
+        attn_load_tile<HS, BR, NT>(Qs, qg0 + (size_t)h * HS, QW, j0, T);
+        attn_load_tile<HS, BR, NT>(dOs, dog0 + (size_t)h * HS, C, j0, T);
+        const float* lseg = lse + ((size_t)b * NH + h) * T;
+        const float* Dg = Dbuf + ((size_t)b * NH + h) * T;
+        for (int i = threadIdx.x; i < BR; i += NT) {
+            const int t = j0 + i;
+            Ls[i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
+            Ds[i] = t < T ? Dg[t] : 0.0f;
+        }
     }
     attn_cp_async_commit();
 
@@ -670,15 +697,19 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
     attn_zero(dk);
     attn_zero(dv);
 
-    for (int it = 0; it < nqt; it++) {
-        const int buf = it & 1;
-        const int i0 = j0 + it * BR;
-        if (it + 1 < nqt) {
+    for (int step = 0; step < nsteps; step++) {
+        const int buf = step & 1;
+        const int h = kvh * group + step / nqt;
+        const int i0 = j0 + (step % nqt) * BR;
+        if (step + 1 < nsteps) {
             const int nb0 = buf ^ 1;
-            attn_load_tile<HS, BR, NT>(Qs + nb0 * BR * LDS, qg, C3, i0 + BR, T);
-            attn_load_tile<HS, BR, NT>(dOs + nb0 * BR * LDS, dog, C, i0 + BR, T);
+            const int hn = kvh * group + (step + 1) / nqt, in0 = j0 + ((step + 1) % nqt) * BR;
+            attn_load_tile<HS, BR, NT>(Qs + nb0 * BR * LDS, qg0 + (size_t)hn * HS, QW, in0, T);
+            attn_load_tile<HS, BR, NT>(dOs + nb0 * BR * LDS, dog0 + (size_t)hn * HS, C, in0, T);
+            const float* lseg = lse + ((size_t)b * NH + hn) * T;
+            const float* Dg = Dbuf + ((size_t)b * NH + hn) * T;
             for (int i = threadIdx.x; i < BR; i += NT) {
-                const int t = i0 + BR + i;
+                const int t = in0 + i;
                 Ls[nb0 * BR + i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
                 Ds[nb0 * BR + i] = t < T ? Dg[t] : 0.0f;
             }
@@ -746,6 +777,8 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
                 }
             }
         }
+        // This key block's dQ slice of head h, from its row j0.
+        float* part = dq_part + (((size_t)b * NH + h) * attn_flash_dq_rows(T) + attn_flash_slice_row(jb, T)) * HS;
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int q = i0 + qr + 8 * half + g;
@@ -763,14 +796,14 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
     }
 
     if (key0 < T) {
-        T16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key0) * QW + C + (size_t)kvh * HS + 2 * c;
         attn_store_row(p, dk, 0, scale);
-        attn_store_row(p + C, dv, 0, 1.0f);
+        attn_store_row(p + (size_t)KVH * HS, dv, 0, 1.0f);
     }
     if (key1 < T) {
-        T16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key1) * QW + C + (size_t)kvh * HS + 2 * c;
         attn_store_row(p, dk, 1, scale);
-        attn_store_row(p + C, dv, 1, 1.0f);
+        attn_store_row(p + (size_t)KVH * HS, dv, 1, 1.0f);
     }
 }
 
@@ -781,7 +814,7 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
 template <int HS, class T16>
 __global__ void __launch_bounds__(256)
 attn_flash_dq_sum_kernel(T16* __restrict__ dqkv, const float* __restrict__ dq_part, int B, int T, int C, int NH,
-                         float scale) {
+                         int KVH, float scale) {
     const size_t chunks = (size_t)B * T * C / 8;
     const size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= chunks) return;
@@ -804,7 +837,7 @@ attn_flash_dq_sum_kernel(T16* __restrict__ dqkv, const float* __restrict__ dq_pa
     }
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] *= scale;
-    store8(dqkv + row * 3 * (size_t)C + (size_t)h * HS + d, acc);
+    store8(dqkv + row * ((size_t)C + 2 * (size_t)KVH * HS) + (size_t)h * HS + d, acc);
 }
 
 // ----------------------------------------------------------------------------
@@ -815,7 +848,7 @@ attn_flash_dq_sum_kernel(T16* __restrict__ dqkv, const float* __restrict__ dq_pa
 template <int HS, class T16>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_flash1_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16* __restrict__ qkv,
-                      int T, int C, int NH, float scale_log2) {
+                      int T, int C, int NH, int KVH, float scale_log2) {
     constexpr int LDS = AttnShape<HS>::LDS;
     constexpr int KC = HS / 16;      // k-chunks of the head dimension
     constexpr int ND = HS / 8;       // 8-wide column blocks of the output
@@ -828,10 +861,10 @@ attn_flash1_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t C3 = 3 * (size_t)C;
-    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const T16* kg = qg + C;
-    const T16* vg = qg + 2 * (size_t)C;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
+    const T16* qg = qkv + (size_t)b * T * QW + (size_t)h * HS;
+    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)(h / (NH / KVH)) * HS;  // the kv head's
+    const T16* vg = kg + (size_t)KVH * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int wr = warp * 16;                       // the warp's first row in the tile
     const int row0 = q0 + wr + g, row1 = row0 + 8;  // this thread's two query rows
@@ -839,10 +872,10 @@ attn_flash1_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16
     const int kend = min(q0 + ATTN_BR, T);  // keys [0, kend) are visible to some row
     const int ntiles = (kend + ATTN_BC - 1) / ATTN_BC;
 
-    attn_load_tile<HS, ATTN_BR>(Qs, qg, C3, q0, T);
+    attn_load_tile<HS, ATTN_BR>(Qs, qg, QW, q0, T);
     attn_cp_async_commit();  // group: Q
-    attn_load_tile<HS, ATTN_BC>(Ks, kg, C3, 0, T);
-    attn_load_tile<HS, ATTN_BC>(Vs, vg, C3, 0, T);
+    attn_load_tile<HS, ATTN_BC>(Ks, kg, QW, 0, T);
+    attn_load_tile<HS, ATTN_BC>(Vs, vg, QW, 0, T);
     attn_cp_async_commit();  // group: K/V tile 0
     attn_cp_async_wait<1>(); // Q has landed (this thread's part) ...
     __syncthreads();         // ... and everyone's
@@ -856,7 +889,7 @@ attn_flash1_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16
     float l0 = 0.0f, l1 = 0.0f;            // running sums: this thread's columns only
 
     for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
+        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, QW, kt, ntiles, T);
         const T16* Kt = Ks + buf * ATTN_BC * LDS;
         const T16* Vt = Vs + buf * ATTN_BC * LDS;
         const int j0 = kt * ATTN_BC;
@@ -945,13 +978,13 @@ attn_flash1_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16
 
 // ----------------------------------------------------------------------------
 // flash1 backward, kernel 1: dQ (and D_i = dout_i . out_i into Dbuf [B,NH,T] for kernel 2)
-// grid (ceil(T/64), B*NH), 128 threads, query tiles last-first.
+// grid (ceil(T/64), B*NH), 128 threads, query tiles last-first; K, V of the head's kv head.
 
 template <int HS, class T16>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_flash1_bwd_dq_kernel(T16* __restrict__ dqkv, float* __restrict__ Dbuf, const T16* __restrict__ dout,
                          const T16* __restrict__ qkv, const T16* __restrict__ out,
-                         const float* __restrict__ lse, int T, int C, int NH, float scale_log2, float scale) {
+                         const float* __restrict__ lse, int T, int C, int NH, int KVH, float scale_log2, float scale) {
     constexpr int LDS = AttnShape<HS>::LDS;
     constexpr int KC = HS / 16, ND = HS / 8, NB = ATTN_BC / 8, PC = ATTN_BC / 16;
     extern __shared__ __align__(16) unsigned char attn_smem[];
@@ -962,10 +995,10 @@ attn_flash1_bwd_dq_kernel(T16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
 
     const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t C3 = 3 * (size_t)C;
-    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const T16* kg = qg + C;
-    const T16* vg = qg + 2 * (size_t)C;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
+    const T16* qg = qkv + (size_t)b * T * QW + (size_t)h * HS;
+    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)(h / (NH / KVH)) * HS;
+    const T16* vg = kg + (size_t)KVH * HS;
     const T16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
     const T16* og = out + (size_t)b * T * C + (size_t)h * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -975,10 +1008,10 @@ attn_flash1_bwd_dq_kernel(T16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
     const int kend = min(q0 + ATTN_BR, T);
     const int ntiles = (kend + ATTN_BC - 1) / ATTN_BC;
 
-    attn_load_tile<HS, ATTN_BR>(Qs, qg, C3, q0, T);
+    attn_load_tile<HS, ATTN_BR>(Qs, qg, QW, q0, T);
     attn_load_tile<HS, ATTN_BR>(dOs, dog, C, q0, T);
-    attn_load_tile<HS, ATTN_BC>(Ks, kg, C3, 0, T);
-    attn_load_tile<HS, ATTN_BC>(Vs, vg, C3, 0, T);
+    attn_load_tile<HS, ATTN_BC>(Ks, kg, QW, 0, T);
+    attn_load_tile<HS, ATTN_BC>(Vs, vg, QW, 0, T);
     attn_cp_async_commit();
 
     // D_i = dout_i . out_i for the warp's 16 rows, from global memory while the tiles load:
@@ -1010,7 +1043,7 @@ attn_flash1_bwd_dq_kernel(T16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
     attn_zero(dq);
 
     for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, C3, kt, ntiles, T);
+        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, QW, kt, ntiles, T);
         const T16* Kt = Ks + buf * ATTN_BC * LDS;
         const T16* Vt = Vs + buf * ATTN_BC * LDS;
         const int j0 = kt * ATTN_BC;
@@ -1039,14 +1072,16 @@ attn_flash1_bwd_dq_kernel(T16* __restrict__ dqkv, float* __restrict__ Dbuf, cons
         __syncthreads();
     }
 
-    if (row0 < T) attn_store_row(dqkv + ((size_t)b * T + row0) * C3 + (size_t)h * HS + 2 * c, dq, 0, scale);
-    if (row1 < T) attn_store_row(dqkv + ((size_t)b * T + row1) * C3 + (size_t)h * HS + 2 * c, dq, 1, scale);
+    if (row0 < T) attn_store_row(dqkv + ((size_t)b * T + row0) * QW + (size_t)h * HS + 2 * c, dq, 0, scale);
+    if (row1 < T) attn_store_row(dqkv + ((size_t)b * T + row1) * QW + (size_t)h * HS + 2 * c, dq, 1, scale);
 }
 
 // ----------------------------------------------------------------------------
-// flash1 backward, kernel 2: dK and dV for a tile of 64 keys (16 per warp), looping over the
-// query tiles that can see them (queries >= the tile's first key), Q/dO double-buffered.
-// grid (ceil(T/64), B*NH), 128 threads; key tile 0 (the most query tiles) launches first.
+// flash1 backward, kernel 2: dK and dV for a tile of 64 keys (16 per warp) of one (b, kv
+// head), looping over the group's query heads and, for each, over the query tiles that can
+// see the keys (queries >= the tile's first key), Q/dO double-buffered across all of them;
+// dK, dV in registers throughout (the group's sum).
+// grid (ceil(T/64), B*KVH), 128 threads; key tile 0 (the most query tiles) launches first.
 // Here the warp computes transposed products: S^T = K Q^T and dP^T = V dO^T (keys are the
 // rows, queries the columns), so P^T and dS^T are A fragments for dV += P^T dO and
 // dK += dS^T Q directly.
@@ -1055,7 +1090,7 @@ template <int HS, class T16>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_flash1_bwd_dkv_kernel(T16* __restrict__ dqkv, const float* __restrict__ Dbuf, const T16* __restrict__ dout,
                           const T16* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
-                          float scale_log2, float scale) {
+                          int KVH, float scale_log2, float scale) {
     constexpr int LDS = AttnShape<HS>::LDS;
     constexpr int BQ = AttnShape<HS>::BQ;
     constexpr int KC = HS / 16, ND = HS / 8, NB = BQ / 8, PC = BQ / 16;
@@ -1068,28 +1103,33 @@ attn_flash1_bwd_dkv_kernel(T16* __restrict__ dqkv, const float* __restrict__ Dbu
     float* Ds = Ls + 2 * BQ;                                    // [2][BQ] D
 
     const int j0 = blockIdx.x * ATTN_BC;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t C3 = 3 * (size_t)C;
-    const T16* qg = qkv + (size_t)b * T * C3 + (size_t)h * HS;
-    const T16* kg = qg + C;
-    const T16* vg = qg + 2 * (size_t)C;
-    const T16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
-    const float* lseg = lse + (size_t)bh * T;
-    const float* Dg = Dbuf + (size_t)bh * T;
+    const int group = NH / KVH;
+    const int b = blockIdx.y / KVH, kvh = blockIdx.y % KVH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
+    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)kvh * HS;
+    const T16* vg = kg + (size_t)KVH * HS;
+    const T16* qg0 = qkv + (size_t)b * T * QW;  // q of token 0, head 0 (head h at + h HS)
+    const T16* dog0 = dout + (size_t)b * T * C;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int kw = warp * 16;                       // the warp's first key in the tile
     const int key0 = j0 + kw + g, key1 = key0 + 8;  // this thread's two keys
 
-    const int nqt = (T - j0 + BQ - 1) / BQ;  // query tiles starting at j0
+    const int nqt = (T - j0 + BQ - 1) / BQ;  // query tiles starting at j0, per query head
+    const int nsteps = group * nqt;         // (query head, query tile), head-major
 
-    attn_load_tile<HS, ATTN_BC>(Ks, kg, C3, j0, T);
-    attn_load_tile<HS, ATTN_BC>(Vs, vg, C3, j0, T);
-    attn_load_tile<HS, BQ>(Qs, qg, C3, j0, T);
-    attn_load_tile<HS, BQ>(dOs, dog, C, j0, T);
-    for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
-        const int t = j0 + i;
-        Ls[i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
-        Ds[i] = t < T ? Dg[t] : 0.0f;
+    attn_load_tile<HS, ATTN_BC>(Ks, kg, QW, j0, T);
+    attn_load_tile<HS, ATTN_BC>(Vs, vg, QW, j0, T);
+    {
+        const int h = kvh * group;  // the first step: the group's first head, queries from j0
+        attn_load_tile<HS, BQ>(Qs, qg0 + (size_t)h * HS, QW, j0, T);
+        attn_load_tile<HS, BQ>(dOs, dog0 + (size_t)h * HS, C, j0, T);
+        const float* lseg = lse + ((size_t)b * NH + h) * T;
+        const float* Dg = Dbuf + ((size_t)b * NH + h) * T;
+        for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
+            const int t = j0 + i;
+            Ls[i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
+            Ds[i] = t < T ? Dg[t] : 0.0f;
+        }
     }
     attn_cp_async_commit();
 
@@ -1097,15 +1137,18 @@ attn_flash1_bwd_dkv_kernel(T16* __restrict__ dqkv, const float* __restrict__ Dbu
     attn_zero(dk);
     attn_zero(dv);
 
-    for (int it = 0; it < nqt; it++) {
-        const int buf = it & 1;
-        const int i0 = j0 + it * BQ;
-        if (it + 1 < nqt) {
+    for (int step = 0; step < nsteps; step++) {
+        const int buf = step & 1;
+        const int i0 = j0 + (step % nqt) * BQ;
+        if (step + 1 < nsteps) {
             const int nb0 = (buf ^ 1);
-            attn_load_tile<HS, BQ>(Qs + nb0 * BQ * LDS, qg, C3, i0 + BQ, T);
-            attn_load_tile<HS, BQ>(dOs + nb0 * BQ * LDS, dog, C, i0 + BQ, T);
+            const int hn = kvh * group + (step + 1) / nqt, in0 = j0 + ((step + 1) % nqt) * BQ;
+            attn_load_tile<HS, BQ>(Qs + nb0 * BQ * LDS, qg0 + (size_t)hn * HS, QW, in0, T);
+            attn_load_tile<HS, BQ>(dOs + nb0 * BQ * LDS, dog0 + (size_t)hn * HS, C, in0, T);
+            const float* lseg = lse + ((size_t)b * NH + hn) * T;
+            const float* Dg = Dbuf + ((size_t)b * NH + hn) * T;
             for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
-                const int t = i0 + BQ + i;
+                const int t = in0 + i;
                 Ls[nb0 * BQ + i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
                 Ds[nb0 * BQ + i] = t < T ? Dg[t] : 0.0f;
             }
@@ -1152,21 +1195,21 @@ attn_flash1_bwd_dkv_kernel(T16* __restrict__ dqkv, const float* __restrict__ Dbu
     }
 
     if (key0 < T) {
-        T16* p = dqkv + ((size_t)b * T + key0) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key0) * QW + C + (size_t)kvh * HS + 2 * c;
         attn_store_row(p, dk, 0, scale);
-        attn_store_row(p + C, dv, 0, 1.0f);
+        attn_store_row(p + (size_t)KVH * HS, dv, 0, 1.0f);
     }
     if (key1 < T) {
-        T16* p = dqkv + ((size_t)b * T + key1) * C3 + C + (size_t)h * HS + 2 * c;
+        T16* p = dqkv + ((size_t)b * T + key1) * QW + C + (size_t)kvh * HS + 2 * c;
         attn_store_row(p, dk, 1, scale);
-        attn_store_row(p + C, dv, 1, 1.0f);
+        attn_store_row(p + (size_t)KVH * HS, dv, 1, 1.0f);
     }
 }
 
 // ----------------------------------------------------------------------------
 // Reference path kernels (--attention cublas)
 
-// dst[b,h,t,d] = src[(b*T + t) * src_stride + h*hs + d]   (to [B,NH,T,hs])
+// dst[b,h,t,d] = src[(b*T + t) * src_stride + h*hs + d]   (to [B,NH,T,hs]; NH: the heads of src)
 template <class T16>
 static __global__ void attn_to_heads_kernel(T16* __restrict__ dst, const T16* __restrict__ src, size_t src_stride,
                                             int B, int T, int NH, int hs) {
@@ -1264,7 +1307,9 @@ static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, 
 }
 // Bytes of scratch attention_backward_cuda needs: flash1 B*NH*T floats (D); flash those and
 // the dQ slices, B*C*R floats (R = attn_flash_dq_rows(T), about 4.5 T at T = 1024); cublas
-// B*NH*T*T*6 bytes and more.
+// B*NH*T*T*6 bytes and more. None depends on the kv-head count: D and the dQ slices are per
+// query head, the group's dK/dV sums stay in registers (flash, flash1) or in the GEMMs
+// (cublas, whose k, v, dk, dv copies are sized for KVH == NH, the largest).
 static inline size_t attention_backward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
     const size_t d_bytes = align_up_256((size_t)B * NH * T * sizeof(float));
     if (impl == ATTENTION_FLASH1) return d_bytes;
@@ -1273,12 +1318,15 @@ static inline size_t attention_backward_scratch_bytes(AttentionImpl impl, int B,
 }
 
 static inline void attn_check_args(const char* fn, bool backward, const AttentionContext* ac, int B, int T, int C,
-                                   int NH, size_t scratch_bytes, const void* scratch) {
+                                   int NH, int KVH, size_t scratch_bytes, const void* scratch) {
     CUDA_REQUIRE(ac != NULL, "%s: no AttentionContext", fn);
     const AttentionImpl impl = ac->impl;
     CUDA_REQUIRE(attention_impl_valid(impl), "%s: unknown attention implementation %d", fn, (int)impl);
     CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
                  "%s: bad shape B=%d T=%d C=%d NH=%d (C must be a multiple of NH)", fn, B, T, C, NH);
+    CUDA_REQUIRE(KVH >= 1 && NH % KVH == 0,
+                 "%s: %d kv heads do not divide the %d heads (grouped-query attention needs NH %% KVH == 0 "
+                 "and KVH >= 1)", fn, KVH, NH);
     const size_t need = backward ? attention_backward_scratch_bytes(impl, B, T, C, NH)
                                  : attention_forward_scratch_bytes(impl, B, T, C, NH);
     CUDA_REQUIRE(scratch_bytes >= need && (need == 0 || scratch != NULL),
@@ -1353,12 +1401,12 @@ static inline void attn_require_smem(const AttentionContext* ac, size_t bytes, c
 
 template <int HS, class T16>
 static void attn_flash_forward_launch(const AttentionContext* ac, T16* out, float* lse, const T16* qkv, int B,
-                                      int T, int C, int NH, cudaStream_t stream) {
+                                      int T, int C, int NH, int KVH, cudaStream_t stream) {
     const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
     const size_t smem = FlashShape<HS>::fwd_smem;
     attn_require_smem(ac, smem, "flash attention forward");
     const dim3 grid((unsigned)ceil_div(T, FLASH_FWD_BR), (unsigned)(B * NH));
-    attn_flash_fwd_kernel<HS, T16><<<grid, FLASH_FWD_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    attn_flash_fwd_kernel<HS, T16><<<grid, FLASH_FWD_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, KVH, scale_log2);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -1366,7 +1414,7 @@ static void attn_flash_forward_launch(const AttentionContext* ac, T16* out, floa
 template <int HS, class T16>
 static void attn_flash_backward_launch(const AttentionContext* ac, T16* dqkv, void* scratch, const T16* dout,
                                        const T16* qkv, const T16* out, const float* lse, int B, int T, int C,
-                                       int NH, cudaStream_t stream) {
+                                       int NH, int KVH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = scale * ATTN_LOG2E;
     const size_t smem = FlashShape<HS>::bwd_smem;
@@ -1377,29 +1425,29 @@ static void attn_flash_backward_launch(const AttentionContext* ac, T16* dqkv, vo
     const unsigned blocks = (unsigned)ceil_div(chunks, (size_t)256);
     attn_flash_bwd_dot_kernel<HS><<<blocks, 256, 0, stream>>>(Dbuf, dout, out, B, T, C, NH);
     CUDA_LAUNCH_CHECK();
-    const dim3 grid((unsigned)ceil_div(T, FLASH_BWD_BC), (unsigned)(B * NH));
+    const dim3 grid((unsigned)ceil_div(T, FLASH_BWD_BC), (unsigned)(B * KVH));
     attn_flash_bwd_kernel<HS, T16><<<grid, FLASH_BWD_THREADS, smem, stream>>>(dqkv, dq_part, Dbuf, dout, qkv, lse, T, C,
-                                                                         NH, scale_log2, scale);
+                                                                         NH, KVH, scale_log2, scale);
     CUDA_LAUNCH_CHECK();
-    attn_flash_dq_sum_kernel<HS><<<blocks, 256, 0, stream>>>(dqkv, dq_part, B, T, C, NH, scale);
+    attn_flash_dq_sum_kernel<HS><<<blocks, 256, 0, stream>>>(dqkv, dq_part, B, T, C, NH, KVH, scale);
     CUDA_LAUNCH_CHECK();
 }
 
 template <int HS, class T16>
 static void attn_flash1_forward_launch(const AttentionContext* ac, T16* out, float* lse, const T16* qkv, int B,
-                                       int T, int C, int NH, cudaStream_t stream) {
+                                       int T, int C, int NH, int KVH, cudaStream_t stream) {
     const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
     const size_t smem = AttnShape<HS>::fwd_smem;
     attn_require_smem(ac, smem, "flash1 attention forward");
     const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
-    attn_flash1_fwd_kernel<HS, T16><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, scale_log2);
+    attn_flash1_fwd_kernel<HS, T16><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, KVH, scale_log2);
     CUDA_LAUNCH_CHECK();
 }
 
 template <int HS, class T16>
 static void attn_flash1_backward_launch(const AttentionContext* ac, T16* dqkv, float* Dbuf, const T16* dout,
                                         const T16* qkv, const T16* out, const float* lse, int B, int T, int C,
-                                        int NH, cudaStream_t stream) {
+                                        int NH, int KVH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS);
     const float scale_log2 = scale * ATTN_LOG2E;
     const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
@@ -1407,11 +1455,11 @@ static void attn_flash1_backward_launch(const AttentionContext* ac, T16* dqkv, f
     attn_require_smem(ac, smem_dq, "flash1 attention backward (dQ)");
     attn_require_smem(ac, smem_kv, "flash1 attention backward (dK/dV)");
     attn_flash1_bwd_dq_kernel<HS, T16><<<grid, ATTN_THREADS, smem_dq, stream>>>(dqkv, Dbuf, dout, qkv, out, lse, T, C, NH,
-                                                                           scale_log2, scale);
+                                                                           KVH, scale_log2, scale);
     CUDA_LAUNCH_CHECK();
-    const dim3 grid_kv((unsigned)ceil_div(T, ATTN_BC), (unsigned)(B * NH));
+    const dim3 grid_kv((unsigned)ceil_div(T, ATTN_BC), (unsigned)(B * KVH));
     attn_flash1_bwd_dkv_kernel<HS, T16><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
-                                                                               scale_log2, scale);
+                                                                               KVH, scale_log2, scale);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -1447,82 +1495,86 @@ static inline void attn_batched_gemm(MatmulContext* mm, void* D, cudaDataType_t 
     matmul_gemm_cuda(mm, &g, stream);
 }
 
+// Every GEMM below is batched over the B*KVH (b, kv head) pairs: the group's query heads
+// are consecutive in [B,NH,T,hs], so per pair q, dout, S, P are [group*T, .] matrices (batch
+// strides group*T*hs and group*T*T) against one [T,hs] k, v (stride T*hs). KVH == NH is the
+// per-head batch of plain multi-head attention.
 template <class T16>
 static inline void attn_cublas_forward(MatmulContext* mm, T16* out, float* lse, const T16* qkv, void* scratch,
-                                       int B, int T, int C, int NH, cudaStream_t stream) {
-    const int hs = C / NH, batch = B * NH;
-    const size_t C3 = 3 * (size_t)C;
-    const long long th = (long long)T * hs, tt = (long long)T * T;
+                                       int B, int T, int C, int NH, int KVH, cudaStream_t stream) {
+    const int hs = C / NH, group = NH / KVH, batch = B * KVH, gT = group * T;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs;
+    const long long th = (long long)T * hs, tt = (long long)T * T, gth = group * th, gtt = group * tt;
     T16* bf[4];
     float* S;
     T16* P;
     attn_cublas_carve(scratch, 4, B, T, C, NH, bf, &S, &P);
     T16 *q = bf[0], *k = bf[1], *v = bf[2], *o = bf[3];
-    const size_t n = (size_t)B * T * C;
-    const unsigned grid = attn_grid_1d(n, 256);
-    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, C3, B, T, NH, hs);
+    const size_t n = (size_t)B * T * C, nkv = (size_t)B * T * KVH * hs;
+    const unsigned grid = attn_grid_1d(n, 256), grid_kv = attn_grid_1d(nkv, 256);
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, QW, B, T, NH, hs);
     CUDA_LAUNCH_CHECK();
-    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(k, qkv + C, C3, B, T, NH, hs);
+    attn_to_heads_kernel<<<grid_kv, 256, 0, stream>>>(k, qkv + C, QW, B, T, KVH, hs);
     CUDA_LAUNCH_CHECK();
-    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(v, qkv + 2 * (size_t)C, C3, B, T, NH, hs);
+    attn_to_heads_kernel<<<grid_kv, 256, 0, stream>>>(v, qkv + C + (size_t)KVH * hs, QW, B, T, KVH, hs);
     CUDA_LAUNCH_CHECK();
-    // S[T,T] = q[T,hs] @ k[T,hs]^T per head (fp32, unscaled)
-    attn_batched_gemm(mm, S, CUDA_R_32F, T, tt, q, hs, 0, th, k, hs, 1, th, T, T, hs, batch, stream);
-    const int rows = batch * T;
+    // S[gT,T] = q[gT,hs] @ k[T,hs]^T per (b, kv head) (fp32, unscaled)
+    attn_batched_gemm(mm, S, CUDA_R_32F, T, gtt, q, hs, 0, gth, k, hs, 1, th, gT, T, hs, batch, stream);
+    const int rows = B * NH * T;
     attn_softmax_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, lse, NULL, S, rows, T, 1.0f / sqrtf((float)hs));
     CUDA_LAUNCH_CHECK();
-    // o[T,hs] = P[T,T] @ v[T,hs]
-    attn_batched_gemm(mm, o, mm_type_of(o), hs, th, P, T, 0, tt, v, hs, 0, th, T, hs, T, batch, stream);
+    // o[gT,hs] = P[gT,T] @ v[T,hs]
+    attn_batched_gemm(mm, o, mm_type_of(o), hs, gth, P, T, 0, gtt, v, hs, 0, th, gT, hs, T, batch, stream);
     attn_from_heads_kernel<<<grid, 256, 0, stream>>>(out, (size_t)C, o, B, T, NH, hs);
     CUDA_LAUNCH_CHECK();
 }
 
 template <class T16>
 static inline void attn_cublas_backward(MatmulContext* mm, T16* dqkv, const T16* dout, const T16* qkv,
-                                        const float* lse, void* scratch, int B, int T, int C, int NH,
+                                        const float* lse, void* scratch, int B, int T, int C, int NH, int KVH,
                                         cudaStream_t stream) {
-    const int hs = C / NH, batch = B * NH;
-    const size_t C3 = 3 * (size_t)C;
-    const long long th = (long long)T * hs, tt = (long long)T * T;
+    const int hs = C / NH, group = NH / KVH, batch = B * KVH, gT = group * T;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs;
+    const long long th = (long long)T * hs, tt = (long long)T * T, gth = group * th, gtt = group * tt;
     const float scale = 1.0f / sqrtf((float)hs);
     T16* bf[7];
     float* S;
     T16* P;
     attn_cublas_carve(scratch, 7, B, T, C, NH, bf, &S, &P);
     T16 *q = bf[0], *k = bf[1], *v = bf[2], *dO = bf[3], *dq = bf[4], *dk = bf[5], *dv = bf[6];
-    const size_t n = (size_t)B * T * C;
-    const unsigned grid = attn_grid_1d(n, 256);
-    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, C3, B, T, NH, hs);
+    const size_t n = (size_t)B * T * C, nkv = (size_t)B * T * KVH * hs;
+    const unsigned grid = attn_grid_1d(n, 256), grid_kv = attn_grid_1d(nkv, 256);
+    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(q, qkv, QW, B, T, NH, hs);
     CUDA_LAUNCH_CHECK();
-    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(k, qkv + C, C3, B, T, NH, hs);
+    attn_to_heads_kernel<<<grid_kv, 256, 0, stream>>>(k, qkv + C, QW, B, T, KVH, hs);
     CUDA_LAUNCH_CHECK();
-    attn_to_heads_kernel<<<grid, 256, 0, stream>>>(v, qkv + 2 * (size_t)C, C3, B, T, NH, hs);
+    attn_to_heads_kernel<<<grid_kv, 256, 0, stream>>>(v, qkv + C + (size_t)KVH * hs, QW, B, T, KVH, hs);
     CUDA_LAUNCH_CHECK();
     attn_to_heads_kernel<<<grid, 256, 0, stream>>>(dO, dout, (size_t)C, B, T, NH, hs);
     CUDA_LAUNCH_CHECK();
-    const int rows = batch * T;
+    const int rows = B * NH * T;
     // Recompute P from the forward's lse.
-    attn_batched_gemm(mm, S, CUDA_R_32F, T, tt, q, hs, 0, th, k, hs, 1, th, T, T, hs, batch, stream);
+    attn_batched_gemm(mm, S, CUDA_R_32F, T, gtt, q, hs, 0, gth, k, hs, 1, th, gT, T, hs, batch, stream);
     attn_softmax_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, NULL, lse, S, rows, T, scale);
     CUDA_LAUNCH_CHECK();
-    // dv[T,hs] = P^T @ dO
-    attn_batched_gemm(mm, dv, mm_type_of(dv), hs, th, P, T, 1, tt, dO, hs, 0, th, T, hs, T, batch, stream);
-    // dP[T,T] = dO @ v^T (fp32, into S)
-    attn_batched_gemm(mm, S, CUDA_R_32F, T, tt, dO, hs, 0, th, v, hs, 1, th, T, T, hs, batch, stream);
+    // dv[T,hs] = P^T @ dO, the group's sum (k = gT)
+    attn_batched_gemm(mm, dv, mm_type_of(dv), hs, th, P, T, 1, gtt, dO, hs, 0, gth, T, hs, gT, batch, stream);
+    // dP[gT,T] = dO @ v^T (fp32, into S)
+    attn_batched_gemm(mm, S, CUDA_R_32F, T, gtt, dO, hs, 0, gth, v, hs, 1, th, gT, T, hs, batch, stream);
     attn_softmax_bwd_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, stream>>>(P, S, rows, T, scale);
     CUDA_LAUNCH_CHECK();
-    // dq = dS @ k, dk = dS^T @ q
-    attn_batched_gemm(mm, dq, mm_type_of(dq), hs, th, P, T, 0, tt, k, hs, 0, th, T, hs, T, batch, stream);
-    attn_batched_gemm(mm, dk, mm_type_of(dk), hs, th, P, T, 1, tt, q, hs, 0, th, T, hs, T, batch, stream);
-    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv, C3, dq, B, T, NH, hs);
+    // dq = dS @ k, dk = dS^T @ q (the group's sum, k = gT)
+    attn_batched_gemm(mm, dq, mm_type_of(dq), hs, gth, P, T, 0, gtt, k, hs, 0, th, gT, hs, T, batch, stream);
+    attn_batched_gemm(mm, dk, mm_type_of(dk), hs, th, P, T, 1, gtt, q, hs, 0, gth, T, hs, gT, batch, stream);
+    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv, QW, dq, B, T, NH, hs);
     CUDA_LAUNCH_CHECK();
-    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv + C, C3, dk, B, T, NH, hs);
+    attn_from_heads_kernel<<<grid_kv, 256, 0, stream>>>(dqkv + C, QW, dk, B, T, KVH, hs);
     CUDA_LAUNCH_CHECK();
-    attn_from_heads_kernel<<<grid, 256, 0, stream>>>(dqkv + 2 * (size_t)C, C3, dv, B, T, NH, hs);
+    attn_from_heads_kernel<<<grid_kv, 256, 0, stream>>>(dqkv + C + (size_t)KVH * hs, QW, dv, B, T, KVH, hs);
     CUDA_LAUNCH_CHECK();
 }
 
-// out[B,T,C] and lse[B,NH,T] from qkv[B,T,3C] (both overwritten), by ac's implementation.
+// out[B,T,C] and lse[B,NH,T] from qkv[B,T,QW] (both overwritten), by ac's implementation.
 // scratch: at least attention_forward_scratch_bytes(ac->impl, ...) bytes (flash, flash1:
 // none, may be NULL); mm: the matmul context (used by the cublas path only; may be NULL for
 // the flash ones).
@@ -1530,35 +1582,33 @@ template <class T16>
 static inline void attention_forward_cuda(const AttentionContext* ac, MatmulContext* mm, T16* out, float* lse,
                                           const T16* qkv, void* scratch, size_t scratch_bytes, int B, int T,
                                           int C, int NH, int KVH, cudaStream_t stream) {
-    attn_check_args("attention_forward_cuda", false, ac, B, T, C, NH, scratch_bytes, scratch);
-    CUDA_REQUIRE(KVH == NH, "attention_forward_cuda: grouped-query attention (KVH %d != NH %d) is not implemented yet", KVH, NH);
+    attn_check_args("attention_forward_cuda", false, ac, B, T, C, NH, KVH, scratch_bytes, scratch);
     CUDA_REQUIRE(out && lse && qkv, "attention_forward_cuda: NULL tensor");
     if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
                      "attention_forward_cuda: qkv and out must be 16-byte aligned, lse 4-byte aligned");
         const bool hs64 = C / NH == 64;
         if (ac->impl == ATTENTION_FLASH) {
-            if (hs64) attn_flash_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, stream);
-            else attn_flash_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, stream);
+            if (hs64) attn_flash_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
+            else attn_flash_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
         } else {
-            if (hs64) attn_flash1_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, stream);
-            else attn_flash1_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, stream);
+            if (hs64) attn_flash1_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
+            else attn_flash1_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
         }
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_forward_cuda: the cublas path needs a MatmulContext");
-        attn_cublas_forward(mm, out, lse, qkv, scratch, B, T, C, NH, stream);
+        attn_cublas_forward(mm, out, lse, qkv, scratch, B, T, C, NH, KVH, stream);
     }
 }
 
-// dqkv[B,T,3C] (OVERWRITTEN) from dout[B,T,C], the forward's inputs qkv and outputs out, lse.
+// dqkv[B,T,QW] (OVERWRITTEN) from dout[B,T,C], the forward's inputs qkv and outputs out, lse.
 // scratch: at least attention_backward_scratch_bytes(ac->impl, ...) bytes.
 template <class T16>
 static inline void attention_backward_cuda(const AttentionContext* ac, MatmulContext* mm, T16* dqkv,
                                            const T16* dout, const T16* qkv, const T16* out, const float* lse,
                                            void* scratch, size_t scratch_bytes, int B, int T, int C, int NH,
                                            int KVH, cudaStream_t stream) {
-    attn_check_args("attention_backward_cuda", true, ac, B, T, C, NH, scratch_bytes, scratch);
-    CUDA_REQUIRE(KVH == NH, "attention_backward_cuda: grouped-query attention (KVH %d != NH %d) is not implemented yet", KVH, NH);
+    attn_check_args("attention_backward_cuda", true, ac, B, T, C, NH, KVH, scratch_bytes, scratch);
     CUDA_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward_cuda: NULL tensor");
     if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&
@@ -1566,16 +1616,16 @@ static inline void attention_backward_cuda(const AttentionContext* ac, MatmulCon
                      "attention_backward_cuda: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
         const bool hs64 = C / NH == 64;
         if (ac->impl == ATTENTION_FLASH) {
-            if (hs64) attn_flash_backward_launch<64>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, stream);
-            else attn_flash_backward_launch<128>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, stream);
+            if (hs64) attn_flash_backward_launch<64>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+            else attn_flash_backward_launch<128>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
         } else {
             float* Dbuf = (float*)scratch;
-            if (hs64) attn_flash1_backward_launch<64>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
-            else attn_flash1_backward_launch<128>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, stream);
+            if (hs64) attn_flash1_backward_launch<64>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+            else attn_flash1_backward_launch<128>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
         }
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_backward_cuda: the cublas path needs a MatmulContext");
-        attn_cublas_backward(mm, dqkv, dout, qkv, lse, scratch, B, T, C, NH, stream);
+        attn_cublas_backward(mm, dqkv, dout, qkv, lse, scratch, B, T, C, NH, KVH, stream);
     }
 }
 

@@ -32,9 +32,10 @@
 //   so two identical calls give bitwise identical results.
 //
 // Kernels and scratch
-//   encoder_forward_cuda        out[N,C] = wte[inp] + wpe[t]                       no scratch
+//   encoder_forward_cuda        out[N,C] = wte[inp] + wpe[t] (wpe NULL: wte[inp], Llama)
+//                                                                                   no scratch
 //   encoder_backward_cuda       dwte[inp[n]] += dout[n]; dwpe[t] += (accumulate) or = (not:
-//                               dwpe not read) sum_b dout[b,t], t < T
+//                               dwpe not read) sum_b dout[b,t], t < T (dwpe NULL: none)
 //                               scratch: encoder_backward_scratch_bytes(B, T, vocab)
 //                               (3 int arrays of N + CUB radix-sort temp storage; needs
 //                               the CUDA device current when called). Token ids must be
@@ -191,11 +192,14 @@ encoder_forward_kernel(T16* __restrict__ out, const int* __restrict__ inp,
     const int n = (int)(idx / C8);
     const size_t col = (idx % C8) * 8;
     const int t = n % T;
-    float a[8], b[8];
+    float a[8];
     load8(a, wte + (size_t)inp[n] * C + col);
-    load8(b, wpe + (size_t)t * C + col);
+    if (wpe != NULL) {  // uniform: no learned positions (Llama) is one launch's choice
+        float b[8];
+        load8(b, wpe + (size_t)t * C + col);
 #pragma unroll
-    for (int k = 0; k < 8; k++) a[k] += b[k];
+        for (int k = 0; k < 8; k++) a[k] += b[k];
+    }
     store8(out + (size_t)n * C + col, a);
 }
 
@@ -283,13 +287,14 @@ encoder_backward_wpe_kernel(T16* __restrict__ dwpe, const T16* __restrict__ dout
     store8(dwpe + (size_t)t * C + col, w);
 }
 
+// wpe NULL: token embeddings only.
 template <class T16>
 static inline void encoder_forward_cuda(T16* out, const int* inp, const T16* wte,
-                                        const T16* wpe, int B, int T, int C,
+                                        const typename NoDeduce<T16>::type* wpe, int B, int T, int C,
                                         cudaStream_t stream) {
     CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0, "need C %% 8 == 0 (B=%d T=%d C=%d)", B, T, C);
     CUDA_REQUIRE(is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe),
-                 "out, wte and wpe must be 16-byte aligned");
+                 "out, wte and wpe must be 16-byte aligned");  // a NULL wpe passes
     const int N = B * T;
     if (N == 0) return;
     const size_t threads = (size_t)N * (C / 8);
@@ -317,8 +322,9 @@ static inline size_t encoder_backward_scratch_bytes(int B, int T, int vocab) {
     return 3 * align_up_256((size_t)N * sizeof(int)) + align_up_256(encoder_backward_cub_bytes(N, vocab));
 }
 
+// dwpe NULL (no learned positions): dwte only, the dwpe kernel is not launched.
 template <class T16>
-static inline void encoder_backward_cuda(T16* dwte, T16* dwpe, void* scratch, size_t scratch_bytes,
+static inline void encoder_backward_cuda(T16* dwte, typename NoDeduce<T16>::type* dwpe, void* scratch, size_t scratch_bytes,
                                          const T16* dout, const int* inp, int B, int T, int C,
                                          int vocab, int accumulate, cudaStream_t stream) {
     CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0 && vocab > 0,
@@ -327,7 +333,7 @@ static inline void encoder_backward_cuda(T16* dwte, T16* dwpe, void* scratch, si
                  "dwte, dwpe and dout must be 16-byte aligned");
     const int N = B * T;
     if (N == 0) {  // empty sums
-        if (!accumulate) CUDA_CHECK(cudaMemsetAsync(dwpe, 0, (size_t)T * C * sizeof(T16), stream));
+        if (!accumulate && dwpe != NULL) CUDA_CHECK(cudaMemsetAsync(dwpe, 0, (size_t)T * C * sizeof(T16), stream));
         return;
     }
     const size_t need = encoder_backward_scratch_bytes(B, T, vocab);
@@ -350,6 +356,7 @@ static inline void encoder_backward_cuda(T16* dwte, T16* dwpe, void* scratch, si
     encoder_backward_wte_kernel<<<dim3(N, chunks), 32, 0, stream>>>(dwte, dout, sorted_tok,
                                                                     sorted_pos, N, C);
     CUDA_LAUNCH_CHECK();
+    if (dwpe == NULL) return;
     encoder_backward_wpe_kernel<<<dim3(T, chunks), 32, 0, stream>>>(dwpe, dout, B, T, C, accumulate);
     CUDA_LAUNCH_CHECK();
 }

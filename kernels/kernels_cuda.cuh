@@ -12,6 +12,7 @@
 #include "kernels/cuda_attention.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_kernels_llama.cuh"
 #include "kernels/cuda_launches.cuh"
 #include "kernels/cuda_matmul.cuh"
 #include "kernels/kernels.h"
@@ -110,6 +111,34 @@ static void cuda_op_crossentropy(Kernels* k, void* logits, float* losses, const 
     crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, k->loss_scale, cuda_of(k)->stream);
 }
 template <class T16>
+static void cuda_op_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+    rmsnorm_forward_cuda(BF(out), rstd, CBF(inp), CBF(weight), N, C, cuda_of(k)->stream);
+}
+template <class T16>
+static void cuda_op_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
+                                             const void* weight, int N, int C) {
+    fused_residual_rmsnorm_forward_cuda(BF(residual), BF(out), rstd, CBF(a), CBF(b), CBF(weight), N, C, cuda_of(k)->stream);
+}
+template <class T16>
+static void cuda_op_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp,
+                                     const void* weight, const float* rstd, int N, int C, int accumulate) {
+    CudaKernels* cd = cuda_of(k);
+    rmsnorm_backward_cuda(BF(dinp), BF(dweight), cd->scratch, cd->scratch_bytes, CBF(dout), CBF(inp), CBF(weight), rstd, N,
+                          C, accumulate, cd->stream);
+}
+template <class T16>
+static void cuda_op_rope(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse) {
+    rope_cuda(BF(qkv), B, T, NH, KVH, hs, p, inverse, cuda_of(k)->stream);
+}
+template <class T16>
+static void cuda_op_swiglu_forward(Kernels* k, void* out, const void* inp, int N, int F) {
+    swiglu_forward_cuda(BF(out), CBF(inp), N, F, cuda_of(k)->stream);
+}
+template <class T16>
+static void cuda_op_swiglu_backward(Kernels* k, void* dinp, const void* dout, const void* inp, int N, int F) {
+    swiglu_backward_cuda(BF(dinp), CBF(dout), CBF(inp), N, F, cuda_of(k)->stream);
+}
+template <class T16>
 static void cuda_op_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
     gelu_forward_cuda(BF(out), CBF(inp), n, cuda_of(k)->stream);
 }
@@ -160,7 +189,8 @@ static long long cuda_op_launches(Kernels* k) {
 static size_t cuda_kernels_scratch_bytes(const CudaKernelsShape* s, AttentionImpl attention) {
     int B = s->B, T = s->T, N = B * T, C = s->channels, NH = s->heads;
     size_t need = encoder_backward_scratch_bytes(B, T, s->vocab);
-    size_t sizes[] = {layernorm_backward_scratch_bytes(N, C), bias_backward_scratch_bytes(N, 4 * C),
+    size_t sizes[] = {layernorm_backward_scratch_bytes(N, C), rmsnorm_backward_scratch_bytes(N, C),
+                      bias_backward_scratch_bytes(N, 4 * C),
                       bias_backward_scratch_bytes(N, 3 * C), attention_forward_scratch_bytes(attention, B, T, C, NH),
                       attention_backward_scratch_bytes(attention, B, T, C, NH)};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) if (sizes[i] > need) need = sizes[i];
@@ -181,6 +211,12 @@ static void kernels_cuda_set_ops(Kernels* k) {
     k->attention_backward = cuda_op_attention_backward<T16>;
     k->crossentropy = cuda_op_crossentropy<T16>;
     k->gelu_forward = cuda_op_gelu_forward<T16>;
+    k->rmsnorm_forward = cuda_op_rmsnorm_forward<T16>;
+    k->residual_rmsnorm_forward = cuda_op_residual_rmsnorm_forward<T16>;
+    k->rmsnorm_backward = cuda_op_rmsnorm_backward<T16>;
+    k->rope = cuda_op_rope<T16>;
+    k->swiglu_forward = cuda_op_swiglu_forward<T16>;
+    k->swiglu_backward = cuda_op_swiglu_backward<T16>;
     k->act_to_host_f32 = cuda_op_act_to_host_f32<T16>;
 }
 

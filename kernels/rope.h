@@ -8,7 +8,9 @@
 
 #include <math.h>
 
-#ifdef __CUDACC__
+// Where __host__ is a macro (nvcc, the emulator), the frequencies are callable from device
+// code too; a plain C compiler sees a plain function.
+#ifdef __host__
 #define ROPE_HD __host__ __device__
 #else
 #define ROPE_HD

@@ -102,11 +102,6 @@ int model_end_kind(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? NUM_AL
 int block_tensor_count(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_BLOCK_TENSORS : BLOCK_TENSORS; }
 int root_tensor_count(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_ROOT_TENSORS : ROOT_TENSORS; }
 int is_block_kind(int kind) { return (kind >= K_LN1W && kind <= K_FCPROJB) || (kind >= LK_ATTN_NORM && kind <= LK_W2); }
-RopeParams model_rope(const GPT2Config* c) {
-    RopeParams p = {c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
-                    c->rope_original_max_pos};
-    return p;
-}
 int qkv_width(const GPT2Config* c) {
     return c->arch == ARCH_LLAMA3 ? (c->num_heads + 2 * c->num_kv_heads) * (c->channels / c->num_heads) : 3 * c->channels;
 }

@@ -23,7 +23,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "fsdp/flat_unit.h"
-#include "kernels/rope.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,8 +85,7 @@ int model_end_kind(const GPT2Config* c);
 int block_tensor_count(const GPT2Config* c);   // 12 (GPT-2) or 6 (Llama)
 int root_tensor_count(const GPT2Config* c);    // 4 or 3
 int is_block_kind(int kind);
-// Llama: the rotary embedding's parameters, the width of the fused qkv projection.
-RopeParams model_rope(const GPT2Config* c);
+// The width of the fused qkv projection.
 int qkv_width(const GPT2Config* c);            // GPT-2 3C; Llama (NH + 2 KVH) C / NH
 
 typedef struct {

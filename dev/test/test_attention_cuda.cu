@@ -33,7 +33,9 @@
 // Attention shapes: T = 1, 64, 100, 200, 256, 300 (flash's forward tiles are 128 queries,
 // its backward blocks 128 keys: partial first tiles, several tiles with a partial last one,
 // exact multiples), head sizes 64 and 128, B = 2 with 2 and 4 heads; a sharp softmax; a head
-// size only cublas supports. The three implementations are listed in kImpls. fp16 runs a
+// size only cublas supports. Grouped-query attention (KVH kv heads shared by NH / KVH query
+// heads each; qkv rows of C + 2 KVH hs): NH = 4 with KVH = 2 and NH = 8 with KVH = 1, both
+// head sizes, T = 100 and 200. The three implementations are listed in kImpls. fp16 runs a
 // subset (the emulator's run time: test_attention_shapes).
 // - GELU epilogue: besides the tolerance check against gelu_forward, a projection test tells
 //   the tanh approximation from the erf GELU (they differ by < 5e-4, below bf16 resolution per
@@ -145,12 +147,13 @@ static double rel_err(const std::vector<float>& got, const std::vector<float>& r
     return e / norm;
 }
 
-// Columns [s*C, (s+1)*C) of every row of a [rows, 3C] tensor.
-static std::vector<float> section(const std::vector<float>& v, int C, int s) {
-    const size_t rows = v.size() / (3 * (size_t)C);
-    std::vector<float> out(rows * C);
-    for (size_t r = 0; r < rows; r++)
-        memcpy(&out[r * C], &v[r * 3 * (size_t)C + (size_t)s * C], C * sizeof(float));
+// Section s (0: q, 1: k, 2: v) of every row of a [rows, C + 2 kvw] tensor: q is C wide,
+// k and v kvw = KVH hs wide each.
+static std::vector<float> section(const std::vector<float>& v, int C, int kvw, int s) {
+    const size_t qw = (size_t)C + 2 * (size_t)kvw, rows = v.size() / qw;
+    const size_t off = s == 0 ? 0 : (size_t)C + (size_t)(s - 1) * kvw, w = s == 0 ? (size_t)C : (size_t)kvw;
+    std::vector<float> out(rows * w);
+    for (size_t r = 0; r < rows; r++) memcpy(&out[r * w], &v[r * qw + off], w * sizeof(float));
     return out;
 }
 
@@ -367,9 +370,10 @@ static const int kNImpls = 3;
 // and whether the two runs were bitwise equal.
 template <class T16>
 static AttnRun run_attention(const AttentionContext* ac, MatmulContext* mm, const T16* d_qkv, const T16* d_dout,
-                             int B, int T, int C, int NH) {
+                             int B, int T, int C, int NH, int KVH) {
     const AttentionImpl impl = ac->impl;
-    const size_t nout = (size_t)B * T * C, nqkv = 3 * nout, nlse = (size_t)B * NH * T;
+    const size_t nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    const size_t nqkv = (size_t)B * T * ((size_t)C + 2 * (size_t)KVH * (C / NH));
     const size_t fs = attention_forward_scratch_bytes(impl, B, T, C, NH);
     const size_t bs = attention_backward_scratch_bytes(impl, B, T, C, NH);
     void* scratch = NULL;
@@ -384,8 +388,8 @@ static AttnRun run_attention(const AttentionContext* ac, MatmulContext* mm, cons
     }
     for (int k = 0; k < 2; k++) {
         if (ss) CUDA_CHECK(cudaMemset(scratch, 0xff, ss));
-        attention_forward_cuda(ac, mm, out[k], lse[k], d_qkv, scratch, ss, B, T, C, NH, NH, 0);
-        attention_backward_cuda(ac, mm, dqkv[k], d_dout, d_qkv, out[k], lse[k], scratch, ss, B, T, C, NH, NH, 0);
+        attention_forward_cuda(ac, mm, out[k], lse[k], d_qkv, scratch, ss, B, T, C, NH, KVH, 0);
+        attention_backward_cuda(ac, mm, dqkv[k], d_dout, d_qkv, out[k], lse[k], scratch, ss, B, T, C, NH, KVH, 0);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     AttnRun res;
@@ -412,25 +416,30 @@ static double lse_err(const std::vector<float>& got, const std::vector<float>& r
     return e / m;
 }
 
-// Errors of dq, dk, dv sections, each normalised by max(section max, 1e-2 x overall max).
-static void dqkv_errs(const std::vector<float>& got, const std::vector<float>& ref, int C, double e[3]) {
+// Errors of dq, dk, dv sections, each normalised by max(section max, 1e-2 x overall max);
+// kvw = KVH hs, the width of the k and v sections.
+static void dqkv_errs(const std::vector<float>& got, const std::vector<float>& ref, int C, int kvw, double e[3]) {
     const double floor_ = 1e-2 * max_abs(ref);
-    for (int s = 0; s < 3; s++) e[s] = rel_err(section(got, C, s), section(ref, C, s), floor_);
+    for (int s = 0; s < 3; s++) e[s] = rel_err(section(got, C, kvw, s), section(ref, C, kvw, s), floor_);
 }
 
+// NH query heads sharing KVH kv heads (KVH == NH: plain multi-head attention).
 template <class T16>
-static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B, int T, int NH, int hs, float amp,
-                           uint64_t seed) {
+static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B, int T, int NH, int KVH, int hs,
+                           float amp, uint64_t seed) {
     const double tol = tol16<T16>();
-    const int C = NH * hs;
-    char shape[96], name[200], det[256];
-    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d hs=%d%s%s", B, T, NH, hs, amp > 2.0f ? " sharp" : "", tag16<T16>());
+    const int C = NH * hs, kvw = KVH * hs;
+    const size_t QW = (size_t)C + 2 * (size_t)kvw;
+    char shape[112], name[200], det[256], kv[24] = "";
+    if (KVH != NH) snprintf(kv, sizeof kv, " KVH=%d", KVH);
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d%s hs=%d%s%s", B, T, NH, kv, hs, amp > 2.0f ? " sharp" : "",
+             tag16<T16>());
     Rng r(seed);
-    const std::vector<float> qkv = rand16<T16>(r, (size_t)B * T * 3 * C, amp);
+    const std::vector<float> qkv = rand16<T16>(r, (size_t)B * T * QW, amp);
     const std::vector<float> dout = rand16<T16>(r, (size_t)B * T * C, 1.0f);
-    std::vector<float> out_c((size_t)B * T * C), lse_c((size_t)B * NH * T), dqkv_c((size_t)B * T * 3 * C, 0.0f);
-    attention_forward(out_c.data(), lse_c.data(), qkv.data(), B, T, C, NH, NH);
-    attention_backward(dqkv_c.data(), dout.data(), qkv.data(), out_c.data(), lse_c.data(), B, T, C, NH, NH);
+    std::vector<float> out_c((size_t)B * T * C), lse_c((size_t)B * NH * T), dqkv_c((size_t)B * T * QW, 0.0f);
+    attention_forward(out_c.data(), lse_c.data(), qkv.data(), B, T, C, NH, KVH);
+    attention_backward(dqkv_c.data(), dout.data(), qkv.data(), out_c.data(), lse_c.data(), B, T, C, NH, KVH);
     T16 *d_qkv = dev16<T16>(qkv), *d_dout = dev16<T16>(dout);
 
     AttnRun runs[kNImpls];
@@ -443,7 +452,7 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
             printf("ok - %s\n", name);
             continue;
         }
-        runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH);
+        runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH, KVH);
         have[i] = true;
         const AttnRun& a = runs[i];
         const double eo = rel_err(a.out, out_c), el = lse_err(a.lse, lse_c);
@@ -451,7 +460,7 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
         snprintf(det, sizeof det, "out err %.2e (tol %.3g), lse err %.2e (tol 1e-4)", eo, tol, el);
         report(eo <= tol && el <= 1e-4, name, det);
         double e[3];
-        dqkv_errs(a.dqkv, dqkv_c, C, e);
+        dqkv_errs(a.dqkv, dqkv_c, C, kvw, e);
         snprintf(name, sizeof name, "attention %s backward %s", iname, shape);
         snprintf(det, sizeof det, "dq %.2e dk %.2e dv %.2e (tol %.3g)", e[0], e[1], e[2], tol);
         report(e[0] <= tol && e[1] <= tol && e[2] <= tol, name, det);
@@ -462,7 +471,7 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
         if (!have[0] || !have[i]) continue;
         const double eo = rel_err(runs[0].out, runs[i].out), el = lse_err(runs[0].lse, runs[i].lse);
         double e[3];
-        dqkv_errs(runs[0].dqkv, runs[i].dqkv, C, e);
+        dqkv_errs(runs[0].dqkv, runs[i].dqkv, C, kvw, e);
         snprintf(name, sizeof name, "attention flash vs %s %s", attention_impl_name(kImpls[i]), shape);
         const double t2 = 2 * tol;
         snprintf(det, sizeof det, "out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tol %.3g, lse 1e-4)", eo, el, e[0], e[1],
@@ -476,7 +485,10 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
 // Every shape in bf16. fp16 (the emulator's run time: the shapes do not depend on the type)
 // on 2 heads and T = 1 (one key), 100 (a partial first tile), 256 (exact multiples of the
 // tiles) and 300 (several tiles, a partial last one), both head sizes, then the sharp softmax
-// and the head size only cublas supports.
+// and the head size only cublas supports. Then grouped-query attention: groups of 2 (T = 100:
+// one partial tile of 128 queries or keys, several query blocks of the backward) and one kv
+// head for 8 query heads (T = 200: a full tile and a partial one), both head sizes in bf16,
+// groups of 2 at hs 64 in fp16.
 template <class T16>
 static void test_attention_shapes(const AttentionContext* ctx, MatmulContext* mm, uint64_t seed) {
     const int Ts[] = {1, 64, 100, 200, 256, 300};
@@ -485,9 +497,14 @@ static void test_attention_shapes(const AttentionContext* ctx, MatmulContext* mm
     for (int hs : HSs)
         for (int NH : NHs)
             for (int T : Ts)
-                if (!kFp16<T16> || (NH == 2 && T != 64 && T != 200)) test_attention<T16>(ctx, mm, 2, T, NH, hs, 2.0f, seed++);
-    test_attention<T16>(ctx, mm, 2, 256, 2, 64, 3.0f, seed++);  // sharp softmax: large running-max rescalings
-    test_attention<T16>(ctx, mm, 1, 200, 3, 32, 2.0f, seed++);  // head size only the cublas path supports
+                if (!kFp16<T16> || (NH == 2 && T != 64 && T != 200)) test_attention<T16>(ctx, mm, 2, T, NH, NH, hs, 2.0f, seed++);
+    test_attention<T16>(ctx, mm, 2, 256, 2, 2, 64, 3.0f, seed++);  // sharp softmax: large running-max rescalings
+    test_attention<T16>(ctx, mm, 1, 200, 3, 3, 32, 2.0f, seed++);  // head size only the cublas path supports
+    for (int hs : HSs) {
+        if (kFp16<T16> && hs != 64) continue;
+        test_attention<T16>(ctx, mm, 2, 100, 4, 2, hs, 2.0f, seed++);
+        if (!kFp16<T16>) test_attention<T16>(ctx, mm, 2, 200, 8, 1, hs, 2.0f, seed++);
+    }
 }
 
 // GPT-2 size (T = 1024): flash against flash1 and cublas (no CPU: too slow here),
@@ -502,11 +519,11 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
     const std::vector<float> dout = rand16<bf16>(r, (size_t)B * T * C, 1.0f);
     bf16 *d_qkv = dev16<bf16>(qkv), *d_dout = dev16<bf16>(dout);
     AttnRun runs[kNImpls];
-    for (int i = 0; i < kNImpls; i++) runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH);
+    for (int i = 0; i < kNImpls; i++) runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH, NH);
     for (int i = 1; i < kNImpls; i++) {
         const double eo = rel_err(runs[0].out, runs[i].out), el = lse_err(runs[0].lse, runs[i].lse);
         double e[3];
-        dqkv_errs(runs[0].dqkv, runs[i].dqkv, C, e);
+        dqkv_errs(runs[0].dqkv, runs[i].dqkv, C, C, e);
         snprintf(name, sizeof name, "attention flash vs %s %s", attention_impl_name(kImpls[i]), shape);
         snprintf(det, sizeof det, "out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tol 2e-2, lse 1e-4)", eo, el, e[0], e[1], e[2]);
         report(eo <= 2e-2 && el <= 1e-4 && e[0] <= 2e-2 && e[1] <= 2e-2 && e[2] <= 2e-2, name, det);
@@ -592,6 +609,15 @@ static void refuse_uninitialised(void) {  // attention_context_init never ran
     const AttentionContext ac = host_context(ATTENTION_FLASH, 0);
     attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 128, 2, 2, 0);
 }
+static void refuse_kv_heads(void) {  // 3 kv heads for 4 query heads
+    const AttentionContext ac = host_context(ATTENTION_FLASH, 227 << 10);
+    attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 256, 4, 3, 0);
+}
+static void refuse_zero_kv_heads(void) {
+    const AttentionContext ac = host_context(ATTENTION_CUBLAS, 0);
+    attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
+                            (const float*)256, (void*)256, 1 << 20, 1, 8, 256, 4, 0, 0);
+}
 static void refuse_dgelu_accumulate(void) {
     matmul_backward_dinp_cuda(NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256, 8, 8, 8, 1, 0);
 }
@@ -633,6 +659,9 @@ int main(int argc, char** argv) {
                    "bytes of shared memory per block, this GPU allows 101376");
     expect_refusal("flash attention refuses an uninitialised AttentionContext", refuse_uninitialised,
                    "not initialised");
+    expect_refusal("attention refuses a kv-head count that does not divide the heads (NH=4, KVH=3)", refuse_kv_heads,
+                   "3 kv heads do not divide the 4 heads");
+    expect_refusal("attention backward refuses zero kv heads", refuse_zero_kv_heads, "0 kv heads do not divide");
     expect_refusal("matmul refuses DGELU with accumulation", refuse_dgelu_accumulate, "cannot accumulate");
 
     int ndev = 0;

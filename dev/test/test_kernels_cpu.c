@@ -5,7 +5,8 @@
 // against central finite differences of the naive forward (loss = sum(out * R) with a
 // fixed random R), which validates the reference and the kernel independently of each
 // other. On top of that: accumulation semantics (backward adds into nonzero buffers),
-// bitwise determinism of two identical calls, causality and T = 1 for attention, the
+// bitwise determinism of two identical calls, causality and T = 1 for attention,
+// grouped-query attention against multi-head attention on repeated k and v, the
 // in-place/evaluation semantics of the fused cross-entropy, and sizes that cross the
 // kernels' internal tile widths.
 //
@@ -313,19 +314,22 @@ static void ref_matmul_backward(double* dinp, double* dw, double* db, const doub
         }
 }
 
-// Plain softmax attention with an explicit causal mask (T x T is fine in a test).
+// Plain softmax attention with an explicit causal mask (T x T is fine in a test), with
+// KVH kv heads: qkv rows of QW = C + 2 KVH hs, query head h reads kv head h / (NH / KVH).
 static void ref_attention_forward(double* out, double* lse, const double* qkv,
-                                  int B, int T, int C, int NH) {
-    const int hs = C / NH;
+                                  int B, int T, int C, int NH, int KVH) {
+    const int hs = C / NH, group = NH / KVH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs;
     const double scale = 1.0 / sqrt((double)hs);
     double* s = dalloc(T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const double* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const size_t koff = C + (size_t)(h / group) * hs, voff = koff + (size_t)KVH * hs;
+                const double* q = qkv + ((size_t)b * T + t) * QW + h * hs;
                 double m = -INFINITY;
                 for (int j = 0; j <= t; j++) {
-                    const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    const double* k = qkv + ((size_t)b * T + j) * QW + koff;
                     double d = 0.0;
                     for (int i = 0; i < hs; i++) d += q[i] * k[i];
                     s[j] = d * scale;
@@ -336,7 +340,7 @@ static void ref_attention_forward(double* out, double* lse, const double* qkv,
                 double* o = out + ((size_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) o[i] = 0.0;
                 for (int j = 0; j <= t; j++) {
-                    const double* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    const double* v = qkv + ((size_t)b * T + j) * QW + voff;
                     double p = exp(s[j] - m) / sum;
                     for (int i = 0; i < hs; i++) o[i] += p * v[i];
                 }
@@ -345,20 +349,23 @@ static void ref_attention_forward(double* out, double* lse, const double* qkv,
     free(s);
 }
 // Textbook softmax backward: dS_j = P_j (dP_j - sum_k P_k dP_k) (no use of out or lse).
+// Each query head adds its share into the dk, dv of its kv head.
 static void ref_attention_backward(double* dqkv, const double* dout, const double* qkv,
-                                   int B, int T, int C, int NH) {
-    const int hs = C / NH;
+                                   int B, int T, int C, int NH, int KVH) {
+    const int hs = C / NH, group = NH / KVH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs;
     const double scale = 1.0 / sqrt((double)hs);
     double* P = dalloc(T);
     double* dP = dalloc(T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const double* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                const size_t koff = C + (size_t)(h / group) * hs, voff = koff + (size_t)KVH * hs;
+                const double* q = qkv + ((size_t)b * T + t) * QW + h * hs;
                 const double* d = dout + ((size_t)b * T + t) * C + h * hs;
                 double m = -INFINITY;
                 for (int j = 0; j <= t; j++) {
-                    const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+                    const double* k = qkv + ((size_t)b * T + j) * QW + koff;
                     double s = 0.0;
                     for (int i = 0; i < hs; i++) s += q[i] * k[i];
                     P[j] = s * scale;
@@ -369,16 +376,16 @@ static void ref_attention_backward(double* dqkv, const double* dout, const doubl
                 double pdp = 0.0;
                 for (int j = 0; j <= t; j++) {
                     P[j] /= sum;
-                    const double* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    const double* v = qkv + ((size_t)b * T + j) * QW + voff;
                     dP[j] = 0.0;
                     for (int i = 0; i < hs; i++) dP[j] += d[i] * v[i];
                     pdp += P[j] * dP[j];
                 }
-                double* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double* dq = dqkv + ((size_t)b * T + t) * QW + h * hs;
                 for (int j = 0; j <= t; j++) {
-                    const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
-                    double* dk = dqkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
-                    double* dv = dqkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+                    const double* k = qkv + ((size_t)b * T + j) * QW + koff;
+                    double* dk = dqkv + ((size_t)b * T + j) * QW + koff;
+                    double* dv = dqkv + ((size_t)b * T + j) * QW + voff;
                     double dS = P[j] * (dP[j] - pdp);
                     for (int i = 0; i < hs; i++) {
                         dq[i] += dS * k[i] * scale;
@@ -609,35 +616,38 @@ static void test_matmul(int N, int C, int OC) {
 // ----------------------------------------------------------------------------
 // Attention
 
-typedef struct { int B, T, C, NH; double *qkv, *R, *out; } AttentionCtx;
+typedef struct { int B, T, C, NH, KVH; double *qkv, *R, *out; } AttentionCtx;
 static double attention_loss(void* p) {
     AttentionCtx* c = p;
-    ref_attention_forward(c->out, NULL, c->qkv, c->B, c->T, c->C, c->NH);
+    ref_attention_forward(c->out, NULL, c->qkv, c->B, c->T, c->C, c->NH, c->KVH);
     return dot_d(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
 // Makes the scores of key j grow (ramp > 0) or shrink (ramp < 0) with j, so that the
 // running max of the online softmax changes across key tiles (or stays on the first).
-static void ramp_keys(float* qkv, int B, int T, int C, double ramp) {
+// kw = KVH * hs columns of k per row of QW.
+static void ramp_keys(float* qkv, int B, int T, int C, size_t QW, int kw, double ramp) {
     for (int b = 0; b < B; b++)
         for (int j = 0; j < T; j++) {
             double f = ramp > 0 ? 0.25 + ramp * j / T : 0.25 - ramp * (T - 1 - j) / T;
-            for (int c = 0; c < C; c++) qkv[((size_t)b * T + j) * 3 * C + C + c] *= (float)f;
+            for (int c = 0; c < kw; c++) qkv[((size_t)b * T + j) * QW + C + c] *= (float)f;
         }
 }
 
-static void test_attention(int B, int T, int C, int NH, double amp, double ramp, size_t fd_stride) {
-    char tag[96], name[256];
-    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d amp=%g ramp=%g", B, T, C, NH, amp, ramp);
-    const size_t NQ = (size_t)B * T * 3 * C, NO = (size_t)B * T * C, NL = (size_t)B * NH * T;
+static void test_attention(int B, int T, int C, int NH, int KVH, double amp, double ramp, size_t fd_stride) {
+    char tag[112], name[256];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d NH=%d KVH=%d amp=%g ramp=%g", B, T, C, NH, KVH, amp, ramp);
+    const int hs = C / NH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs;
+    const size_t NQ = (size_t)B * T * QW, NO = (size_t)B * T * C, NL = (size_t)B * NH * T;
     float* qkv = frand(NQ, amp, 0.0);
-    if (ramp != 0.0) ramp_keys(qkv, B, T, C, ramp);
+    if (ramp != 0.0) ramp_keys(qkv, B, T, C, QW, KVH * hs, ramp);
     double* qkv_d = to_double(qkv, NQ);
     float *out = falloc(NO), *lse = falloc(NL), *out2 = falloc(NO), *lse2 = falloc(NL);
-    attention_forward(out, lse, qkv, B, T, C, NH, NH);
-    attention_forward(out2, lse2, qkv, B, T, C, NH, NH);
+    attention_forward(out, lse, qkv, B, T, C, NH, KVH);
+    attention_forward(out2, lse2, qkv, B, T, C, NH, KVH);
     double *out_ref = dalloc(NO), *lse_ref = dalloc(NL);
-    ref_attention_forward(out_ref, lse_ref, qkv_d, B, T, C, NH);
+    ref_attention_forward(out_ref, lse_ref, qkv_d, B, T, C, NH, KVH);
     snprintf(name, sizeof name, "attention_forward %s out matches reference", tag);
     check_close_fd(name, out, out_ref, NO, TOL_REL, TOL_ABS_FRAC);
     snprintf(name, sizeof name, "attention_forward %s lse matches reference", tag);
@@ -650,24 +660,77 @@ static void test_attention(int B, int T, int C, int NH, double amp, double ramp,
     float* R = frand(NO, 1.0, 0.0);
     double* R_d = to_double(R, NO);
     double* dqkv_ref = dalloc(NQ);
-    ref_attention_backward(dqkv_ref, R_d, qkv_d, B, T, C, NH);
+    ref_attention_backward(dqkv_ref, R_d, qkv_d, B, T, C, NH, KVH);
     float *dqkv = falloc(NQ), *dqkv2 = falloc(NQ);
-    attention_backward(dqkv, R, qkv, out, lse, B, T, C, NH, NH);
-    attention_backward(dqkv2, R, qkv, out, lse, B, T, C, NH, NH);
+    attention_backward(dqkv, R, qkv, out, lse, B, T, C, NH, KVH);
+    attention_backward(dqkv2, R, qkv, out, lse, B, T, C, NH, KVH);
     float* g0 = grad_start(dqkv_ref, NQ);
     float* acc = fcopy(g0, NQ);
-    attention_backward(acc, R, qkv, out, lse, B, T, C, NH, NH);
+    attention_backward(acc, R, qkv, out, lse, B, T, C, NH, KVH);
     snprintf(name, sizeof name, "attention_backward %s dqkv", tag);
     check_grad(name, dqkv, dqkv2, g0, acc, dqkv_ref, NQ);
 
     if (fd_stride > 0) {
-        AttentionCtx ctx = {B, T, C, NH, qkv_d, R_d, dalloc(NO)};
+        AttentionCtx ctx = {B, T, C, NH, KVH, qkv_d, R_d, dalloc(NO)};
         snprintf(name, sizeof name, "attention_backward %s dqkv", tag);
         check_fd(name, attention_loss, &ctx, qkv_d, NQ, fd_stride, dqkv_ref, dqkv);
         free(ctx.out);
     }
     free(qkv); free(qkv_d); free(out); free(lse); free(out2); free(lse2); free(out_ref);
     free(lse_ref); free(R); free(R_d); free(dqkv_ref); free(dqkv); free(dqkv2); free(g0); free(acc);
+}
+
+// Grouped-query attention is multi-head attention on k, v repeated over each group (HF's
+// repeat_kv): the forward must give bitwise the outputs of that expanded MHA input (the same
+// operations on the same numbers), the backward bitwise its dq, and as dk, dv of kv head j
+// the sum of the expanded heads' dk, dv over j's group (within rounding: summed in
+// another order).
+static void test_attention_gqa_is_repeated_mha(int B, int T, int NH, int KVH, int hs) {
+    char tag[96], name[256];
+    snprintf(tag, sizeof tag, "B=%d T=%d NH=%d KVH=%d hs=%d", B, T, NH, KVH, hs);
+    const int C = NH * hs, group = NH / KVH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * hs, C3 = 3 * (size_t)C;
+    const size_t NQ = (size_t)B * T * QW, NM = (size_t)B * T * C3, NO = (size_t)B * T * C, NL = (size_t)B * NH * T;
+    float* qkv = frand(NQ, 1.0, 0.0);
+    float* mha = falloc(NM);
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+        memcpy(mha + r * C3, qkv + r * QW, (size_t)C * sizeof(float));
+        for (int h = 0; h < NH; h++)
+            for (int s = 0; s < 2; s++)  // k, then v
+                memcpy(mha + r * C3 + (size_t)(s + 1) * C + (size_t)h * hs,
+                       qkv + r * QW + C + (size_t)s * KVH * hs + (size_t)(h / group) * hs, (size_t)hs * sizeof(float));
+    }
+    float *out = falloc(NO), *lse = falloc(NL), *out_m = falloc(NO), *lse_m = falloc(NL);
+    attention_forward(out, lse, qkv, B, T, C, NH, KVH);
+    attention_forward(out_m, lse_m, mha, B, T, C, NH, NH);
+    snprintf(name, sizeof name, "attention_forward GQA %s out bitwise that of MHA on repeated k, v", tag);
+    check_bitwise(name, out, out_m, NO);
+    snprintf(name, sizeof name, "attention_forward GQA %s lse bitwise that of MHA on repeated k, v", tag);
+    check_bitwise(name, lse, lse_m, NL);
+
+    float* R = frand(NO, 1.0, 0.0);
+    float *dqkv = falloc(NQ), *dmha = falloc(NM);
+    attention_backward(dqkv, R, qkv, out, lse, B, T, C, NH, KVH);
+    attention_backward(dmha, R, mha, out_m, lse_m, B, T, C, NH, NH);
+    float *dq = falloc(NO), *dq_m = falloc(NO);
+    size_t nkv = (size_t)B * T * 2 * KVH * hs;
+    double *dkv = dalloc(nkv), *dkv_m = dalloc(nkv);
+    for (size_t r = 0; r < (size_t)B * T; r++) {
+        memcpy(dq + r * C, dqkv + r * QW, (size_t)C * sizeof(float));
+        memcpy(dq_m + r * C, dmha + r * C3, (size_t)C * sizeof(float));
+        for (size_t i = 0; i < 2 * (size_t)KVH * hs; i++) dkv[r * 2 * KVH * hs + i] = dqkv[r * QW + C + i];
+        for (int h = 0; h < NH; h++)
+            for (int s = 0; s < 2; s++)
+                for (int i = 0; i < hs; i++)
+                    dkv_m[r * 2 * KVH * hs + (size_t)s * KVH * hs + (size_t)(h / group) * hs + i] +=
+                        dmha[r * C3 + (size_t)(s + 1) * C + (size_t)h * hs + i];
+    }
+    snprintf(name, sizeof name, "attention_backward GQA %s dq bitwise that of MHA on repeated k, v", tag);
+    check_bitwise(name, dq, dq_m, NO);
+    snprintf(name, sizeof name, "attention_backward GQA %s dk, dv are the group sums of MHA's", tag);
+    check_close_dd(name, dkv, dkv_m, nkv, TOL_REL, TOL_ABS_FRAC);
+    free(qkv); free(mha); free(out); free(lse); free(out_m); free(lse_m); free(R); free(dqkv); free(dmha);
+    free(dq); free(dq_m); free(dkv); free(dkv_m);
 }
 
 // T = 1: the only key is the query's own, so out = v exactly and lse = q.k * scale.
@@ -1005,16 +1068,25 @@ int main(void) {
 
     // The kernels work in blocks of 16 queries and tiles of 64 (forward) / 32 (backward)
     // keys: T = 150 spans several of each with ragged ends.
-    test_attention(2, 7, 12, 3, 1.0, 0.0, 1);
-    test_attention(1, 1, 12, 3, 1.0, 0.0, 1);      // T = 1
-    test_attention(2, 9, 12, 1, 1.0, 0.0, 1);      // a single head
-    test_attention(1, 20, 3, 3, 1.0, 0.0, 1);      // hs = 1
-    test_attention(2, 33, 24, 2, 1.0, 0.0, 7);     // hs = 12: not a multiple of 4 or 16
-    test_attention(1, 150, 16, 2, 2.0, 0.0, 37);   // several query blocks and key tiles
-    test_attention(1, 150, 16, 2, 2.0, 4.0, 37);   // rising scores: the max moves every tile
-    test_attention(1, 150, 16, 2, 2.0, -4.0, 0);   // falling scores: the max is in the first tile
-    test_attention(2, 70, 192, 3, 1.0, 0.0, 0);    // hs = 64 like GPT-2
-    test_attention(1, 40, 256, 2, 1.0, 0.0, 97);   // hs = 128, the largest supported
+    test_attention(2, 7, 12, 3, 3, 1.0, 0.0, 1);
+    test_attention(1, 1, 12, 3, 3, 1.0, 0.0, 1);      // T = 1
+    test_attention(2, 9, 12, 1, 1, 1.0, 0.0, 1);      // a single head
+    test_attention(1, 20, 3, 3, 3, 1.0, 0.0, 1);      // hs = 1
+    test_attention(2, 33, 24, 2, 2, 1.0, 0.0, 7);     // hs = 12: not a multiple of 4 or 16
+    test_attention(1, 150, 16, 2, 2, 2.0, 0.0, 37);   // several query blocks and key tiles
+    test_attention(1, 150, 16, 2, 2, 2.0, 4.0, 37);   // rising scores: the max moves every tile
+    test_attention(1, 150, 16, 2, 2, 2.0, -4.0, 0);   // falling scores: the max is in the first tile
+    test_attention(2, 70, 192, 3, 3, 1.0, 0.0, 0);    // hs = 64 like GPT-2
+    test_attention(1, 40, 256, 2, 2, 1.0, 0.0, 97);   // hs = 128, the largest supported
+    // Grouped-query attention (NH / KVH query heads per kv head), T across the tiles.
+    test_attention(2, 33, 48, 4, 2, 1.0, 0.0, 5);     // hs = 12, groups of 2
+    test_attention(1, 150, 64, 4, 2, 2.0, 4.0, 41);   // hs = 16, groups of 2, rising scores
+    test_attention(1, 150, 64, 4, 1, 2.0, 0.0, 41);   // hs = 16, one kv head for all 4
+    test_attention(2, 70, 256, 4, 2, 1.0, 0.0, 0);    // hs = 64
+    test_attention(1, 70, 256, 4, 1, 1.0, 0.0, 113);  // hs = 64, one kv head
+    test_attention(1, 20, 12, 4, 2, 1.0, 0.0, 1);     // hs = 3, every element by finite differences
+    test_attention_gqa_is_repeated_mha(2, 70, 4, 2, 16);
+    test_attention_gqa_is_repeated_mha(1, 100, 8, 1, 64);
     test_attention_t1();
     test_attention_causal();
 

@@ -1,5 +1,6 @@
-// GPU tests of the 16-bit CUDA kernels (kernels/cuda_kernels.cuh) against their CPU twins
-// (kernels/cpu_kernels.h, fp32), for both storage types T16: bf16 and fp16 (--param-dtype).
+// GPU tests of the 16-bit CUDA kernels (kernels/cuda_kernels.cuh, cuda_kernels_llama.cuh)
+// against their CPU twins (kernels/cpu_kernels.h, cpu_kernels_llama.h, fp32), for both storage
+// types T16: bf16 and fp16 (--param-dtype).
 //
 // For every kernel: random inputs from a fixed seed, rounded to T16; the GPU kernel runs on
 // the T16 values, the CPU twin on the same values as fp32; outputs are compared with the
@@ -28,8 +29,10 @@
 #include <vector>
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels_llama.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_kernels_llama.cuh"
 #include "kernels/cuda_matmul.cuh"
 
 // ----------------------------------------------------------------------------
@@ -1462,6 +1465,218 @@ static void test_matmul_autotune(Rng& rng) {
     mm_operands_free(Y);
 }
 // ----------------------------------------------------------------------------
+// The Llama family (kernels/cuda_kernels_llama.cuh against kernels/cpu_kernels_llama.h)
+
+// The embedding without learned positions (wpe and dwpe NULL): wte rows only, bitwise.
+template <class T16>
+static void test_encoder_no_positions(Rng& rng, int B, int T, int C, int V) {
+    const DtypeScope<T16> dtype;
+    char name[200];
+    const int N = B * T;
+    std::vector<int> inp(N);
+    for (int n = 0; n < N; n++) inp[n] = rng.below(V);
+    std::vector<float> wte = rand16<T16>(rng, (size_t)V * C, 0.5f), ref((size_t)N * C);
+    encoder_forward(ref.data(), inp.data(), wte.data(), NULL, B, T, C);
+    int* d_inp = dev_upload(inp);
+    T16* d_wte = dev_upload(to16<T16>(wte));
+    T16* d_out = dev_alloc<T16>((size_t)N * C);
+    encoder_forward_cuda(d_out, d_inp, d_wte, NULL, B, T, C, 0);
+    snprintf(name, sizeof name, "encoder_forward without wpe B=%d T=%d C=%d V=%d", B, T, C, V);
+    check16_exact(name, dev_download(d_out, (size_t)N * C), ref);
+
+    std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f), dwte0 = rand16<T16>(rng, (size_t)V * C, 0.1f);
+    std::vector<float> dwte = dwte0;
+    encoder_backward(dwte.data(), NULL, dout.data(), inp.data(), B, T, C);
+    T16* d_dout = dev_upload(to16<T16>(dout));
+    T16* d_dwte = dev_alloc<T16>((size_t)V * C);
+    const size_t sbytes = encoder_backward_scratch_bytes(B, T, V);
+    void* scratch = dev_scratch(sbytes);
+    for (int accumulate = 0; accumulate <= 1; accumulate++) {  // dwte added to either way
+        dev_set(d_dwte, to16<T16>(dwte0));
+        encoder_backward_cuda(d_dwte, NULL, scratch, sbytes, d_dout, d_inp, B, T, C, V, accumulate, 0);
+        snprintf(name, sizeof name, "encoder_backward without dwpe (accumulate %d) B=%d T=%d C=%d V=%d", accumulate, B, T,
+                 C, V);
+        check16_exact(name, dev_download(d_dwte, (size_t)V * C), dwte);
+    }
+    cudaFree(d_inp); cudaFree(d_wte); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dwte); cudaFree(scratch);
+}
+
+template <class T16>
+static void test_rmsnorm_forward(Rng& rng, int N, int C, bool fused, bool alias) {
+    const DtypeScope<T16> dtype;
+    char name[200];
+    const char* tag = fused ? (alias ? "fused_residual_rmsnorm_forward (residual aliases a)" : "fused_residual_rmsnorm_forward")
+                            : "rmsnorm_forward";
+    std::vector<float> a = rand16<T16>(rng, (size_t)N * C, 1.5f, 0.5f), b = rand16<T16>(rng, (size_t)N * C, 1.0f);
+    std::vector<float> w = rand16<T16>(rng, C, 0.3f, 1.0f);
+    std::vector<float> x = a, sum((size_t)N * C);  // what the norm sees: the rounded residual when fused
+    if (fused) {
+        residual_forward(sum.data(), a.data(), b.data(), sum.size());
+        for (size_t i = 0; i < x.size(); i++) x[i] = round16<T16>(sum[i]);
+    }
+    std::vector<float> out((size_t)N * C), rstd(N);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
+
+    T16* d_a = dev_upload(to16<T16>(a));
+    T16* d_b = dev_upload(to16<T16>(b));
+    T16* d_w = dev_upload(to16<T16>(w));
+    T16* d_out = dev_alloc<T16>((size_t)N * C);
+    T16* d_res = alias ? d_a : dev_alloc<T16>((size_t)N * C);
+    float* d_rstd = dev_alloc<float>(N);
+    if (fused) fused_residual_rmsnorm_forward_cuda(d_res, d_out, d_rstd, d_a, d_b, d_w, N, C, 0);
+    else rmsnorm_forward_cuda(d_out, d_rstd, d_a, d_w, N, C, 0);
+    std::vector<T16> g_out = dev_download(d_out, (size_t)N * C);
+    std::vector<float> g_rstd = dev_download(d_rstd, N);
+
+    if (fused) {
+        snprintf(name, sizeof name, "%s residual N=%d C=%d", tag, N, C);
+        check16_exact(name, dev_download(d_res, (size_t)N * C), sum);
+    }
+    snprintf(name, sizeof name, "%s out N=%d C=%d", tag, N, C);
+    check16(name, g_out, out);
+    snprintf(name, sizeof name, "%s rstd N=%d C=%d", tag, N, C);
+    check_close(name, g_rstd, rstd, STAT_TOL_REL, 0.0);
+    if (fused) {
+        // A recompute normalises the stored residual: the fused kernel's output, bit for bit.
+        T16* d_out2 = dev_alloc<T16>((size_t)N * C);
+        float* d_rstd2 = dev_alloc<float>(N);
+        rmsnorm_forward_cuda(d_out2, d_rstd2, d_res, d_w, N, C, 0);
+        std::vector<T16> o2 = dev_download(d_out2, (size_t)N * C);
+        std::vector<float> r2 = dev_download(d_rstd2, N);
+        snprintf(name, sizeof name, "%s = rmsnorm_forward of its residual (out) N=%d C=%d", tag, N, C);
+        check_bitwise(name, g_out, o2);
+        snprintf(name, sizeof name, "%s = rmsnorm_forward of its residual (rstd) N=%d C=%d", tag, N, C);
+        check_bitwise(name, g_rstd, r2);
+        cudaFree(d_out2); cudaFree(d_rstd2);
+    }
+    cudaFree(d_a); cudaFree(d_b); cudaFree(d_w); cudaFree(d_out); cudaFree(d_rstd);
+    if (!alias) cudaFree(d_res);
+}
+
+template <class T16>
+static void test_rmsnorm_backward(Rng& rng, int N, int C) {
+    const DtypeScope<T16> dtype;
+    char name[200];
+    std::vector<float> x = rand16<T16>(rng, (size_t)N * C, 1.5f, 0.5f), w = rand16<T16>(rng, C, 0.3f, 1.0f);
+    std::vector<float> out((size_t)N * C), rstd(N);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
+    std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f), dinp0 = rand16<T16>(rng, (size_t)N * C, 0.5f);
+    std::vector<float> dw0 = rand16<T16>(rng, C, 1.0f);
+
+    T16* d_x = dev_upload(to16<T16>(x));
+    T16* d_w = dev_upload(to16<T16>(w));
+    T16* d_dout = dev_upload(to16<T16>(dout));
+    float* d_rstd = dev_upload(rstd);
+    T16* d_dinp = dev_alloc<T16>((size_t)N * C);
+    T16* d_dw = dev_alloc<T16>(C);
+    const size_t sbytes = rmsnorm_backward_scratch_bytes(N, C);
+    void* scratch = dev_scratch(sbytes);
+    // accumulate 1 onto nonzero gradients; 0: dweight overwritten, never read (NaN there
+    // must not show). dinp accumulates in both.
+    for (int accumulate = 1; accumulate >= 0; accumulate--) {
+        std::vector<float> dinp = dinp0, dw = accumulate ? dw0 : std::vector<float>(C, 0.0f);
+        rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+        const std::vector<T16> dw_start = to16<T16>(accumulate ? dw0 : std::vector<float>(C, NAN));
+        std::vector<T16> runs[2];
+        for (int run = 0; run < 2; run++) {  // twice from the same state: bitwise equal
+            dev_set(d_dinp, to16<T16>(dinp0));
+            dev_set(d_dw, dw_start);
+            rmsnorm_backward_cuda(d_dinp, d_dw, scratch, sbytes, d_dout, d_x, d_w, d_rstd, N, C, accumulate, 0);
+            runs[run] = dev_download(d_dinp, (size_t)N * C);
+            std::vector<T16> g_dw = dev_download(d_dw, C);
+            if (run == 0) {
+                snprintf(name, sizeof name, "rmsnorm_backward (accumulate %d) dinp N=%d C=%d", accumulate, N, C);
+                check16(name, runs[0], dinp);
+                snprintf(name, sizeof name, "rmsnorm_backward (accumulate %d) dweight%s N=%d C=%d", accumulate,
+                         accumulate ? "" : " over NaN", N, C);
+                check16(name, g_dw, dw);
+            }
+            runs[run].insert(runs[run].end(), g_dw.begin(), g_dw.end());
+        }
+        snprintf(name, sizeof name, "rmsnorm_backward (accumulate %d) deterministic N=%d C=%d", accumulate, N, C);
+        check_bitwise(name, runs[0], runs[1]);
+    }
+    cudaFree(d_x); cudaFree(d_w); cudaFree(d_dout); cudaFree(d_rstd); cudaFree(d_dinp); cudaFree(d_dw); cudaFree(scratch);
+}
+
+// Forward and inverse against the twin, the v heads untouched, determinism, and the inverse
+// of the forward giving back the input: the rotation keeps a pair's norm, so the two
+// roundings (after each pass) are each within half an ulp of that norm (tolerance: one ulp
+// of twice the norm per element).
+template <class T16>
+static void test_rope(Rng& rng, int B, int T, int NH, int KVH, int hs, RopeParams p, const char* what) {
+    const DtypeScope<T16> dtype;
+    char name[240];
+    const size_t W = (size_t)(NH + 2 * KVH) * hs, n = (size_t)B * T * W;
+    std::vector<float> qkv = rand16<T16>(rng, n, 1.0f);
+    std::vector<float> fwd = qkv, inv = qkv;
+    rope_forward(fwd.data(), B, T, NH, KVH, hs, p, 0);
+    rope_forward(inv.data(), B, T, NH, KVH, hs, p, 1);
+    const std::vector<T16> q16 = to16<T16>(qkv);
+    T16* d = dev_upload(q16);
+    char shape[160];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d KVH=%d hs=%d, %s", B, T, NH, KVH, hs, what);
+
+    rope_cuda(d, B, T, NH, KVH, hs, p, 0, 0);
+    const std::vector<T16> g_fwd = dev_download(d, n);
+    snprintf(name, sizeof name, "rope forward %s", shape);
+    check16(name, g_fwd, fwd);
+    std::vector<T16> v_in, v_out;  // the v heads: the last KVH heads of each row
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (size_t c = (size_t)(NH + KVH) * hs; c < W; c++) {
+            v_in.push_back(q16[r * W + c]);
+            v_out.push_back(g_fwd[r * W + c]);
+        }
+    snprintf(name, sizeof name, "rope forward leaves v untouched %s", shape);
+    check_bitwise(name, v_out, v_in);
+
+    rope_cuda(d, B, T, NH, KVH, hs, p, 1, 0);  // the inverse of the forward: back to the input
+    std::vector<float> scale(n);
+    for (size_t i = 0; i < n; i += 2) scale[i] = scale[i + 1] = 2.0f * hypotf(qkv[i], qkv[i + 1]);
+    snprintf(name, sizeof name, "rope inverse(forward) = input %s", shape);
+    check_close_scaled(name, from16(dev_download(d, n)), qkv, scale, Dtype<T16>::rel, Dtype<T16>::abs_min);
+
+    dev_set(d, q16);
+    rope_cuda(d, B, T, NH, KVH, hs, p, 1, 0);
+    snprintf(name, sizeof name, "rope inverse %s", shape);
+    check16(name, dev_download(d, n), inv);
+
+    dev_set(d, q16);
+    rope_cuda(d, B, T, NH, KVH, hs, p, 0, 0);
+    snprintf(name, sizeof name, "rope deterministic %s", shape);
+    check_bitwise(name, dev_download(d, n), g_fwd);
+    cudaFree(d);
+}
+
+// misalign = 1: every tensor one element past its allocation (the scalar path).
+template <class T16>
+static void test_swiglu(Rng& rng, int N, int F, int misalign) {
+    const DtypeScope<T16> dtype;
+    char name[200];
+    const char* tag = misalign ? " unaligned" : "";
+    const size_t nf = (size_t)N * F;
+    std::vector<float> inp = rand16<T16>(rng, 2 * nf, 3.0f);  // gates out to the sigmoid's tails
+    std::vector<float> dout = rand16<T16>(rng, nf, 1.0f), out(nf), dinp(2 * nf);
+    swiglu_forward(out.data(), inp.data(), N, F);
+    swiglu_backward(dinp.data(), dout.data(), inp.data(), N, F);
+    T16* d_inp = dev_alloc<T16>(2 * nf + 1);
+    T16* d_out = dev_alloc<T16>(nf + 1);
+    T16* d_dout = dev_alloc<T16>(nf + 1);
+    T16* d_dinp = dev_alloc<T16>(2 * nf + 1);
+    T16* I = d_inp + misalign; T16* O = d_out + misalign; T16* D = d_dout + misalign; T16* DI = d_dinp + misalign;
+    dev_set(I, to16<T16>(inp));
+    dev_set(D, to16<T16>(dout));
+    dev_set(DI, to16<T16>(std::vector<float>(2 * nf, NAN)));  // overwritten, never read
+    swiglu_forward_cuda(O, I, N, F, 0);
+    snprintf(name, sizeof name, "swiglu_forward N=%d F=%d%s", N, F, tag);
+    check16(name, dev_download(O, nf), out);
+    swiglu_backward_cuda(DI, D, I, N, F, 0);
+    snprintf(name, sizeof name, "swiglu_backward (dinp over NaN) N=%d F=%d%s", N, F, tag);
+    check16(name, dev_download(DI, 2 * nf), dinp);
+    cudaFree(d_inp); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dinp);
+}
+
+// ----------------------------------------------------------------------------
 // Every test of a T16 kernel, on every shape, for one storage type (then the tests that are
 // not about it, in bf16's run, in the order they always ran): bf16's checks keep their inputs.
 
@@ -1523,6 +1738,30 @@ static void test_storage_kernels(Rng& rng) {
     test_casts<T16>(rng, 100003, 0);
     test_casts<T16>(rng, 1001, 1);
     test_casts<T16>(rng, 5, 0);
+
+    // The Llama family. The embedding without positions; RMSNorm as LayerNorm's shapes plus
+    // C = 203 (not a multiple of 8: the scalar path) and C = 2053 (scalar, 2 packs a thread);
+    // RoPE with grouped-query heads, Llama 3.1's scaling (hs = 16 and 64 put frequencies in
+    // each of its three bands) and plain, hs = 6 (the pair-wise path), positions up to 8191
+    // (angles of 8191 rad); SwiGLU with F around the 8-column groups and unaligned.
+    test_encoder_no_positions<T16>(rng, 1, 1, 8, 3);
+    test_encoder_no_positions<T16>(rng, 3, 37, 200, 50);
+    const int rms_shapes[][2] = {{1, 8}, {67, 776}, {37, 203}, {130, 1600}};
+    for (auto& s : rms_shapes) {
+        test_rmsnorm_forward<T16>(rng, s[0], s[1], false, false);
+        test_rmsnorm_forward<T16>(rng, s[0], s[1], true, false);
+    }
+    test_rmsnorm_forward<T16>(rng, 33, 264, true, true);
+    const int rmsb_shapes[][2] = {{1, 8}, {67, 776}, {1000, 264}, {37, 203}, {21, 2056}, {9, 2053}, {37, 4104}, {5, 8192}};
+    for (auto& s : rmsb_shapes) test_rmsnorm_backward<T16>(rng, s[0], s[1]);
+    const RopeParams llama31 = {500000.0f, 8.0f, 1.0f, 4.0f, 8192}, plain = {10000.0f, 1.0f, 1.0f, 1.0f, 0};
+    test_rope<T16>(rng, 2, 37, 4, 2, 64, llama31, "Llama 3.1 scaling");
+    test_rope<T16>(rng, 3, 19, 2, 2, 16, plain, "theta 10000");
+    test_rope<T16>(rng, 2, 11, 3, 1, 6, plain, "theta 10000");
+    test_rope<T16>(rng, 1, 8192, 1, 1, 16, llama31, "Llama 3.1 scaling");
+    test_rope<T16>(rng, 1, 8192, 2, 1, 16, plain, "theta 10000");
+    for (int F : {1, 8, 203, 1000}) test_swiglu<T16>(rng, 3, F, 0);
+    test_swiglu<T16>(rng, 4, 64, 1);
 
     if constexpr (is_bf16<T16>) test_matmul_autotune(rng);
     else test_matmul_untuned<T16>(rng);

@@ -72,17 +72,19 @@ fi
 
 build_runtime &
 p1=$!
-build $B/cpu_kernels.o kernels/cpu_kernels.c kernels/cpu_kernels.h -- \
-    gcc -std=gnu11 -O2 -fopenmp -I. -I$BLAS_INC -c kernels/cpu_kernels.c -o $B/cpu_kernels.o
-rc=$?
-[ $rc -eq 0 ] || build_failed cpu_kernels.o $B/cpu_kernels.o
+rc=0
+for twin in cpu_kernels cpu_kernels_llama; do  # the CPU twins
+    build $B/$twin.o kernels/$twin.c kernels/$twin.h kernels/rope.h -- \
+        gcc -std=gnu11 -O2 -fopenmp -I. -I$BLAS_INC -c kernels/$twin.c -o $B/$twin.o ||
+        { build_failed $twin.o $B/$twin.o; rc=1; }
+done
 wait $p1 || rc=1
 [ $rc -eq 0 ] || exit 1
-OBJS=($B/emu.o $B/cublaslt.o $B/cpu_kernels.o)
+OBJS=($B/emu.o $B/cublaslt.o $B/cpu_kernels.o $B/cpu_kernels_llama.o)
 
 # build_test NAME SRCDIR OUT
 build_test() {
-    build "$3" "$2"/kernels/*.cuh "$2/dev/test/$1.cu" "${HDRS[@]}" kernels/cpu_kernels.h "${OBJS[@]}" -- \
+    build "$3" "$2"/kernels/*.cuh "$2/dev/test/$1.cu" "${HDRS[@]}" kernels/*.h "${OBJS[@]}" -- \
         "${CXX_TEST[@]}" -I"$2" -I. -x c++ "$2/dev/test/$1.cu" -x none "${OBJS[@]}" -o "$3" "${LIBS[@]}"
 }
 # run_test NAME: runs build/emu/NAME into $TMP/NAME.{out,err,rc}
