@@ -255,6 +255,7 @@ int read_model_header(const char* path, GPT2Config* c, int* version, char* err, 
     if (got != (ssize_t)sizeof(h)) { snprintf(err, errlen, "%s: truncated header (%ld bytes)", path, size); return 1; }
     if (h[0] != MODEL_FILE_MAGIC) { snprintf(err, errlen, "%s: bad magic %d (not an llm.c model file: expected %d)", path, h[0], MODEL_FILE_MAGIC); return 1; }
     if (h[1] != 3 && h[1] != 5) { snprintf(err, errlen, "%s: unsupported version %d (expected 3 for fp32 or 5 for bf16)", path, h[1]); return 1; }
+    memset(c, 0, sizeof(*c));  // a GPT-2 (llm.c files hold no other family)
     c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4];
     c->num_heads = h[5]; c->channels = h[6]; c->padded_vocab_size = h[7];
     const char* bad = gpt2_config_check(c);

@@ -129,6 +129,11 @@ static int write_at(Gpt2FileWriter* w, const void* buf, size_t bytes, off_t at, 
 
 int gpt2_file_create(Gpt2FileWriter* w, const char* path, const GPT2Config* c, int version, char* err, size_t errlen) {
     memset(w, 0, sizeof(*w));
+    w->fd = -1;
+    if (c->arch != ARCH_GPT2) {  // llm.c's kinds and offsets are GPT-2's
+        snprintf(err, errlen, "%s: llm.c model files hold GPT-2 only, not a Llama model", path);
+        return 1;
+    }
     w->config = *c;
     w->version = version;
     snprintf(w->path, sizeof(w->path), "%s", path);

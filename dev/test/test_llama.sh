@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# The Llama 3 family on the cpu device, every check on grouped-query attention (2 query heads
+# per kv head): against PyTorch (dev/test/torch_llama.py), W-equivalence over real MPI ranks,
+# resuming on another rank count, activation recompute, multi-block FSDP units, a real
+# training run on Tiny Shakespeare, and bad input.
+set -u
+source dev/test/lib.sh
+out=$TEST_TMP
+KVH=2   # of 4 heads: grouped-query attention throughout
+SECONDS=0
+lap() { echo "# $1: ${SECONDS}s"; SECONDS=0; }  # a section's time (comment: not a check)
+
+# ---------------------------------------------------------------------------------------
+# 1. PyTorch reference: test_gpt2 dump-llama builds and initialises a tiny Llama, runs it on
+#    a batch of Tiny Shakespeare (logits, loss, every gradient, 10 AdamW steps) and writes it
+#    all with the initial weights; torch_llama.py redoes it in PyTorch and compares.
+#    Twice: plain RoPE at the engine's own init (std 0.02), and Llama 3.1's RoPE scaling with
+#    every weight doubled (std 0.04). At std 0.02 the attention is nearly uniform and the
+#    scaled pairs' angles stay small at T = 32: the scaling itself would be invisible (its
+#    effect on the gradients measured at ~0.9 of the tolerance); doubled, a run without it
+#    fails by ~30x. --sensitivity proves, per state, that PyTorch with each named bug fails
+#    against the C run: the comparison is able to see that bug at this shape.
+ref_shape=(--layers 2 --channels 64 --heads 4 --kv-heads $KVH --ffn-dim 96 --vocab 50257 --max-seq 64
+           --rope-theta 500000 --seed 11 --tokens "$TRAIN_SHARD" -b 4 -t 32 --steps 10)
+torch_check() {  # torch_check NAME LABEL SENSITIVITY DUMP_ARGS...
+    local name=$1 label=$2 bugs=$3; shift 3
+    if OMP_NUM_THREADS=2 build/test_gpt2 dump-llama "${ref_shape[@]}" "$@" --out "$out/$name.bin" \
+            > "$out/$name.log" 2>&1; then
+        local res rc
+        res=$($PYTHON dev/test/torch_llama.py --state "$out/$name.bin" --label "$label" --sensitivity "$bugs" --threads 2 2>&1)
+        rc=$?
+        echo "$res"
+        # A crash (a traceback, no verdict) must not pass for silence.
+        if [ $rc -ne 0 ] && ! grep -q '^not ok' <<<"$res"; then not_ok "$label: torch_llama.py exited $rc: $(tail -n 2 <<<"$res" | tr '\n' ' ')"; fi
+    else
+        not_ok "$label: test_gpt2 dump-llama failed: $(tail -n 3 "$out/$name.log" | tr '\n' ' ')"
+    fi
+    rm -f "$out/$name.bin"  # 75 MB each (the logits over GPT-2's padded vocabulary)
+}
+torch_check llama_plain "torch llama GQA" kv_heads,rope_halves,swiglu_swap --rope-factor 0
+torch_check llama_scaled "torch llama GQA, RoPE scaling" kv_heads,rope_noscale,rope_blend --rope-factor 8 --init-scale 2
+
+# The checker checks itself: a float64 PyTorch run passes, corrupted states and emulated bugs
+# (RoPE on halves, k/v heads mapped wrongly, ...) fail, broken files are refused.
+$PYTHON dev/test/torch_llama.py --selftest > "$out/selftest.log" 2>&1
+if [ $? -eq 0 ]; then ok "torch_llama.py --selftest ($(grep -c '^ok' "$out/selftest.log") checks)"
+else not_ok "torch_llama.py --selftest: $(grep -m3 'not ok' "$out/selftest.log" | tr '\n' ' ')"; fi
+lap "PyTorch reference"
+
+# ---------------------------------------------------------------------------------------
+# 2. FSDP over real MPI ranks (oversubscribed, as test_fsdp.sh): a tiny GQA Llama (3 blocks
+#    of 64 channels, 4 heads, 2 kv heads) on Tiny Shakespeare, 12 sequences of 16 tokens a
+#    step at every W, 10 steps, validation at steps 0, 5 and 10. (lr 3e-3: the loss falls by
+#    ~1 over the 10 steps, where test_fsdp.sh's 1e-3 gives ~0.4.)
+common=(./train_gpt --device cpu --arch llama3 --layers 3 --channels 64 --heads 4 --kv-heads $KVH --ffn-dim 96
+        --max-seq 64 -t 16 -d 192 -x 10 -v 5 --val-steps 1 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 1
+        -l 3e-3 -u 2 --seed 5)
+# Ranks only change the order of floating-point sums: test_fsdp.sh's tolerance for GPT-2.
+RTOL=1e-5
+run() {  # run NAME NP ARGS...: one job, its output in $out/NAME.log; a hang is killed after 120 s
+    local name=$1 np=$2; shift 2
+    if ! timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
+            "${common[@]}" "$@" > "$out/$name.log" 2>&1; then
+        not_ok "llama $name: run failed: $(tail -n 3 "$out/$name.log" | tr '\n' ' ')"
+        return 1
+    fi
+}
+compare() { $PYTHON dev/test/compare_losses.py "$@"; }
+metrics() { echo "$out/$1/metrics.jsonl"; }
+
+run ref 1 -b 12 -o "$out/ref" || exit 1
+# The run is a Llama with GQA, not a GPT-2 that ignored the flags: its setup says so.
+model_line=$(grep -m1 '^model: ' "$out/ref.log")
+if grep -q "^model: Llama 3, 3 layers, 4 heads ($KVH kv heads), 64 channels, SwiGLU 96" <<<"$model_line"; then
+    ok "llama ref run is the GQA Llama asked for ($model_line)"
+else
+    not_ok "llama ref run: its model line is not the GQA Llama asked for: '$model_line'"
+fi
+for np in 2 3 4; do
+    run np$np $np -b $((12 / np)) -o "$out/np$np" &&
+        compare "llama W-equivalence: np=$np equals np=1" "$(metrics ref)" "$(metrics np$np)" --rtol $RTOL
+done
+# Gradient accumulation (3 micro-steps), reduce-scattered every micro-step and, with
+# --no-grad-sync-until-last, summed unsharded until the last: then the later micro-steps' backward
+# adds to the gradient buffer, and Llama's embedding gradient (its own tensor, where GPT-2's
+# adds to the head's) must be zeroed by the first micro-step only (the backward zeroing it
+# every micro-step, tried by hand, fails the second check by 1.5e-4 from step 2 on).
+run np2_accum3 2 -b 2 -o "$out/np2_accum3" &&
+    compare "llama np=2 with 3 micro-steps equals np=1" "$(metrics ref)" "$(metrics np2_accum3)" --rtol $RTOL
+run np2_accum3_nosync 2 -b 2 -o "$out/np2_accum3_nosync" --no-grad-sync-until-last &&
+    compare "llama np=2, 3 micro-steps, --no-grad-sync-until-last equals np=1" "$(metrics ref)" \
+        "$(metrics np2_accum3_nosync)" --rtol $RTOL
+$PYTHON - "$(metrics ref)" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+first, last = rows[0]["loss"], rows[-1]["loss"]
+print(("ok - " if last < first - 0.5 else "not ok - ") + f"llama loss falls by more than 0.5 over 10 steps ({first:.3f} -> {last:.3f})")
+PY
+
+# Resume on another rank count: saved after step 5 at np=2, resumed at np=2 (bitwise the
+# uninterrupted np=2 run), np=3 and np=1 (within the W tolerance of it).
+if run split2 2 -b 6 -o "$out/split2" --ckpt-every 5 --stop-at-step 5; then
+    ck="$out/split2/ckpt/step_00000005"
+    run resume2 2 -b 6 -o "$out/resume2" --resume "$ck" &&
+        compare "llama resume: saved at np=2, resumed at np=2 (bitwise)" "$(metrics np2)" "$(metrics resume2)" --exact --from-step 6
+    run resume3 3 -b 4 -o "$out/resume3" --resume "$ck" &&
+        compare "llama resume: saved at np=2, resumed at np=3" "$(metrics np2)" "$(metrics resume3)" --rtol $RTOL --from-step 6
+    run resume1 1 -b 12 -o "$out/resume1" --resume "$ck" &&
+        compare "llama resume: saved at np=2, resumed at np=1" "$(metrics np2)" "$(metrics resume1)" --rtol $RTOL --from-step 6
+fi
+
+# Activation recompute rebuilds what was not kept with the forward's kernels on the same
+# inputs (RMSNorm, RoPE'd qkv, SwiGLU): bitwise the losses of the run that keeps everything.
+for mode in selective full; do
+    run recompute_$mode 1 -b 12 -o "$out/recompute_$mode" --recompute $mode &&
+        compare "llama --recompute $mode == none, np=1 (bitwise)" "$(metrics ref)" "$(metrics recompute_$mode)" --exact
+done
+# Units of 2 blocks (3 blocks: units of 2 and 1), at np=2 with recompute too.
+run units2 2 -b 6 -o "$out/units2" --fsdp-unit-layers 2 &&
+    compare "llama --fsdp-unit-layers 2, np=2" "$(metrics ref)" "$(metrics units2)" --rtol $RTOL
+run units2_full 2 -b 6 -o "$out/units2_full" --fsdp-unit-layers 2 --recompute full &&
+    compare "llama --fsdp-unit-layers 2 --recompute full == without recompute, np=2 (bitwise)" "$(metrics units2)" \
+        "$(metrics units2_full)" --exact
+lap "FSDP runs"
+
+# ---------------------------------------------------------------------------------------
+# 3. A real training run: a small GQA Llama on Tiny Shakespeare, loss must fall well below
+#    its start (as GPT-2's in test_gpt2.sh), and the sample decodes to text.
+if ./train_gpt --device cpu --arch llama3 --layers 2 --channels 128 --heads 4 --kv-heads $KVH --ffn-dim 256 --max-seq 64 \
+        -b 8 -t 64 -x 40 -l 2e-3 -u 5 -v 20 --val-steps 4 -s 40 -g 24 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 2 \
+        -o "$out/shakespeare" > "$out/shakespeare.log" 2>&1; then
+    $PYTHON - "$out/shakespeare/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+train = [r["loss"] for r in rows if "loss" in r]
+val = [r["val_loss"] for r in rows if "val_loss" in r]
+first, last = train[0], sum(train[-5:]) / 5
+ok = len(train) == 40 and last < first - 3.0 and val[-1] < val[0] - 3.0
+print(("ok - " if ok else "not ok - ") + f"llama Tiny Shakespeare loss falls: train {first:.3f} -> {last:.3f} (mean of last 5, "
+      f"{len(train)} steps), val {val[0]:.3f} -> {val[-1]:.3f}")
+PY
+    sample=$(awk '/^sample \(step 40\)/ {on = 1; next} on && /^---$/ {if (++seen == 2) exit; next} on' "$out/shakespeare.log" | tr '\n' ' ')
+    if grep -q '[a-zA-Z]' <<<"$sample" && ! grep -qE '^[0-9 ]+$' <<<"$sample"; then ok "llama --sample-every prints decoded text: ${sample:0:80}"
+    else not_ok "llama --sample-every: no decoded sample in the log: ${sample:0:120}"; fi
+else
+    not_ok "llama Tiny Shakespeare training run failed: $(tail -n 3 "$out/shakespeare.log" | tr '\n' ' ')"
+fi
+lap "Tiny Shakespeare"
+
+# ---------------------------------------------------------------------------------------
+# 4. Bad input: one clear error line, a non-zero exit, nothing trained or written.
+# expect_one_error NAME PATTERN CMD...: as lib.sh's expect_error (a non-zero exit, not a
+# signal, PATTERN in the output), and PATTERN on the one and only line starting with "error".
+expect_one_error() {
+    local name=$1 pattern=$2; shift 2
+    local out rc errs
+    out=$("$@" 2>&1); rc=$?
+    errs=$(grep '^error' <<<"$out")
+    if [ "$rc" -eq 0 ]; then not_ok "$name: exited 0"
+    elif [ "$rc" -ge 128 ]; then not_ok "$name: killed by signal $((rc - 128)): $(tail -n 2 <<<"$out" | tr '\n' ' ')"
+    elif [ "$(grep -c . <<<"$errs")" -ne 1 ]; then
+        not_ok "$name: $(grep -c . <<<"$errs") lines start with 'error', want 1: $(head -c 300 <<<"$out" | tr '\n' ' ')"
+    elif ! grep -qE -- "$pattern" <<<"$errs"; then not_ok "$name: the error does not match /$pattern/: $errs"
+    else ok "$name (exit $rc: ${errs:0:160})"; fi
+}
+T=(./train_gpt --device cpu -b 2 -t 16 -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD")
+L=("${T[@]}" --arch llama3 --layers 1 --max-seq 32 --ffn-dim 96)
+expect_one_error "llama: --kv-heads not dividing --heads" "--kv-heads 3 does not divide --heads 4" \
+    "${L[@]}" --channels 64 --heads 4 --kv-heads 3
+expect_one_error "llama: an odd head size" "--channels 36 / --heads 4 is an odd head size" \
+    "${L[@]}" --channels 36 --heads 4 --kv-heads 2
+expect_one_error "--kv-heads with a GPT-2 preset" "--kv-heads, --ffn-dim and --rope-theta are Llama's" \
+    "${T[@]}" -m d2 --kv-heads 2
+expect_one_error "--ffn-dim without a Llama model" "--kv-heads, --ffn-dim and --rope-theta are Llama's" \
+    "${T[@]}" --layers 1 --channels 64 --heads 4 --ffn-dim 96
+expect_one_error "--arch gpt2 -m llama3:tiny" "--arch gpt2 contradicts --model llama3:tiny" "${T[@]}" --arch gpt2 -m llama3:tiny
+expect_one_error "llama: --save-model refused before training" "--save-model writes llm.c's GPT-2 model file" \
+    "${L[@]}" --channels 64 --heads 4 --kv-heads 2 --save-model "$out/llama_model.bin"
+if [ -e "$out/llama_model.bin" ] || [ -e "$out/llama_model.bin.tmp" ]; then not_ok "llama: --save-model refused, yet a file was written"
+else ok "llama: --save-model refused: no model file written"; fi
+# Checkpoints across the families: the message names both architectures.
+if run_np 1 ./train_gpt --device cpu --layers 1 --channels 64 --heads 4 --max-seq 32 -b 2 -t 16 -x 1 -v 0 --threads 1 \
+        -i "$TRAIN_SHARD" --ckpt-every 1 -o "$out/gpt2ck" > "$out/gpt2ck.log" 2>&1; then
+    expect_one_error "GPT-2 checkpoint resumed into a Llama run" "the checkpoint is a gpt2 model, this run's is llama3" \
+        "${L[@]}" --channels 64 --heads 4 --kv-heads 2 --resume "$out/gpt2ck/ckpt/step_00000001"
+else
+    not_ok "GPT-2 checkpoint for the cross-family resume: run failed: $(tail -n 3 "$out/gpt2ck.log" | tr '\n' ' ')"
+fi
+if [ -d "$out/split2/ckpt/step_00000005" ]; then
+    ck=(--resume "$out/split2/ckpt/step_00000005")
+    expect_one_error "Llama checkpoint resumed into a GPT-2 run" "the checkpoint is a llama3 model, this run's is gpt2" \
+        "${T[@]}" --layers 3 --channels 64 --heads 4 --max-seq 64 "${ck[@]}"
+    expect_one_error "Llama checkpoint resumed with other kv heads" "num_kv_heads = $KVH, this run's has 4" \
+        "${common[@]}" -b 12 --kv-heads 4 "${ck[@]}"
+fi
+lap "bad input"
