@@ -20,6 +20,18 @@
 //   wpe.weight, h.N.ln_1.weight, ..., ln_f.bias; the four Linear weights of a block are HF
 //   Conv1D weights stored [in, out], the transpose of ours ([out, in]); biases and LayerNorm
 //   parameters are 1-D.
+// - safetensors (Hugging Face LlamaForCausalLM, for a Llama 3 checkpoint): the same container,
+//   F32, with model.embed_tokens.weight [V, C] and lm_head.weight [V, C] (the real rows only),
+//   model.layers.N.{input_layernorm, post_attention_layernorm}.weight [C],
+//   model.layers.N.self_attn.{q_proj [NH hs, C], k_proj [KVH hs, C], v_proj [KVH hs, C],
+//   o_proj [C, C]}.weight, model.layers.N.mlp.{gate_proj [F, C], up_proj [F, C], down_proj
+//   [C, F]}.weight and model.norm.weight [C]. Linear weights are [out, in] like ours: q/k/v are
+//   row blocks of our wqkv, gate/up of our w13 (w1 over w3). Hugging Face rotates the halves of
+//   a head (rotate_half) where we rotate pairs (2i, 2i+1) (kernels/rope.h), so its conversion
+//   script permutes the rows of q_proj and k_proj within each head: its row j < hs/2 is our row
+//   2j, its row hs/2 + j our row 2j + 1. Export applies that permutation, import undoes it. The
+//   head counts and RoPE are not in the tensors: export writes them to a config.json beside the
+//   file (save_pretrained's keys) and import requires that config.json.
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -50,16 +62,21 @@ static const char* USAGE =
 "  ckpt export PATH --llmc OUT.bin [--dtype fp32|bf16]\n"
 "                                  one llm.c model file (version 3 fp32 [default] or 5 bf16)\n"
 "  ckpt export PATH --safetensors OUT.safetensors\n"
-"                                  Hugging Face GPT-2 (GPT2Model names, Conv1D layout), F32\n"
+"                                  Hugging Face GPT-2 (GPT2Model names, Conv1D layout), F32;\n"
+"                                  a Llama 3 checkpoint: Hugging Face LlamaForCausalLM names\n"
+"                                  (q/k permuted for rotate_half), F32, and a config.json\n"
+"                                  beside OUT (llm.c files hold GPT-2 only: no --llmc)\n"
 "  ckpt import SRC OUT_ROOT --world W [--step N] [--compress none|zstd[:L]] [--heads N]\n"
 "              [--seq-len T] [--seed S] [--shuffle 0|1]\n"
-"                                  an llm.c model file or a GPT-2 safetensors file into a\n"
-"                                  sharded checkpoint for W ranks under OUT_ROOT (step N [0],\n"
+"                                  an llm.c model file, a GPT-2 safetensors file or a Hugging\n"
+"                                  Face Llama safetensors file (model.embed_tokens.weight; its\n"
+"                                  shape and RoPE from the config.json beside it, required) into\n"
+"                                  a sharded checkpoint for W ranks under OUT_ROOT (step N [0],\n"
 "                                  Adam moments zero, no data consumed); --heads sets NH for\n"
-"                                  safetensors input [its metadata's n_head, else n_head of the\n"
-"                                  config.json beside it; refused when none of these gives it];\n"
-"                                  --seq-len/--seed/--shuffle: the data loader state to record\n"
-"                                  [any T (0), 1337, 0: train_gpt's defaults]\n"
+"                                  GPT-2 safetensors input [its metadata's n_head, else n_head of\n"
+"                                  the config.json beside it; refused when none of these gives\n"
+"                                  it]; --seq-len/--seed/--shuffle: the data loader state to\n"
+"                                  record [any T (0), 1337, 0: train_gpt's defaults]\n"
 "\n"
 "PATH: a step directory (ROOT/step_00000100), a checkpoint root (RUN/ckpt: the newest complete\n"
 "checkpoint there) or a run directory holding ckpt/.\n";
@@ -214,8 +231,24 @@ static int is_conv1d(int kind) {
 }
 
 static void print_config(const GPT2Config* c) {
+    if (c->arch == ARCH_LLAMA3) {
+        printf("L=%d NH=%d KVH=%d C=%d F=%d maxT=%d V=%d Vp=%d", c->num_layers, c->num_heads, c->num_kv_heads,
+               c->channels, c->ffn_dim, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+        return;
+    }
     printf("L=%d NH=%d C=%d maxT=%d V=%d Vp=%d", c->num_layers, c->num_heads, c->channels,
            c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+}
+
+// Llama's RoPE: the base, and Llama 3.1's frequency scaling when it is on (factor > 1).
+static void print_rope(const GPT2Config* c) {
+    printf("theta %g, ", (double)c->rope_theta);
+    if (c->rope_factor > 1.0f)
+        printf("llama3 scaling: factor %g, low_freq_factor %g, high_freq_factor %g, original_max_pos %d",
+               (double)c->rope_factor, (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
+               c->rope_original_max_pos);
+    else
+        printf("no scaling");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -267,20 +300,33 @@ static int cmd_info(int argc, char** argv) {
     printf("%-16s %d\n", "world at save", c.world);
     GPT2Config cfg;
     char err[ERRLEN];
-    if (gpt2_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0) {
+    const int have_cfg = gpt2_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0;
+    if (have_cfg) {
+        printf("%-16s %s\n", "family", cfg.arch == ARCH_LLAMA3 ? "llama3 (Llama 3)" : "gpt2 (GPT-2)");
         printf("%-16s ", "model");
         print_config(&cfg);
         printf("\n");
+        if (cfg.arch == ARCH_LLAMA3) {
+            printf("%-16s %d (%d query heads per kv head)\n", "kv heads", cfg.num_kv_heads, cfg.num_heads / cfg.num_kv_heads);
+            printf("%-16s %d (SwiGLU hidden width F)\n", "ffn dim", cfg.ffn_dim);
+            printf("%-16s ", "rope");
+            print_rope(&cfg);
+            printf("\n");
+        }
     } else {
         printf("%-16s (%s)\n", "model", err);
     }
     uint64_t n_params = 0;
     for (int i = 0; i < c.n_tensors; i++) n_params += c.tensors[i].rows * c.tensors[i].cols;
-    const CkptTensor* wte = ckpt_tensor(&c, "wte");
-    if (wte && gpt2_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0 && cfg.padded_vocab_size > cfg.vocab_size)
-        printf("%-16s %" PRIu64 " (%.2fM; %" PRIu64 " without the %d padded vocabulary rows)\n", "parameters", n_params,
-               n_params / 1e6, n_params - (uint64_t)(cfg.padded_vocab_size - cfg.vocab_size) * wte->cols,
-               cfg.padded_vocab_size - cfg.vocab_size);
+    // The padded vocabulary rows: of wte (GPT-2: tied with the head), of tok_embeddings and of
+    // output (Llama: untied).
+    const int llama = have_cfg && cfg.arch == ARCH_LLAMA3;
+    const CkptTensor* wte = ckpt_tensor(&c, llama ? "tok_embeddings.weight" : "wte");
+    const uint64_t padded_copies = llama ? 2 : 1;
+    if (wte && have_cfg && cfg.padded_vocab_size > cfg.vocab_size)
+        printf("%-16s %" PRIu64 " (%.2fM; %" PRIu64 " without the %d padded vocabulary rows%s)\n", "parameters", n_params,
+               n_params / 1e6, n_params - padded_copies * (uint64_t)(cfg.padded_vocab_size - cfg.vocab_size) * wte->cols,
+               cfg.padded_vocab_size - cfg.vocab_size, llama ? " of the embedding and of the head" : "");
     else
         printf("%-16s %" PRIu64 " (%.2fM)\n", "parameters", n_params, n_params / 1e6);
     printf("%-16s %d\n", "tensors", c.n_tensors);
@@ -385,6 +431,8 @@ typedef struct {
     int ndim;
     uint64_t shape[2];
     uint64_t numel;
+    uint64_t row0;      // Llama: the entry is rows [row0, row0 + shape[0]) of the source tensor
+    int rope_heads;     // Llama's q_proj / k_proj: heads whose rows are permuted (0: none)
 } StEntry;
 
 // The HF GPT2Model tensors of a config in module order: wte, wpe, h.0.*, h.1.*, ..., ln_f
@@ -417,24 +465,202 @@ static StEntry* safetensors_entries(const GPT2Config* cfg, int* n_out) {
     return e;
 }
 
+// The HF LlamaForCausalLM tensors of a Llama config, in forward order: model.embed_tokens,
+// model.layers.N.* (input_layernorm, q/k/v/o_proj, post_attention_layernorm, gate/up/down_proj),
+// model.norm, lm_head. Each is a block of rows of one of our tensors ([out, in] on both sides:
+// no transposes); q_proj and k_proj are permuted within each head (rope_heads). The embedding
+// and the head hold the V real rows only. Export and import both walk this one table.
+#define LLAMA_HF_BLOCK 9
+// One entry: rows [row0, row0 + rows) of our tensor (kind, layer), `cols` wide; rows 0: a 1-D
+// vector of cols elements (our [1, C] norms). In a block (layer >= 0 and a block kind) the
+// name is model.layers.<layer>.<name>.
+static void llama_entry(StEntry* s, int kind, int layer, uint64_t row0, uint64_t rows, uint64_t cols, int rope_heads,
+                        const char* name) {
+    if (is_block_kind(kind)) snprintf(s->name, sizeof(s->name), "model.layers.%d.%s", layer, name);
+    else snprintf(s->name, sizeof(s->name), "%s", name);
+    s->kind = kind;
+    s->layer = layer;
+    s->row0 = row0;
+    s->rope_heads = rope_heads;
+    s->ndim = rows == 0 ? 1 : 2;
+    s->shape[0] = rows == 0 ? cols : rows;
+    s->shape[1] = rows == 0 ? 0 : cols;
+    s->numel = (rows == 0 ? 1 : rows) * cols;
+}
+
+static StEntry* llama_entries(const GPT2Config* cfg, int* n_out) {
+    const uint64_t C = (uint64_t)cfg->channels, F = (uint64_t)cfg->ffn_dim, V = (uint64_t)cfg->vocab_size;
+    const uint64_t hs = C / (uint64_t)cfg->num_heads, q = (uint64_t)cfg->num_heads * hs, kv = (uint64_t)cfg->num_kv_heads * hs;
+    const int n = 3 + LLAMA_HF_BLOCK * cfg->num_layers;
+    StEntry* e = (StEntry*)xcalloc((size_t)n, sizeof(StEntry));
+    int at = 0;
+    llama_entry(&e[at++], LK_EMB, 0, 0, V, C, 0, "model.embed_tokens.weight");
+    for (int l = 0; l < cfg->num_layers; l++) {
+        llama_entry(&e[at++], LK_ATTN_NORM, l, 0, 0, C, 0, "input_layernorm.weight");
+        llama_entry(&e[at++], LK_WQKV, l, 0, q, C, cfg->num_heads, "self_attn.q_proj.weight");
+        llama_entry(&e[at++], LK_WQKV, l, q, kv, C, cfg->num_kv_heads, "self_attn.k_proj.weight");
+        llama_entry(&e[at++], LK_WQKV, l, q + kv, kv, C, 0, "self_attn.v_proj.weight");
+        llama_entry(&e[at++], LK_WO, l, 0, C, C, 0, "self_attn.o_proj.weight");
+        llama_entry(&e[at++], LK_FFN_NORM, l, 0, 0, C, 0, "post_attention_layernorm.weight");
+        llama_entry(&e[at++], LK_W13, l, 0, F, C, 0, "mlp.gate_proj.weight");   // w1
+        llama_entry(&e[at++], LK_W13, l, F, F, C, 0, "mlp.up_proj.weight");     // w3
+        llama_entry(&e[at++], LK_W2, l, 0, C, F, 0, "mlp.down_proj.weight");
+    }
+    llama_entry(&e[at++], LK_NORM, 0, 0, 0, C, 0, "model.norm.weight");
+    llama_entry(&e[at++], LK_OUTPUT, 0, 0, V, C, 0, "lm_head.weight");
+    *n_out = n;
+    return e;
+}
+
+// Rotary permutation of `heads` heads of hs rows of `cols` each, between our interleaved pairs
+// and Hugging Face's halves. to_hf: HF row h*hs + a*hs/2 + j = our row h*hs + 2j + a (a = 0, 1;
+// the view(heads, hs/2, 2, cols).transpose(1, 2) of HF's conversion script); else the inverse.
+static void rope_permute(const float* src, float* dst, int heads, uint64_t hs, uint64_t cols, int to_hf) {
+    const uint64_t half = hs / 2;
+    for (uint64_t h = 0; h < (uint64_t)heads; h++)
+        for (uint64_t j = 0; j < half; j++)
+            for (uint64_t a = 0; a < 2; a++) {
+                const uint64_t ours = h * hs + 2 * j + a, hf = h * hs + a * half + j;
+                const float* from = src + (to_hf ? ours : hf) * cols;
+                float* to = dst + (to_hf ? hf : ours) * cols;
+                memcpy(to, from, cols * sizeof(float));
+            }
+}
+
 static void add_metadata_int(cJSON* meta, const char* key, long v) {
     char s[32];
     snprintf(s, sizeof(s), "%ld", v);
     cJSON_AddStringToObject(meta, key, s);
 }
 
+// A float as the shortest decimal that reads back as the same float, in the form Python's json
+// writes a float: positional with a '.' for decimal exponents in [-4, 16) (500000.0, 0.02),
+// else an exponent (1e-05), so that config.json's floats stay floats for Hugging Face.
+static void float_text(float v, char* out, size_t n) {
+    char e[48];
+    int prec = 1;
+    for (; prec < 9; prec++) {
+        snprintf(e, sizeof(e), "%.*e", prec - 1, (double)v);
+        if (strtof(e, NULL) == v) break;
+    }
+    snprintf(e, sizeof(e), "%.*e", prec - 1, (double)v);
+    const char* ex = strchr(e, 'e');
+    const int x = ex ? (int)strtol(ex + 1, NULL, 10) : 0;   // the decimal exponent
+    if (v != 0.0f && (x < -4 || x >= 16)) snprintf(out, n, "%s", e);
+    else snprintf(out, n, "%.*f", prec - 1 - x > 0 ? prec - 1 - x : 0, (double)v);
+    if (!strpbrk(out, ".e")) strncat(out, ".0", n - strlen(out) - 1);
+}
+
+static void add_metadata_float(cJSON* meta, const char* key, float v) {
+    char s[48];
+    float_text(v, s, sizeof(s));
+    cJSON_AddStringToObject(meta, key, s);
+}
+
+static void add_json_float(cJSON* obj, const char* key, float v) {
+    char s[48];
+    float_text(v, s, sizeof(s));
+    cJSON_AddRawToObject(obj, key, s);
+}
+
+// The bos and eos tokens of the two vocabularies fsdp.c knows (Llama 3's, GPT-2's), for the
+// config.json; 0 for another vocabulary (then config.json names none).
+static int known_vocab_tokens(int V, int* bos, int* eos) {
+    if (V == LLAMA3_VOCAB) { *bos = 128000; *eos = 128001; return 1; }   // <|begin_of_text|>, <|end_of_text|>
+    if (V == GPT2_VOCAB) { *bos = GPT2_EOT; *eos = GPT2_EOT; return 1; }  // <|endoftext|>
+    return 0;
+}
+
+// config.json beside a Llama export, with the keys transformers' save_pretrained writes for a
+// LlamaForCausalLM of this shape (what import reads back).
+static void write_llama_config_json(const GPT2Config* cfg, const char* out) {
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    snprintf(dir, sizeof(dir), "%s", out);
+    snprintf(path, sizeof(path), "%s/config.json", dirname(dir));
+    cJSON* j = cJSON_CreateObject();
+    cJSON* arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddFalseToObject(j, "attention_bias");
+    add_json_float(j, "attention_dropout", 0.0f);
+    int bos, eos;
+    if (known_vocab_tokens(cfg->vocab_size, &bos, &eos)) {
+        cJSON_AddNumberToObject(j, "bos_token_id", bos);
+        cJSON_AddNumberToObject(j, "eos_token_id", eos);
+    }
+    cJSON_AddNumberToObject(j, "head_dim", cfg->channels / cfg->num_heads);
+    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    cJSON_AddNumberToObject(j, "hidden_size", cfg->channels);
+    add_json_float(j, "initializer_range", 0.02f);
+    cJSON_AddNumberToObject(j, "intermediate_size", cfg->ffn_dim);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", cfg->max_seq_len);
+    cJSON_AddFalseToObject(j, "mlp_bias");
+    cJSON_AddStringToObject(j, "model_type", "llama");
+    cJSON_AddNumberToObject(j, "num_attention_heads", cfg->num_heads);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", cfg->num_layers);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", cfg->num_kv_heads);
+    cJSON_AddNumberToObject(j, "pretraining_tp", 1);
+    cJSON_AddRawToObject(j, "rms_norm_eps", "1e-05");   // RMSNORM_EPS (kernels/cpu_kernels_llama.h)
+    if (cfg->rope_factor > 1.0f) {
+        cJSON* rs = cJSON_AddObjectToObject(j, "rope_scaling");
+        add_json_float(rs, "factor", cfg->rope_factor);
+        add_json_float(rs, "high_freq_factor", cfg->rope_high_freq_factor);
+        add_json_float(rs, "low_freq_factor", cfg->rope_low_freq_factor);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", cfg->rope_original_max_pos);
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    } else {
+        cJSON_AddNullToObject(j, "rope_scaling");
+    }
+    add_json_float(j, "rope_theta", cfg->rope_theta);
+    cJSON_AddFalseToObject(j, "tie_word_embeddings");
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    cJSON_AddTrueToObject(j, "use_cache");
+    cJSON_AddNumberToObject(j, "vocab_size", cfg->vocab_size);
+    char* text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) fail("out of memory building %s", path);
+    AtomicFile f;
+    atomic_open(&f, path);
+    atomic_write(&f, text, strlen(text));
+    atomic_write(&f, "\n", 1);
+    free(text);
+    atomic_commit(&f);
+}
+
 static void export_safetensors(Ckpt* c, const GPT2Config* cfg, const char* out) {
+    const int llama = cfg->arch == ARCH_LLAMA3;
     int n;
-    StEntry* e = safetensors_entries(cfg, &n);
+    StEntry* e = llama ? llama_entries(cfg, &n) : safetensors_entries(cfg, &n);
     cJSON* header = cJSON_CreateObject();
     cJSON* meta = cJSON_AddObjectToObject(header, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
-    add_metadata_int(meta, "n_layer", cfg->num_layers);
-    add_metadata_int(meta, "n_head", cfg->num_heads);
-    add_metadata_int(meta, "n_embd", cfg->channels);
-    add_metadata_int(meta, "n_positions", cfg->max_seq_len);
-    add_metadata_int(meta, "vocab_size", cfg->vocab_size);
-    add_metadata_int(meta, "padded_vocab_size", cfg->padded_vocab_size);
+    if (llama) {
+        // config.json's essentials (safetensors metadata values are strings).
+        cJSON_AddStringToObject(meta, "model_type", "llama");
+        add_metadata_int(meta, "num_hidden_layers", cfg->num_layers);
+        add_metadata_int(meta, "num_attention_heads", cfg->num_heads);
+        add_metadata_int(meta, "num_key_value_heads", cfg->num_kv_heads);
+        add_metadata_int(meta, "hidden_size", cfg->channels);
+        add_metadata_int(meta, "intermediate_size", cfg->ffn_dim);
+        add_metadata_int(meta, "max_position_embeddings", cfg->max_seq_len);
+        add_metadata_int(meta, "vocab_size", cfg->vocab_size);
+        add_metadata_int(meta, "padded_vocab_size", cfg->padded_vocab_size);
+        add_metadata_float(meta, "rope_theta", cfg->rope_theta);
+        if (cfg->rope_factor > 1.0f) {
+            cJSON_AddStringToObject(meta, "rope_type", "llama3");
+            add_metadata_float(meta, "rope_factor", cfg->rope_factor);
+            add_metadata_float(meta, "rope_low_freq_factor", cfg->rope_low_freq_factor);
+            add_metadata_float(meta, "rope_high_freq_factor", cfg->rope_high_freq_factor);
+            add_metadata_int(meta, "rope_original_max_position_embeddings", cfg->rope_original_max_pos);
+        }
+        cJSON_AddStringToObject(meta, "rms_norm_eps", "1e-05");
+    } else {
+        add_metadata_int(meta, "n_layer", cfg->num_layers);
+        add_metadata_int(meta, "n_head", cfg->num_heads);
+        add_metadata_int(meta, "n_embd", cfg->channels);
+        add_metadata_int(meta, "n_positions", cfg->max_seq_len);
+        add_metadata_int(meta, "vocab_size", cfg->vocab_size);
+        add_metadata_int(meta, "padded_vocab_size", cfg->padded_vocab_size);
+    }
     uint64_t off = 0, max_n = 0;
     for (int i = 0; i < n; i++) {
         cJSON* t = cJSON_AddObjectToObject(header, e[i].name);
@@ -466,16 +692,23 @@ static void export_safetensors(Ckpt* c, const GPT2Config* cfg, const char* out) 
     free(hbuf);
     float* buf = (float*)xmalloc(max_n * sizeof(float));
     float* tr = (float*)xmalloc(max_n * sizeof(float));
+    const uint64_t hs = (uint64_t)(cfg->channels / cfg->num_heads);
     for (int i = 0; i < n; i++) {
         char name[CKPT_NAME_LEN], err[ERRLEN];
         gpt2_tensor_name(e[i].kind, e[i].layer, name, sizeof(name));
-        if (ckpt_read(c, name, CKPT_PARAM, 0, e[i].numel, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
+        const uint64_t cols = e[i].ndim == 2 ? e[i].shape[1] : e[i].shape[0];
+        const uint64_t lo = llama ? e[i].row0 * cols : 0;
+        if (ckpt_read(c, name, CKPT_PARAM, lo, lo + e[i].numel, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
         const float* src = buf;
-        if (is_conv1d(e[i].kind)) {
+        if (!llama && is_conv1d(e[i].kind)) {
             size_t rows, cols;  // ours: [out = rows, in = cols]; HF: [in, out]
             kind_shape(cfg, e[i].kind, &rows, &cols);
             for (size_t r = 0; r < rows; r++)
                 for (size_t k = 0; k < cols; k++) tr[k * rows + r] = buf[r * cols + k];
+            src = tr;
+        }
+        if (llama && e[i].rope_heads) {
+            rope_permute(buf, tr, e[i].rope_heads, hs, cols, 1);
             src = tr;
         }
         atomic_write(&f, src, e[i].numel * sizeof(float));
@@ -484,9 +717,21 @@ static void export_safetensors(Ckpt* c, const GPT2Config* cfg, const char* out) 
     free(buf);
     free(tr);
     free(e);
-    printf("wrote %s: safetensors (Hugging Face GPT2Model names, F32), ", out);
+    if (llama) {
+        write_llama_config_json(cfg, out);
+        printf("wrote %s: safetensors (Hugging Face LlamaForCausalLM names, q/k permuted for rotate_half, F32), ", out);
+    } else {
+        printf("wrote %s: safetensors (Hugging Face GPT2Model names, F32), ", out);
+    }
     print_config(cfg);
     printf(", %d tensors, step %ld\n", n, c->step);
+    if (llama) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", out);
+        printf("wrote %s/config.json: ", dirname(dir));
+        print_rope(cfg);
+        printf("\n");
+    }
 }
 
 static int cmd_export(int argc, char** argv) {
@@ -507,6 +752,10 @@ static int cmd_export(int argc, char** argv) {
     Ckpt c;
     GPT2Config cfg;
     open_model_ckpt(pos[0], &c, &cfg);
+    if (llmc && cfg.arch != ARCH_GPT2) {
+        ckpt_close(&c);
+        fail("export: %s is a Llama 3 checkpoint: llm.c model files hold GPT-2 only (use --safetensors)", pos[0]);
+    }
     if (llmc) export_llmc(&c, &cfg, out, bf16);
     else export_safetensors(&c, &cfg, out);
     ckpt_close(&c);
@@ -522,6 +771,20 @@ typedef struct {
     float* params;
     size_t n;
 } Weights;
+
+// Element offset of (kind, layer) in Weights.params: llm.c's order for GPT-2 (llmc_offset);
+// for Llama its kinds in order (LK_EMB, LK_NORM, LK_OUTPUT, then the block kinds), each
+// stacked over the layers.
+static size_t weights_offset(const GPT2Config* c, int kind, int layer) {
+    if (c->arch != ARCH_LLAMA3) return llmc_offset(c, kind, layer);
+    size_t off = 0, rows, cols;
+    for (int k = LK_EMB; k < kind; k++) {
+        kind_shape(c, k, &rows, &cols);
+        off += rows * cols * (size_t)kind_layers(c, k);
+    }
+    kind_shape(c, kind, &rows, &cols);
+    return off + (size_t)layer * rows * cols;
+}
 
 static float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
@@ -686,15 +949,15 @@ static int parse_heads_text(const char* s, int* out) {
     return 1;
 }
 
-// config.json beside the safetensors file, as Hugging Face's save_pretrained writes it: its
-// n_head, with n_embd / n_layer / n_positions / vocab_size checked against the tensors.
-// Returns the head count, or 0 when there is no config.json.
-static int hf_config_heads(const char* path, const GPT2Config* c, char* cfg_path, size_t cfg_len) {
+// The config.json beside the safetensors file `path` (its path into cfg_path), parsed: NULL
+// when there is none; refused when it is not a regular file of at most 1 MiB holding a JSON
+// object.
+static cJSON* read_config_json(const char* path, char* cfg_path, size_t cfg_len) {
     char dir[PATH_MAX];
     snprintf(dir, sizeof(dir), "%s", path);
     snprintf(cfg_path, cfg_len, "%s/config.json", dirname(dir));
     struct stat st;
-    if (stat(cfg_path, &st) != 0) return 0;
+    if (stat(cfg_path, &st) != 0) return NULL;
     if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", cfg_path);
     if (st.st_size > (1 << 20)) fail("%s: %lld bytes: too large for a model config", cfg_path, (long long)st.st_size);
     int fd = open(cfg_path, O_RDONLY);
@@ -705,7 +968,16 @@ static int hf_config_heads(const char* path, const GPT2Config* c, char* cfg_path
     text[st.st_size] = '\0';
     cJSON* j = cJSON_Parse(text);
     free(text);
-    if (!cJSON_IsObject(j)) fail("%s: not a JSON object", cfg_path);
+    if (!cJSON_IsObject(j)) fail("%s: not a JSON object (invalid JSON, or another JSON value)", cfg_path);
+    return j;
+}
+
+// config.json beside the safetensors file, as Hugging Face's save_pretrained writes it: its
+// n_head, with n_embd / n_layer / n_positions / vocab_size checked against the tensors.
+// Returns the head count, or 0 when there is no config.json.
+static int hf_config_heads(const char* path, const GPT2Config* c, char* cfg_path, size_t cfg_len) {
+    cJSON* j = read_config_json(path, cfg_path, cfg_len);
+    if (!j) return 0;
     const cJSON* mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (mt && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0))
         fail("%s: model_type is %s, not gpt2", cfg_path, cJSON_IsString(mt) ? mt->valuestring : "not a string");
@@ -727,6 +999,251 @@ static int hf_config_heads(const char* path, const GPT2Config* c, char* cfg_path
     return (int)heads;
 }
 
+// ---- Hugging Face Llama (LlamaForCausalLM) safetensors
+
+// A file of Hugging Face's Llama names (model.embed_tokens, model.layers.N, model.norm), not
+// GPT-2's (wte, h.N, or those under "transformer.").
+static int is_hf_llama(const cJSON* header) {
+    for (const cJSON* e = header->child; e; e = e->next)
+        if (!strncmp(e->string, "model.embed_tokens.", 19) || !strncmp(e->string, "model.layers.", 13) ||
+            !strncmp(e->string, "model.norm.", 11))
+            return 1;
+    return 0;
+}
+
+// obj[key] (`what` names it in messages, "rope_scaling.factor") from config.json: a whole
+// number in [lo, hi], or a finite number. Missing (or null): refused when required, else 0.
+static int cfg_uint(const char* cfg_path, const cJSON* obj, const char* key, const char* what, int required, uint64_t lo,
+                    uint64_t hi, uint64_t* out) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) fail("%s: %s is missing (a Llama import needs it: it is not in the tensors)", cfg_path, what);
+        return 0;
+    }
+    if (!ckpt_json_uint(v, (double)hi, out) || *out < lo)
+        fail("%s: %s is not a whole number in [%" PRIu64 ", %" PRIu64 "]", cfg_path, what, lo, hi);
+    return 1;
+}
+
+static int cfg_number(const char* cfg_path, const cJSON* obj, const char* key, const char* what, int required, double* out) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) fail("%s: %s is missing (a Llama import needs it: it is not in the tensors)", cfg_path, what);
+        return 0;
+    }
+    if (!cJSON_IsNumber(v)) fail("%s: %s is not a number", cfg_path, what);
+    // (cJSON reads 1e999 as infinity; a comparison that NaN fails too)
+    if (!(v->valuedouble > -1e300 && v->valuedouble < 1e300)) fail("%s: %s = %g is not a finite number", cfg_path, what, v->valuedouble);
+    *out = v->valuedouble;
+    return 1;
+}
+
+// An optional boolean of config.json: absent or null gives `dflt`.
+static int cfg_bool(const char* cfg_path, const cJSON* obj, const char* key, int dflt) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) return dflt;
+    if (!cJSON_IsBool(v)) fail("%s: %s is not true or false", cfg_path, key);
+    return cJSON_IsTrue(v);
+}
+
+// An optional whole number of config.json that the tensors also give: refused when it differs.
+static void cfg_matches(const char* cfg_path, const cJSON* j, const char* key, int have, const char* from) {
+    uint64_t x;
+    if (cfg_uint(cfg_path, j, key, key, 0, 0, (uint64_t)1 << 31, &x) && x != (uint64_t)have)
+        fail("%s: %s = %" PRIu64 ", but the safetensors file has %d (%s)", cfg_path, key, x, have, from);
+}
+
+// The model's RoPE from config.json: rope_theta, and rope_scaling (required: null for plain
+// RoPE, or Llama 3.1's {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings}, which kernels/rope.h implements).
+static void hf_llama_rope(const char* cfg_path, const cJSON* j, GPT2Config* c) {
+    double theta;
+    cfg_number(cfg_path, j, "rope_theta", "rope_theta", 1, &theta);
+    if (!(theta > 1.0 && theta < 1e30)) fail("%s: rope_theta = %g is not a number > 1 (RoPE's base)", cfg_path, theta);
+    c->rope_theta = (float)theta;
+    // Plain RoPE keeps the scaling fields of Llama 3's presets (train_gpt's): a resume compares
+    // every RoPE field of the checkpoint with its own, used or not.
+    c->rope_factor = 0.0f;
+    c->rope_low_freq_factor = 1.0f;
+    c->rope_high_freq_factor = 4.0f;
+    c->rope_original_max_pos = 8192;
+    const cJSON* rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    if (!rs)
+        fail("%s: rope_scaling is missing (null for plain RoPE, or {\"rope_type\": \"llama3\", ...}): a Llama import needs it",
+             cfg_path);
+    if (cJSON_IsNull(rs)) return;
+    if (!cJSON_IsObject(rs)) fail("%s: rope_scaling is neither null nor an object", cfg_path);
+    const cJSON* type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");   // (older transformers' key)
+    if (!cJSON_IsString(type)) fail("%s: rope_scaling has no rope_type string", cfg_path);
+    if (!strcmp(type->valuestring, "default")) return;
+    if (strcmp(type->valuestring, "llama3") != 0)
+        fail("%s: rope_scaling.rope_type \"%s\" is not supported (fsdp.c's RoPE has Llama 3.1's \"llama3\" scaling only)",
+             cfg_path, type->valuestring);
+    double factor, low, high;
+    uint64_t orig;
+    cfg_number(cfg_path, rs, "factor", "rope_scaling.factor", 1, &factor);
+    cfg_number(cfg_path, rs, "low_freq_factor", "rope_scaling.low_freq_factor", 1, &low);
+    cfg_number(cfg_path, rs, "high_freq_factor", "rope_scaling.high_freq_factor", 1, &high);
+    cfg_uint(cfg_path, rs, "original_max_position_embeddings", "rope_scaling.original_max_position_embeddings", 1, 1,
+             INT32_MAX, &orig);
+    // (factor 1 is plain RoPE in both conventions; below 1 Hugging Face would divide by it)
+    if (!(factor >= 1.0 && factor < 1e6)) fail("%s: rope_scaling.factor = %g is not in [1, 1e6)", cfg_path, factor);
+    if (!(low > 0.0 && high > low && high < 1e6))
+        fail("%s: rope_scaling needs 0 < low_freq_factor < high_freq_factor (< 1e6): low %g, high %g", cfg_path, low, high);
+    c->rope_factor = (float)factor;
+    c->rope_low_freq_factor = (float)low;
+    c->rope_high_freq_factor = (float)high;
+    c->rope_original_max_pos = (int)orig;
+}
+
+// Reads a Hugging Face Llama safetensors file (header parsed, its ranges checked) into w: the
+// shape from the tensors (V, C from model.embed_tokens, F from layer 0's gate_proj, L from the
+// model.layers.N names) and from the config.json beside it (head counts, positions, RoPE), all
+// cross-checked; q_proj and k_proj un-permuted into our interleaved-pair rows, q/k/v stacked
+// into wqkv and gate/up into w13; the vocabulary padded with zero rows.
+static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_t data_len, cJSON* header, Weights* w,
+                          int heads) {
+    char cfg_path[PATH_MAX + 16];
+    cJSON* j = read_config_json(path, cfg_path, sizeof(cfg_path));
+    if (!j)
+        fail("%s: a Hugging Face Llama file needs the config.json beside it (%s: not found): its head counts and RoPE "
+             "are not in the tensors", path, cfg_path);
+    const cJSON* mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (mt && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "llama") != 0))
+        fail("%s: model_type is %s, not llama", cfg_path, cJSON_IsString(mt) ? mt->valuestring : "not a string");
+    const cJSON* act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+        fail("%s: hidden_act is %s: fsdp.c's Llama MLP is SwiGLU (silu)", cfg_path,
+             cJSON_IsString(act) ? act->valuestring : "not a string");
+    if (cfg_bool(cfg_path, j, "attention_bias", 0) || cfg_bool(cfg_path, j, "mlp_bias", 0))
+        fail("%s: attention_bias or mlp_bias is true: fsdp.c's Llama has no biases", cfg_path);
+    double eps;
+    if (cfg_number(cfg_path, j, "rms_norm_eps", "rms_norm_eps", 0, &eps) && (float)eps != 1e-5f)
+        fail("%s: rms_norm_eps = %g, but fsdp.c's RMSNorm adds 1e-05 (Llama 3's)", cfg_path, eps);
+    const int tie = cfg_bool(cfg_path, j, "tie_word_embeddings", 0);
+    uint64_t nh, kvh, max_pos;
+    cfg_uint(cfg_path, j, "num_attention_heads", "num_attention_heads", 1, 1, 1 << 16, &nh);
+    cfg_uint(cfg_path, j, "num_key_value_heads", "num_key_value_heads", 1, 1, 1 << 16, &kvh);
+    cfg_uint(cfg_path, j, "max_position_embeddings", "max_position_embeddings", 1, 1, GPT2_MAX_SEQ, &max_pos);
+    GPT2Config* c = &w->cfg;
+    memset(c, 0, sizeof(*c));
+    c->arch = ARCH_LLAMA3;
+    hf_llama_rope(cfg_path, j, c);
+
+    // The shape the tensors give.
+    const char* emb_name = "model.embed_tokens.weight";
+    const cJSON* it = cJSON_GetObjectItemCaseSensitive(header, emb_name);
+    if (!it)
+        fail("%s: tensor %s is missing%s", path, emb_name,
+             tie ? " (with tie_word_embeddings true it is the output head too)" : "");
+    StTensor emb;
+    st_parse(path, it, emb_name, data_len, &emb);
+    if (emb.ndim != 2) fail("%s: tensor %s has %d dimension(s), expected 2 ([vocab, hidden])", path, emb_name, emb.ndim);
+    if (emb.shape[0] < 1 || emb.shape[0] > GPT2_MAX_VOCAB || emb.shape[1] < 1 || emb.shape[1] > GPT2_MAX_CHANNELS)
+        fail("%s: tensor %s is [%" PRIu64 ", %" PRIu64 "]: not a plausible [vocab, hidden] (at most [2^26, 65536])", path,
+             emb_name, emb.shape[0], emb.shape[1]);
+    int max_layer = -1;
+    for (const cJSON* e = header->child; e; e = e->next) {
+        if (strncmp(e->string, "model.layers.", 13) != 0 || !isdigit((unsigned char)e->string[13])) continue;
+        char* end;
+        long l = strtol(e->string + 13, &end, 10);
+        if (*end == '.' && l >= 0 && l < GPT2_MAX_LAYERS && l > max_layer) max_layer = (int)l;
+    }
+    if (max_layer < 0) fail("%s: no decoder layers (model.layers.N.*) found", path);
+    const char* gate_name = "model.layers.0.mlp.gate_proj.weight";
+    it = cJSON_GetObjectItemCaseSensitive(header, gate_name);
+    if (!it) fail("%s: tensor %s is missing", path, gate_name);
+    StTensor gate;
+    st_parse(path, it, gate_name, data_len, &gate);
+    if (gate.ndim != 2 || gate.shape[0] < 1 || gate.shape[0] > LLAMA_MAX_FFN || gate.shape[1] != emb.shape[1])
+        fail("%s: tensor %s is not [F, %" PRIu64 "] with F in [1, 2^20]", path, gate_name, emb.shape[1]);
+    c->vocab_size = (int)emb.shape[0];
+    c->padded_vocab_size = pad_vocab(c->vocab_size);
+    c->channels = (int)emb.shape[1];
+    c->ffn_dim = (int)gate.shape[0];
+    c->num_layers = max_layer + 1;
+    c->max_seq_len = (int)max_pos;
+    cfg_matches(cfg_path, j, "hidden_size", c->channels, "model.embed_tokens.weight's columns");
+    cfg_matches(cfg_path, j, "vocab_size", c->vocab_size, "model.embed_tokens.weight's rows");
+    cfg_matches(cfg_path, j, "intermediate_size", c->ffn_dim, "model.layers.0.mlp.gate_proj.weight's rows");
+    cfg_matches(cfg_path, j, "num_hidden_layers", c->num_layers, "the model.layers.N tensors");
+    // The head counts, which only config.json gives.
+    if ((uint64_t)c->channels % nh != 0)
+        fail("%s: num_attention_heads %" PRIu64 " does not divide hidden_size %d", cfg_path, nh, c->channels);
+    if (kvh > nh || nh % kvh != 0)
+        fail("%s: num_key_value_heads %" PRIu64 " does not divide num_attention_heads %" PRIu64, cfg_path, kvh, nh);
+    c->num_heads = (int)nh;
+    c->num_kv_heads = (int)kvh;
+    cfg_matches(cfg_path, j, "head_dim", c->channels / c->num_heads, "hidden_size / num_attention_heads");
+    if (heads && heads != c->num_heads)
+        fail("%s: --heads %d disagrees with %s's num_attention_heads %d", path, heads, cfg_path, c->num_heads);
+    const char* bad = gpt2_config_check(c);
+    if (bad) fail("%s: inconsistent model (%s; from the tensors and %s)", path, bad, cfg_path);
+    cJSON_Delete(j);
+
+    // Every tensor there with its shape, and nothing else, before the model's memory is allocated.
+    int n;
+    StEntry* e = llama_entries(c, &n);
+    StTensor* found = (StTensor*)xcalloc((size_t)n, sizeof(StTensor));
+    int head_from_embedding = 0;
+    for (int i = 0; i < n; i++) {
+        it = cJSON_GetObjectItemCaseSensitive(header, e[i].name);
+        if (!it && e[i].kind == LK_OUTPUT && tie) { head_from_embedding = 1; continue; }
+        if (!it && e[i].kind == LK_OUTPUT)
+            fail("%s: tensor lm_head.weight is missing (and %s does not say tie_word_embeddings: true)", path, cfg_path);
+        if (!it) fail("%s: tensor %s is missing (a model with %d layers)", path, e[i].name, c->num_layers);
+        st_parse(path, it, e[i].name, data_len, &found[i]);
+        st_expect_shape(path, e[i].name, &found[i], e[i].ndim, e[i].shape[0], e[i].shape[1]);
+    }
+    int n_used = 0;
+    for (const cJSON* k = header->child; k; k = k->next) {
+        if (!strcmp(k->string, "__metadata__")) continue;
+        size_t len = strlen(k->string), sl = strlen(".rotary_emb.inv_freq");
+        if (len > sl && !strcmp(k->string + len - sl, ".rotary_emb.inv_freq")) continue;   // older transformers' buffer
+        int known = 0;
+        for (int i = 0; i < n && !known; i++) known = !strcmp(k->string, e[i].name);
+        if (!known) fail("%s: unexpected tensor %s (not one of a Llama with %d layers)", path, k->string, c->num_layers);
+        n_used++;
+    }
+    if (n_used != n - head_from_embedding) fail("%s: a tensor name appears twice in the header", path);
+
+    w->n = gpt2_num_parameters(c);
+    w->params = (float*)xcalloc(w->n, sizeof(float));   // the padded vocabulary rows stay zero
+    const uint64_t C = (uint64_t)c->channels, hs = C / (uint64_t)c->num_heads;
+    float* tmp = (float*)xmalloc(C * C * sizeof(float));   // q_proj, the largest permuted tensor
+    for (int i = 0; i < n; i++) {
+        if (e[i].kind == LK_OUTPUT && head_from_embedding) continue;
+        const uint64_t cols = e[i].ndim == 2 ? e[i].shape[1] : e[i].shape[0];
+        float* dst = w->params + weights_offset(c, e[i].kind, e[i].layer) + e[i].row0 * cols;
+        if (e[i].rope_heads) {
+            st_read(path, fd, data_start, &found[i], tmp);
+            rope_permute(tmp, dst, e[i].rope_heads, hs, cols, 0);
+        } else {
+            st_read(path, fd, data_start, &found[i], dst);
+        }
+    }
+    const size_t vc = (size_t)c->vocab_size * C * sizeof(float);
+    const float* emb_w = w->params + weights_offset(c, LK_EMB, 0);
+    float* out_w = w->params + weights_offset(c, LK_OUTPUT, 0);
+    if (head_from_embedding) memcpy(out_w, emb_w, vc);
+    else if (tie && memcmp(out_w, emb_w, vc) != 0)
+        fail("%s: %s says tie_word_embeddings: true, but lm_head.weight differs from %s", path, cfg_path, emb_name);
+    free(tmp);
+    free(found);
+    free(e);
+    close(fd);
+    cJSON_Delete(header);
+    printf("read %s: safetensors (Hugging Face Llama), ", path);
+    print_config(c);
+    printf(", RoPE ");
+    print_rope(c);
+    printf(" (heads, positions and RoPE from %s)\n", cfg_path);
+    if (head_from_embedding)
+        printf("note: no lm_head.weight and tie_word_embeddings: true: the output head starts as a copy of %s "
+               "(fsdp.c's Llama trains it untied)\n", emb_name);
+}
+
 static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen, Weights* w, int heads) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
@@ -738,6 +1255,10 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     if (!cJSON_IsObject(header)) fail("%s: safetensors header is not a JSON object", path);
     uint64_t data_start = 8 + hlen, data_len = file_size - data_start;
     st_check_overlaps(path, header, data_len);
+    if (is_hf_llama(header)) {
+        load_hf_llama(path, fd, data_start, data_len, header, w, heads);
+        return;
+    }
 
     // Shape of the model from the tensors.
     StTensor wte, wpe;
@@ -962,7 +1483,7 @@ static int cmd_import(int argc, char** argv) {
             const FlatPiece* fp = &owned[i];
             int kind, layer;
             tensor_kind(&m, fp->unit, fp->tensor, &kind, &layer);
-            const float* data = w.params + llmc_offset(cfg, kind, layer);
+            const float* data = w.params + weights_offset(cfg, kind, layer);
             for (int k = 0; k < CKPT_KINDS; k++) {
                 CkptPiece* p = &pieces[r][n_pieces[r]++];
                 p->tensor = m.units[fp->unit].tensors[fp->tensor].name;

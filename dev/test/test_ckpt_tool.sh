@@ -4,7 +4,9 @@
 # train_gpt --resume from an imported checkpoint, the safetensors file against the PyTorch
 # reference, and bad inputs (safetensors whose tensors share bytes, a head count of "0", and
 # the head count taken from the config.json of a Hugging Face save_pretrained directory or
-# refused when nothing gives it: never guessed as channels / 64).
+# refused when nothing gives it: never guessed as channels / 64). Then a Llama 3 with
+# grouped-query attention: Hugging Face LlamaForCausalLM safetensors export/import round trips,
+# --resume from the import, and the export checked in Hugging Face's convention (section 7).
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
@@ -267,3 +269,117 @@ expect_error "import: metadata n_head disagreeing with config.json" \
 if [ -e "$out/imp_x" ] && [ -n "$(ls -A "$out/imp_x" 2>/dev/null)" ]; then not_ok "failed imports leave nothing in OUT_ROOT: $(ls "$out/imp_x")"
 else ok "failed imports leave nothing in OUT_ROOT"; fi
 if $CK --help | grep -q 'ckpt import SRC OUT_ROOT'; then ok "ckpt --help"; else not_ok "ckpt --help: no usage"; fi
+
+# 7. Llama 3 (grouped-query attention: 2 kv heads for 4 heads, SwiGLU width 96): info and verify,
+#    --llmc refused, export to Hugging Face LlamaForCausalLM safetensors + config.json, import
+#    back (byte-identical round trip), --resume from the import, and the export run by an
+#    independent forward in Hugging Face's rotate_half convention (dev/test/hf_llama_check.py)
+#    against train_gpt's val loss on the same weights. Bad Llama inputs: test_untrusted_ckpt.sh.
+lmodel=(--arch llama3 --layers 2 --channels 64 --heads 4 --kv-heads 2 --ffn-dim 96 --max-seq 64)
+lval=(-v 2 --val-steps 2)
+last_val() { grep -oE '"val_loss":[-0-9.e+]+' "$1/metrics.jsonl" 2>/dev/null | tail -n 1 | cut -d: -f2; }
+HF=dev/test/hf_llama_check.py
+# py_checks: the ok/not ok lines of a hf_llama_check.py run, or a not ok naming it when it failed without one
+py_checks() {
+    local res rc
+    res=$($PYTHON "$HF" "$@" 2>&1); rc=$?
+    grep -E '^(not )?ok - ' <<<"$res"
+    if [ $rc -ne 0 ] && ! grep -q '^not ok - ' <<<"$res"; then not_ok "hf_llama_check.py $1: $(tail -n 2 <<<"$res" | tr '\n' ' ')"; fi
+}
+if ! ./train_gpt "${common[@]}" "${lmodel[@]}" "${lval[@]}" -x 4 -o "$out/lrun" --ckpt-every 4 > "$out/lrun.log" 2>&1; then
+    not_ok "train_gpt --arch llama3 (KVH 2) with --ckpt-every 4: $(why "$out/lrun.log")"; exit 1
+fi
+lstep="$out/lrun/ckpt/step_00000004"
+lval4=$(last_val "$out/lrun")   # the val loss at step 4, of the checkpoint's weights
+$CK info "$out/lrun" > "$out/linfo.txt" 2>&1
+if grep -qE '^family +llama3' "$out/linfo.txt" && grep -q 'L=2 NH=4 KVH=2 C=64 F=96 maxT=64 V=50257 Vp=50304' "$out/linfo.txt" &&
+   grep -qE '^kv heads +2 ' "$out/linfo.txt" && grep -qE '^ffn dim +96 ' "$out/linfo.txt" &&
+   grep -qE '^rope +theta 500000, no scaling$' "$out/linfo.txt" && grep -qE '^step +4$' "$out/linfo.txt" &&
+   grep -qE '^parameters +6500672 .*6494656 without the 47 padded vocabulary rows' "$out/linfo.txt"; then
+    ok "info on a Llama checkpoint: family llama3, L/NH/KVH/C/F, kv heads 2, ffn dim 96, rope theta 500000 no scaling, parameters"
+else
+    not_ok "info on the Llama checkpoint: $(head -c 700 "$out/linfo.txt" | tr '\n' '|')"
+fi
+check "verify a Llama checkpoint" bash -c "$CK verify '$lstep' | grep -q '^ok'"
+expect_error "export --llmc of a Llama checkpoint is refused (llm.c files hold GPT-2 only)" \
+    "step_00000004 is a Llama 3 checkpoint: llm.c model files hold GPT-2 only \(use --safetensors\)" \
+    $CK export "$lstep" --llmc "$out/llama.bin"
+if [ -e "$out/llama.bin" ] || [ -e "$out/llama.bin.tmp" ]; then not_ok "the refused --llmc export leaves no file"; fi
+
+mkdir -p "$out/lhf" "$out/lhf2"
+if $CK export "$lstep" --safetensors "$out/lhf/model.safetensors" > "$out/lst.log" 2>&1 && [ -f "$out/lhf/config.json" ] &&
+   $CK import "$out/lhf/model.safetensors" "$out/limp" --world 3 >> "$out/lst.log" 2>&1 &&
+   $CK verify "$out/limp" > /dev/null 2>&1 &&
+   $CK export "$out/limp" --safetensors "$out/lhf2/model.safetensors" >> "$out/lst.log" 2>&1 &&
+   cmp -s "$out/lhf/model.safetensors" "$out/lhf2/model.safetensors" && cmp -s "$out/lhf/config.json" "$out/lhf2/config.json"; then
+    ok "Llama safetensors export (+ config.json) -> import --world 3 -> export: byte-identical, config.json too"
+else
+    not_ok "Llama safetensors round trip: $(why "$out/lst.log") $(cmp "$out/lhf/model.safetensors" "$out/lhf2/model.safetensors" 2>&1)"
+fi
+$CK info "$out/limp" > "$out/limpinfo.txt" 2>&1
+if grep -qE '^world at save +3$' "$out/limpinfo.txt" && grep -qE '^step +0$' "$out/limpinfo.txt" &&
+   grep -q 'L=2 NH=4 KVH=2 C=64 F=96 maxT=64 V=50257 Vp=50304' "$out/limpinfo.txt" && grep -qE '^family +llama3' "$out/limpinfo.txt"; then
+    ok "the Llama import is a step-0 llama3 checkpoint for 3 ranks of the same shape"
+else
+    not_ok "info on the Llama import: $(grep -E '^(step|world|family|model)' "$out/limpinfo.txt" | tr '\n' ' ')"
+fi
+# train_gpt --resume from the import: its val loss at step 0 is the original's at step 4 (same
+# weights, same val windows), and it trains on.
+if ./train_gpt "${common[@]}" "${lmodel[@]}" "${lval[@]}" -x 2 --resume "$out/limp/step_00000000" -o "$out/lres" \
+        > "$out/lres.log" 2>&1; then
+    a=$(first_val "$out/lres")
+    if [ -n "$a" ] && [ "$a" = "$lval4" ] && grep -q '"step":2,"loss"' "$out/lres/metrics.jsonl"; then
+        ok "--resume from the Llama import: first val loss $a = the original's at step 4, and 2 steps trained"
+    else
+        not_ok "--resume from the Llama import: first val loss ${a:-none}, the original's ${lval4:-none}"
+    fi
+else
+    not_ok "--resume from the Llama import: $(grep -m1 -i error "$out/lres.log" || why "$out/lres.log")"
+fi
+# The exported file in Hugging Face's convention: names, shapes, config.json; its forward on
+# the val windows = train_gpt's val loss at step 4 (near-initial weights: a weak test of q/k).
+py_checks names "$out/lhf/model.safetensors"
+py_checks loss "$out/lhf/model.safetensors" "$VAL_SHARD" 2 32 4 "${lval4:-nan}" "the step-4 export"
+# A sharp variant (q/k scaled up: attention far from uniform, so the rotary convention moves the
+# loss well beyond float32 rounding): imported, its val loss from train_gpt (-x 0) against the
+# Hugging Face forward, which must also miss it with q/k left in fsdp.c's order; and its
+# checkpoint exports back to the same tensors bitwise.
+$PYTHON "$HF" sharpen "$out/lhf/model.safetensors" "$out/lsharp"
+if $CK import "$out/lsharp/model.safetensors" "$out/lsharpimp" --world 1 > "$out/lsharp.log" 2>&1 &&
+   ./train_gpt "${common[@]}" "${lmodel[@]}" -x 0 -v 1 --val-steps 2 --resume "$out/lsharpimp" -o "$out/lsharprun" \
+        >> "$out/lsharp.log" 2>&1; then
+    py_checks loss "$out/lsharp/model.safetensors" "$VAL_SHARD" 2 32 4 "$(first_val "$out/lsharprun")" "sharp variant" --bug
+    mkdir -p "$out/lsharp2"
+    if $CK export "$out/lsharpimp" --safetensors "$out/lsharp2/model.safetensors" > "$out/lsharp2.log" 2>&1; then
+        py_checks same "$out/lsharp/model.safetensors" "$out/lsharp2/model.safetensors"
+    else
+        not_ok "export of the sharp import: $(why "$out/lsharp2.log")"
+    fi
+else
+    not_ok "import + train_gpt -x 0 of the sharp variant: $(why "$out/lsharp.log")"
+fi
+# Valid Hugging Face variants: tied embeddings (Llama 3.2 1B/3B: no lm_head.weight,
+# tie_word_embeddings true), and Llama 3.1's RoPE scaling in config.json.
+mkdir -p "$out/lvar"
+$PYTHON "$HF" variants "$out/lhf/model.safetensors" "$out/lvar"
+if $CK import "$out/lvar/tied/model.safetensors" "$out/ltied" --world 2 > "$out/ltied.log" 2>&1 &&
+   grep -q 'note: no lm_head.weight and tie_word_embeddings: true: the output head starts as a copy of model.embed_tokens.weight' "$out/ltied.log" &&
+   mkdir -p "$out/ltied_out" && $CK export "$out/ltied" --safetensors "$out/ltied_out/model.safetensors" >> "$out/ltied.log" 2>&1; then
+    py_checks same "$out/lvar/tied_ref/model.safetensors" "$out/ltied_out/model.safetensors"
+else
+    not_ok "import of a tied Llama (no lm_head.weight, tie_word_embeddings true): $(why "$out/ltied.log")"
+fi
+mkdir -p "$out/lscaled_out"
+if $CK import "$out/lvar/scaled/model.safetensors" "$out/lscaled" --world 1 > "$out/lscaled.log" 2>&1 &&
+   grep -qE '^rope +theta 500000, llama3 scaling: factor 32, low_freq_factor 1, high_freq_factor 4, original_max_pos 8192$' \
+        <($CK info "$out/lscaled" 2>&1) &&
+   $CK export "$out/lscaled" --safetensors "$out/lscaled_out/model.safetensors" >> "$out/lscaled.log" 2>&1 &&
+   $PYTHON -c 'import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:]); sys.exit(a["rope_scaling"] != b["rope_scaling"])' \
+        "$out/lvar/scaled/config.json" "$out/lscaled_out/config.json"; then
+    ok "import of a Llama with rope_scaling llama3 (factor 32): info shows it, export writes it back to config.json"
+else
+    not_ok "Llama with rope_scaling: $(why "$out/lscaled.log") $($CK info "$out/lscaled" 2>&1 | grep '^rope')"
+fi
+expect_error "import of a Llama safetensors with --heads disagreeing with config.json" \
+    "--heads 2 disagrees with .*lhf/config.json's num_attention_heads 4" \
+    $CK import "$out/lhf/model.safetensors" "$out/limp_x" --world 2 --heads 2

@@ -6,8 +6,9 @@
 # the file and field, and a non-zero exit (expect_error: never a crash: a signal fails it).
 # Then: `latest` that points outside the root, a stale `latest`, a `latest` that cannot be
 # written, the abandoned timeline moved aside, and train_gpt --resume taking the same PATH
-# forms as the ckpt tool. The writer's API (ckpt_writer_resumed_from, CKPT_SAVED_NO_LATEST,
-# ckpt_resolve) is driven directly by build/test_untrusted_ckpt.
+# forms as the ckpt tool; malformed Hugging Face Llama safetensors directories (ckpt import).
+# The writer's API (ckpt_writer_resumed_from, CKPT_SAVED_NO_LATEST, ckpt_resolve) is driven
+# directly by build/test_untrusted_ckpt.
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
@@ -307,6 +308,58 @@ done
 expect_error "train_gpt --resume of an unfinished step_N.tmp is refused like ckpt's" \
     "step_00000008\.tmp: not a committed checkpoint" bash -c "mkdir -p '$out/run/ckpt/step_00000008.tmp' &&
     ${T[*]} -x 3 -o '$out/form_tmp' --resume '$out/run/ckpt/step_00000008.tmp'"
+
+# ---- Hugging Face Llama safetensors (ckpt import): malformed save_pretrained directories made
+# from a real export (dev/test/hf_llama_check.py variants) are refused with one line naming the
+# file, before anything is allocated from them or written.
+lt=(./train_gpt --device cpu --arch llama3 --layers 1 --channels 32 --heads 2 --kv-heads 1 --ffn-dim 48 --max-seq 32
+    -b 2 -t 16 -v 0 --threads 1 -i "$TRAIN_SHARD")
+mkdir -p "$out/llama_hf" "$out/llama_bad"
+if "${lt[@]}" -x 1 -o "$out/llama_run" --ckpt-every 1 > "$out/llama_run.log" 2>&1 &&
+   $CK export "$out/llama_run" --safetensors "$out/llama_hf/model.safetensors" > "$out/llama_fix.log" 2>&1 &&
+   $PYTHON dev/test/hf_llama_check.py variants "$out/llama_hf/model.safetensors" "$out/llama_bad" >> "$out/llama_fix.log" 2>&1; then
+    limport() { $CK import "$TEST_TMP/llama_bad/$1/model.safetensors" "$TEST_TMP/llama_imp" --world 2; }
+    expect_error "Llama: no config.json beside the file" \
+        "noconfig/model\.safetensors: a Hugging Face Llama file needs the config\.json beside it .*not found" limport noconfig
+    expect_error "Llama: num_key_value_heads 3 not dividing 2 heads" \
+        "kv3/config\.json: num_key_value_heads 3 does not divide num_attention_heads 2" limport kv3
+    expect_error "Llama: num_key_value_heads above num_attention_heads" \
+        "kv_more/config\.json: num_key_value_heads 4 does not divide num_attention_heads 2" limport kv_more
+    expect_error "Llama: num_attention_heads 3 not dividing hidden_size 32" \
+        "heads3/config\.json: num_attention_heads 3 does not divide hidden_size 32" limport heads3
+    expect_error "Llama: a k_proj of the wrong shape" \
+        "kshape/model\.safetensors: tensor model\.layers\.0\.self_attn\.k_proj\.weight has shape \[18, 32\], expected \[16, 32\]" \
+        limport kshape
+    expect_error "Llama: a missing tensor" "missing/model\.safetensors: tensor model\.layers\.0\.mlp\.up_proj\.weight is missing" \
+        limport missing
+    expect_error "Llama: no lm_head.weight and no tie_word_embeddings" \
+        "nohead/model\.safetensors: tensor lm_head\.weight is missing \(and .*nohead/config\.json does not say tie_word_embeddings: true\)" \
+        limport nohead
+    expect_error "Llama: tie_word_embeddings without the embedding" \
+        "tie_noembed/model\.safetensors: tensor model\.embed_tokens\.weight is missing \(with tie_word_embeddings true it is the output head too\)" \
+        limport tie_noembed
+    expect_error "Llama: config.json that is not JSON" "badjson/config\.json: not a JSON object" limport badjson
+    expect_error "Llama: rope_theta NaN (Python's json writes NaN: not JSON)" "theta_nan/config\.json: not a JSON object" \
+        limport theta_nan
+    expect_error "Llama: rope_theta 1e999 (read as infinity)" "theta_inf/config\.json: rope_theta = inf is not a finite number" \
+        limport theta_inf
+    expect_error "Llama: no rope_scaling key" "noscaling/config\.json: rope_scaling is missing" limport noscaling
+    expect_error "Llama: rope_scaling of another type" \
+        "yarn/config\.json: rope_scaling\.rope_type \"yarn\" is not supported" limport yarn
+    expect_error "Llama: rms_norm_eps other than 1e-5" "eps/config\.json: rms_norm_eps = 1e-06, but fsdp\.c's RMSNorm adds 1e-05" \
+        limport eps
+    expect_error "Llama: hidden_size disagreeing with the tensors" \
+        "hidden_mismatch/config\.json: hidden_size = 64, but the safetensors file has 32" limport hidden_mismatch
+    expect_error "Llama: a tensor no Llama has" \
+        "extra/model\.safetensors: unexpected tensor model\.layers\.0\.self_attn\.q_proj\.bias" limport extra
+    expect_error "Llama: two tensors sharing bytes" \
+        "overlap/model\.safetensors: tensors model\.layers\.0\.(input|post_attention)_layernorm\.weight and model\.layers\.0\.(input|post_attention)_layernorm\.weight overlap in the data" \
+        limport overlap
+    if [ -n "$(ls -A "$out/llama_imp" 2>/dev/null)" ]; then not_ok "Llama: failed imports leave nothing: $(ls "$out/llama_imp")"
+    else ok "Llama: the failed imports left nothing in OUT_ROOT"; fi
+else
+    not_ok "Llama fixture (train_gpt --arch llama3 -x 1, ckpt export --safetensors, variants): $(why "$out/llama_run.log" "$out/llama_fix.log")"
+fi
 
 # ---- the writer's API, driven directly (one rank)
 if [ -x build/test_untrusted_ckpt ]; then
