@@ -438,14 +438,16 @@ int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece*
         llama_int_fields(&saved, ai); llama_int_fields(&mine, bi);
         llama_float_fields(&saved, af); llama_float_fields(&mine, bf);
         for (int i = 0; i < LLAMA_INT_KEYS; i++)
-            if (*ai[i] != *bi[i]) {
+            if (*ai[i] != *bi[i] && (i < 2 || saved.rope_factor > 1.0f || mine.rope_factor > 1.0f)) {
                 snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d", dir,
                          llama_int_keys[i], *ai[i], *bi[i]);
                 ckpt_close(&c);
                 return 1;
             }
+        // Without scaling (factor <= 1 in both) the scaling's other parameters mean nothing.
+        const int scaled = saved.rope_factor > 1.0f || mine.rope_factor > 1.0f;
         for (int i = 0; i < LLAMA_FLOAT_KEYS; i++)
-            if (*af[i] != *bf[i]) {
+            if (*af[i] != *bf[i] && (scaled || i == 0)) {
                 snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %g, this run's has %g", dir,
                          llama_float_keys[i], (double)*af[i], (double)*bf[i]);
                 ckpt_close(&c);

@@ -31,6 +31,9 @@ void print_usage(void) {
 "      --layers N --channels N --heads N   any other shape (override the preset)\n"
 "      --kv-heads N --ffn-dim N --rope-theta F   Llama: k/v heads (grouped-query attention;\n"
 "                               divides --heads), the SwiGLU's width, the RoPE base [llama3:tiny's]\n"
+"      --rope-factor F          Llama: > 1 turns on Llama 3.1's RoPE frequency scaling by F (low 1,\n"
+"                               high 4, original 8192 positions); 0: plain RoPE [the preset's: tiny 0,\n"
+"                               1b/3b 32, 8b 8]\n"
 "      --vocab N                vocabulary size (padded to a multiple of 128) [GPT-2's 50257;\n"
 "                               llama3:1b/3b/8b: 128256]\n"
 "      --max-seq N              GPT-2: learned positions; Llama: longest sequence [1024; llama3 1b-8b: 8192]\n"
@@ -188,7 +191,7 @@ enum {
     OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_OFFLOAD, OPT_MATMUL_AUTOTUNE,
     OPT_PARAM_DTYPE, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
-    OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB,
+    OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB, OPT_ROPE_FACTOR,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
@@ -214,6 +217,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
     o->loss_scale = 65536.0f; o->loss_scale_window = 1000;
     o->sim_device = "h100"; o->gpus_per_node = 8;
+    o->rope_factor = -1.0f;
 
     static const struct option longopts[] = {
         {"train-data", required_argument, 0, 'i'}, {"val-data", required_argument, 0, 'j'},
@@ -222,7 +226,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"heads", required_argument, 0, OPT_HEADS}, {"max-seq", required_argument, 0, OPT_MAX_SEQ},
         {"arch", required_argument, 0, OPT_ARCH}, {"kv-heads", required_argument, 0, OPT_KV_HEADS},
         {"ffn-dim", required_argument, 0, OPT_FFN_DIM}, {"rope-theta", required_argument, 0, OPT_ROPE_THETA},
-        {"vocab", required_argument, 0, OPT_VOCAB},
+        {"vocab", required_argument, 0, OPT_VOCAB}, {"rope-factor", required_argument, 0, OPT_ROPE_FACTOR},
         {"init-from", required_argument, 0, 'e'}, {"save-model", required_argument, 0, OPT_SAVE_MODEL},
         {"seed", required_argument, 0, OPT_SEED},
         {"batch-size", required_argument, 0, 'b'}, {"seq-len", required_argument, 0, 't'},
@@ -289,6 +293,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_KV_HEADS: r = parse_int("--kv-heads", optarg, 1, 1024, &o->kv_heads, e); break;
         case OPT_FFN_DIM: r = parse_int("--ffn-dim", optarg, 1, LLAMA_MAX_FFN, &o->ffn_dim, e); break;
         case OPT_ROPE_THETA: r = parse_float("--rope-theta", optarg, 1.0001, 1e12, &o->rope_theta, e); break;
+        case OPT_ROPE_FACTOR: r = parse_float("--rope-factor", optarg, 0.0, 1e5, &o->rope_factor, e); break;
         case OPT_VOCAB: r = parse_int("--vocab", optarg, 1, GPT2_MAX_VOCAB - VOCAB_PAD_MULTIPLE, &o->vocab, e); break;
         case 'e': o->init_from = optarg; break;
         case OPT_SAVE_MODEL: o->save_model = optarg; break;
@@ -489,7 +494,7 @@ int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseErro
     memset(c, 0, sizeof(*c));
     if (o->init_from) {
         if (o->model || o->layers || o->channels || o->heads || o->max_seq || o->arch || o->kv_heads || o->ffn_dim ||
-            o->rope_theta > 0.0f || o->vocab) {
+            o->rope_theta > 0.0f || o->rope_factor >= 0.0f || o->vocab) {
             snprintf(e->msg, sizeof(e->msg), "--init-from %s defines the model shape: drop -m/--arch/--layers/--channels/"
                      "--heads/--kv-heads/--ffn-dim/--rope-theta/--vocab/--max-seq", o->init_from);
             return 1;
@@ -509,8 +514,8 @@ int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseErro
                  llama ? "llama3" : "GPT-2");
         return 1;
     }
-    if (!llama && (o->kv_heads || o->ffn_dim || o->rope_theta > 0.0f)) {
-        snprintf(e->msg, sizeof(e->msg), "--kv-heads, --ffn-dim and --rope-theta are Llama's: give --arch llama3 or a llama3 preset");
+    if (!llama && (o->kv_heads || o->ffn_dim || o->rope_theta > 0.0f || o->rope_factor >= 0.0f)) {
+        snprintf(e->msg, sizeof(e->msg), "--kv-heads, --ffn-dim, --rope-theta and --rope-factor are Llama's: give --arch llama3 or a llama3 preset");
         return 1;
     }
     if (o->layers) c->num_layers = o->layers;
@@ -520,6 +525,7 @@ int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseErro
     else if (llama && o->heads && c->num_heads % c->num_kv_heads != 0) c->num_kv_heads = c->num_heads;
     if (o->ffn_dim) c->ffn_dim = o->ffn_dim;
     if (o->rope_theta > 0.0f) c->rope_theta = o->rope_theta;
+    if (o->rope_factor >= 0.0f) c->rope_factor = o->rope_factor;
     if (o->max_seq) c->max_seq_len = o->max_seq;
     else if (!llama) c->max_seq_len = 1024;
     if (o->vocab) c->vocab_size = o->vocab;

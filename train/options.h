@@ -25,7 +25,7 @@ typedef struct {
     int layers, channels, heads, max_seq;
     const char* arch;            // --arch: "gpt2" or "llama3" (NULL: the preset's)
     int kv_heads, ffn_dim, vocab;
-    float rope_theta;
+    float rope_theta, rope_factor;   // rope_factor < 0: not given
     const char* init_from;
     const char* save_model;
     int batch_size, seq_len;

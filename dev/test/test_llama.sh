@@ -169,9 +169,9 @@ expect_one_error "llama: --kv-heads not dividing --heads" "--kv-heads 3 does not
     "${L[@]}" --channels 64 --heads 4 --kv-heads 3
 expect_one_error "llama: an odd head size" "--channels 36 / --heads 4 is an odd head size" \
     "${L[@]}" --channels 36 --heads 4 --kv-heads 2
-expect_one_error "--kv-heads with a GPT-2 preset" "--kv-heads, --ffn-dim and --rope-theta are Llama's" \
+expect_one_error "--kv-heads with a GPT-2 preset" "--kv-heads, --ffn-dim, --rope-theta and --rope-factor are Llama's" \
     "${T[@]}" -m d2 --kv-heads 2
-expect_one_error "--ffn-dim without a Llama model" "--kv-heads, --ffn-dim and --rope-theta are Llama's" \
+expect_one_error "--ffn-dim without a Llama model" "--kv-heads, --ffn-dim, --rope-theta and --rope-factor are Llama's" \
     "${T[@]}" --layers 1 --channels 64 --heads 4 --ffn-dim 96
 expect_one_error "--arch gpt2 -m llama3:tiny" "--arch gpt2 contradicts --model llama3:tiny" "${T[@]}" --arch gpt2 -m llama3:tiny
 expect_one_error "llama: --save-model refused before training" "--save-model writes llm.c's GPT-2 model file" \

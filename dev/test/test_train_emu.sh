@@ -35,6 +35,9 @@
 #     the job with rank 0's "did not complete within --comm-timeout 4" error, no hang: its
 #     first host wait after the stalled collectives is the model's stream sync, which must
 #     keep the deadline; no /dev/shm/emu_nccl.* segment is left behind;
+#   - Llama 3's shape (--arch llama3, one kv head for two query heads): cuda vs cpu within 2%,
+#     two runs and save + resume bitwise, --recompute full and selective bitwise, --attention
+#     cublas and flash1 within 2%, --comm nccl np=2 vs np=1 within 1e-2;
 #   - --param-dtype fp16: at least as close to the cpu run as bf16 (both within 2%), the same
 #     engine budget, the scale on every step line; a first scale of 2^24 overflows (skipped,
 #     halved, weights untouched, not a bad step); --loss-scale-window 1 doubles it per clean
@@ -241,6 +244,18 @@ cuda cuda_recompute_sel 1 -b 2 --gelu-fusion 0 --recompute selective -o "$TMP/cu
 EMU_CUBLASLT_ALGOS=ok:3,ulp,ok:1 cuda cuda_tune_exact 1 -b 2 -s 4 -g 8 --matmul-autotune 1 -o "$TMP/cuda_tune_exact"
 EMU_CUBLASLT_ALGOS=ok:3,ulp,ok:1 cuda cuda_tune_fastest 1 -b 2 -s 4 -g 8 --matmul-autotune 2 -o "$TMP/cuda_tune_fastest"
 nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again" --profile-step 3
+# Llama 3's shape at the same size (RMSNorm, RoPE, one kv head for the two query heads,
+# SwiGLU of 320, an untied head).
+llama=(--arch llama3 --kv-heads 1 --ffn-dim 320)
+cpu llama_cpu 1 -b 2 "${llama[@]}" -o "$TMP/llama_cpu"
+cuda llama_cuda 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_cuda"
+cuda llama_again 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_again"
+cuda llama_save 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --stop-at-step 2
+cuda llama_resume 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --resume auto
+cuda llama_recompute_full 1 -b 2 "${llama[@]}" --recompute full -o "$TMP/llama_recompute_full"
+cuda llama_recompute_sel 1 -b 2 "${llama[@]}" --recompute selective -o "$TMP/llama_recompute_sel"
+cuda llama_cublas 1 -b 2 "${llama[@]}" --attention cublas -o "$TMP/llama_cublas"
+cuda llama_flash1 1 -b 2 "${llama[@]}" --attention flash1 -o "$TMP/llama_flash1"
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
 wait $lane3
@@ -250,6 +265,7 @@ cuda cuda_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/cuda_hsdp"
 cuda cuda_np2_full 2 -b 1 -d 64 --recompute full -o "$TMP/cuda_np2_full"
 [ ${mut_ok[staged_gather]} = 1 ] && run mutant_staged_gather 2 $B/mutant_staged_gather/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
 nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2" --profile-step 3
+nccl llama_np2 2 -b 1 -d 64 "${llama[@]}" -o "$TMP/llama_np2"
 nccl nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/nccl_np2_fp32"
 nccl nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/nccl_hsdp"
 for name in nccl_count nccl_no_done_wait nccl_no_handoff; do
@@ -390,6 +406,22 @@ identical_runs() {
     fi
 }
 identical_runs cuda_ref cuda_again cuda
+good llama_cpu llama_cuda && compare "Llama: --device cuda vs cpu, 4 steps from the same init (within 2%)" \
+    "$TMP/llama_cpu/metrics.jsonl" "$TMP/llama_cuda/metrics.jsonl" --rtol 0.02
+good llama_cuda llama_again && compare "Llama: two identical cuda runs: bitwise equal losses" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_again/metrics.jsonl" --exact
+good llama_cuda llama_save llama_resume && compare "Llama: cuda save at step 2 + resume == uninterrupted (bitwise)" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_split/metrics.jsonl" --exact --from-step 3
+good llama_cuda llama_recompute_full && compare "Llama: cuda --recompute full == none (bitwise)" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_recompute_full/metrics.jsonl" --exact
+good llama_cuda llama_recompute_sel && compare "Llama: cuda --recompute selective == none (bitwise)" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_recompute_sel/metrics.jsonl" --exact
+good llama_cuda llama_cublas && compare "Llama: cuda --attention cublas vs flash (within 2%)" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_cublas/metrics.jsonl" --rtol 0.02
+good llama_cuda llama_flash1 && compare "Llama: cuda --attention flash1 vs flash (within 2%)" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_flash1/metrics.jsonl" --rtol 0.02
+good llama_cuda llama_np2 && compare "Llama: --comm nccl np=2 vs np=1 (within 1e-2)" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_np2/metrics.jsonl" --rtol 0.01
 good cuda_ref cuda_save cuda_resume && compare "cuda: save at step 2 + resume == uninterrupted (bitwise)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_split/metrics.jsonl" --exact --from-step 3
 if good cuda_save; then
