@@ -36,7 +36,7 @@
 #     first host wait after the stalled collectives is the model's stream sync, which must
 #     keep the deadline; no /dev/shm/emu_nccl.* segment is left behind;
 #   - Llama 3's shape (--arch llama3, one kv head for two query heads): cuda vs cpu within 2%,
-#     two runs and save + resume bitwise, --recompute full and selective bitwise, --attention
+#     two runs, save + resume and --offload optimizer bitwise, --recompute full and selective bitwise, --attention
 #     cublas and flash1 within 2%, --comm nccl np=2 vs np=1 within 1e-2;
 #   - --param-dtype fp16: at least as close to the cpu run as bf16 (both within 2%), the same
 #     engine budget, the scale on every step line; a first scale of 2^24 overflows (skipped,
@@ -256,6 +256,7 @@ cuda llama_recompute_full 1 -b 2 "${llama[@]}" --recompute full -o "$TMP/llama_r
 cuda llama_recompute_sel 1 -b 2 "${llama[@]}" --recompute selective -o "$TMP/llama_recompute_sel"
 cuda llama_cublas 1 -b 2 "${llama[@]}" --attention cublas -o "$TMP/llama_cublas"
 cuda llama_flash1 1 -b 2 "${llama[@]}" --attention flash1 -o "$TMP/llama_flash1"
+cuda llama_offload 1 -b 2 -s 4 -g 8 "${llama[@]}" --offload optimizer -o "$TMP/llama_offload"
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
 wait $lane3
@@ -416,6 +417,8 @@ good llama_cuda llama_recompute_full && compare "Llama: cuda --recompute full ==
     "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_recompute_full/metrics.jsonl" --exact
 good llama_cuda llama_recompute_sel && compare "Llama: cuda --recompute selective == none (bitwise)" \
     "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_recompute_sel/metrics.jsonl" --exact
+good llama_cuda llama_offload && compare "Llama: cuda --offload optimizer == on the GPU (bitwise)" \
+    "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_offload/metrics.jsonl" --exact
 good llama_cuda llama_cublas && compare "Llama: cuda --attention cublas vs flash (within 2%)" \
     "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_cublas/metrics.jsonl" --rtol 0.02
 good llama_cuda llama_flash1 && compare "Llama: cuda --attention flash1 vs flash (within 2%)" \
