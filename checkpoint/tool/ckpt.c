@@ -6,6 +6,8 @@
 //   ckpt export PATH --safetensors OUT.safetensors
 //   ckpt import SRC OUT_ROOT --world W [--step N] [--compress none|zstd[:L]] [--heads N]
 //
+// SRC: an llm.c model file, a safetensors file, a Hugging Face shard index
+// (model.safetensors.index.json) or a directory holding one of the last two.
 // PATH is a step directory (ROOT/step_00000100), a checkpoint root (RUN/ckpt: its newest
 // complete checkpoint) or a run directory holding ckpt/. One process, no MPI: the reader and
 // ckpt_write_offline work on files only.
@@ -32,6 +34,13 @@
 //   2j, its row hs/2 + j our row 2j + 1. Export applies that permutation, import undoes it. The
 //   head counts and RoPE are not in the tensors: export writes them to a config.json beside the
 //   file (save_pretrained's keys) and import requires that config.json.
+// - sharded safetensors (Hugging Face's form for large models, import only, Llama only):
+//   model.safetensors.index.json = {"metadata": {"total_size": N}, "weight_map": {tensor name:
+//   shard file name}} beside the shard files (each a safetensors file as above, holding some of
+//   the tensors) and config.json. SRC is the index, or a directory holding it (or holding one
+//   model.safetensors). Shard names are plain file names in the index's directory; every
+//   shard's header gets a single file's checks, and the map must agree with the headers both
+//   ways (each tensor in exactly one shard, the one the map names). Export writes one file.
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -65,12 +74,16 @@ static const char* USAGE =
 "                                  Hugging Face GPT-2 (GPT2Model names, Conv1D layout), F32;\n"
 "                                  a Llama 3 checkpoint: Hugging Face LlamaForCausalLM names\n"
 "                                  (q/k permuted for rotate_half), F32, and a config.json\n"
-"                                  beside OUT (llm.c files hold GPT-2 only: no --llmc)\n"
+"                                  beside OUT (llm.c files hold GPT-2 only: no --llmc); one\n"
+"                                  file always (export does not write shards)\n"
 "  ckpt import SRC OUT_ROOT --world W [--step N] [--compress none|zstd[:L]] [--heads N]\n"
 "              [--seq-len T] [--seed S] [--shuffle 0|1]\n"
 "                                  an llm.c model file, a GPT-2 safetensors file or a Hugging\n"
 "                                  Face Llama safetensors file (model.embed_tokens.weight; its\n"
-"                                  shape and RoPE from the config.json beside it, required) into\n"
+"                                  shape and RoPE from the config.json beside it, required), or\n"
+"                                  a sharded Hugging Face Llama: its model.safetensors.index.json\n"
+"                                  (the shard files and config.json beside it) or the directory\n"
+"                                  holding it (or holding one model.safetensors), into\n"
 "                                  a sharded checkpoint for W ranks under OUT_ROOT (step N [0],\n"
 "                                  Adam moments zero, no data consumed); --heads sets NH for\n"
 "                                  GPT-2 safetensors input [its metadata's n_head, else n_head of\n"
@@ -826,6 +839,7 @@ typedef struct {
     uint64_t shape[2];
     int ndim;
     uint64_t begin, end;
+    int file;           // which file of an StSet holds it (the Llama reader)
 } StTensor;
 
 // Looks a tensor up by its GPT2Model name, also under GPT2LMHeadModel's "transformer." prefix.
@@ -1097,13 +1111,99 @@ static void hf_llama_rope(const char* cfg_path, const cJSON* j, GPT2Config* c) {
     c->rope_original_max_pos = (int)orig;
 }
 
-// Reads a Hugging Face Llama safetensors file (header parsed, its ranges checked) into w: the
-// shape from the tensors (V, C from model.embed_tokens, F from layer 0's gate_proj, L from the
-// model.layers.N names) and from the config.json beside it (head counts, positions, RoPE), all
-// cross-checked; q_proj and k_proj un-permuted into our interleaved-pair rows, q/k/v stacked
-// into wqkv and gate/up into w13; the vocabulary padded with zero rows.
-static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_t data_len, cJSON* header, Weights* w,
-                          int heads) {
+// ---- A safetensors model: one file, or the shards of a Hugging Face index
+
+// One safetensors file: its header (parsed, its ranges checked) and where its data lies.
+typedef struct {
+    char* path;
+    const char* name;   // a shard: its file name as the index's weight_map gives it
+    uint64_t data_start, data_len;
+    cJSON* header;
+} StFile;
+
+// The tensors of a model, in one file (map NULL: the file's header names them) or in the shards
+// of a model.safetensors.index.json (map: its weight_map, tensor name -> shard file name, already
+// checked both ways against every shard's header, so a name in the map is in exactly that
+// shard). path is what messages name for the model as a whole: the file, or the index. The
+// files are opened one at a time as their tensors are read, not all at once (the 405B has 191).
+typedef struct {
+    const char* path;
+    StFile* files;      // a shard index's: sorted by name
+    int n_files;
+    cJSON* index;       // the parsed index (map is its weight_map); NULL for one file
+    const cJSON* map;
+    int fd, fd_file;    // the open file and which of files it is (-1: none)
+} StSet;
+
+// The object whose keys are the model's tensor names (and, in one file, "__metadata__").
+static const cJSON* st_names(const StSet* s) { return s->map ? s->map : s->files[0].header; }
+
+static int st_file_cmp(const void* a, const void* b) { return strcmp(((const StFile*)a)->name, ((const StFile*)b)->name); }
+
+// The file of a sharded set named `shard` in the weight_map (-1: none).
+static int st_shard_of(const StSet* s, const char* shard) {
+    StFile key;
+    key.name = shard;
+    const StFile* f = (const StFile*)bsearch(&key, s->files, (size_t)s->n_files, sizeof(StFile), st_file_cmp);
+    return f ? (int)(f - s->files) : -1;
+}
+
+// The header entry of tensor `name` and which file holds it; NULL when the model has no such
+// tensor (in one file: not in its header; sharded: not in the weight_map).
+static const cJSON* st_get(const StSet* s, const char* name, int* file) {
+    *file = 0;
+    if (!s->map) return cJSON_GetObjectItemCaseSensitive(s->files[0].header, name);
+    const cJSON* m = cJSON_GetObjectItemCaseSensitive(s->map, name);
+    if (!m) return NULL;
+    *file = st_shard_of(s, m->valuestring);   // (every value was checked to be a shard read)
+    const cJSON* it = *file < 0 ? NULL : cJSON_GetObjectItemCaseSensitive(s->files[*file].header, name);
+    if (!it) fail("%s: the weight_map puts tensor %s in %s, which does not hold it", s->path, name, m->valuestring);
+    return it;
+}
+
+// st_parse of an entry st_get found, recording its file.
+static void st_parse_in(const StSet* s, int file, const cJSON* it, const char* name, StTensor* t) {
+    st_parse(s->files[file].path, it, name, s->files[file].data_len, t);
+    t->file = file;
+}
+
+// A descriptor for reading `file` of the set: the one open, or that one closed and this one
+// opened (and checked to still hold the data its header described).
+static int st_fd(StSet* s, int file) {
+    if (s->fd_file == file) return s->fd;
+    if (s->fd >= 0) close(s->fd);
+    const StFile* f = &s->files[file];
+    s->fd = open(f->path, O_RDONLY);
+    if (s->fd < 0) fail("%s: cannot open: %s", f->path, strerror(errno));
+    s->fd_file = file;
+    struct stat st;
+    if (fstat(s->fd, &st) != 0 || (uint64_t)st.st_size < f->data_start + f->data_len)
+        fail("%s: shorter than when its header was read (changed during the import?)", f->path);
+    return s->fd;
+}
+
+static void st_set_free(StSet* s) {
+    if (s->fd >= 0) close(s->fd);
+    for (int i = 0; i < s->n_files; i++) {
+        cJSON_Delete(s->files[i].header);
+        if (s->map) free(s->files[i].path);   // (one file's path is the caller's)
+    }
+    if (s->map) free(s->files);
+    cJSON_Delete(s->index);
+    memset(s, 0, sizeof(*s));
+    s->fd = s->fd_file = -1;
+}
+
+// Reads a Hugging Face Llama model, one safetensors file or a shard index (headers parsed, their
+// ranges checked), into w: the shape from the tensors (V, C from model.embed_tokens, F from
+// layer 0's gate_proj, L from the model.layers.N names) and from the config.json beside it
+// (head counts, positions, RoPE), all cross-checked; q_proj and k_proj un-permuted into our
+// interleaved-pair rows, q/k/v stacked into wqkv and gate/up into w13; the vocabulary padded
+// with zero rows. Frees the set.
+static void load_hf_llama(StSet* set, Weights* w, int heads) {
+    const char* path = set->path;
+    const cJSON* names = st_names(set);
+    int f;
     char cfg_path[PATH_MAX + 16];
     cJSON* j = read_config_json(path, cfg_path, sizeof(cfg_path));
     if (!j)
@@ -1133,18 +1233,18 @@ static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_
 
     // The shape the tensors give.
     const char* emb_name = "model.embed_tokens.weight";
-    const cJSON* it = cJSON_GetObjectItemCaseSensitive(header, emb_name);
+    const cJSON* it = st_get(set, emb_name, &f);
     if (!it)
         fail("%s: tensor %s is missing%s", path, emb_name,
              tie ? " (with tie_word_embeddings true it is the output head too)" : "");
     StTensor emb;
-    st_parse(path, it, emb_name, data_len, &emb);
+    st_parse_in(set, f, it, emb_name, &emb);
     if (emb.ndim != 2) fail("%s: tensor %s has %d dimension(s), expected 2 ([vocab, hidden])", path, emb_name, emb.ndim);
     if (emb.shape[0] < 1 || emb.shape[0] > GPT2_MAX_VOCAB || emb.shape[1] < 1 || emb.shape[1] > GPT2_MAX_CHANNELS)
         fail("%s: tensor %s is [%" PRIu64 ", %" PRIu64 "]: not a plausible [vocab, hidden] (at most [2^26, 65536])", path,
              emb_name, emb.shape[0], emb.shape[1]);
     int max_layer = -1;
-    for (const cJSON* e = header->child; e; e = e->next) {
+    for (const cJSON* e = names->child; e; e = e->next) {
         if (strncmp(e->string, "model.layers.", 13) != 0 || !isdigit((unsigned char)e->string[13])) continue;
         char* end;
         long l = strtol(e->string + 13, &end, 10);
@@ -1152,10 +1252,10 @@ static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_
     }
     if (max_layer < 0) fail("%s: no decoder layers (model.layers.N.*) found", path);
     const char* gate_name = "model.layers.0.mlp.gate_proj.weight";
-    it = cJSON_GetObjectItemCaseSensitive(header, gate_name);
+    it = st_get(set, gate_name, &f);
     if (!it) fail("%s: tensor %s is missing", path, gate_name);
     StTensor gate;
-    st_parse(path, it, gate_name, data_len, &gate);
+    st_parse_in(set, f, it, gate_name, &gate);
     if (gate.ndim != 2 || gate.shape[0] < 1 || gate.shape[0] > LLAMA_MAX_FFN || gate.shape[1] != emb.shape[1])
         fail("%s: tensor %s is not [F, %" PRIu64 "] with F in [1, 2^20]", path, gate_name, emb.shape[1]);
     c->vocab_size = (int)emb.shape[0];
@@ -1188,16 +1288,16 @@ static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_
     StTensor* found = (StTensor*)xcalloc((size_t)n, sizeof(StTensor));
     int head_from_embedding = 0;
     for (int i = 0; i < n; i++) {
-        it = cJSON_GetObjectItemCaseSensitive(header, e[i].name);
+        it = st_get(set, e[i].name, &f);
         if (!it && e[i].kind == LK_OUTPUT && tie) { head_from_embedding = 1; continue; }
         if (!it && e[i].kind == LK_OUTPUT)
             fail("%s: tensor lm_head.weight is missing (and %s does not say tie_word_embeddings: true)", path, cfg_path);
         if (!it) fail("%s: tensor %s is missing (a model with %d layers)", path, e[i].name, c->num_layers);
-        st_parse(path, it, e[i].name, data_len, &found[i]);
-        st_expect_shape(path, e[i].name, &found[i], e[i].ndim, e[i].shape[0], e[i].shape[1]);
+        st_parse_in(set, f, it, e[i].name, &found[i]);
+        st_expect_shape(set->files[f].path, e[i].name, &found[i], e[i].ndim, e[i].shape[0], e[i].shape[1]);
     }
     int n_used = 0;
-    for (const cJSON* k = header->child; k; k = k->next) {
+    for (const cJSON* k = names->child; k; k = k->next) {
         if (!strcmp(k->string, "__metadata__")) continue;
         size_t len = strlen(k->string), sl = strlen(".rotary_emb.inv_freq");
         if (len > sl && !strcmp(k->string + len - sl, ".rotary_emb.inv_freq")) continue;   // older transformers' buffer
@@ -1206,7 +1306,8 @@ static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_
         if (!known) fail("%s: unexpected tensor %s (not one of a Llama with %d layers)", path, k->string, c->num_layers);
         n_used++;
     }
-    if (n_used != n - head_from_embedding) fail("%s: a tensor name appears twice in the header", path);
+    if (n_used != n - head_from_embedding)
+        fail("%s: a tensor name appears twice in the %s", path, set->map ? "weight_map" : "header");
 
     w->n = gpt2_num_parameters(c);
     w->params = (float*)xcalloc(w->n, sizeof(float));   // the padded vocabulary rows stay zero
@@ -1216,11 +1317,13 @@ static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_
         if (e[i].kind == LK_OUTPUT && head_from_embedding) continue;
         const uint64_t cols = e[i].ndim == 2 ? e[i].shape[1] : e[i].shape[0];
         float* dst = w->params + weights_offset(c, e[i].kind, e[i].layer) + e[i].row0 * cols;
+        const StFile* file = &set->files[found[i].file];
+        const int fd = st_fd(set, found[i].file);
         if (e[i].rope_heads) {
-            st_read(path, fd, data_start, &found[i], tmp);
+            st_read(file->path, fd, file->data_start, &found[i], tmp);
             rope_permute(tmp, dst, e[i].rope_heads, hs, cols, 0);
         } else {
-            st_read(path, fd, data_start, &found[i], dst);
+            st_read(file->path, fd, file->data_start, &found[i], dst);
         }
     }
     const size_t vc = (size_t)c->vocab_size * C * sizeof(float);
@@ -1232,9 +1335,8 @@ static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_
     free(tmp);
     free(found);
     free(e);
-    close(fd);
-    cJSON_Delete(header);
-    printf("read %s: safetensors (Hugging Face Llama), ", path);
+    if (set->map) printf("read %s: safetensors in %d shards (Hugging Face Llama), ", path, set->n_files);
+    else printf("read %s: safetensors (Hugging Face Llama), ", path);
     print_config(c);
     printf(", RoPE ");
     print_rope(c);
@@ -1242,6 +1344,7 @@ static void load_hf_llama(const char* path, int fd, uint64_t data_start, uint64_
     if (head_from_embedding)
         printf("note: no lm_head.weight and tie_word_embeddings: true: the output head starts as a copy of %s "
                "(fsdp.c's Llama trains it untied)\n", emb_name);
+    st_set_free(set);
 }
 
 static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen, Weights* w, int heads) {
@@ -1256,7 +1359,9 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     uint64_t data_start = 8 + hlen, data_len = file_size - data_start;
     st_check_overlaps(path, header, data_len);
     if (is_hf_llama(header)) {
-        load_hf_llama(path, fd, data_start, data_len, header, w, heads);
+        StFile file = {(char*)path, NULL, data_start, data_len, header};
+        StSet set = {path, &file, 1, NULL, NULL, fd, 0};
+        load_hf_llama(&set, w, heads);
         return;
     }
 
@@ -1396,11 +1501,202 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     printf(" (heads from %s)\n", heads_from);
 }
 
-// Reads SRC, an llm.c model file or a GPT-2 safetensors file, recognised by its content.
+// ---- Hugging Face's sharded form: model.safetensors.index.json beside its shard files
+
+#define SAFETENSORS_MAX_INDEX (16u << 20)   // the 405B's index is ~100 KiB
+#define SAFETENSORS_MAX_SHARDS 4096         // the largest public checkpoints have a few hundred
+
+// A shard's file name as the weight_map gives it: a plain *.safetensors name in the index's own
+// directory. No '/' or "..", so that no index reaches into another directory, and no control
+// characters, which would break the one-line messages that name it.
+static int shard_name_ok(const char* s) {
+    const size_t n = strlen(s), suf = strlen(".safetensors");
+    if (n <= suf || n > 255 || strcmp(s + n - suf, ".safetensors") != 0) return 0;
+    if (strchr(s, '/') || strstr(s, "..")) return 0;
+    for (const char* p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) return 0;
+    return 1;
+}
+
+// A name from the file, for a message: control characters as '?', at most 80 characters.
+static const char* printable(const char* s, char* buf, size_t n) {
+    size_t i = 0;
+    for (; s[i] && i + 1 < n && i < 80; i++) buf[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
+// One shard's header, with a single file's checks (the container's framing, a JSON object, data
+// offsets within the file and not overlapping); the file is closed again. `budget`: header bytes
+// the remaining shards may still hold in memory together.
+static void st_read_shard(StFile* f, uint64_t* budget) {
+    struct stat st;
+    if (stat(f->path, &st) != 0) fail("%s: cannot open: %s", f->path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", f->path);
+    int fd = open(f->path, O_RDONLY);
+    if (fd < 0) fail("%s: cannot open: %s", f->path, strerror(errno));
+    unsigned char head[9] = {0};
+    ssize_t got = pread(fd, head, 9, 0);
+    uint64_t hlen = 0;
+    for (int b = 0; b < 8 && got >= 8; b++) hlen |= (uint64_t)head[b] << (8 * b);
+    if (got != 9 || head[8] != '{' || hlen < 2 || hlen > SAFETENSORS_MAX_HEADER || 8 + hlen > (uint64_t)st.st_size)
+        fail("%s: not a safetensors file (no header of at most 100 MiB within its %lld bytes)", f->path, (long long)st.st_size);
+    if (hlen > *budget) fail("%s: the shards' headers together exceed 100 MiB", f->path);
+    *budget -= hlen;
+    char* json = (char*)xmalloc(hlen + 1);
+    if (read_at(fd, json, hlen, 8) != 0) fail("%s: read failed: %s", f->path, strerror(errno));
+    close(fd);
+    json[hlen] = '\0';
+    f->header = cJSON_Parse(json);
+    free(json);
+    if (!cJSON_IsObject(f->header)) fail("%s: safetensors header is not a JSON object", f->path);
+    f->data_start = 8 + hlen;
+    f->data_len = (uint64_t)st.st_size - f->data_start;
+    st_check_overlaps(f->path, f->header, f->data_len);
+}
+
+typedef struct { const char* name; int file; } StName;
+static int st_name_cmp(const void* a, const void* b) { return strcmp(((const StName*)a)->name, ((const StName*)b)->name); }
+static int str_ptr_cmp(const void* a, const void* b) { return strcmp(*(const char* const*)a, *(const char* const*)b); }
+
+// Reads the shards a model.safetensors.index.json ({"metadata": {...}, "weight_map": {tensor:
+// shard file}}) names, and checks the map against their headers both ways before any tensor is
+// read: every tensor of a shard is in the map and mapped to that shard, every tensor of the map
+// is in the shard it names, none is in two shards. The Llama reader then takes each tensor from
+// its shard. The config.json beside the index is required, as beside a single file.
+static void load_sharded(const char* index_path, Weights* w, int heads) {
+    struct stat st;
+    if (stat(index_path, &st) != 0) fail("%s: cannot open: %s", index_path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", index_path);
+    if (st.st_size > SAFETENSORS_MAX_INDEX)
+        fail("%s: %lld bytes: too large for a safetensors index (at most 16 MiB)", index_path, (long long)st.st_size);
+    int fd = open(index_path, O_RDONLY);
+    if (fd < 0) fail("%s: cannot open: %s", index_path, strerror(errno));
+    char* text = (char*)xmalloc((size_t)st.st_size + 1);
+    if (read_at(fd, text, (size_t)st.st_size, 0) != 0) fail("%s: read failed: %s", index_path, strerror(errno));
+    close(fd);
+    text[st.st_size] = '\0';
+    StSet set;
+    memset(&set, 0, sizeof(set));
+    set.path = index_path;
+    set.fd = set.fd_file = -1;
+    set.index = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(set.index)) fail("%s: not a JSON object (invalid JSON, or another JSON value)", index_path);
+    set.map = cJSON_GetObjectItemCaseSensitive(set.index, "weight_map");
+    if (!cJSON_IsObject(set.map))
+        fail("%s: no weight_map object (tensor name -> shard file): not a model.safetensors.index.json", index_path);
+    if (!set.map->child) fail("%s: the weight_map is empty", index_path);
+
+    // The shard files: the map's distinct values, each a plain file name beside the index.
+    char buf[96];
+    int n_map = 0;
+    for (const cJSON* m = set.map->child; m; m = m->next) {
+        if (!strcmp(m->string, "__metadata__")) fail("%s: the weight_map lists __metadata__, which is not a tensor", index_path);
+        if (!cJSON_IsString(m)) fail("%s: weight_map: tensor %s: not a file name (a string)", index_path, m->string);
+        if (!shard_name_ok(m->valuestring))
+            fail("%s: weight_map: tensor %s is in \"%s\": not a *.safetensors file name in the index's directory "
+                 "(no '/' or '..')", index_path, m->string, printable(m->valuestring, buf, sizeof(buf)));
+        n_map++;
+    }
+    const char** shard_names = (const char**)xcalloc((size_t)n_map, sizeof(char*));
+    int at = 0;
+    for (const cJSON* m = set.map->child; m; m = m->next) shard_names[at++] = m->valuestring;
+    qsort(shard_names, (size_t)n_map, sizeof(char*), str_ptr_cmp);
+    for (int i = 0; i < n_map; i++)
+        if (i == 0 || strcmp(shard_names[i], shard_names[i - 1]) != 0) set.n_files++;
+    if (set.n_files > SAFETENSORS_MAX_SHARDS)
+        fail("%s: the weight_map names %d shard files (at most %d)", index_path, set.n_files, SAFETENSORS_MAX_SHARDS);
+    set.files = (StFile*)xcalloc((size_t)set.n_files, sizeof(StFile));
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", index_path);
+    const char* d = dirname(dir);
+    at = 0;
+    for (int i = 0; i < n_map; i++) {
+        if (i > 0 && !strcmp(shard_names[i], shard_names[i - 1])) continue;
+        StFile* f = &set.files[at++];   // (in name order, as st_shard_of's search needs)
+        f->name = shard_names[i];
+        f->path = (char*)xmalloc(strlen(d) + strlen(f->name) + 2);
+        sprintf(f->path, "%s/%s", d, f->name);
+    }
+    free(shard_names);
+    uint64_t budget = SAFETENSORS_MAX_HEADER;
+    for (int i = 0; i < set.n_files; i++) {
+        if (stat(set.files[i].path, &st) != 0) {   // name a tensor it should hold, for the message
+            const cJSON* m = set.map->child;
+            while (strcmp(m->valuestring, set.files[i].name) != 0) m = m->next;
+            fail("%s: cannot open: %s (the weight_map of %s puts tensor %s there)", set.files[i].path, strerror(errno),
+                 index_path, m->string);
+        }
+        st_read_shard(&set.files[i], &budget);
+    }
+
+    // No tensor in two shards (nor twice in one header).
+    int n_held = 0;
+    for (int i = 0; i < set.n_files; i++)
+        for (const cJSON* e = set.files[i].header->child; e; e = e->next) n_held += strcmp(e->string, "__metadata__") != 0;
+    StName* held = (StName*)xcalloc((size_t)n_held, sizeof(StName));
+    at = 0;
+    for (int i = 0; i < set.n_files; i++)
+        for (const cJSON* e = set.files[i].header->child; e; e = e->next)
+            if (strcmp(e->string, "__metadata__") != 0) { held[at].name = e->string; held[at++].file = i; }
+    qsort(held, (size_t)n_held, sizeof(StName), st_name_cmp);
+    for (int i = 1; i < n_held; i++) {
+        if (strcmp(held[i].name, held[i - 1].name) != 0) continue;
+        if (held[i].file == held[i - 1].file)
+            fail("%s: tensor %s appears twice in the header", set.files[held[i].file].path, held[i].name);
+        int a = held[i - 1].file, b = held[i].file;
+        if (a > b) { int t = a; a = b; b = t; }   // (qsort leaves equal names in any order)
+        fail("%s: tensor %s is in two shards, %s and %s", index_path, held[i].name, set.files[a].name, set.files[b].name);
+    }
+    free(held);
+    // Each shard's tensors are in the map, mapped to that shard...
+    for (int i = 0; i < set.n_files; i++)
+        for (const cJSON* e = set.files[i].header->child; e; e = e->next) {
+            if (!strcmp(e->string, "__metadata__")) continue;
+            const cJSON* m = cJSON_GetObjectItemCaseSensitive(set.map, e->string);
+            if (!m) fail("%s: holds tensor %s, which the weight_map of %s does not list", set.files[i].path, e->string, index_path);
+            if (strcmp(m->valuestring, set.files[i].name) != 0)
+                fail("%s: tensor %s is in %s, but the weight_map puts it in %s", index_path, e->string, set.files[i].name,
+                     m->valuestring);
+        }
+    // ... and each tensor of the map is in the shard it names (so the map lists each once when
+    // it lists as many as the shards hold).
+    for (const cJSON* m = set.map->child; m; m = m->next) {
+        int fi = st_shard_of(&set, m->valuestring);
+        if (!cJSON_GetObjectItemCaseSensitive(set.files[fi].header, m->string))
+            fail("%s: the weight_map puts tensor %s in %s, which does not hold it", index_path, m->string, m->valuestring);
+    }
+    if (n_map != n_held) fail("%s: a tensor name appears twice in the weight_map", index_path);
+
+    if (!is_hf_llama(set.map))
+        fail("%s: no Hugging Face Llama tensor names (model.embed_tokens, model.layers.N) in the weight_map: sharded "
+             "safetensors are read for Llama only (a GPT-2 as one file)", index_path);
+    load_hf_llama(&set, w, heads);
+}
+
+// SRC given as a directory: a shard index there, or else one model.safetensors file.
+static void load_source(const char* path, Weights* w, int heads);
+static void load_directory(const char* path, Weights* w, int heads) {
+    char index_path[PATH_MAX + 40], single[PATH_MAX + 40];
+    snprintf(index_path, sizeof(index_path), "%s/model.safetensors.index.json", path);
+    snprintf(single, sizeof(single), "%s/model.safetensors", path);
+    struct stat st;
+    if (stat(index_path, &st) == 0) load_sharded(index_path, w, heads);
+    else if (stat(single, &st) == 0) load_source(single, w, heads);
+    else fail("%s: a directory without model.safetensors.index.json or model.safetensors", path);
+}
+
+// Reads SRC, an llm.c model file or a safetensors file (GPT-2 or Hugging Face Llama), recognised by
+// its content; a Hugging Face shard index (a name ending in .json); or a directory holding either
+// form.
 static void load_source(const char* path, Weights* w, int heads) {
     struct stat st;
     if (stat(path, &st) != 0) fail("%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) { load_directory(path, w, heads); return; }
     if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", path);
+    const size_t len = strlen(path);
+    if (len >= 5 && !strcmp(path + len - 5, ".json")) { load_sharded(path, w, heads); return; }
     int fd = open(path, O_RDONLY);
     if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
     unsigned char head[9] = {0};

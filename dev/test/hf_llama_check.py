@@ -32,6 +32,13 @@ h // (heads / kv heads) (Hugging Face's repeat_kv).
         DIR/NAME/model.safetensors (+ config.json). Also DIR/tied (no lm_head.weight,
         tie_word_embeddings true, lm_head = embed_tokens: imports like ST) and DIR/scaled
         (rope_scaling llama3 in config.json).
+    hf_llama_check.py shard ST OUT_DIR N
+        OUT_DIR: ST split as save_pretrained shards a large model: N files
+        model-0000i-of-0000N.safetensors (consecutive tensors, about as many in each), a
+        model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}) and config.json.
+    hf_llama_check.py shard_variants SHARDED_DIR DIR
+        Malformed copies of a `shard` directory for the importer's refusals: DIR/NAME with the
+        shards, config.json and a rewritten index (or a shard rewritten).
 
 Prints `ok - ...` / `not ok - ...` lines; exits 1 if a check failed.
 """
@@ -319,6 +326,72 @@ def variants(st_path, d):
     shutil.copy(os.path.join(os.path.dirname(os.path.abspath(st_path)), "config.json"), os.path.join(d, "overlap"))
 
 
+def write_index(d, weight_map, total_size, raw=None):
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        if raw is not None:
+            f.write(raw)
+        else:
+            json.dump({"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=2)
+
+
+def shard(st_path, out_dir, n):
+    from safetensors import safe_open
+    st, cfg = load(st_path)
+    with safe_open(st_path, "np") as f:
+        names = list(f.keys())                       # (the file's order: sorted names)
+    total = sum(st[k].nbytes for k in names)
+    # consecutive names, about len / n each (by count, not bytes as save_pretrained does: the test
+    # models' vocabulary-sized tensors would each take a shard alone)
+    groups = [names[len(names) * i // n:len(names) * (i + 1) // n] for i in range(n)]
+    assert len(groups) == n and all(groups), [len(g) for g in groups]
+    weight_map = {}
+    for i, g in enumerate(groups):
+        name = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        save({k: st[k] for k in g}, None, out_dir, name)
+        weight_map.update({k: name for k in g})
+    write_index(out_dir, weight_map, total)
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(st_path)), "config.json"), out_dir)
+
+
+def shard_variants(src, d):
+    """Malformed copies of a `shard` directory: d/NAME/{shards, config.json, index}."""
+    from safetensors.numpy import load_file
+    with open(os.path.join(src, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    wm, total = index["weight_map"], index["metadata"]["total_size"]
+    files = sorted(set(wm.values()))
+    assert len(files) >= 2
+
+    def make(name, weight_map=None, raw=None, shards=None):
+        sub = os.path.join(d, name)
+        os.makedirs(sub, exist_ok=True)
+        for fn in files:
+            shutil.copy(os.path.join(src, fn), sub)
+        shutil.copy(os.path.join(src, "config.json"), sub)
+        for fn, tensors in (shards or {}).items():
+            save(tensors, None, sub, fn)
+        write_index(sub, wm if weight_map is None else weight_map, total, raw)
+
+    first = sorted(k for k in wm if wm[k] == files[0])[0]      # a tensor of the first shard
+    second = sorted(k for k in wm if wm[k] == files[1])[0]     # and one of the second
+    make("dotdot", weight_map=dict(wm, **{first: "../" + files[0]}))
+    make("noshard", weight_map=dict(wm, **{first: "model-00009-of-00009.safetensors"}))
+    make("wrongshard", weight_map=dict(wm, **{first: files[1]}))
+    t = load_file(os.path.join(src, files[1]))
+    t[first] = load_file(os.path.join(src, files[0]))[first]
+    make("twoshards", shards={files[1]: t})                     # first: in its shard and in the second
+    make("unlisted", weight_map={k: v for k, v in wm.items() if k != second})
+    t = load_file(os.path.join(src, files[1]))
+    del t[second]
+    make("missing", weight_map={k: v for k, v in wm.items() if k != second}, shards={files[1]: t})
+    make("badjson", raw=json.dumps({"metadata": {"total_size": total}, "weight_map": wm})[:-30])
+    make("nomap", raw=json.dumps({"metadata": {"total_size": total}}))
+    make("notsafetensors", weight_map=dict(wm, **{first: "pytorch_model-00001-of-00002.bin"}))
+    make("noconfig")
+    os.remove(os.path.join(d, "noconfig", "config.json"))
+    print(json.dumps({"first": first, "second": second, "files": files}))
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "names":
         check_names(argv[2])
@@ -331,6 +404,10 @@ def main(argv):
         same(argv[2], argv[3])
     elif len(argv) == 4 and argv[1] == "variants":
         variants(argv[2], argv[3])
+    elif len(argv) == 5 and argv[1] == "shard":
+        shard(argv[2], argv[3], int(argv[4]))
+    elif len(argv) == 4 and argv[1] == "shard_variants":
+        shard_variants(argv[2], argv[3])
     else:
         print(__doc__, file=sys.stderr)
         return 2

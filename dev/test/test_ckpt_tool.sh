@@ -6,6 +6,7 @@
 # the head count taken from the config.json of a Hugging Face save_pretrained directory or
 # refused when nothing gives it: never guessed as channels / 64). Then a Llama 3 with
 # grouped-query attention: Hugging Face LlamaForCausalLM safetensors export/import round trips,
+# the sharded form (shards + model.safetensors.index.json) imported like the single file,
 # --resume from the import, and the export checked in Hugging Face's convention (section 7).
 set -u
 source dev/test/lib.sh
@@ -335,6 +336,34 @@ if ./train_gpt "${common[@]}" "${lmodel[@]}" "${lval[@]}" -x 2 --resume "$out/li
     fi
 else
     not_ok "--resume from the Llama import: $(grep -m1 -i error "$out/lres.log" || why "$out/lres.log")"
+fi
+# Hugging Face's sharded form (the 8B's: model-0000i-of-0000N.safetensors and
+# model.safetensors.index.json beside config.json): the export split into 3 shards imports, given
+# as the index or as its directory, into the single file's checkpoint (the rank files at the
+# same W byte-identical, the export of it the same file), and resumes with the same val loss.
+if $PYTHON "$HF" shard "$out/lhf/model.safetensors" "$out/lshard" 3 > "$out/lshard.log" 2>&1 &&
+   $CK import "$out/lshard" "$out/lshimp" --world 3 >> "$out/lshard.log" 2>&1 &&
+   $CK import "$out/lshard/model.safetensors.index.json" "$out/lshimp2" --world 3 >> "$out/lshard.log" 2>&1 &&
+   grep -q 'lshard/model.safetensors.index.json: safetensors in 3 shards (Hugging Face Llama), L=2 NH=4 KVH=2 C=64 F=96' "$out/lshard.log" &&
+   mkdir -p "$out/lshexp" && $CK export "$out/lshimp" --safetensors "$out/lshexp/model.safetensors" >> "$out/lshard.log" 2>&1; then
+    differ=""
+    for f in "$out/limp/step_00000000/"rank_*.bin; do
+        for d in lshimp lshimp2; do cmp -s "$f" "$out/$d/step_00000000/${f##*/}" || differ+=" $d/${f##*/}"; done
+    done
+    if [ -z "$differ" ] && cmp -s "$out/lhf2/model.safetensors" "$out/lshexp/model.safetensors"; then
+        ok "sharded Llama safetensors (3 shards + index): import of the index and of its directory = the single file's, rank files and export byte-identical"
+    else
+        not_ok "sharded Llama import differs from the single file's:${differ:- (export)} $(cmp "$out/lhf2/model.safetensors" "$out/lshexp/model.safetensors" 2>&1)"
+    fi
+else
+    not_ok "sharded Llama safetensors import: $(why "$out/lshard.log")"
+fi
+if ./train_gpt "${common[@]}" "${lmodel[@]}" "${lval[@]}" -x 1 --resume "$out/lshimp" -o "$out/lshres" > "$out/lshres.log" 2>&1; then
+    a=$(first_val "$out/lshres")
+    if [ -n "$a" ] && [ "$a" = "$lval4" ]; then ok "--resume from the sharded Llama import: first val loss $a = the original's at step 4"
+    else not_ok "--resume from the sharded Llama import: first val loss ${a:-none}, the original's ${lval4:-none}"; fi
+else
+    not_ok "--resume from the sharded Llama import: $(grep -m1 -i error "$out/lshres.log" || why "$out/lshres.log")"
 fi
 # The exported file in Hugging Face's convention: names, shapes, config.json; its forward on
 # the val windows = train_gpt's val loss at step 4 (near-initial weights: a weak test of q/k).

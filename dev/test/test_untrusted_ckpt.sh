@@ -6,7 +6,8 @@
 # the file and field, and a non-zero exit (expect_error: never a crash: a signal fails it).
 # Then: `latest` that points outside the root, a stale `latest`, a `latest` that cannot be
 # written, the abandoned timeline moved aside, and train_gpt --resume taking the same PATH
-# forms as the ckpt tool; malformed Hugging Face Llama safetensors directories (ckpt import).
+# forms as the ckpt tool; malformed Hugging Face Llama safetensors directories (ckpt import),
+# single-file and sharded (model.safetensors.index.json and its shards).
 # The writer's API (ckpt_writer_resumed_from, CKPT_SAVED_NO_LATEST, ckpt_resolve) is driven
 # directly by build/test_untrusted_ckpt.
 set -u
@@ -355,6 +356,47 @@ if "${lt[@]}" -x 1 -o "$out/llama_run" --ckpt-every 1 > "$out/llama_run.log" 2>&
     expect_error "Llama: two tensors sharing bytes" \
         "overlap/model\.safetensors: tensors model\.layers\.0\.(input|post_attention)_layernorm\.weight and model\.layers\.0\.(input|post_attention)_layernorm\.weight overlap in the data" \
         limport overlap
+    # The sharded form (model.safetensors.index.json + shards): an index that reaches outside its
+    # directory, names a missing or non-safetensors file, disagrees with the shards' headers, or
+    # is not an index; each refused with one line naming the file and the tensor.
+    if $PYTHON dev/test/hf_llama_check.py shard "$out/llama_hf/model.safetensors" "$out/llama_sh" 3 >> "$out/llama_fix.log" 2>&1 &&
+       $PYTHON dev/test/hf_llama_check.py shard_variants "$out/llama_sh" "$out/llama_shbad" > "$out/llama_shbad.json" 2>> "$out/llama_fix.log"; then
+        simport() { $CK import "$TEST_TMP/llama_shbad/$1" "$TEST_TMP/llama_imp" --world 2; }
+        sh1=model-00001-of-00003\.safetensors sh2=model-00002-of-00003\.safetensors
+        t1=lm_head\.weight t2=model\.layers\.0\.mlp\.gate_proj\.weight   # (the first tensors of shards 1 and 2)
+        grep -q '"first": "lm_head.weight", "second": "model.layers.0.mlp.gate_proj.weight"' "$out/llama_shbad.json" ||
+            not_ok "Llama sharded fixture: not the expected tensors: $(cat "$out/llama_shbad.json")"
+        expect_error "Llama sharded: a shard name with a path (../x.safetensors)" \
+            "dotdot/model\.safetensors\.index\.json: weight_map: tensor $t1 is in \"\.\./$sh1\": not a \*\.safetensors file name in the index's directory" \
+            simport dotdot
+        expect_error "Llama sharded: a shard that is not a .safetensors file" \
+            "notsafetensors/model\.safetensors\.index\.json: weight_map: tensor $t1 is in \"pytorch_model-00001-of-00002\.bin\": not a \*\.safetensors file name" \
+            simport notsafetensors
+        expect_error "Llama sharded: an index naming a missing shard file" \
+            "noshard/model-00009-of-00009\.safetensors: cannot open: No such file or directory \(the weight_map of .*noshard/model\.safetensors\.index\.json puts tensor $t1 there\)" \
+            simport noshard
+        expect_error "Llama sharded: a tensor mapped to the wrong shard" \
+            "wrongshard/model\.safetensors\.index\.json: tensor $t1 is in $sh1, but the weight_map puts it in $sh2" \
+            simport wrongshard
+        expect_error "Llama sharded: a tensor in two shards" \
+            "twoshards/model\.safetensors\.index\.json: tensor $t1 is in two shards, $sh1 and $sh2" simport twoshards
+        expect_error "Llama sharded: a shard holding a tensor the weight_map does not list" \
+            "unlisted/$sh2: holds tensor $t2, which the weight_map of .*unlisted/model\.safetensors\.index\.json does not list" \
+            simport unlisted
+        expect_error "Llama sharded: a tensor in neither the weight_map nor a shard" \
+            "missing/model\.safetensors\.index\.json: tensor $t2 is missing" simport missing
+        expect_error "Llama sharded: an index that is not JSON" \
+            "badjson/model\.safetensors\.index\.json: not a JSON object \(invalid JSON" simport badjson
+        expect_error "Llama sharded: an index without weight_map" \
+            "nomap/model\.safetensors\.index\.json: no weight_map object" simport nomap/model.safetensors.index.json
+        expect_error "Llama sharded: no config.json beside the index" \
+            "noconfig/model\.safetensors\.index\.json: a Hugging Face Llama file needs the config\.json beside it" simport noconfig
+        expect_error "Llama sharded: a directory with neither an index nor model.safetensors" \
+            "llama_run: a directory without model\.safetensors\.index\.json or model\.safetensors" \
+            $CK import "$out/llama_run" "$out/llama_imp" --world 2
+    else
+        not_ok "Llama sharded fixture (hf_llama_check.py shard, shard_variants): $(why "$out/llama_fix.log")"
+    fi
     if [ -n "$(ls -A "$out/llama_imp" 2>/dev/null)" ]; then not_ok "Llama: failed imports leave nothing: $(ls "$out/llama_imp")"
     else ok "Llama: the failed imports left nothing in OUT_ROOT"; fi
 else
