@@ -8,15 +8,18 @@
 //   test_gpt2 dump-llama --layers L --channels C --heads NH --kv-heads KVH --ffn-dim F
 //                        --vocab V --max-seq maxT --rope-theta THETA --rope-factor FACTOR
 //                        --seed S --tokens SHARD.bin -b B -t T --steps N --out STATE.bin
+//                        [--device cpu|cuda] [--attention auto|flash|flash1|cublas]
 //       A Llama 3 model of that shape (FACTOR 0: plain RoPE; > 1: Llama 3.1's frequency
 //       scaling with low_freq_factor 1, high_freq_factor 4, original_max_pos 8192),
 //       initialised by gpt2_init_weights(S) (--init-scale K, optional: every weight then
 //       multiplied by K, as fdcheck does, to move activations off their near-linear regime),
-//       run on the first B*T+1 tokens of SHARD.bin;
+//       run on the first B*T+1 tokens of SHARD.bin, on the cpu device (fp32, the default) or
+//       the cuda device (bf16 compute, fp32 master weights and optimizer: a GPU, or the CPU
+//       emulator's build of this file, dev/test/test_train_emu.sh);
 //       writes what dev/test/torch_llama.py compares against PyTorch. Llama has no llm.c
 //       model file, so the state carries the initial weights itself. Format (little-endian):
 //         int32 header[256] = {20261201, 1, B, T, N, V, Vp, L, NH, KVH, C, F, maxT,
-//                              rope_original_max_pos, 0...}
+//                              rope_original_max_pos, device (0 cpu fp32, 1 cuda bf16), 0...}
 //         float32 hyper[256] = {lr, beta1, beta2, eps, weight_decay, grad_clip, rope_theta,
 //                               rope_factor, rope_low_freq_factor, rope_high_freq_factor, 0...}
 //         int32 x[B*T], int32 y[B*T]               the batch (y: x shifted by one token)
@@ -57,6 +60,23 @@ static void die(const char* fmt, ...) {
 static void build_model(GPT2* model, const GPT2Config* c, int B, int T) {
     FsdpConfig fcfg = {1, 1, 1, 0, 0.0f, 0};
     gpt2_build(model, c, 1, &g_pg, &fcfg, NULL, B, T);  // the cpu device
+}
+
+// The cuda device (bf16 compute) with train_gpt's defaults but the attention kernel; the
+// engine as build_model's (W = 1: the shard is the whole unit).
+static void build_model_cuda(GPT2* model, const GPT2Config* c, int B, int T, const char* attention) {
+    FsdpConfig fcfg = {1, 1, 1, 0, 0.0f, 0};
+    DeviceOptions dopt = {1, "auto", 0, attention, 2, 1337, RECOMPUTE_NONE, -1, 0, NULL, NULL, 0};
+    gpt2_build(model, c, 1, &g_pg, &fcfg, &dopt, B, T);
+}
+
+// The last forward's mean loss, on any device (the losses copied to the host first).
+static double mean_loss_any(GPT2* model, float* host_losses, int B, int T) {
+    gpt2_losses_to_host(model, host_losses, B, T);
+    model->dev.kernels.synchronize(&model->dev.kernels);
+    double sum = 0.0;
+    for (int i = 0; i < B * T; i++) sum += host_losses[i];
+    return sum / (double)(B * T);
 }
 
 static double mean_loss(const GPT2* model, int B, int T) {
@@ -183,6 +203,7 @@ static int run_dump_llama(int argc, char** argv) {
     const char *tokens_path = NULL, *out_path = NULL;
     int B = 4, T = 32, steps = 10, seed = 1337;
     float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, clip = 1.0f, init_scale = 1.0f;
+    const char *device = "cpu", *attention = "auto";
     GPT2Config c;
     memset(&c, 0, sizeof(c));
     c.arch = ARCH_LLAMA3;
@@ -207,8 +228,12 @@ static int run_dump_llama(int argc, char** argv) {
         else if (!strcmp(k, "--max-seq")) c.max_seq_len = atoi(v);
         else if (!strcmp(k, "--rope-theta")) c.rope_theta = (float)atof(v);
         else if (!strcmp(k, "--rope-factor")) c.rope_factor = (float)atof(v);
+        else if (!strcmp(k, "--device")) device = v;
+        else if (!strcmp(k, "--attention")) attention = v;
         else die("dump-llama: unknown option %s", k);
     }
+    const int on_cuda = !strcmp(device, "cuda");
+    if (!on_cuda && strcmp(device, "cpu") != 0) die("dump-llama: --device %s: expected cpu or cuda", device);
     if (!tokens_path || !out_path || B < 1 || T < 1 || steps < 1) die("dump-llama: missing or bad arguments");
     // Llama 3.1's scaling parameters (those of every released 3.1/3.2 checkpoint).
     c.rope_low_freq_factor = 1.0f; c.rope_high_freq_factor = 4.0f; c.rope_original_max_pos = 8192;
@@ -217,13 +242,14 @@ static int run_dump_llama(int argc, char** argv) {
     if (bad) die("dump-llama: bad model shape: %s", bad);
     if (T > c.max_seq_len) die("-t %d exceeds --max-seq %d", T, c.max_seq_len);
     GPT2 model;
-    build_model(&model, &c, B, T);
+    if (on_cuda) build_model_cuda(&model, &c, B, T, attention);
+    else build_model(&model, &c, B, T);
     gpt2_init_weights(&model, (uint64_t)seed);
     if (init_scale != 1.0f) {
-        // The master shard is the cpu device's compute copy too (fp32): scale it, and mark the
-        // gathered copies stale.
-        for (size_t i = 0; i < model.fsdp.total_shard; i++) model.fsdp.master[i] *= init_scale;
-        model.fsdp.params_dirty = 1;
+        // Scaled in the host mirror of the master shard, then uploaded again (which rounds the
+        // compute copies anew and marks the gathered ones stale).
+        for (size_t i = 0; i < model.fsdp.total_shard; i++) model.fsdp.host_master[i] *= init_scale;
+        fsdp_upload_state(&model.fsdp, 0);
     }
 
     char err[1024];
@@ -240,16 +266,29 @@ static int run_dump_llama(int argc, char** argv) {
     float* grads = (float*)malloc(total * sizeof(float));
     float* losses = (float*)malloc((size_t)steps * sizeof(float));
     float* norms = (float*)malloc((size_t)steps * sizeof(float));
-    memcpy(params0, model.fsdp.master, total * sizeof(float));  // the cpu device: host memory
+    float* host_losses = (float*)malloc((size_t)B * T * sizeof(float));
+    memcpy(params0, model.fsdp.host_master, total * sizeof(float));  // the fp32 initial weights
+    Kernels* k = &model.dev.kernels;
 
     gpt2_forward(&model, x, y, B, T, 0.0f);
-    memcpy(logits, model.acts.logits, (size_t)B * T * Vp * sizeof(float));
-    float loss = (float)mean_loss(&model, B, T);
+    for (size_t row = 0; row < (size_t)B * T; row++)   // (the staging holds one row)
+        k->act_to_host_f32(k, logits + row * Vp, (const char*)model.acts.logits + row * Vp * k->act_bytes, Vp);
+    float loss = (float)mean_loss_any(&model, host_losses, B, T);
     fsdp_release_all(&model.fsdp);
 
     for (int s = 0; s < steps; s++) {
-        losses[s] = (float)forward_backward(&model, x, y, B, T);
-        if (s == 0) memcpy(grads, model.fsdp.grad_shard, total * sizeof(float));
+        // One forward + backward leaving the gradient in the fp32 shard (forward_backward's
+        // steps, with the losses read from wherever the device keeps them).
+        fsdp_zero_grad(&model.fsdp, 1);
+        gpt2_forward(&model, x, y, B, T, 1.0f / (float)(B * T));
+        losses[s] = (float)mean_loss_any(&model, host_losses, B, T);
+        fsdp_add_loss(&model.fsdp, model.acts.losses, (size_t)B * T);
+        gpt2_backward(&model, B, T);
+        fsdp_end_micro_step(&model.fsdp);
+        if (s == 0) {
+            model.fsdp.be.copy_to_host(model.fsdp.be.ctx, grads, model.fsdp.grad_shard, total * sizeof(float));
+            k->synchronize(k);
+        }
         fsdp_step_decide(&model.fsdp, (double)B * T, clip);
         fsdp_optimizer_step(&model.fsdp, lr, beta1, beta2, eps, wd, s + 1);
         fsdp_step_stats_fetch(&model.fsdp);
@@ -261,7 +300,7 @@ static int run_dump_llama(int argc, char** argv) {
     int32_t h[256] = {0};
     h[0] = LLAMA_STATE_MAGIC; h[1] = LLAMA_STATE_VERSION; h[2] = B; h[3] = T; h[4] = steps; h[5] = c.vocab_size;
     h[6] = c.padded_vocab_size; h[7] = c.num_layers; h[8] = c.num_heads; h[9] = c.num_kv_heads; h[10] = c.channels;
-    h[11] = c.ffn_dim; h[12] = c.max_seq_len; h[13] = c.rope_original_max_pos;
+    h[11] = c.ffn_dim; h[12] = c.max_seq_len; h[13] = c.rope_original_max_pos; h[14] = on_cuda;
     float hyper[256] = {0};
     hyper[0] = lr; hyper[1] = beta1; hyper[2] = beta2; hyper[3] = eps; hyper[4] = wd; hyper[5] = clip;
     hyper[6] = c.rope_theta; hyper[7] = c.rope_factor; hyper[8] = c.rope_low_freq_factor; hyper[9] = c.rope_high_freq_factor;
@@ -276,10 +315,10 @@ static int run_dump_llama(int argc, char** argv) {
     write_all(fp, losses, (size_t)steps * sizeof(float), out_path);
     write_all(fp, norms, (size_t)steps * sizeof(float), out_path);
     if (fclose(fp) != 0) die("%s: close failed", out_path);
-    printf("dump-llama: L=%d C=%d NH=%d KVH=%d F=%d V=%d, B=%d T=%d: loss %.6f, %d steps, final loss %.6f -> %s\n",
-           c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.vocab_size, B, T, loss, steps,
-           losses[steps - 1], out_path);
-    free(x); free(y); free(params0); free(logits); free(grads); free(losses); free(norms);
+    printf("dump-llama (%s): L=%d C=%d NH=%d KVH=%d F=%d V=%d, B=%d T=%d: loss %.6f, %d steps, final loss %.6f -> %s\n",
+           model.dev.name, c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.vocab_size, B, T, loss,
+           steps, losses[steps - 1], out_path);
+    free(x); free(y); free(params0); free(logits); free(grads); free(losses); free(norms); free(host_losses);
     gpt2_free(&model);
     return 0;
 }

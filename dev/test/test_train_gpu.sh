@@ -32,7 +32,10 @@
 #                every step at a loss scale; a first scale of 2^24 overflows: halved and skipped
 #   llama        the same shape as Llama 3 (--arch llama3: RMSNorm, RoPE, grouped-query
 #                attention with one kv head for two query heads, SwiGLU): cuda vs cpu within
-#                2%, two cuda runs bitwise equal, save + resume bitwise
+#                2%, two cuda runs bitwise equal, save + resume bitwise; and build/test_gpt2
+#                dump-llama --device cuda (2 kv heads for 4 query heads, head size 64)
+#                against the plain PyTorch Llama at its bf16 bounds (dev/test/torch_llama.py;
+#                skipped where $PYTHON has no torch)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -218,6 +221,21 @@ if want llama; then
         run llama_resume 1 --device cuda -b 4 "${llama[@]}" -o "$out/llama_split" --ckpt-every 10 --resume auto && [ $l_cuda = 1 ] &&
         compare "Llama: cuda save at step 10 + resume == 20 uninterrupted steps" "$out/llama_cuda/metrics.jsonl" \
             "$out/llama_split/metrics.jsonl" --exact
+    # Logits, loss, every gradient and 10 AdamW steps against PyTorch (test_llama.sh's check
+    # under the emulator, here on the GPU).
+    if [ ! -x build/test_gpt2 ]; then
+        echo "ok - Llama on cuda against PyTorch # skip build/test_gpt2 not built (make)"
+    elif ! "$PY" -c 'import torch' 2>/dev/null; then
+        echo "ok - Llama on cuda against PyTorch # skip $PY has no torch"
+    elif timeout -k 5 "$RUN_TIMEOUT" build/test_gpt2 dump-llama --layers 2 --channels 256 --heads 4 --kv-heads 2 \
+            --ffn-dim 384 --vocab 50257 --max-seq 64 --rope-theta 500000 --seed 11 --tokens "$TRAIN_SHARD" -b 4 -t 32 \
+            --steps 10 --device cuda --out "$out/llama_torch.bin" > "$out/llama_torch.log" 2>&1; then
+        "$PY" dev/test/torch_llama.py --state "$out/llama_torch.bin" --label "Llama on cuda against PyTorch" \
+            --sensitivity kv_heads,rope_halves,swiglu_swap || true
+        rm -f "$out/llama_torch.bin"
+    else
+        not_ok "Llama on cuda against PyTorch: test_gpt2 dump-llama --device cuda failed: $(tail -n 3 "$out/llama_torch.log" | tr '\n' ' ' | cut -c1-300)"
+    fi
 fi
 
 # Whether the reference run had to fall back from the GELU epilogues: it says so on stderr.
