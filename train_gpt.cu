@@ -4,7 +4,7 @@ train_gpt: GPT-2 pretraining with full FSDP / ZeRO-3 sharding.
     mpirun -np 4 ./train_gpt --device cpu -m d6 -i "data/tinyshakespeare/tiny_shakespeare_train.bin"
 
 This file is the training story, top to bottom: the model (its activations, and the schedule
-of gathers, kernels and reduce-scatters in gpt2_forward / gpt2_backward), one optimizer step
+of gathers, kernels and reduce-scatters in model_forward / model_backward), one optimizer step
 (train_step), the validation loss (evaluate), samples, checkpoints (maybe_checkpoint), and
 main. Around it:
     comm/        how ranks meet and talk (MPI or TCP), the process group
@@ -33,8 +33,8 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "fsdp/flat_unit.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
-#include "model/gpt2_state.h"
+#include "model/model.h"
+#include "model/state.h"
 #include "train/device.cuh"
 #include "train/metrics.h"
 #include "train/options.h"
@@ -140,7 +140,7 @@ static void* carve(char* base, size_t* off, size_t n, size_t elem) {
     return p;
 }
 
-static size_t carve_activations(Activations* a, const GPT2Config* c, size_t B, size_t T, const Kernels* k,
+static size_t carve_activations(Activations* a, const ModelConfig* c, size_t B, size_t T, const Kernels* k,
                                 Recompute recompute, void* mem) {
     size_t BT = B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
     size_t Vp = (size_t)c->padded_vocab_size, e = k->act_bytes, f = sizeof(float), off = 0;
@@ -213,7 +213,7 @@ static LayerActs layer_acts(const Activations* a, int l, size_t C, int NH, size_
 
 typedef struct {
     ModelLayout layout;
-    GPT2Config config;
+    ModelConfig config;
     Fsdp fsdp;
     Device dev;
     Activations acts;
@@ -224,13 +224,13 @@ typedef struct {
 } GPT2;
 
 // dopt NULL: the cpu device, no recompute.
-static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, const ProcessGroup* pg,
+static void model_build(GPT2* model, const ModelConfig* c, int layers_per_unit, const ProcessGroup* pg,
                        const FsdpConfig* fcfg, const DeviceOptions* dopt, int B, int T) {
     char err[512];
     memset(model, 0, sizeof(*model));
     model->config = *c;
     if (build_layout(&model->layout, c, layers_per_unit, pg->shard_size))
-        fatal(pg, "model: %s", gpt2_config_check(c) ? gpt2_config_check(c) : "a unit of more than 5 blocks (--fsdp-unit-layers), or out of memory");
+        fatal(pg, "model: %s", model_config_check(c) ? model_config_check(c) : "a unit of more than 5 blocks (--fsdp-unit-layers), or out of memory");
     device_open(&model->dev, dopt, pg, fcfg, &model->layout, B, T);
     if (fsdp_init(&model->fsdp, pg, &model->dev.backend, fcfg, model->layout.units, model->layout.n_units, err, sizeof(err)))
         fatal(pg, "%s", err);
@@ -244,7 +244,7 @@ static void gpt2_build(GPT2* model, const GPT2Config* c, int layers_per_unit, co
     k->gelu_scratch = model->acts.gelu_scratch;
 }
 
-static void gpt2_free(GPT2* model) {
+static void model_free(GPT2* model) {
     model->dev.kernels.synchronize(&model->dev.kernels);
     model->dev.backend.release(model->dev.backend.ctx, model->acts_memory);
     fsdp_free(&model->fsdp);
@@ -253,13 +253,13 @@ static void gpt2_free(GPT2* model) {
 }
 
 // Initial weights go into the host mirror of this rank's master shards, then up to the device.
-static void gpt2_init_weights(GPT2* model, uint64_t seed) {
-    gpt2_init_parameters(&model->layout, model->fsdp.pieces, model->fsdp.n_pieces, model->fsdp.host_master, seed);
+static void model_init_weights(GPT2* model, uint64_t seed) {
+    model_init_parameters(&model->layout, model->fsdp.pieces, model->fsdp.n_pieces, model->fsdp.host_master, seed);
     fsdp_upload_state(&model->fsdp, 0);
 }
 
-static int gpt2_load_weights(GPT2* model, const char* path, int version, char* err, size_t errlen) {
-    if (gpt2_read_model_file(&model->layout, model->fsdp.pieces, model->fsdp.n_pieces, model->fsdp.host_master, path,
+static int model_load_weights(GPT2* model, const char* path, int version, char* err, size_t errlen) {
+    if (llmc_read_model_file(&model->layout, model->fsdp.pieces, model->fsdp.n_pieces, model->fsdp.host_master, path,
                              version, err, errlen))
         return 1;
     fsdp_upload_state(&model->fsdp, 0);
@@ -267,7 +267,7 @@ static int gpt2_load_weights(GPT2* model, const char* path, int version, char* e
 }
 
 // Llama's rotary embedding, as the kernels take it.
-static RopeParams model_rope(const GPT2Config* c) {
+static RopeParams model_rope(const ModelConfig* c) {
     RopeParams p = {c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                     c->rope_original_max_pos};
     return p;
@@ -300,7 +300,7 @@ static void norm_backward(GPT2* model, void* dinp, void* dweight, void* dbias, c
 // Attention: qkv = ln1 Wqkv^T (+ b), q and k rotated (Llama), the causal attention (k and v
 // heads shared by groups of query heads in Llama), the output projection into proj_out.
 static void attention_block_forward(GPT2* model, const BlockTensors* p, const LayerActs* la, int B, int T) {
-    const GPT2Config* c = &model->config;
+    const ModelConfig* c = &model->config;
     Kernels* k = &model->dev.kernels;
     const int N = B * T, C = c->channels, NH = c->num_heads, Q = qkv_width(c);
     const int llama = c->arch == ARCH_LLAMA3, KVH = llama ? c->num_kv_heads : NH;
@@ -313,7 +313,7 @@ static void attention_block_forward(GPT2* model, const BlockTensors* p, const La
 // (fused in the matmul where the device does); Llama fch = ln2 W13^T (gate|up), fch_gelu =
 // swiglu(fch).
 static void mlp_up_forward(GPT2* model, const BlockTensors* p, const LayerActs* la, int N) {
-    const GPT2Config* c = &model->config;
+    const ModelConfig* c = &model->config;
     Kernels* k = &model->dev.kernels;
     if (c->arch == ARCH_LLAMA3) {
         kernel_matmul_forward(k, la->fch, NULL, la->ln2, p->fcw, NULL, N, c->channels, 2 * c->ffn_dim);
@@ -324,10 +324,10 @@ static void mlp_up_forward(GPT2* model, const BlockTensors* p, const LayerActs* 
 }
 
 // Forward over B x T tokens. Writes per-position losses to acts.losses (targets required;
-// device memory: see gpt2_losses_to_host). With dloss != 0 the logits buffer is left holding
+// device memory: see model_losses_to_host). With dloss != 0 the logits buffer is left holding
 // dlogits for the backward.
-static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
-    const GPT2Config* c = &model->config;
+static void model_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
+    const ModelConfig* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
     Fsdp* f = &model->fsdp;
@@ -374,7 +374,7 @@ static void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int
 
 // Queues a copy of the last forward's B*T losses into host memory dst (valid after the
 // device's synchronize; on the cpu at once).
-static void gpt2_losses_to_host(GPT2* model, float* dst, int B, int T) {
+static void model_losses_to_host(GPT2* model, float* dst, int B, int T) {
     Kernels* k = &model->dev.kernels;
     k->to_host_async(k, dst, model->acts.losses, (size_t)B * T * sizeof(float));
 }
@@ -402,8 +402,8 @@ static void recompute_block(GPT2* model, const BlockTensors* p, const LayerActs*
 
 // Backward of the last forward (which must have had dloss != 0), on the same tokens. Each
 // unit's gradient is reduce-scattered as soon as its backward is done.
-static void gpt2_backward(GPT2* model, int B, int T) {
-    const GPT2Config* c = &model->config;
+static void model_backward(GPT2* model, int B, int T) {
+    const ModelConfig* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
     Fsdp* f = &model->fsdp;
@@ -475,7 +475,7 @@ static void generate_sample(GPT2* model, const ProcessGroup* pg, const Tokenizer
                             int top_k, float temperature, uint64_t seed, int step) {
     int T = model->T;
     Kernels* k = &model->dev.kernels;
-    const GPT2Config* c = &model->config;
+    const ModelConfig* c = &model->config;
     int* tokens = (int*)calloc((size_t)T, sizeof(int));
     int* zeros = (int*)calloc((size_t)T, sizeof(int));
     int* idx = (int*)malloc((size_t)top_k * sizeof(int));
@@ -487,7 +487,7 @@ static void generate_sample(GPT2* model, const ProcessGroup* pg, const Tokenizer
     tokenizer_utf8_init(&utf8);
     if (pg->rank == 0) { printf("sample (step %d):\n---\n", step); fflush(stdout); }
     for (int t = 1; t < length; t++) {
-        gpt2_forward(model, tokens, zeros, 1, t, 0.0f);
+        model_forward(model, tokens, zeros, 1, t, 0.0f);
         k->act_to_host_f32(k, row, elem_at(model->acts.logits, (size_t)(t - 1) * c->padded_vocab_size, k->act_bytes),
                            (size_t)c->padded_vocab_size);
         tokens[t] = sample_top_k(row, c->vocab_size, top_k, temperature, sampler_coin(seed, step, t), idx, val);
@@ -546,7 +546,7 @@ typedef struct {
     // checkpoints
     char ckpt_root[1100];
     CkptWriter* ckpt_writer;          // whenever there is a checkpoint directory
-    Gpt2CkptTables ckpt_tables;
+    ModelCkptTables ckpt_tables;
     int ckpt_saves;
     long ckpt_reported;               // the last async commit announced
     StepProfile profile;
@@ -569,8 +569,8 @@ static void evaluate(Run* r, int step) {
         if (loader_read_micro_batch(&r->val_loader, k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0], err,
                                     sizeof(err)))
             fatal(r->pg, "%s", err);
-        gpt2_forward(model, r->inputs[0], r->targets[0], r->B, r->T, 0.0f);
-        gpt2_losses_to_host(model, r->step_losses, r->B, r->T);
+        model_forward(model, r->inputs[0], r->targets[0], r->B, r->T, 0.0f);
+        model_losses_to_host(model, r->step_losses, r->B, r->T);
         model->dev.kernels.synchronize(&model->dev.kernels);
         for (long i = 0; i < (long)r->B * r->T; i++) local += r->step_losses[i];
     }
@@ -674,9 +674,9 @@ static int train_step(Run* r, int step, PendingStep* prev) {
         if (loader_read_micro_batch(&r->train_loader, k, r->pg->world, r->pg->rank, B, inputs, targets, err, sizeof(err)))
             fatal(r->pg, "%s", err);
         data_seconds += now_seconds() - d0;
-        gpt2_forward(model, inputs, targets, B, T, r->dloss);
+        model_forward(model, inputs, targets, B, T, r->dloss);
         fsdp_add_loss(f, model->acts.losses, (size_t)B * T);
-        gpt2_backward(model, B, T);
+        model_backward(model, B, T);
         fsdp_end_micro_step(f);
         profile_host(prof);
     }
@@ -734,13 +734,13 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
         double t0 = now_seconds();
         fsdp_download_state(&r->model.fsdp);  // the checkpoint's pieces point into the host mirror
         const LoaderState* ls = &r->train_loader.state;
-        cJSON* state = gpt2_checkpoint_state(&r->model.config, completed, r->total_tokens * (long)completed, r->pg->world, r->T,
+        cJSON* state = model_checkpoint_state(&r->model.config, completed, r->total_tokens * (long)completed, r->pg->world, r->T,
                                              r->total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
         if (opt->param_fp16) {  // the figures of step `completed` were read (finish_step) before this
             const FsdpStepStats* s = fsdp_step_stats_wait(&r->model.fsdp);
-            gpt2_checkpoint_state_add_loss_scaler(state, s->loss_scale, s->good_steps);
+            model_checkpoint_state_add_loss_scaler(state, s->loss_scale, s->good_steps);
         }
-        const Gpt2CkptTables* ct = &r->ckpt_tables;
+        const ModelCkptTables* ct = &r->ckpt_tables;
         int saved = ckpt_save(r->ckpt_writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
                               state, err, sizeof(err));
         if (saved == CKPT_SAVED_NO_LATEST) { if (r->pg->rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
@@ -773,10 +773,10 @@ static int maybe_resume(Run* r, int* start_step) {
     }
     Fsdp* f = &r->model.fsdp;
     float* const arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
-    Gpt2RunState rs;
+    RunState rs;
     uint64_t bytes = 0;
     double t0 = now_seconds();
-    if (gpt2_checkpoint_load(path, &r->model.layout, f->pieces, f->n_pieces, arenas, r->T, &rs, &bytes, err, sizeof(err)))
+    if (model_checkpoint_load(path, &r->model.layout, f->pieces, f->n_pieces, arenas, r->T, &rs, &bytes, err, sizeof(err)))
         fatal(r->pg, "--resume: %s", err);
     // The compute-dtype shard is rounded as the optimizer's step `step` rounded it: a resume
     // continues bitwise.
@@ -810,7 +810,7 @@ static FsdpConfig run_fsdp_config(const Options* opt) {
 }
 
 // Flags that depend on the world size or the device. 0, or 1 with the message in e.
-static int check_run_flags(const Options* opt, const GPT2Config* config, const ProcessGroup* pg, const char* device,
+static int check_run_flags(const Options* opt, const ModelConfig* config, const ProcessGroup* pg, const char* device,
                            const char* why, ParseError* e) {
     char* m = e->msg;
     size_t n = sizeof(e->msg);
@@ -910,7 +910,7 @@ static void print_memory_budget(const GPT2* model, const MemoryBudget* b) {
 }
 
 // The model's line of the setup (the run's and --plan's).
-static void print_model_line(const GPT2Config* c, size_t num_parameters) {
+static void print_model_line(const ModelConfig* c, size_t num_parameters) {
     printf("model: %s, %d layers, %d heads", c->arch == ARCH_LLAMA3 ? "Llama 3" : "GPT-2", c->num_layers, c->num_heads);
     if (c->arch == ARCH_LLAMA3) printf(" (%d kv heads)", c->num_kv_heads);
     printf(", %d channels", c->channels);
@@ -928,7 +928,7 @@ static void print_setup(const Run* r, const char* device, const char* why, int t
     const Options* opt = r->opt;
     const ProcessGroup* pg = r->pg;
     const GPT2* model = &r->model;
-    const GPT2Config* c = &model->config;
+    const ModelConfig* c = &model->config;
     printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg->world,
            pg->launcher, pg->transport, threads);
     if (model->dev.description[0])
@@ -968,11 +968,11 @@ static void plan_step(GPT2* model, int grad_accum) {
     Fsdp* f = &model->fsdp;
     fsdp_zero_grad(f, grad_accum);
     for (int k = 0; k < grad_accum; k++) {
-        gpt2_forward(model, NULL, NULL, model->B, model->T, 1.0f);
+        model_forward(model, NULL, NULL, model->B, model->T, 1.0f);
         // (the bf16 profiles' loss sum is one small kernel; the fp32 one sums on the host, and
         // the sim's losses are not memory)
         if (f->fused) fsdp_add_loss(f, model->acts.losses, (size_t)model->B * model->T);
-        gpt2_backward(model, model->B, model->T);
+        model_backward(model, model->B, model->T);
         fsdp_end_micro_step(f);
     }
     fsdp_step_decide(f, (double)model->B * model->T * grad_accum, 1.0f);
@@ -996,7 +996,7 @@ static int plan_check_world(const Options* opt, int world) {
 
 // Plans world size W (checked by plan_check_world) into row, printing the setup and budget
 // lines when detail.
-static void plan_one(const Options* opt, const GPT2Config* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
+static void plan_one(const Options* opt, const ModelConfig* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
     int S = opt->shard_group_size ? opt->shard_group_size : world;
     // Rank 0 of the virtual world (no transport: nothing is sent).
     ProcessGroup pg;
@@ -1024,7 +1024,7 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     FsdpConfig fcfg = run_fsdp_config(opt);
     GPT2* model = (GPT2*)calloc(1, sizeof(GPT2));
     if (!model) fatal(&pg, "--plan: out of host memory");
-    gpt2_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
+    model_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
     model->fsdp.on_event = plan_on_event;
     model->fsdp.on_event_ctx = &clock;
     model->dev.kernels.on_kernel = plan_on_kernel;
@@ -1067,11 +1067,11 @@ static void plan_one(const Options* opt, const GPT2Config* config, const SimProf
     for (int g = 0; g <= SIM_GROUPS; g++) row->group_time[g] = clock.group_time[g];
     double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
     row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
-    gpt2_free(model);
+    model_free(model);
     free(model);
 }
 
-static int plan_main(const Options* opt, const GPT2Config* config) {
+static int plan_main(const Options* opt, const ModelConfig* config) {
     if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
     char err[1024];
     // The cpu profile measures this machine with the threads a rank would have (--threads).
@@ -1113,7 +1113,7 @@ int main(int argc, char** argv) {
     // launcher calls 0 says it, all exit.
     Options opt;
     ParseError pe;
-    GPT2Config config;
+    ModelConfig config;
     int file_version = 0;
     int rc = parse_options(argc, argv, &opt, &pe);
     if (rc == 2) { if (launcher_rank() == 0) print_usage(); return 0; }
@@ -1182,13 +1182,13 @@ int main(int argc, char** argv) {
                           (Recompute)opt.recompute, opt.matmul_autotune, opt.param_fp16, NULL, NULL, 0};
     FsdpConfig fcfg = run_fsdp_config(&opt);
     GPT2* model = &r->model;
-    gpt2_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
+    model_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
     // fp16: the backward's loss scale is read where the engine's scaler keeps it.
     model->dev.kernels.loss_scale = fsdp_loss_scale_device(&model->fsdp);
     if (opt.init_from) {
-        if (gpt2_load_weights(model, opt.init_from, file_version, err, sizeof(err))) fatal(&pg, "%s", err);
+        if (model_load_weights(model, opt.init_from, file_version, err, sizeof(err))) fatal(&pg, "%s", err);
     } else {
-        gpt2_init_weights(model, opt.seed);
+        model_init_weights(model, opt.seed);
     }
     // The peak table knows GPUs by name; the cpu device has no entry (no MFU).
     double peak_tflops = opt.peak_tflops > 0 ? opt.peak_tflops : device_peak_tflops(model->dev.gpu_name);
@@ -1205,7 +1205,7 @@ int main(int argc, char** argv) {
         Fsdp* f = &model->fsdp;
         float* const arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
         // HSDP replicas hold the same shards: the first replica group writes them.
-        if (gpt2_checkpoint_tables(&model->layout, f->pieces, f->n_pieces, arenas, pg.replicate_rank == 0, &r->ckpt_tables))
+        if (model_checkpoint_tables(&model->layout, f->pieces, f->n_pieces, arenas, pg.replicate_rank == 0, &r->ckpt_tables))
             fatal(&pg, "checkpoint: out of memory for the checkpoint tables");
         size_t mib = r->ckpt_tables.local_bytes;
         if (ckpt_writer_reserve(r->ckpt_writer, mib / sizeof(float)))
@@ -1288,11 +1288,11 @@ int main(int argc, char** argv) {
                 printf("checkpointing blocked training for %.2f s of %.2f s (%.1f%%)\n", blocked, run_secs, 100.0 * blocked / run_secs);
         }
         ckpt_writer_free(r->ckpt_writer);
-        gpt2_checkpoint_tables_free(&r->ckpt_tables);
+        model_checkpoint_tables_free(&r->ckpt_tables);
     }
     if (opt.save_model && exit_code == 0) {
         fsdp_download_state(&model->fsdp);
-        if (gpt2_write_model_file(&model->layout, model->fsdp.host_master, &pg, opt.save_model, err, sizeof(err)))
+        if (llmc_write_model_file(&model->layout, model->fsdp.host_master, &pg, opt.save_model, err, sizeof(err)))
             fatal_agreed(&pg, "--save-model: %s", err);
         if (pg.rank == 0) printf("saved %s\n", opt.save_model);
     }
@@ -1308,7 +1308,7 @@ int main(int argc, char** argv) {
     if (tokenizer) tokenizer_free(tokenizer);
     loader_close(&r->train_loader);
     if (r->have_val) loader_close(&r->val_loader);
-    gpt2_free(model);
+    model_free(model);
     free(r);
     run_lock_release(&run_lock);
     process_group_finalize(&pg);

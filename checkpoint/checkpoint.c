@@ -1,6 +1,6 @@
 // checkpoint/: sharded checkpoints (checkpoint.h: parallel writes, the commit protocol,
 // reads of any element range at any world size); tool/ckpt.c inspects, verifies, exports and
-// imports them. It knows no model: model/gpt2_state.h supplies GPT-2's tables.
+// imports them. It knows no model: model/state.h supplies GPT-2's tables.
 #define _GNU_SOURCE   // O_DIRECT
 #include "checkpoint/checkpoint.h"
 

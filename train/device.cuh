@@ -122,7 +122,7 @@ static void cuda_close(Device* d) {
 // The GPU is the local rank's modulo the GPUs visible (several ranks share one with --comm mpi).
 static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, const FsdpConfig* fcfg,
                       const ModelLayout* m, int B, int T) {
-    const GPT2Config* c = &m->config;
+    const ModelConfig* c = &m->config;
     CudaDeviceState* st = (CudaDeviceState*)calloc(1, sizeof(CudaDeviceState));
     if (!st) fatal(pg, "out of host memory");
     int gpus = 0;

@@ -10,7 +10,7 @@
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_sim.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 #ifdef __cplusplus
 extern "C" {

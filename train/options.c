@@ -294,7 +294,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_FFN_DIM: r = parse_int("--ffn-dim", optarg, 1, LLAMA_MAX_FFN, &o->ffn_dim, e); break;
         case OPT_ROPE_THETA: r = parse_float("--rope-theta", optarg, 1.0001, 1e12, &o->rope_theta, e); break;
         case OPT_ROPE_FACTOR: r = parse_float("--rope-factor", optarg, 0.0, 1e5, &o->rope_factor, e); break;
-        case OPT_VOCAB: r = parse_int("--vocab", optarg, 1, GPT2_MAX_VOCAB - VOCAB_PAD_MULTIPLE, &o->vocab, e); break;
+        case OPT_VOCAB: r = parse_int("--vocab", optarg, 1, MODEL_MAX_VOCAB - VOCAB_PAD_MULTIPLE, &o->vocab, e); break;
         case 'e': o->init_from = optarg; break;
         case OPT_SAVE_MODEL: o->save_model = optarg; break;
         case OPT_SEED: r = parse_long("--seed", optarg, 0, LONG_MAX, &seed, e); o->seed = (uint64_t)seed; break;
@@ -490,7 +490,7 @@ void batch_split(const Options* o, int world, long* total_tokens, int* grad_accu
     *grad_accum = (int)(*total_tokens / local);
 }
 
-int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e) {
+int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseError* e) {
     memset(c, 0, sizeof(*c));
     if (o->init_from) {
         if (o->model || o->layers || o->channels || o->heads || o->max_seq || o->arch || o->kv_heads || o->ffn_dim ||
@@ -544,7 +544,7 @@ int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseErro
                  c->num_heads);
         return 1;
     }
-    const char* bad = gpt2_config_check(c);
+    const char* bad = model_config_check(c);
     if (bad) {
         snprintf(e->msg, sizeof(e->msg), "the model shape: %s", bad);
         return 1;

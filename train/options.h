@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 #include "checkpoint/checkpoint.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "train/schedulers.h"
 
 #ifdef __cplusplus
@@ -86,7 +86,7 @@ int check_batch_split(const Options* o, int world, ParseError* e);
 void batch_split(const Options* o, int world, long* total_tokens, int* grad_accum);
 // Resolves the model shape from the flags or the --init-from file (whose version, 3 or 5, it
 // returns). 0 or an error in e.
-int resolve_config(const Options* o, GPT2Config* c, int* file_version, ParseError* e);
+int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseError* e);
 
 #ifdef __cplusplus
 }

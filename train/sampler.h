@@ -5,7 +5,7 @@
 
 #include <math.h>
 #include <stdint.h>
-#include "model/gpt2_state.h"
+#include "model/state.h"
 
 // A uniform number in [0, 1) for position t of the sample printed at `step`.
 static inline float sampler_coin(uint64_t seed, int step, int t) {

@@ -14,7 +14,7 @@
 //
 // Formats:
 // - llm.c model file: int32 header[256] = {20240326, 3 (fp32) | 5 (bf16), maxT, V, L, NH, C,
-//   Vp}, then the tensors in llm.c's order (model/gpt2.h: K_* kinds, per-layer ones stacked
+//   Vp}, then the tensors in llm.c's order (model/model.h: K_* kinds, per-layer ones stacked
 //   over L), wte with all Vp rows. bf16 is fp32 rounded to nearest even.
 // - safetensors (Hugging Face GPT2Model): u64 little-endian header length N, N bytes of JSON
 //   {name: {"dtype", "shape", "data_offsets": [begin, end)}, "__metadata__": {...}} padded with
@@ -57,8 +57,8 @@
 #include <cjson/cJSON.h>
 
 #include "checkpoint/checkpoint.h"
-#include "model/gpt2.h"
-#include "model/gpt2_state.h"
+#include "model/model.h"
+#include "model/state.h"
 
 #define ERRLEN 1024
 #define SAFETENSORS_MAX_HEADER (100u << 20)
@@ -243,7 +243,7 @@ static int is_conv1d(int kind) {
     return kind == K_QKVW || kind == K_ATTPROJW || kind == K_FCW || kind == K_FCPROJW;
 }
 
-static void print_config(const GPT2Config* c) {
+static void print_config(const ModelConfig* c) {
     if (c->arch == ARCH_LLAMA3) {
         printf("L=%d NH=%d KVH=%d C=%d F=%d maxT=%d V=%d Vp=%d", c->num_layers, c->num_heads, c->num_kv_heads,
                c->channels, c->ffn_dim, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
@@ -254,7 +254,7 @@ static void print_config(const GPT2Config* c) {
 }
 
 // Llama's RoPE: the base, and Llama 3.1's frequency scaling when it is on (factor > 1).
-static void print_rope(const GPT2Config* c) {
+static void print_rope(const ModelConfig* c) {
     printf("theta %g, ", (double)c->rope_theta);
     if (c->rope_factor > 1.0f)
         printf("llama3 scaling: factor %g, low_freq_factor %g, high_freq_factor %g, original_max_pos %d",
@@ -274,10 +274,10 @@ static void open_ckpt(const char* path, Ckpt* c) {
     if (ckpt_open(c, dir, err, sizeof(err)) != 0) fail("%s", err);
 }
 
-static void open_model_ckpt(const char* path, Ckpt* c, GPT2Config* cfg) {
+static void open_model_ckpt(const char* path, Ckpt* c, ModelConfig* cfg) {
     char err[ERRLEN];
     open_ckpt(path, c);
-    if (gpt2_checkpoint_config(c, cfg, err, sizeof(err)) || gpt2_checkpoint_check_tensors(c, cfg, err, sizeof(err))) {
+    if (model_checkpoint_config(c, cfg, err, sizeof(err)) || model_checkpoint_check_tensors(c, cfg, err, sizeof(err))) {
         ckpt_close(c);
         fail("%s", err);
     }
@@ -311,9 +311,9 @@ static int cmd_info(int argc, char** argv) {
     printf("%-16s %ld\n", "step", c.step);
     print_state_number(c.state, "tokens", "tokens");
     printf("%-16s %d\n", "world at save", c.world);
-    GPT2Config cfg;
+    ModelConfig cfg;
     char err[ERRLEN];
-    const int have_cfg = gpt2_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0;
+    const int have_cfg = model_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0;
     if (have_cfg) {
         printf("%-16s %s\n", "family", cfg.arch == ARCH_LLAMA3 ? "llama3 (Llama 3)" : "gpt2 (GPT-2)");
         printf("%-16s ", "model");
@@ -411,27 +411,27 @@ static int cmd_verify(int argc, char** argv) {
 // ---------------------------------------------------------------------------------------
 // export
 
-static void export_llmc(Ckpt* c, const GPT2Config* cfg, const char* out, int bf16) {
+static void export_llmc(Ckpt* c, const ModelConfig* cfg, const char* out, int bf16) {
     size_t sizes[NUM_KINDS], max_n = 0, total = 0;
     kind_sizes(cfg, sizes);
     for (int k = 0; k < NUM_KINDS; k++) if (sizes[k] > max_n) max_n = sizes[k];
     float* buf = (float*)xmalloc(max_n * sizeof(float));
     char err[ERRLEN];
-    Gpt2FileWriter f;
-    if (gpt2_file_create(&f, out, cfg, bf16 ? 5 : 3, err, sizeof(err))) fail("%s", err);
+    LlmcFileWriter f;
+    if (llmc_file_create(&f, out, cfg, bf16 ? 5 : 3, err, sizeof(err))) fail("%s", err);
     for (int k = 0; k < NUM_KINDS; k++) {
         for (int l = 0; l < kind_layers(cfg, k); l++) {
             char name[CKPT_NAME_LEN];
-            gpt2_tensor_name(k, l, name, sizeof(name));
+            model_tensor_name(k, l, name, sizeof(name));
             if (ckpt_read(c, name, CKPT_PARAM, 0, sizes[k], buf, err, sizeof(err)) != 0 ||
-                gpt2_file_put(&f, k, l, 0, buf, sizes[k], err, sizeof(err)) != 0) {
-                gpt2_file_abort(&f);
+                llmc_file_put(&f, k, l, 0, buf, sizes[k], err, sizeof(err)) != 0) {
+                llmc_file_abort(&f);
                 fail("%s", err);
             }
             total += sizes[k];
         }
     }
-    if (gpt2_file_commit(&f, err, sizeof(err))) fail("%s", err);
+    if (llmc_file_commit(&f, err, sizeof(err))) fail("%s", err);
     free(buf);
     printf("wrote %s: llm.c model file version %d (%s), ", out, bf16 ? 5 : 3, bf16 ? "bf16" : "fp32");
     print_config(cfg);
@@ -450,7 +450,7 @@ typedef struct {
 
 // The HF GPT2Model tensors of a config in module order: wte, wpe, h.0.*, h.1.*, ..., ln_f
 // (wte.weight has only the V real rows).
-static StEntry* safetensors_entries(const GPT2Config* cfg, int* n_out) {
+static StEntry* safetensors_entries(const ModelConfig* cfg, int* n_out) {
     int n = 4 + BLOCK_TENSORS * cfg->num_layers;
     StEntry* e = (StEntry*)xcalloc((size_t)n, sizeof(StEntry));
     for (int i = 0; i < n; i++) {
@@ -464,7 +464,7 @@ static StEntry* safetensors_entries(const GPT2Config* cfg, int* n_out) {
         if (k == K_WTE || k == K_WPE) {
             snprintf(s->name, sizeof(s->name), "%s.weight", k == K_WTE ? "wte" : "wpe");
         } else {
-            gpt2_tensor_name(k, l, s->name, sizeof(s->name));
+            model_tensor_name(k, l, s->name, sizeof(s->name));
         }
         size_t rows, cols;
         kind_shape(cfg, k, &rows, &cols);
@@ -501,7 +501,7 @@ static void llama_entry(StEntry* s, int kind, int layer, uint64_t row0, uint64_t
     s->numel = (rows == 0 ? 1 : rows) * cols;
 }
 
-static StEntry* llama_entries(const GPT2Config* cfg, int* n_out) {
+static StEntry* llama_entries(const ModelConfig* cfg, int* n_out) {
     const uint64_t C = (uint64_t)cfg->channels, F = (uint64_t)cfg->ffn_dim, V = (uint64_t)cfg->vocab_size;
     const uint64_t hs = C / (uint64_t)cfg->num_heads, q = (uint64_t)cfg->num_heads * hs, kv = (uint64_t)cfg->num_kv_heads * hs;
     const int n = 3 + LLAMA_HF_BLOCK * cfg->num_layers;
@@ -586,7 +586,7 @@ static int known_vocab_tokens(int V, int* bos, int* eos) {
 
 // config.json beside a Llama export, with the keys transformers' save_pretrained writes for a
 // LlamaForCausalLM of this shape (what import reads back).
-static void write_llama_config_json(const GPT2Config* cfg, const char* out) {
+static void write_llama_config_json(const ModelConfig* cfg, const char* out) {
     char dir[PATH_MAX], path[PATH_MAX + 16];
     snprintf(dir, sizeof(dir), "%s", out);
     snprintf(path, sizeof(path), "%s/config.json", dirname(dir));
@@ -639,7 +639,7 @@ static void write_llama_config_json(const GPT2Config* cfg, const char* out) {
     atomic_commit(&f);
 }
 
-static void export_safetensors(Ckpt* c, const GPT2Config* cfg, const char* out) {
+static void export_safetensors(Ckpt* c, const ModelConfig* cfg, const char* out) {
     const int llama = cfg->arch == ARCH_LLAMA3;
     int n;
     StEntry* e = llama ? llama_entries(cfg, &n) : safetensors_entries(cfg, &n);
@@ -708,7 +708,7 @@ static void export_safetensors(Ckpt* c, const GPT2Config* cfg, const char* out) 
     const uint64_t hs = (uint64_t)(cfg->channels / cfg->num_heads);
     for (int i = 0; i < n; i++) {
         char name[CKPT_NAME_LEN], err[ERRLEN];
-        gpt2_tensor_name(e[i].kind, e[i].layer, name, sizeof(name));
+        model_tensor_name(e[i].kind, e[i].layer, name, sizeof(name));
         const uint64_t cols = e[i].ndim == 2 ? e[i].shape[1] : e[i].shape[0];
         const uint64_t lo = llama ? e[i].row0 * cols : 0;
         if (ckpt_read(c, name, CKPT_PARAM, lo, lo + e[i].numel, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
@@ -763,7 +763,7 @@ static int cmd_export(int argc, char** argv) {
     const char* out = llmc ? llmc : st;
     if (!*out) fail("export: empty output path");
     Ckpt c;
-    GPT2Config cfg;
+    ModelConfig cfg;
     open_model_ckpt(pos[0], &c, &cfg);
     if (llmc && cfg.arch != ARCH_GPT2) {
         ckpt_close(&c);
@@ -780,7 +780,7 @@ static int cmd_export(int argc, char** argv) {
 
 // The whole model in llm.c's layout (the order of llmc_offset), fp32.
 typedef struct {
-    GPT2Config cfg;
+    ModelConfig cfg;
     float* params;
     size_t n;
 } Weights;
@@ -788,7 +788,7 @@ typedef struct {
 // Element offset of (kind, layer) in Weights.params: llm.c's order for GPT-2 (llmc_offset);
 // for Llama its kinds in order (LK_EMB, LK_NORM, LK_OUTPUT, then the block kinds), each
 // stacked over the layers.
-static size_t weights_offset(const GPT2Config* c, int kind, int layer) {
+static size_t weights_offset(const ModelConfig* c, int kind, int layer) {
     if (c->arch != ARCH_LLAMA3) return llmc_offset(c, kind, layer);
     size_t off = 0, rows, cols;
     for (int k = LK_EMB; k < kind; k++) {
@@ -822,11 +822,11 @@ static void load_llmc(const char* path, Weights* w, int heads) {
         fail("%s: --heads %d disagrees with the model file's %d heads (--heads is for safetensors input)", path, heads,
              w->cfg.num_heads);
     // (read_model_header checked the config and that the file holds all of its parameters)
-    w->n = gpt2_num_parameters(&w->cfg);
+    w->n = model_num_parameters(&w->cfg);
     w->params = (float*)xmalloc(w->n * sizeof(float));
     int fd = open(path, O_RDONLY);
     if (fd < 0) fail("%s: cannot open: %s", path, strerror(errno));
-    if (gpt2_read_params(fd, path, version, 0, w->n, w->params, err, sizeof(err))) fail("%s", err);
+    if (llmc_read_params(fd, path, version, 0, w->n, w->params, err, sizeof(err))) fail("%s", err);
     close(fd);
     printf("read %s: llm.c model file version %d (%s), ", path, version, version == 3 ? "fp32" : "bf16");
     print_config(&w->cfg);
@@ -989,7 +989,7 @@ static cJSON* read_config_json(const char* path, char* cfg_path, size_t cfg_len)
 // config.json beside the safetensors file, as Hugging Face's save_pretrained writes it: its
 // n_head, with n_embd / n_layer / n_positions / vocab_size checked against the tensors.
 // Returns the head count, or 0 when there is no config.json.
-static int hf_config_heads(const char* path, const GPT2Config* c, char* cfg_path, size_t cfg_len) {
+static int hf_config_heads(const char* path, const ModelConfig* c, char* cfg_path, size_t cfg_len) {
     cJSON* j = read_config_json(path, cfg_path, cfg_len);
     if (!j) return 0;
     const cJSON* mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
@@ -1070,7 +1070,7 @@ static void cfg_matches(const char* cfg_path, const cJSON* j, const char* key, i
 // The model's RoPE from config.json: rope_theta, and rope_scaling (required: null for plain
 // RoPE, or Llama 3.1's {"rope_type": "llama3", factor, low_freq_factor, high_freq_factor,
 // original_max_position_embeddings}, which kernels/rope.h implements).
-static void hf_llama_rope(const char* cfg_path, const cJSON* j, GPT2Config* c) {
+static void hf_llama_rope(const char* cfg_path, const cJSON* j, ModelConfig* c) {
     double theta;
     cfg_number(cfg_path, j, "rope_theta", "rope_theta", 1, &theta);
     if (!(theta > 1.0 && theta < 1e30)) fail("%s: rope_theta = %g is not a number > 1 (RoPE's base)", cfg_path, theta);
@@ -1225,8 +1225,8 @@ static void load_hf_llama(StSet* set, Weights* w, int heads) {
     uint64_t nh, kvh, max_pos;
     cfg_uint(cfg_path, j, "num_attention_heads", "num_attention_heads", 1, 1, 1 << 16, &nh);
     cfg_uint(cfg_path, j, "num_key_value_heads", "num_key_value_heads", 1, 1, 1 << 16, &kvh);
-    cfg_uint(cfg_path, j, "max_position_embeddings", "max_position_embeddings", 1, 1, GPT2_MAX_SEQ, &max_pos);
-    GPT2Config* c = &w->cfg;
+    cfg_uint(cfg_path, j, "max_position_embeddings", "max_position_embeddings", 1, 1, MODEL_MAX_SEQ, &max_pos);
+    ModelConfig* c = &w->cfg;
     memset(c, 0, sizeof(*c));
     c->arch = ARCH_LLAMA3;
     hf_llama_rope(cfg_path, j, c);
@@ -1240,7 +1240,7 @@ static void load_hf_llama(StSet* set, Weights* w, int heads) {
     StTensor emb;
     st_parse_in(set, f, it, emb_name, &emb);
     if (emb.ndim != 2) fail("%s: tensor %s has %d dimension(s), expected 2 ([vocab, hidden])", path, emb_name, emb.ndim);
-    if (emb.shape[0] < 1 || emb.shape[0] > GPT2_MAX_VOCAB || emb.shape[1] < 1 || emb.shape[1] > GPT2_MAX_CHANNELS)
+    if (emb.shape[0] < 1 || emb.shape[0] > MODEL_MAX_VOCAB || emb.shape[1] < 1 || emb.shape[1] > MODEL_MAX_CHANNELS)
         fail("%s: tensor %s is [%" PRIu64 ", %" PRIu64 "]: not a plausible [vocab, hidden] (at most [2^26, 65536])", path,
              emb_name, emb.shape[0], emb.shape[1]);
     int max_layer = -1;
@@ -1248,7 +1248,7 @@ static void load_hf_llama(StSet* set, Weights* w, int heads) {
         if (strncmp(e->string, "model.layers.", 13) != 0 || !isdigit((unsigned char)e->string[13])) continue;
         char* end;
         long l = strtol(e->string + 13, &end, 10);
-        if (*end == '.' && l >= 0 && l < GPT2_MAX_LAYERS && l > max_layer) max_layer = (int)l;
+        if (*end == '.' && l >= 0 && l < MODEL_MAX_LAYERS && l > max_layer) max_layer = (int)l;
     }
     if (max_layer < 0) fail("%s: no decoder layers (model.layers.N.*) found", path);
     const char* gate_name = "model.layers.0.mlp.gate_proj.weight";
@@ -1278,7 +1278,7 @@ static void load_hf_llama(StSet* set, Weights* w, int heads) {
     cfg_matches(cfg_path, j, "head_dim", c->channels / c->num_heads, "hidden_size / num_attention_heads");
     if (heads && heads != c->num_heads)
         fail("%s: --heads %d disagrees with %s's num_attention_heads %d", path, heads, cfg_path, c->num_heads);
-    const char* bad = gpt2_config_check(c);
+    const char* bad = model_config_check(c);
     if (bad) fail("%s: inconsistent model (%s; from the tensors and %s)", path, bad, cfg_path);
     cJSON_Delete(j);
 
@@ -1309,7 +1309,7 @@ static void load_hf_llama(StSet* set, Weights* w, int heads) {
     if (n_used != n - head_from_embedding)
         fail("%s: a tensor name appears twice in the %s", path, set->map ? "weight_map" : "header");
 
-    w->n = gpt2_num_parameters(c);
+    w->n = model_num_parameters(c);
     w->params = (float*)xcalloc(w->n, sizeof(float));   // the padded vocabulary rows stay zero
     const uint64_t C = (uint64_t)c->channels, hs = C / (uint64_t)c->num_heads;
     float* tmp = (float*)xmalloc(C * C * sizeof(float));   // q_proj, the largest permuted tensor
@@ -1376,7 +1376,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     if (wte.ndim != 2 || wpe.ndim != 2) fail("%s: wte.weight and wpe.weight must be 2-D", path);
     if (wpe.shape[1] != wte.shape[1])
         fail("%s: tensor wpe.weight has %" PRIu64 " columns, wte.weight %" PRIu64, path, wpe.shape[1], wte.shape[1]);
-    if (wte.shape[0] > GPT2_MAX_VOCAB || wte.shape[1] > GPT2_MAX_CHANNELS || wpe.shape[0] > GPT2_MAX_SEQ)
+    if (wte.shape[0] > MODEL_MAX_VOCAB || wte.shape[1] > MODEL_MAX_CHANNELS || wpe.shape[0] > MODEL_MAX_SEQ)
         fail("%s: wte.weight [%" PRIu64 ", %" PRIu64 "] / wpe.weight [%" PRIu64 ", %" PRIu64 "]: implausibly large model", path,
              wte.shape[0], wte.shape[1], wpe.shape[0], wpe.shape[1]);
     int max_layer = -1;
@@ -1387,11 +1387,11 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
         if (!strncmp(k, "h.", 2) && isdigit((unsigned char)k[2])) {
             char* end;
             long l = strtol(k + 2, &end, 10);
-            if (*end == '.' && l >= 0 && l < GPT2_MAX_LAYERS && l > max_layer) max_layer = (int)l;
+            if (*end == '.' && l >= 0 && l < MODEL_MAX_LAYERS && l > max_layer) max_layer = (int)l;
         }
     }
     if (max_layer < 0) fail("%s: no transformer blocks (h.N.*) found", path);
-    GPT2Config* c = &w->cfg;
+    ModelConfig* c = &w->cfg;
     c->channels = (int)wte.shape[1];
     c->vocab_size = (int)wte.shape[0];
     c->padded_vocab_size = pad_vocab(c->vocab_size);
@@ -1428,7 +1428,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
     if (heads && file_heads && heads != file_heads)
         fail("%s: --heads %d disagrees with the file's %d heads (%s)", path, heads, file_heads,
              meta_heads ? "metadata n_head" : cfg_path);
-    const char* bad = gpt2_config_check(c);
+    const char* bad = model_config_check(c);
     if (bad) fail("%s: inconsistent model (%s)", path, bad);
 
     // Every key must be one we use or know to skip; every tensor we need must be there with its
@@ -1446,7 +1446,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
         for (int l = 0; l < kind_layers(c, k); l++, at++) {
             char name[96];
             if (k == K_WTE || k == K_WPE) snprintf(name, sizeof(name), "%s.weight", k == K_WTE ? "wte" : "wpe");
-            else gpt2_tensor_name(k, l, name, sizeof(name));
+            else model_tensor_name(k, l, name, sizeof(name));
             it = st_find(header, name);
             if (!it) fail("%s: tensor %s is missing (model with %d layers)", path, name, c->num_layers);
             StTensor* t = &found[at];
@@ -1473,7 +1473,7 @@ static void load_safetensors(const char* path, uint64_t file_size, uint64_t hlen
         fail("%s: %d GPT-2 tensors, expected %d (duplicates under two prefixes?)", path, n_used, expected);
     }
 
-    w->n = gpt2_num_parameters(c);
+    w->n = model_num_parameters(c);
     w->params = (float*)xcalloc(w->n, sizeof(float));  // padded wte rows stay zero
     size_t C = (size_t)c->channels;
     float* tmp = (float*)xmalloc(4 * C * C * sizeof(float));  // the largest Conv1D weight, for transposing
@@ -1753,13 +1753,13 @@ static int cmd_import(int argc, char** argv) {
     Weights w;
     memset(&w, 0, sizeof(w));
     load_source(src, &w, heads);
-    const GPT2Config* cfg = &w.cfg;
+    const ModelConfig* cfg = &w.cfg;
 
     // Tensor table, in our unit order.
     ModelLayout m;
-    if (build_layout(&m, cfg, 1, world)) fail("%s: cannot lay out the model (%s)", src, gpt2_config_check(cfg) ? gpt2_config_check(cfg) : "out of memory");
-    Gpt2CkptTables table;  // the tensors only: the pieces are every rank's, below
-    if (gpt2_checkpoint_tables(&m, NULL, 0, NULL, 0, &table)) fail("out of memory for the checkpoint tables");
+    if (build_layout(&m, cfg, 1, world)) fail("%s: cannot lay out the model (%s)", src, model_config_check(cfg) ? model_config_check(cfg) : "out of memory");
+    ModelCkptTables table;  // the tensors only: the pieces are every rank's, below
+    if (model_checkpoint_tables(&m, NULL, 0, NULL, 0, &table)) fail("out of memory for the checkpoint tables");
     int n_tensors = table.n_tensors;
     size_t max_numel = 0;
     for (int u = 0; u < m.n_units; u++)
@@ -1796,7 +1796,7 @@ static int cmd_import(int argc, char** argv) {
     // consumed; the loader seed and shuffle default to train_gpt's (--seed 1337, --shuffle 0).
     if (seq_len > cfg->max_seq_len) fail("--seq-len %d exceeds the model's %d positions", seq_len, cfg->max_seq_len);
     // seq_len 0 (no --seq-len): no data position yet, so any --seq-len may resume it.
-    cJSON* state = gpt2_checkpoint_state(cfg, step, 0, world, seq_len, 0, 0, (uint64_t)seed, shuffle);
+    cJSON* state = model_checkpoint_state(cfg, step, 0, world, seq_len, 0, 0, (uint64_t)seed, shuffle);
     cJSON_AddStringToObject(state, "imported_from", src);
 
     char err[ERRLEN];
@@ -1812,7 +1812,7 @@ static int cmd_import(int argc, char** argv) {
     free(pieces);
     free(n_pieces);
     free(zeros);
-    gpt2_checkpoint_tables_free(&table);
+    model_checkpoint_tables_free(&table);
     free(m.units);
     free(w.params);
     return 0;

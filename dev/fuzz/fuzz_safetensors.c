@@ -26,8 +26,8 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "checkpoint/checkpoint.h"
-#include "model/gpt2.h"
-#include "model/gpt2_state.h"
+#include "model/model.h"
+#include "model/state.h"
 
 // ---- allocations made during one input, released after it (whatever path it ended on)
 static void** live;            // open addressing; NULL empty, TOMB deleted

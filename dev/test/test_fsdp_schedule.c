@@ -1,6 +1,6 @@
 // The FSDP engine's schedule, checked on the ORDER of what it asks the device to do. Equal
 // losses would pass even if no gather ever ran ahead of the unit in use, so this drives the
-// engine (fsdp/fsdp.c) exactly as train_gpt.cu's gpt2_forward / gpt2_backward do, through a
+// engine (fsdp/fsdp.c) exactly as train_gpt.cu's model_forward / model_backward do, through a
 // recording backend, and reads the log: gathers issued ahead of the compute they feed
 // (prefetch), waited on before it, reduce-scatters started right after each unit's backward
 // and overlapping the next one, none before the last micro-step when gradients stay
@@ -420,7 +420,7 @@ static void compute(Recorder* r, int kind, int u, const void* params, void* grad
     for (size_t idx = 0; idx < unit->numel; idx++) g[idx] = (add ? g[idx] : 0.0f) + part * grad_value(u, idx, r->micro);
 }
 
-// One micro-step, in gpt2_forward / gpt2_backward's order of calls.
+// One micro-step, in model_forward / model_backward's order of calls.
 static void micro_step(Recorder* r, Fsdp* f) {
     const int n = f->n_units;
     void* root = fsdp_forward_pre(f, 0);

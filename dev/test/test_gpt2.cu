@@ -11,7 +11,7 @@
 //                        [--device cpu|cuda] [--attention auto|flash|flash1|cublas]
 //       A Llama 3 model of that shape (FACTOR 0: plain RoPE; > 1: Llama 3.1's frequency
 //       scaling with low_freq_factor 1, high_freq_factor 4, original_max_pos 8192),
-//       initialised by gpt2_init_weights(S) (--init-scale K, optional: every weight then
+//       initialised by model_init_weights(S) (--init-scale K, optional: every weight then
 //       multiplied by K, as fdcheck does, to move activations off their near-linear regime),
 //       run on the first B*T+1 tokens of SHARD.bin, on the cpu device (fp32, the default) or
 //       the cuda device (bf16 compute, fp32 master weights and optimizer: a GPU, or the CPU
@@ -57,22 +57,22 @@ static void die(const char* fmt, ...) {
     exit(1);
 }
 
-static void build_model(GPT2* model, const GPT2Config* c, int B, int T) {
+static void build_model(GPT2* model, const ModelConfig* c, int B, int T) {
     FsdpConfig fcfg = {1, 1, 1, 0, 0.0f, 0};
-    gpt2_build(model, c, 1, &g_pg, &fcfg, NULL, B, T);  // the cpu device
+    model_build(model, c, 1, &g_pg, &fcfg, NULL, B, T);  // the cpu device
 }
 
 // The cuda device (bf16 compute) with train_gpt's defaults but the attention kernel; the
 // engine as build_model's (W = 1: the shard is the whole unit).
-static void build_model_cuda(GPT2* model, const GPT2Config* c, int B, int T, const char* attention) {
+static void build_model_cuda(GPT2* model, const ModelConfig* c, int B, int T, const char* attention) {
     FsdpConfig fcfg = {1, 1, 1, 0, 0.0f, 0};
     DeviceOptions dopt = {1, "auto", 0, attention, 2, 1337, RECOMPUTE_NONE, -1, 0, NULL, NULL, 0};
-    gpt2_build(model, c, 1, &g_pg, &fcfg, &dopt, B, T);
+    model_build(model, c, 1, &g_pg, &fcfg, &dopt, B, T);
 }
 
 // The last forward's mean loss, on any device (the losses copied to the host first).
 static double mean_loss_any(GPT2* model, float* host_losses, int B, int T) {
-    gpt2_losses_to_host(model, host_losses, B, T);
+    model_losses_to_host(model, host_losses, B, T);
     model->dev.kernels.synchronize(&model->dev.kernels);
     double sum = 0.0;
     for (int i = 0; i < B * T; i++) sum += host_losses[i];
@@ -89,10 +89,10 @@ static double mean_loss(const GPT2* model, int B, int T) {
 // (at W = 1 the shard is the whole flat unit). Returns the mean loss.
 static double forward_backward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
     fsdp_zero_grad(&model->fsdp, 1);
-    gpt2_forward(model, inputs, targets, B, T, 1.0f / (float)(B * T));
+    model_forward(model, inputs, targets, B, T, 1.0f / (float)(B * T));
     double loss = mean_loss(model, B, T);
     fsdp_add_loss(&model->fsdp, model->acts.losses, (size_t)B * T);
-    gpt2_backward(model, B, T);
+    model_backward(model, B, T);
     fsdp_end_micro_step(&model->fsdp);
     return loss;
 }
@@ -117,13 +117,13 @@ static int run_dump(int argc, char** argv) {
     }
     if (!model_path || !tokens_path || !out_path || B < 1 || T < 1 || steps < 1) die("dump: missing or bad arguments");
     char err[1024];
-    GPT2Config c;
+    ModelConfig c;
     int version;
     if (read_model_header(model_path, &c, &version, err, sizeof(err))) die("%s", err);
     if (T > c.max_seq_len) die("-t %d exceeds the model's %d positions", T, c.max_seq_len);
     GPT2 model;
     build_model(&model, &c, B, T);
-    if (gpt2_load_weights(&model, model_path, version, err, sizeof(err))) die("%s", err);
+    if (model_load_weights(&model, model_path, version, err, sizeof(err))) die("%s", err);
 
     DataLoader dl;
     if (loader_open(&dl, tokens_path, (size_t)T, c.vocab_size, 0, 0, err, sizeof(err))) die("%s", err);
@@ -138,7 +138,7 @@ static int run_dump(int argc, char** argv) {
     float* losses = (float*)malloc((size_t)steps * sizeof(float));
     float* norms = (float*)malloc((size_t)steps * sizeof(float));
 
-    gpt2_forward(&model, x, y, B, T, 0.0f);
+    model_forward(&model, x, y, B, T, 0.0f);
     memcpy(logits, model.acts.logits, (size_t)B * T * Vp * sizeof(float));  // the cpu device: host memory
     float loss = (float)mean_loss(&model, B, T);
     fsdp_release_all(&model.fsdp);
@@ -182,7 +182,7 @@ static int run_dump(int argc, char** argv) {
     if (fclose(fp) != 0) die("%s: close failed", out_path);
     printf("dump: B=%d T=%d loss %.6f, %d steps, final loss %.6f -> %s\n", B, T, loss, steps, losses[steps - 1], out_path);
     free(x); free(y); free(logits); free(grads); free(losses); free(norms);
-    gpt2_free(&model);
+    model_free(&model);
     return 0;
 }
 
@@ -204,7 +204,7 @@ static int run_dump_llama(int argc, char** argv) {
     int B = 4, T = 32, steps = 10, seed = 1337;
     float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f, clip = 1.0f, init_scale = 1.0f;
     const char *device = "cpu", *attention = "auto";
-    GPT2Config c;
+    ModelConfig c;
     memset(&c, 0, sizeof(c));
     c.arch = ARCH_LLAMA3;
     c.num_layers = 2; c.channels = 64; c.num_heads = 4; c.num_kv_heads = 2; c.ffn_dim = 96;
@@ -238,13 +238,13 @@ static int run_dump_llama(int argc, char** argv) {
     // Llama 3.1's scaling parameters (those of every released 3.1/3.2 checkpoint).
     c.rope_low_freq_factor = 1.0f; c.rope_high_freq_factor = 4.0f; c.rope_original_max_pos = 8192;
     c.padded_vocab_size = c.vocab_size > 0 ? pad_vocab(c.vocab_size) : 0;
-    const char* bad = gpt2_config_check(&c);
+    const char* bad = model_config_check(&c);
     if (bad) die("dump-llama: bad model shape: %s", bad);
     if (T > c.max_seq_len) die("-t %d exceeds --max-seq %d", T, c.max_seq_len);
     GPT2 model;
     if (on_cuda) build_model_cuda(&model, &c, B, T, attention);
     else build_model(&model, &c, B, T);
-    gpt2_init_weights(&model, (uint64_t)seed);
+    model_init_weights(&model, (uint64_t)seed);
     if (init_scale != 1.0f) {
         // Scaled in the host mirror of the master shard, then uploaded again (which rounds the
         // compute copies anew and marks the gathered ones stale).
@@ -270,7 +270,7 @@ static int run_dump_llama(int argc, char** argv) {
     memcpy(params0, model.fsdp.host_master, total * sizeof(float));  // the fp32 initial weights
     Kernels* k = &model.dev.kernels;
 
-    gpt2_forward(&model, x, y, B, T, 0.0f);
+    model_forward(&model, x, y, B, T, 0.0f);
     for (size_t row = 0; row < (size_t)B * T; row++)   // (the staging holds one row)
         k->act_to_host_f32(k, logits + row * Vp, (const char*)model.acts.logits + row * Vp * k->act_bytes, Vp);
     float loss = (float)mean_loss_any(&model, host_losses, B, T);
@@ -280,10 +280,10 @@ static int run_dump_llama(int argc, char** argv) {
         // One forward + backward leaving the gradient in the fp32 shard (forward_backward's
         // steps, with the losses read from wherever the device keeps them).
         fsdp_zero_grad(&model.fsdp, 1);
-        gpt2_forward(&model, x, y, B, T, 1.0f / (float)(B * T));
+        model_forward(&model, x, y, B, T, 1.0f / (float)(B * T));
         losses[s] = (float)mean_loss_any(&model, host_losses, B, T);
         fsdp_add_loss(&model.fsdp, model.acts.losses, (size_t)B * T);
-        gpt2_backward(&model, B, T);
+        model_backward(&model, B, T);
         fsdp_end_micro_step(&model.fsdp);
         if (s == 0) {
             model.fsdp.be.copy_to_host(model.fsdp.be.ctx, grads, model.fsdp.grad_shard, total * sizeof(float));
@@ -319,7 +319,7 @@ static int run_dump_llama(int argc, char** argv) {
            model.dev.name, c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.vocab_size, B, T, loss,
            steps, losses[steps - 1], out_path);
     free(x); free(y); free(params0); free(logits); free(grads); free(losses); free(norms); free(host_losses);
-    gpt2_free(&model);
+    model_free(&model);
     return 0;
 }
 
@@ -328,7 +328,7 @@ static int run_dump_llama(int argc, char** argv) {
 // the step is large-ish and the tolerance relative to the gradient's scale.
 static int run_fdcheck(void) {
     // maxT 16, V 64 (padded 128), 2 layers, 2 heads, C 16; GPT-2 (the Llama fields stay zero)
-    GPT2Config c;
+    ModelConfig c;
     memset(&c, 0, sizeof(c));
     c.max_seq_len = 16; c.vocab_size = 64; c.padded_vocab_size = 128; c.num_layers = 2; c.num_heads = 2; c.channels = 16;
     const int B = 2, T = 8;
@@ -336,7 +336,7 @@ static int run_fdcheck(void) {
     const double rel_tol = 5e-3, abs_tol = 1e-5;
     GPT2 model;
     build_model(&model, &c, B, T);
-    gpt2_init_weights(&model, 42);
+    model_init_weights(&model, 42);
     // GPT-2's init (std 0.02) keeps every pre-activation near zero, where GELU and softmax
     // are nearly linear and a wrong derivative can hide. Scale everything up threefold (LayerNorm
     // weights become 3 too) so that the nonlinearities are exercised; more makes the loss so
@@ -373,11 +373,11 @@ static int run_fdcheck(void) {
                 float saved = p[e];
                 p[e] = saved + h;
                 model.fsdp.params_dirty = 1;  // gathered copies must see the change
-                gpt2_forward(&model, x, y, B, T, 0.0f);
+                model_forward(&model, x, y, B, T, 0.0f);
                 double up = mean_loss(&model, B, T);
                 p[e] = saved - h;
                 model.fsdp.params_dirty = 1;
-                gpt2_forward(&model, x, y, B, T, 0.0f);
+                model_forward(&model, x, y, B, T, 0.0f);
                 double down = mean_loss(&model, B, T);
                 p[e] = saved;
                 fsdp_release_all(&model.fsdp);
@@ -398,7 +398,7 @@ static int run_fdcheck(void) {
     }
     printf("# fdcheck: %d elements, %d tensors failed\n", checked, failures);
     free(grad);
-    gpt2_free(&model);
+    model_free(&model);
     return failures ? 1 : 0;
 }
 

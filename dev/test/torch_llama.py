@@ -15,7 +15,7 @@ which device wrote it: the cpu's (fp32) is held to the fp32 bounds below, the cu
 (bf16 weights, activations and gradients; fp32 master weights and optimizer) to the bf16
 bounds.
 
-The model, as fsdp.c defines Llama 3 (model/gpt2.h):
+The model, as fsdp.c defines Llama 3 (model/model.h):
   h = tok_embeddings[x]
   per layer:  a = rmsnorm(h) * attention_norm;  q|k|v = a @ wqkv^T (NH, KVH, KVH heads of
               hs = C/NH);  q, k rotated (RoPE);  y = softmax(q k^T / sqrt(hs), causal) v, with

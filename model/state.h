@@ -12,7 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/process_group.h"
 #include "fsdp/flat_unit.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,32 +26,32 @@ uint64_t splitmix64(uint64_t x);
 // LayerNorm weights one, padded vocabulary rows zero. Each element is a pure function of
 // (seed, tensor, element index): a rank fills just its pieces and the model does not depend
 // on the world size.
-void gpt2_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed);
+void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed);
 
-// ---- llm.c model files (header and order: model/gpt2.h)
+// ---- llm.c model files (header and order: model/model.h)
 // n parameters starting at element `first` of the file's parameter section, as fp32 (the
 // file's dtype is its version: 3 fp32, 5 bf16). One-line message naming the file on error.
-int gpt2_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst,
+int llmc_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst,
                      char* err, size_t errlen);
 // This rank's pieces of an llm.c model file into its arena (every rank reads only its ranges).
-int gpt2_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
+int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
                          const char* path, int version, char* err, size_t errlen);
 
 // Writing one: the file appears whole or not at all (PATH.tmp, written, synced, renamed).
 typedef struct {
-    GPT2Config config;
+    ModelConfig config;
     int version;       // 3 fp32, 5 bf16 (rounded to nearest even)
     int fd;
     char path[1024], tmp[1040];
-} Gpt2FileWriter;
-int gpt2_file_create(Gpt2FileWriter* w, const char* path, const GPT2Config* c, int version, char* err, size_t errlen);
+} LlmcFileWriter;
+int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen);
 // Elements [lo, lo + n) of (kind, layer), fp32 in memory.
-int gpt2_file_put(Gpt2FileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen);
-int gpt2_file_commit(Gpt2FileWriter* w, char* err, size_t errlen);
-void gpt2_file_abort(Gpt2FileWriter* w);
+int llmc_file_put(LlmcFileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen);
+int llmc_file_commit(LlmcFileWriter* w, char* err, size_t errlen);
+void llmc_file_abort(LlmcFileWriter* w);
 // train_gpt --save-model: rank 0 collects each unit's shards from the first replica group's
 // shard group (from their arenas) and writes an fp32 model file. Collective over pg's world.
-int gpt2_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
+int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
                           char* err, size_t errlen);
 
 // ---- checkpoints (checkpoint/checkpoint.h knows no model: these are its GPT-2 tables)
@@ -64,11 +64,11 @@ typedef struct {
     CkptPiece* pieces;
     int n_pieces;
     uint64_t local_bytes;
-} Gpt2CkptTables;
+} ModelCkptTables;
 // Returns 0, or 1 when out of memory (ct then holds nothing).
-int gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
-                           int writes, Gpt2CkptTables* ct);
-void gpt2_checkpoint_tables_free(Gpt2CkptTables* ct);
+int model_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
+                           int writes, ModelCkptTables* ct);
+void model_checkpoint_tables_free(ModelCkptTables* ct);
 
 // The manifest's "state" for a GPT-2 run: model config, step, tokens, world size, sequence
 // length, tokens per step and the loader position (windows consumed, the seed as a decimal
@@ -81,15 +81,15 @@ typedef struct {
     int shuffle;
     float loss_scale;            // state.loss_scaler.scale (fp16 runs); 0: the checkpoint has none
     int loss_scale_good_steps;   // state.loss_scaler.good_steps
-} Gpt2RunState;
-struct cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
+} RunState;
+struct cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int seq_len,
                                     long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle);
 // An fp16 run's loss scaler (the next step's scale, finite steps in a row at it) into state.
-void gpt2_checkpoint_state_add_loss_scaler(struct cJSON* state, float scale, int good_steps);
-// The model config in an open checkpoint's state, checked (gpt2_config_check).
-int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t errlen);
+void model_checkpoint_state_add_loss_scaler(struct cJSON* state, float scale, int good_steps);
+// The model config in an open checkpoint's state, checked (model_config_check).
+int model_checkpoint_config(const Ckpt* c, ModelConfig* cfg, char* err, size_t errlen);
 // Every tensor of cfg is in the checkpoint's manifest, with its shape.
-int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen);
+int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* err, size_t errlen);
 // train_gpt --resume: checks that the checkpoint in dir is this model (and, once data was
 // consumed, this sequence length), reads this rank's pieces into the arenas, and returns
 // where the run stood. Every state field is checked before use, naming it: state.step (a
@@ -97,8 +97,8 @@ int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* er
 // state.loader.windows_consumed (a whole number up to 2^53), shuffle (0 or 1), seed (a decimal
 // string of a uint64), and when present state.loss_scaler.scale (in [1, 2^24]) and
 // .good_steps (a whole number).
-int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
-                         float* const arenas[CKPT_KINDS], int T, Gpt2RunState* rs, uint64_t* bytes_read,
+int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
+                         float* const arenas[CKPT_KINDS], int T, RunState* rs, uint64_t* bytes_read,
                          char* err, size_t errlen);
 
 #ifdef __cplusplus

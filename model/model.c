@@ -1,7 +1,7 @@
 // model/: GPT-2's files, for train_gpt and the ckpt tool alike: shapes, presets, config
 // checks, tensor names and the flat-unit layout (this file, gpt2.h); initialisation, llm.c
 // model files and the checkpoint tables and state (gpt2_state.c).
-#include "model/gpt2.h"
+#include "model/model.h"
 
 #include <ctype.h>
 #include <stdint.h>
@@ -15,15 +15,15 @@
 
 int pad_vocab(int v) { return (v + VOCAB_PAD_MULTIPLE - 1) / VOCAB_PAD_MULTIPLE * VOCAB_PAD_MULTIPLE; }
 
-const char* gpt2_config_check(const GPT2Config* c) {
+const char* model_config_check(const ModelConfig* c) {
     if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1)
         return "a dimension is < 1";
     // Each bound alone keeps every product below (size_t and int arithmetic in the layout,
     // the llm.c offsets, n_units) far from overflowing; the total bounds what is allocated.
-    if (c->num_layers > GPT2_MAX_LAYERS) return "num_layers is implausibly large (> 100000)";
-    if (c->channels > GPT2_MAX_CHANNELS) return "channels is implausibly large (> 65536)";
-    if (c->max_seq_len > GPT2_MAX_SEQ) return "max_seq_len is implausibly large (> 2^24)";
-    if (c->padded_vocab_size > GPT2_MAX_VOCAB || c->vocab_size > GPT2_MAX_VOCAB)
+    if (c->num_layers > MODEL_MAX_LAYERS) return "num_layers is implausibly large (> 100000)";
+    if (c->channels > MODEL_MAX_CHANNELS) return "channels is implausibly large (> 65536)";
+    if (c->max_seq_len > MODEL_MAX_SEQ) return "max_seq_len is implausibly large (> 2^24)";
+    if (c->padded_vocab_size > MODEL_MAX_VOCAB || c->vocab_size > MODEL_MAX_VOCAB)
         return "vocab_size is implausibly large (> 2^26)";
     if (c->channels % c->num_heads != 0) return "channels is not a multiple of num_heads";
     if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size < vocab_size";
@@ -41,7 +41,7 @@ const char* gpt2_config_check(const GPT2Config* c) {
               c->rope_high_freq_factor < 1e6f && c->rope_original_max_pos >= 1))
             return "RoPE scaling needs 0 < low_freq_factor < high_freq_factor and original_max_pos >= 1";
     }
-    if (gpt2_num_parameters(c) > GPT2_MAX_PARAMETERS) return "more than 2^40 parameters";
+    if (model_num_parameters(c) > MODEL_MAX_PARAMETERS) return "more than 2^40 parameters";
     return NULL;
 }
 
@@ -54,7 +54,7 @@ static const struct { const char* name; int layers, channels, heads, kv_heads, f
     {"llama3:8b", 32, 4096, 32, 8, 14336, 8.0f},
 };
 
-int preset_config(const char* name, GPT2Config* c) {
+int preset_config(const char* name, ModelConfig* c) {
     for (size_t i = 0; i < sizeof(llama_presets) / sizeof(llama_presets[0]); i++) {
         if (strcmp(name, llama_presets[i].name) != 0) continue;
         c->arch = ARCH_LLAMA3;
@@ -97,22 +97,22 @@ const char* const BLOCK_TENSOR_NAMES[BLOCK_TENSORS] = {
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
-int model_first_kind(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LK_EMB : K_WTE; }
-int model_end_kind(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? NUM_ALL_KINDS : NUM_KINDS; }
-int block_tensor_count(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_BLOCK_TENSORS : BLOCK_TENSORS; }
-int root_tensor_count(const GPT2Config* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_ROOT_TENSORS : ROOT_TENSORS; }
+int model_first_kind(const ModelConfig* c) { return c->arch == ARCH_LLAMA3 ? LK_EMB : K_WTE; }
+int model_end_kind(const ModelConfig* c) { return c->arch == ARCH_LLAMA3 ? NUM_ALL_KINDS : NUM_KINDS; }
+int block_tensor_count(const ModelConfig* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_BLOCK_TENSORS : BLOCK_TENSORS; }
+int root_tensor_count(const ModelConfig* c) { return c->arch == ARCH_LLAMA3 ? LLAMA_ROOT_TENSORS : ROOT_TENSORS; }
 int is_block_kind(int kind) { return (kind >= K_LN1W && kind <= K_FCPROJB) || (kind >= LK_ATTN_NORM && kind <= LK_W2); }
-int qkv_width(const GPT2Config* c) {
+int qkv_width(const ModelConfig* c) {
     return c->arch == ARCH_LLAMA3 ? (c->num_heads + 2 * c->num_kv_heads) * (c->channels / c->num_heads) : 3 * c->channels;
 }
 // The kind of root tensor i and of block tensor j of c's family.
-static int root_kind(const GPT2Config* c, int i) {
+static int root_kind(const ModelConfig* c, int i) {
     static const int gpt2_root[ROOT_TENSORS] = {K_WTE, K_WPE, K_LNFW, K_LNFB};
     return c->arch == ARCH_LLAMA3 ? LK_EMB + i : gpt2_root[i];
 }
-static int block_kind(const GPT2Config* c, int j) { return (c->arch == ARCH_LLAMA3 ? LK_ATTN_NORM : K_LN1W) + j; }
+static int block_kind(const ModelConfig* c, int j) { return (c->arch == ARCH_LLAMA3 ? LK_ATTN_NORM : K_LN1W) + j; }
 
-void block_tensor_shape(const GPT2Config* c, int j, size_t* rows, size_t* cols) {
+void block_tensor_shape(const ModelConfig* c, int j, size_t* rows, size_t* cols) {
     size_t C = (size_t)c->channels;
     static const int out_mult[BLOCK_TENSORS] = {1, 1, 3, 3, 1, 1, 1, 1, 4, 4, 1, 1};
     *rows = 1;
@@ -124,7 +124,7 @@ void block_tensor_shape(const GPT2Config* c, int j, size_t* rows, size_t* cols) 
 }
 
 // Elements of one instance (one layer) of each llm.c kind.
-void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]) {
+void kind_sizes(const ModelConfig* c, size_t sizes[NUM_KINDS]) {
     size_t C = (size_t)c->channels;
     sizes[K_WTE] = (size_t)c->padded_vocab_size * C;
     sizes[K_WPE] = (size_t)c->max_seq_len * C;
@@ -137,9 +137,9 @@ void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]) {
     sizes[K_LNFB] = C;
 }
 
-int kind_layers(const GPT2Config* c, int kind) { return is_block_kind(kind) ? c->num_layers : 1; }
+int kind_layers(const ModelConfig* c, int kind) { return is_block_kind(kind) ? c->num_layers : 1; }
 
-void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols) {
+void kind_shape(const ModelConfig* c, int kind, size_t* rows, size_t* cols) {
     size_t C = (size_t)c->channels, F = (size_t)c->ffn_dim;
     switch (kind) {
     case LK_EMB: case LK_OUTPUT: *rows = (size_t)c->padded_vocab_size; *cols = C; break;
@@ -155,7 +155,7 @@ void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols) {
     }
 }
 
-void gpt2_tensor_name(int kind, int layer, char* out, size_t outlen) {
+void model_tensor_name(int kind, int layer, char* out, size_t outlen) {
     switch (kind) {
     case K_WTE: snprintf(out, outlen, "wte"); break;
     case K_WPE: snprintf(out, outlen, "wpe"); break;
@@ -170,7 +170,7 @@ void gpt2_tensor_name(int kind, int layer, char* out, size_t outlen) {
     }
 }
 
-size_t gpt2_num_parameters(const GPT2Config* c) {
+size_t model_num_parameters(const ModelConfig* c) {
     size_t n = 0;
     for (int k = model_first_kind(c); k < model_end_kind(c); k++) {
         size_t rows, cols;
@@ -180,14 +180,14 @@ size_t gpt2_num_parameters(const GPT2Config* c) {
     return n;
 }
 
-int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count) {
+int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count) {
     memset(m, 0, sizeof(*m));
     // Nothing is computed or allocated from an unchecked config: the bounds come first.
-    if (gpt2_config_check(c) != NULL || layers_per_unit < 1 || layers_per_unit > INT32_MAX / 2 || shard_count < 1)
+    if (model_config_check(c) != NULL || layers_per_unit < 1 || layers_per_unit > INT32_MAX / 2 || shard_count < 1)
         return 1;
     // A unit holds at most FLAT_UNIT_MAX_TENSORS tensors (12 a block): more would be dropped.
     int per_unit = layers_per_unit < c->num_layers ? layers_per_unit : c->num_layers;
-    if (per_unit > GPT2_MAX_LAYERS_PER_UNIT) return 1;
+    if (per_unit > MODEL_MAX_LAYERS_PER_UNIT) return 1;
     m->config = *c;
     m->layers_per_unit = layers_per_unit;
     m->n_units = 1 + (c->num_layers + layers_per_unit - 1) / layers_per_unit;   // <= 100001
@@ -199,7 +199,7 @@ int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int s
     // Weight decay on matrices only (embeddings and heads included), not on norms and biases.
     for (int i = 0; i < root_tensor_count(c); i++) {
         const int kind = root_kind(c, i);
-        gpt2_tensor_name(kind, 0, name, sizeof(name));
+        model_tensor_name(kind, 0, name, sizeof(name));
         kind_shape(c, kind, &rows, &cols);
         const int decays = kind == K_WTE || kind == K_WPE || kind == LK_EMB || kind == LK_OUTPUT;
         full |= flat_unit_add(&m->units[0], name, rows, cols, decays) < 0;
@@ -207,7 +207,7 @@ int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int s
     for (int l = 0; l < c->num_layers; l++) {
         FlatUnit* u = &m->units[1 + l / layers_per_unit];
         for (int j = 0; j < block_tensor_count(c); j++) {
-            gpt2_tensor_name(block_kind(c, j), l, name, sizeof(name));
+            model_tensor_name(block_kind(c, j), l, name, sizeof(name));
             kind_shape(c, block_kind(c, j), &rows, &cols);
             full |= flat_unit_add(u, name, rows, cols, rows > 1) < 0;
         }
@@ -230,7 +230,7 @@ void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer) {
 }
 
 // Element offset of (kind, layer) in the parameter section of an llm.c model file.
-size_t llmc_offset(const GPT2Config* c, int kind, int layer) {
+size_t llmc_offset(const ModelConfig* c, int kind, int layer) {
     size_t sizes[NUM_KINDS];
     kind_sizes(c, sizes);
     size_t off = 0;
@@ -238,7 +238,7 @@ size_t llmc_offset(const GPT2Config* c, int kind, int layer) {
     return off + (size_t)layer * sizes[kind];
 }
 
-int read_model_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen) {
+int read_model_header(const char* path, ModelConfig* c, int* version, char* err, size_t errlen) {
     // A regular file only: a FIFO would block the open or the read for ever.
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
@@ -258,7 +258,7 @@ int read_model_header(const char* path, GPT2Config* c, int* version, char* err, 
     memset(c, 0, sizeof(*c));  // a GPT-2 (llm.c files hold no other family)
     c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4];
     c->num_heads = h[5]; c->channels = h[6]; c->padded_vocab_size = h[7];
-    const char* bad = gpt2_config_check(c);
+    const char* bad = model_config_check(c);
     if (bad) {
         snprintf(err, errlen, "%s: inconsistent config (%s: maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, bad,
                  c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels, c->padded_vocab_size);
@@ -266,7 +266,7 @@ int read_model_header(const char* path, GPT2Config* c, int* version, char* err, 
     }
     *version = h[1];
     size_t elem = h[1] == 3 ? 4 : 2;
-    long expected = (long)(MODEL_HEADER_BYTES + gpt2_num_parameters(c) * elem);
+    long expected = (long)(MODEL_HEADER_BYTES + model_num_parameters(c) * elem);
     if (size != expected) {
         snprintf(err, errlen, "%s: %ld bytes, but its header's model needs %ld (truncated or not this model)",
                  path, size, expected);
@@ -275,7 +275,7 @@ int read_model_header(const char* path, GPT2Config* c, int* version, char* err, 
     return 0;
 }
 
-void gpt2_model_header(const GPT2Config* c, int version, int32_t h[256]) {
+void llmc_model_header(const ModelConfig* c, int version, int32_t h[256]) {
     memset(h, 0, 256 * sizeof(int32_t));
     h[0] = MODEL_FILE_MAGIC; h[1] = version; h[2] = c->max_seq_len; h[3] = c->vocab_size;
     h[4] = c->num_layers; h[5] = c->num_heads; h[6] = c->channels; h[7] = c->padded_vocab_size;

@@ -1,4 +1,4 @@
-#include "model/gpt2_state.h"
+#include "model/state.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,8 +27,8 @@ static float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-void gpt2_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed) {
-    const GPT2Config* c = &m->config;
+void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed) {
+    const ModelConfig* c = &m->config;
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     for (int i = 0; i < n_pieces; i++) {
         const FlatPiece* p = &pieces[i];
@@ -71,7 +71,7 @@ static int read_at(int fd, const char* path, void* buf, size_t bytes, off_t at, 
     return 0;
 }
 
-int gpt2_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst, char* err, size_t errlen) {
+int llmc_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst, char* err, size_t errlen) {
     if (version == 3) return read_at(fd, path, dst, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
     // bf16: through a bounded staging buffer
     const size_t block = (size_t)1 << 20;
@@ -89,7 +89,7 @@ int gpt2_read_params(int fd, const char* path, int version, size_t first, size_t
     return 0;
 }
 
-int gpt2_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
+int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
                          const char* path, int version, char* err, size_t errlen) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
@@ -99,7 +99,7 @@ int gpt2_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pi
         tensor_kind(m, p->unit, p->tensor, &kind, &layer);
         char what[1200];
         snprintf(what, sizeof(what), "%s (%s)", path, m->units[p->unit].tensors[p->tensor].name);
-        if (gpt2_read_params(fd, what, version, llmc_offset(&m->config, kind, layer) + p->lo, p->hi - p->lo,
+        if (llmc_read_params(fd, what, version, llmc_offset(&m->config, kind, layer) + p->lo, p->hi - p->lo,
                              arena + p->at, err, errlen)) {
             close(fd);
             return 1;
@@ -117,7 +117,7 @@ static uint16_t float_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static int write_at(Gpt2FileWriter* w, const void* buf, size_t bytes, off_t at, char* err, size_t errlen) {
+static int write_at(LlmcFileWriter* w, const void* buf, size_t bytes, off_t at, char* err, size_t errlen) {
     size_t done = 0;
     while (done < bytes) {
         ssize_t r = pwrite(w->fd, (const char*)buf + done, bytes - done, at + (off_t)done);
@@ -127,7 +127,7 @@ static int write_at(Gpt2FileWriter* w, const void* buf, size_t bytes, off_t at, 
     return 0;
 }
 
-int gpt2_file_create(Gpt2FileWriter* w, const char* path, const GPT2Config* c, int version, char* err, size_t errlen) {
+int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen) {
     memset(w, 0, sizeof(*w));
     w->fd = -1;
     if (c->arch != ARCH_GPT2) {  // llm.c's kinds and offsets are GPT-2's
@@ -141,12 +141,12 @@ int gpt2_file_create(Gpt2FileWriter* w, const char* path, const GPT2Config* c, i
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (w->fd < 0) { snprintf(err, errlen, "%s: cannot create: %s", w->tmp, strerror(errno)); return 1; }
     int32_t h[256];
-    gpt2_model_header(c, version, h);
-    if (write_at(w, h, sizeof(h), 0, err, errlen)) { gpt2_file_abort(w); return 1; }
+    llmc_model_header(c, version, h);
+    if (write_at(w, h, sizeof(h), 0, err, errlen)) { llmc_file_abort(w); return 1; }
     return 0;
 }
 
-int gpt2_file_put(Gpt2FileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen) {
+int llmc_file_put(LlmcFileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen) {
     size_t first = llmc_offset(&w->config, kind, layer) + lo;
     if (w->version == 3) return write_at(w, src, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
     const size_t block = (size_t)1 << 20;
@@ -162,7 +162,7 @@ int gpt2_file_put(Gpt2FileWriter* w, int kind, int layer, size_t lo, const float
     return rc;
 }
 
-int gpt2_file_commit(Gpt2FileWriter* w, char* err, size_t errlen) {
+int llmc_file_commit(LlmcFileWriter* w, char* err, size_t errlen) {
     int failed = 0;
     if (fsync(w->fd) != 0) { snprintf(err, errlen, "%s: fsync failed: %s", w->tmp, strerror(errno)); failed = 1; }
     if (close(w->fd) != 0 && !failed) { snprintf(err, errlen, "%s: close failed: %s", w->tmp, strerror(errno)); failed = 1; }
@@ -172,17 +172,17 @@ int gpt2_file_commit(Gpt2FileWriter* w, char* err, size_t errlen) {
     return failed;
 }
 
-void gpt2_file_abort(Gpt2FileWriter* w) {
+void llmc_file_abort(LlmcFileWriter* w) {
     if (w->fd >= 0) close(w->fd);
     w->fd = -1;
     unlink(w->tmp);
 }
 
-int gpt2_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
+int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
                           char* err, size_t errlen) {
     int writer = pg->rank == 0, failed = 0;
-    Gpt2FileWriter w;
-    if (writer) failed = gpt2_file_create(&w, path, &m->config, 3, err, errlen);
+    LlmcFileWriter w;
+    if (writer) failed = llmc_file_create(&w, path, &m->config, 3, err, errlen);
     comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
     if (failed) return 1;
     size_t max_padded = 0;
@@ -198,12 +198,12 @@ int gpt2_write_model_file(const ModelLayout* m, const float* arena, const Proces
         for (int i = 0; writer && i < unit->n_tensors && !failed; i++) {
             int kind, layer;
             tensor_kind(m, u, i, &kind, &layer);
-            failed = gpt2_file_put(&w, kind, layer, 0, full + unit->tensors[i].offset, unit->tensors[i].numel, err, errlen);
+            failed = llmc_file_put(&w, kind, layer, 0, full + unit->tensors[i].offset, unit->tensors[i].numel, err, errlen);
         }
     }
     if (writer) {
-        if (failed) gpt2_file_abort(&w);
-        else failed = gpt2_file_commit(&w, err, errlen);
+        if (failed) llmc_file_abort(&w);
+        else failed = llmc_file_commit(&w, err, errlen);
         free(full);
     }
     comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
@@ -213,13 +213,13 @@ int gpt2_write_model_file(const ModelLayout* m, const float* arena, const Proces
 // ----------------------------------------------------------------------------------------
 // Checkpoints
 
-int gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
-                           int writes, Gpt2CkptTables* ct) {
+int model_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
+                           int writes, ModelCkptTables* ct) {
     int total = flat_tensor_count(m->units, m->n_units);
     memset(ct, 0, sizeof(*ct));
     ct->tensors = (CkptTensor*)calloc((size_t)total + 1, sizeof(CkptTensor));
     ct->pieces = (CkptPiece*)calloc((size_t)n_pieces * CKPT_KINDS + 1, sizeof(CkptPiece));
-    if (!ct->tensors || !ct->pieces) { gpt2_checkpoint_tables_free(ct); return 1; }
+    if (!ct->tensors || !ct->pieces) { model_checkpoint_tables_free(ct); return 1; }
     for (int u = 0; u < m->n_units; u++)
         for (int i = 0; i < m->units[u].n_tensors; i++) {
             const FlatTensor* t = &m->units[u].tensors[i];
@@ -243,18 +243,18 @@ int gpt2_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_
     return 0;
 }
 
-void gpt2_checkpoint_tables_free(Gpt2CkptTables* ct) {
+void model_checkpoint_tables_free(ModelCkptTables* ct) {
     free(ct->tensors);
     free(ct->pieces);
     memset(ct, 0, sizeof(*ct));
 }
 
-// The manifest's state.config keys, in GPT2Config's order: the one list the writer and the
+// The manifest's state.config keys, in ModelConfig's order: the one list the writer and the
 // reader share.
 #define CONFIG_KEYS 6
 static const char* const config_keys[CONFIG_KEYS] = {"max_seq_len", "vocab_size", "padded_vocab_size",
                                                      "num_layers", "num_heads", "channels"};
-static void config_fields(GPT2Config* c, int* f[CONFIG_KEYS]) {
+static void config_fields(ModelConfig* c, int* f[CONFIG_KEYS]) {
     f[0] = &c->max_seq_len; f[1] = &c->vocab_size; f[2] = &c->padded_vocab_size;
     f[3] = &c->num_layers; f[4] = &c->num_heads; f[5] = &c->channels;
 }
@@ -263,22 +263,22 @@ static void config_fields(GPT2Config* c, int* f[CONFIG_KEYS]) {
 // is a double exactly).
 #define LLAMA_INT_KEYS 3
 static const char* const llama_int_keys[LLAMA_INT_KEYS] = {"num_kv_heads", "ffn_dim", "rope_original_max_pos"};
-static void llama_int_fields(GPT2Config* c, int* f[LLAMA_INT_KEYS]) {
+static void llama_int_fields(ModelConfig* c, int* f[LLAMA_INT_KEYS]) {
     f[0] = &c->num_kv_heads; f[1] = &c->ffn_dim; f[2] = &c->rope_original_max_pos;
 }
 #define LLAMA_FLOAT_KEYS 4
 static const char* const llama_float_keys[LLAMA_FLOAT_KEYS] = {"rope_theta", "rope_factor", "rope_low_freq_factor",
                                                                "rope_high_freq_factor"};
-static void llama_float_fields(GPT2Config* c, float* f[LLAMA_FLOAT_KEYS]) {
+static void llama_float_fields(ModelConfig* c, float* f[LLAMA_FLOAT_KEYS]) {
     f[0] = &c->rope_theta; f[1] = &c->rope_factor; f[2] = &c->rope_low_freq_factor; f[3] = &c->rope_high_freq_factor;
 }
 static const char* arch_name(int arch) { return arch == ARCH_LLAMA3 ? "llama3" : "gpt2"; }
 
-cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int world, int seq_len,
+cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int seq_len,
                              long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle) {
     cJSON* s = cJSON_CreateObject();
     cJSON* cfg = cJSON_AddObjectToObject(s, "config");
-    GPT2Config copy = *c;
+    ModelConfig copy = *c;
     int* f[CONFIG_KEYS];
     config_fields(&copy, f);
     for (int i = 0; i < CONFIG_KEYS; i++) cJSON_AddNumberToObject(cfg, config_keys[i], *f[i]);
@@ -305,7 +305,7 @@ cJSON* gpt2_checkpoint_state(const GPT2Config* c, long step, long tokens, int wo
     return s;
 }
 
-void gpt2_checkpoint_state_add_loss_scaler(cJSON* state, float scale, int good_steps) {
+void model_checkpoint_state_add_loss_scaler(cJSON* state, float scale, int good_steps) {
     cJSON* l = cJSON_AddObjectToObject(state, "loss_scaler");
     cJSON_AddNumberToObject(l, "scale", scale);
     cJSON_AddNumberToObject(l, "good_steps", good_steps);
@@ -330,7 +330,7 @@ static int state_uint(const Ckpt* c, const cJSON* obj, const char* key, const ch
     return 1;
 }
 
-int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t errlen) {
+int model_checkpoint_config(const Ckpt* c, ModelConfig* cfg, char* err, size_t errlen) {
     const cJSON* conf = c->state ? cJSON_GetObjectItemCaseSensitive(c->state, "config") : NULL;
     if (!cJSON_IsObject(conf)) {
         snprintf(err, errlen, "%s/manifest.json: no model config (state.config)", c->dir);
@@ -375,7 +375,7 @@ int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t err
             *ff[i] = (float)v->valuedouble;
         }
     }
-    const char* bad = gpt2_config_check(cfg);
+    const char* bad = model_config_check(cfg);
     if (bad) {
         snprintf(err, errlen, "%s/manifest.json: inconsistent model config (%s)", c->dir, bad);
         return 1;
@@ -383,11 +383,11 @@ int gpt2_checkpoint_config(const Ckpt* c, GPT2Config* cfg, char* err, size_t err
     return 0;
 }
 
-int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* err, size_t errlen) {
+int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* err, size_t errlen) {
     for (int k = model_first_kind(cfg); k < model_end_kind(cfg); k++)
         for (int l = 0; l < kind_layers(cfg, k); l++) {
             char name[CKPT_NAME_LEN];
-            gpt2_tensor_name(k, l, name, sizeof(name));
+            model_tensor_name(k, l, name, sizeof(name));
             size_t rows, cols;
             kind_shape(cfg, k, &rows, &cols);
             const CkptTensor* t = ckpt_tensor(c, name);
@@ -404,17 +404,17 @@ int gpt2_checkpoint_check_tensors(const Ckpt* c, const GPT2Config* cfg, char* er
     return 0;
 }
 
-int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
-                         float* const arenas[CKPT_KINDS], int T, Gpt2RunState* rs, uint64_t* bytes_read,
+int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
+                         float* const arenas[CKPT_KINDS], int T, RunState* rs, uint64_t* bytes_read,
                          char* err, size_t errlen) {
     Ckpt c;
     if (ckpt_open(&c, dir, err, errlen)) return 1;
-    GPT2Config saved;
-    if (gpt2_checkpoint_config(&c, &saved, err, errlen) || gpt2_checkpoint_check_tensors(&c, &saved, err, errlen)) {
+    ModelConfig saved;
+    if (model_checkpoint_config(&c, &saved, err, errlen) || model_checkpoint_check_tensors(&c, &saved, err, errlen)) {
         ckpt_close(&c);
         return 1;
     }
-    GPT2Config mine = m->config;
+    ModelConfig mine = m->config;
     int *a[CONFIG_KEYS], *b[CONFIG_KEYS];
     config_fields(&saved, a);
     config_fields(&mine, b);
@@ -460,7 +460,7 @@ int gpt2_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece*
     const cJSON* seed = cJSON_IsObject(loader) ? cJSON_GetObjectItemCaseSensitive(loader, "seed") : NULL;
     uint64_t step, seq_len, windows, shuffle;
     if (state_uint(&c, c.state, "step", "state.step", INT32_MAX, &step, err, errlen) ||
-        state_uint(&c, c.state, "seq_len", "state.seq_len", GPT2_MAX_SEQ, &seq_len, err, errlen) ||
+        state_uint(&c, c.state, "seq_len", "state.seq_len", MODEL_MAX_SEQ, &seq_len, err, errlen) ||
         state_uint(&c, loader, "windows_consumed", "state.loader.windows_consumed", CKPT_MAX_INT, &windows, err, errlen) ||
         state_uint(&c, loader, "shuffle", "state.loader.shuffle", 1, &shuffle, err, errlen)) {
         ckpt_close(&c);

@@ -3,7 +3,7 @@
 // FSDP units, llm.c's file order and header). gpt2_state.h: what reads and writes a rank's
 // parameters (initialisation, llm.c model files, checkpoints).
 //
-// Two families, GPT2Config.arch says which (the struct keeps GPT-2's name: it came first):
+// Two families, ModelConfig.arch says which (the struct keeps GPT-2's name: it came first):
 //
 // GPT-2 (ARCH_GPT2). Unit 0 (the root) holds wte [Vp, C] (tied with the LM head), wpe
 // [maxT, C] and ln_f. Units 1.. hold layers_per_unit transformer blocks each, 12 tensors per
@@ -34,14 +34,14 @@ extern "C" {
 #define VOCAB_PAD_MULTIPLE 128
 #define MODEL_FILE_MAGIC 20240326
 #define SHARD_ALIGN 64  // elements: flat units are padded to shard_count x 64
-// What gpt2_config_check accepts (every file's header, manifest and flag is held to these
+// What model_config_check accepts (every file's header, manifest and flag is held to these
 // before anything is sized from it).
-#define GPT2_MAX_LAYERS 100000
-#define GPT2_MAX_CHANNELS (1 << 16)
-#define GPT2_MAX_SEQ (1 << 24)
-#define GPT2_MAX_VOCAB (1 << 26)
-#define GPT2_MAX_PARAMETERS ((size_t)1 << 40)
-#define GPT2_MAX_LAYERS_PER_UNIT (FLAT_UNIT_MAX_TENSORS / 12)   // 12 tensors a block (either family: the larger)
+#define MODEL_MAX_LAYERS 100000
+#define MODEL_MAX_CHANNELS (1 << 16)
+#define MODEL_MAX_SEQ (1 << 24)
+#define MODEL_MAX_VOCAB (1 << 26)
+#define MODEL_MAX_PARAMETERS ((size_t)1 << 40)
+#define MODEL_MAX_LAYERS_PER_UNIT (FLAT_UNIT_MAX_TENSORS / 12)   // 12 tensors a block (either family: the larger)
 #define LLAMA_MAX_FFN (1 << 20)
 
 enum { ARCH_GPT2 = 0, ARCH_LLAMA3 = 1 };
@@ -61,7 +61,7 @@ typedef struct {
     float rope_factor;  // > 1: Llama 3.1's frequency scaling, with the three below
     float rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
-} GPT2Config;
+} ModelConfig;
 
 // Llama's tensors: the root unit's and a block's, in unit order.
 enum { LROOT_EMB, LROOT_NORM, LROOT_OUTPUT, LLAMA_ROOT_TENSORS };
@@ -80,16 +80,16 @@ enum { K_WTE, K_WPE, K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_ATTPROJW, K_ATTPROJB, K_L
 enum { LK_EMB = NUM_KINDS, LK_NORM, LK_OUTPUT, LK_ATTN_NORM, LK_WQKV, LK_WO, LK_FFN_NORM, LK_W13, LK_W2,
        NUM_ALL_KINDS };
 // The kinds of c's family: [model_first_kind, model_end_kind).
-int model_first_kind(const GPT2Config* c);
-int model_end_kind(const GPT2Config* c);
-int block_tensor_count(const GPT2Config* c);   // 12 (GPT-2) or 6 (Llama)
-int root_tensor_count(const GPT2Config* c);    // 4 or 3
+int model_first_kind(const ModelConfig* c);
+int model_end_kind(const ModelConfig* c);
+int block_tensor_count(const ModelConfig* c);   // 12 (GPT-2) or 6 (Llama)
+int root_tensor_count(const ModelConfig* c);    // 4 or 3
 int is_block_kind(int kind);
 // The width of the fused qkv projection.
-int qkv_width(const GPT2Config* c);            // GPT-2 3C; Llama (NH + 2 KVH) C / NH
+int qkv_width(const ModelConfig* c);            // GPT-2 3C; Llama (NH + 2 KVH) C / NH
 
 typedef struct {
-    GPT2Config config;
+    ModelConfig config;
     int layers_per_unit;
     int n_units;
     FlatUnit* units;      // [n_units], finalized for the shard group (free() it)
@@ -99,46 +99,46 @@ typedef struct {
 int pad_vocab(int v);
 // NULL when the config is one a model can be built from, else what is wrong with it: a
 // dimension < 1 or above the GPT2_MAX_* bounds, heads not dividing channels, padded vocabulary
-// below the vocabulary, more than GPT2_MAX_PARAMETERS in all; for Llama kv heads not dividing
+// below the vocabulary, more than MODEL_MAX_PARAMETERS in all; for Llama kv heads not dividing
 // heads, an odd head size, an F out of bounds, RoPE parameters not positive and finite.
 // Safe on any values.
-const char* gpt2_config_check(const GPT2Config* c);
+const char* model_config_check(const ModelConfig* c);
 // GPT-2, llm.c's naming: dN has N layers, 64*N channels and N heads, except GPT-2's released
 // d24/d36/d48 (350M/774M/1558M) widths. Llama 3: llama3:tiny (a test model), llama3:1b and
 // llama3:3b (Llama 3.2's shapes), llama3:8b (Llama 3.1's), with their vocabulary (128256;
 // tiny: GPT-2's) and RoPE scaling. Sets the shape and, for Llama, the vocabulary and
 // max_seq_len (GPT-2's come from the caller). Non-zero for an unknown name.
-int preset_config(const char* name, GPT2Config* c);
+int preset_config(const char* name, ModelConfig* c);
 // GPT-2's block tensor j (the llm.c file's kinds; kind_shape covers both families).
-void block_tensor_shape(const GPT2Config* c, int j, size_t* rows, size_t* cols);
+void block_tensor_shape(const ModelConfig* c, int j, size_t* rows, size_t* cols);
 // Elements of one instance (one layer) of each llm.c kind (GPT-2).
-void kind_sizes(const GPT2Config* c, size_t sizes[NUM_KINDS]);
+void kind_sizes(const ModelConfig* c, size_t sizes[NUM_KINDS]);
 // Instances of llm.c kind `kind`: the number of layers for block tensors, else 1.
-int kind_layers(const GPT2Config* c, int kind);
+int kind_layers(const ModelConfig* c, int kind);
 // Our shape ([out, in] for weights, [1, n] for vectors) and checkpoint name ("wte",
 // "h.3.attn.c_attn.weight", ...) of llm.c kind `kind` in layer `layer`.
-void kind_shape(const GPT2Config* c, int kind, size_t* rows, size_t* cols);
+void kind_shape(const ModelConfig* c, int kind, size_t* rows, size_t* cols);
 // (Any kind of either family; the kind says which.)
-void gpt2_tensor_name(int kind, int layer, char* out, size_t outlen);
+void model_tensor_name(int kind, int layer, char* out, size_t outlen);
 // Every parameter, padded vocabulary rows included (what an llm.c file stores).
-size_t gpt2_num_parameters(const GPT2Config* c);
+size_t model_num_parameters(const ModelConfig* c);
 // The flat units of a config for a shard group of shard_count ranks. Returns 0; 1 when the
-// config fails gpt2_config_check or a unit would hold more than GPT2_MAX_LAYERS_PER_UNIT
+// config fails model_config_check or a unit would hold more than MODEL_MAX_LAYERS_PER_UNIT
 // blocks (min(layers_per_unit, num_layers) > 5: its tensors would not fit; callers check
 // first, for the message); 2 when out of memory. On failure m is zeroed (no units) and
 // nothing stays allocated.
-int build_layout(ModelLayout* m, const GPT2Config* c, int layers_per_unit, int shard_count);
+int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count);
 // Where tensor i of unit u sits in llm.c's file order: its kind and layer.
 void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer);
 // Element offset of (kind, layer) in the parameter section of an llm.c model file.
-size_t llmc_offset(const GPT2Config* c, int kind, int layer);
+size_t llmc_offset(const ModelConfig* c, int kind, int layer);
 
 // llm.c model files: int32 header[256] {20240326, version 3 (fp32) | 5 (bf16), maxT, V, L,
 // NH, C, Vp}, then every tensor in llm.c's order. Checks the header and that the file size
 // matches it; one-line message naming the file otherwise.
 #define MODEL_HEADER_BYTES (256 * sizeof(int32_t))
-int read_model_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen);
-void gpt2_model_header(const GPT2Config* c, int version, int32_t header[256]);
+int read_model_header(const char* path, ModelConfig* c, int* version, char* err, size_t errlen);
+void llmc_model_header(const ModelConfig* c, int version, int32_t header[256]);
 float bf16_to_float(uint16_t b);
 
 #ifdef __cplusplus
