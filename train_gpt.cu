@@ -221,10 +221,10 @@ typedef struct {
     int B, T;                // micro-batch the activations were sized for
     Recompute recompute;     // what the backward rebuilds instead of keeping (--recompute)
     const int* tok_inputs;   // the last forward's token ids, where the device reads them
-} GPT2;
+} Model;
 
 // dopt NULL: the cpu device, no recompute.
-static void model_build(GPT2* model, const ModelConfig* c, int layers_per_unit, const ProcessGroup* pg,
+static void model_build(Model* model, const ModelConfig* c, int layers_per_unit, const ProcessGroup* pg,
                        const FsdpConfig* fcfg, const DeviceOptions* dopt, int B, int T) {
     char err[512];
     memset(model, 0, sizeof(*model));
@@ -244,7 +244,7 @@ static void model_build(GPT2* model, const ModelConfig* c, int layers_per_unit, 
     k->gelu_scratch = model->acts.gelu_scratch;
 }
 
-static void model_free(GPT2* model) {
+static void model_free(Model* model) {
     model->dev.kernels.synchronize(&model->dev.kernels);
     model->dev.backend.release(model->dev.backend.ctx, model->acts_memory);
     fsdp_free(&model->fsdp);
@@ -253,12 +253,12 @@ static void model_free(GPT2* model) {
 }
 
 // Initial weights go into the host mirror of this rank's master shards, then up to the device.
-static void model_init_weights(GPT2* model, uint64_t seed) {
+static void model_init_weights(Model* model, uint64_t seed) {
     model_init_parameters(&model->layout, model->fsdp.pieces, model->fsdp.n_pieces, model->fsdp.host_master, seed);
     fsdp_upload_state(&model->fsdp, 0);
 }
 
-static int model_load_weights(GPT2* model, const char* path, int version, char* err, size_t errlen) {
+static int model_load_weights(Model* model, const char* path, int version, char* err, size_t errlen) {
     if (llmc_read_model_file(&model->layout, model->fsdp.pieces, model->fsdp.n_pieces, model->fsdp.host_master, path,
                              version, err, errlen))
         return 1;
@@ -277,7 +277,7 @@ static RopeParams model_rope(const ModelConfig* c) {
 
 // The block's norms: LayerNorm (GPT-2) or RMSNorm (Llama: no bias, no mean), of a, or with
 // b != NULL of residual = a + b (the fused residual add: residual written, then normalised).
-static void norm_forward(GPT2* model, void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
+static void norm_forward(Model* model, void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
                          const void* weight, const void* bias, int N) {
     Kernels* k = &model->dev.kernels;
     const int C = model->config.channels;
@@ -289,7 +289,7 @@ static void norm_forward(GPT2* model, void* residual, void* out, float* mean, fl
         else kernel_layernorm_forward(k, out, mean, rstd, a, weight, bias, N, C);
     }
 }
-static void norm_backward(GPT2* model, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+static void norm_backward(Model* model, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                           const void* weight, const float* mean, const float* rstd, int N, int acc) {
     Kernels* k = &model->dev.kernels;
     const int C = model->config.channels;
@@ -299,7 +299,7 @@ static void norm_backward(GPT2* model, void* dinp, void* dweight, void* dbias, c
 
 // Attention: qkv = ln1 Wqkv^T (+ b), q and k rotated (Llama), the causal attention (k and v
 // heads shared by groups of query heads in Llama), the output projection into proj_out.
-static void attention_block_forward(GPT2* model, const BlockTensors* p, const LayerActs* la, int B, int T) {
+static void attention_block_forward(Model* model, const BlockTensors* p, const LayerActs* la, int B, int T) {
     const ModelConfig* c = &model->config;
     Kernels* k = &model->dev.kernels;
     const int N = B * T, C = c->channels, NH = c->num_heads, Q = qkv_width(c);
@@ -312,7 +312,7 @@ static void attention_block_forward(GPT2* model, const BlockTensors* p, const La
 // The MLP's first matmul and its activation: GPT-2 fch = ln2 W^T + b, fch_gelu = gelu(fch)
 // (fused in the matmul where the device does); Llama fch = ln2 W13^T (gate|up), fch_gelu =
 // swiglu(fch).
-static void mlp_up_forward(GPT2* model, const BlockTensors* p, const LayerActs* la, int N) {
+static void mlp_up_forward(Model* model, const BlockTensors* p, const LayerActs* la, int N) {
     const ModelConfig* c = &model->config;
     Kernels* k = &model->dev.kernels;
     if (c->arch == ARCH_LLAMA3) {
@@ -326,7 +326,7 @@ static void mlp_up_forward(GPT2* model, const BlockTensors* p, const LayerActs* 
 // Forward over B x T tokens. Writes per-position losses to acts.losses (targets required;
 // device memory: see model_losses_to_host). With dloss != 0 the logits buffer is left holding
 // dlogits for the backward.
-static void model_forward(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss) {
+static void model_forward(Model* model, const int* inputs, const int* targets, int B, int T, float dloss) {
     const ModelConfig* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
@@ -374,7 +374,7 @@ static void model_forward(GPT2* model, const int* inputs, const int* targets, in
 
 // Queues a copy of the last forward's B*T losses into host memory dst (valid after the
 // device's synchronize; on the cpu at once).
-static void model_losses_to_host(GPT2* model, float* dst, int B, int T) {
+static void model_losses_to_host(Model* model, float* dst, int B, int T) {
     Kernels* k = &model->dev.kernels;
     k->to_host_async(k, dst, model->acts.losses, (size_t)B * T * sizeof(float));
 }
@@ -384,7 +384,7 @@ static void model_losses_to_host(GPT2* model, float* dst, int B, int T) {
 // parameters, with the forward's kernels on the same inputs, so the values are the forward's
 // bit for bit. (A norm of a stored residual equals the fused residual-add norm the forward
 // ran: both normalise the rounded sum.)
-static void recompute_block(GPT2* model, const BlockTensors* p, const LayerActs* la, void* residual, int B, int T) {
+static void recompute_block(Model* model, const BlockTensors* p, const LayerActs* la, void* residual, int B, int T) {
     Activations* a = &model->acts;
     Kernels* k = &model->dev.kernels;
     int N = B * T;
@@ -402,7 +402,7 @@ static void recompute_block(GPT2* model, const BlockTensors* p, const LayerActs*
 
 // Backward of the last forward (which must have had dloss != 0), on the same tokens. Each
 // unit's gradient is reduce-scattered as soon as its backward is done.
-static void model_backward(GPT2* model, int B, int T) {
+static void model_backward(Model* model, int B, int T) {
     const ModelConfig* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
@@ -471,7 +471,7 @@ static void model_backward(GPT2* model, int B, int T) {
 // Sampling: autoregressive generation from <|endoftext|>, top-k with temperature. Every
 // rank runs the same forwards (each needs the gathers) and draws the same tokens.
 
-static void generate_sample(GPT2* model, const ProcessGroup* pg, const Tokenizer* tok, int n_tokens,
+static void generate_sample(Model* model, const ProcessGroup* pg, const Tokenizer* tok, int n_tokens,
                             int top_k, float temperature, uint64_t seed, int step) {
     int T = model->T;
     Kernels* k = &model->dev.kernels;
@@ -529,7 +529,7 @@ static int test_hook_at(const char* list, int step) {
 typedef struct {
     const Options* opt;
     ProcessGroup* pg;
-    GPT2 model;
+    Model model;
     DataLoader train_loader, val_loader;
     int have_val;
     int B, T, grad_accum, max_steps;
@@ -561,7 +561,7 @@ typedef struct {
 // The validation loss: the mean over val_steps x grad_accum micro-batches of every rank.
 
 static void evaluate(Run* r, int step) {
-    GPT2* model = &r->model;
+    Model* model = &r->model;
     char err[1024];
     double local = 0.0;
     int rounds = r->opt->val_steps * r->grad_accum;
@@ -602,7 +602,7 @@ typedef struct {
 // count of bad steps in a row, which ends the run at --max-bad-steps.
 static void finish_step(Run* r, PendingStep* p) {
     if (!p->pending) return;
-    GPT2* model = &r->model;
+    Model* model = &r->model;
     Kernels* k = &model->dev.kernels;
     const FsdpStepStats* s = fsdp_step_stats_wait(&model->fsdp);
     p->pending = 0;
@@ -640,7 +640,7 @@ static void finish_step(Run* r, PendingStep* p) {
 // whether some rank got a stop signal (every rank returns the same).
 static int train_step(Run* r, int step, PendingStep* prev) {
     const Options* opt = r->opt;
-    GPT2* model = &r->model;
+    Model* model = &r->model;
     Fsdp* f = &model->fsdp;
     Kernels* kern = &model->dev.kernels;
     StepProfile* prof = &r->profile;
@@ -876,7 +876,7 @@ typedef struct {
     size_t host_extra;   // host buffers of a step's tokens and losses (the cpu's total counts them)
 } MemoryBudget;
 
-static MemoryBudget memory_budget(const GPT2* model, int grad_accum, int B, int T) {
+static MemoryBudget memory_budget(const Model* model, int grad_accum, int B, int T) {
     const FsdpMemory* mm = &model->fsdp.memory;
     MemoryBudget b;
     b.device = mm->shard_state + mm->gathered + mm->full_grads + model->acts.total_bytes + device_extra_bytes(&model->dev);
@@ -886,7 +886,7 @@ static MemoryBudget memory_budget(const GPT2* model, int grad_accum, int B, int 
     return b;
 }
 
-static void print_memory_budget(const GPT2* model, const MemoryBudget* b) {
+static void print_memory_budget(const Model* model, const MemoryBudget* b) {
     const FsdpMemory* mm = &model->fsdp.memory;
     int on_gpu = !model->dev.backend.host_is_device;  // the budget is device memory, apart from the host's
     printf("memory budget per rank%s:\n", on_gpu ? " (GPU memory)" : "");
@@ -927,7 +927,7 @@ static void print_setup(const Run* r, const char* device, const char* why, int t
                         const MemoryBudget* budget) {
     const Options* opt = r->opt;
     const ProcessGroup* pg = r->pg;
-    const GPT2* model = &r->model;
+    const Model* model = &r->model;
     const ModelConfig* c = &model->config;
     printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg->world,
            pg->launcher, pg->transport, threads);
@@ -964,7 +964,7 @@ static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
 // One optimizer step as train_step runs it, less the data (and the host's sum of losses on
 // the fp32 profile): the same engine and model schedule calls, the step's decision included.
 // The sim reads no token.
-static void plan_step(GPT2* model, int grad_accum) {
+static void plan_step(Model* model, int grad_accum) {
     Fsdp* f = &model->fsdp;
     fsdp_zero_grad(f, grad_accum);
     for (int k = 0; k < grad_accum; k++) {
@@ -1022,7 +1022,7 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
                           (Recompute)opt->recompute, opt->matmul_autotune, opt->param_fp16, prof, &clock,
                           opt->gpus_per_node};
     FsdpConfig fcfg = run_fsdp_config(opt);
-    GPT2* model = (GPT2*)calloc(1, sizeof(GPT2));
+    Model* model = (Model*)calloc(1, sizeof(Model));
     if (!model) fatal(&pg, "--plan: out of host memory");
     model_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
     model->fsdp.on_event = plan_on_event;
@@ -1181,7 +1181,7 @@ int main(int argc, char** argv) {
     DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
                           (Recompute)opt.recompute, opt.matmul_autotune, opt.param_fp16, NULL, NULL, 0};
     FsdpConfig fcfg = run_fsdp_config(&opt);
-    GPT2* model = &r->model;
+    Model* model = &r->model;
     model_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
     // fp16: the backward's loss scale is read where the engine's scaler keeps it.
     model->dev.kernels.loss_scale = fsdp_loss_scale_device(&model->fsdp);

@@ -57,21 +57,21 @@ static void die(const char* fmt, ...) {
     exit(1);
 }
 
-static void build_model(GPT2* model, const ModelConfig* c, int B, int T) {
+static void build_model(Model* model, const ModelConfig* c, int B, int T) {
     FsdpConfig fcfg = {1, 1, 1, 0, 0.0f, 0};
     model_build(model, c, 1, &g_pg, &fcfg, NULL, B, T);  // the cpu device
 }
 
 // The cuda device (bf16 compute) with train_gpt's defaults but the attention kernel; the
 // engine as build_model's (W = 1: the shard is the whole unit).
-static void build_model_cuda(GPT2* model, const ModelConfig* c, int B, int T, const char* attention) {
+static void build_model_cuda(Model* model, const ModelConfig* c, int B, int T, const char* attention) {
     FsdpConfig fcfg = {1, 1, 1, 0, 0.0f, 0};
     DeviceOptions dopt = {1, "auto", 0, attention, 2, 1337, RECOMPUTE_NONE, -1, 0, NULL, NULL, 0};
     model_build(model, c, 1, &g_pg, &fcfg, &dopt, B, T);
 }
 
 // The last forward's mean loss, on any device (the losses copied to the host first).
-static double mean_loss_any(GPT2* model, float* host_losses, int B, int T) {
+static double mean_loss_any(Model* model, float* host_losses, int B, int T) {
     model_losses_to_host(model, host_losses, B, T);
     model->dev.kernels.synchronize(&model->dev.kernels);
     double sum = 0.0;
@@ -79,7 +79,7 @@ static double mean_loss_any(GPT2* model, float* host_losses, int B, int T) {
     return sum / (double)(B * T);
 }
 
-static double mean_loss(const GPT2* model, int B, int T) {
+static double mean_loss(const Model* model, int B, int T) {
     double sum = 0.0;
     for (int i = 0; i < B * T; i++) sum += model->acts.losses[i];
     return sum / (double)(B * T);
@@ -87,7 +87,7 @@ static double mean_loss(const GPT2* model, int B, int T) {
 
 // One forward + backward on (inputs, targets) leaving the gradient in the fp32 shard
 // (at W = 1 the shard is the whole flat unit). Returns the mean loss.
-static double forward_backward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+static double forward_backward(Model* model, const int* inputs, const int* targets, int B, int T) {
     fsdp_zero_grad(&model->fsdp, 1);
     model_forward(model, inputs, targets, B, T, 1.0f / (float)(B * T));
     double loss = mean_loss(model, B, T);
@@ -121,7 +121,7 @@ static int run_dump(int argc, char** argv) {
     int version;
     if (read_model_header(model_path, &c, &version, err, sizeof(err))) die("%s", err);
     if (T > c.max_seq_len) die("-t %d exceeds the model's %d positions", T, c.max_seq_len);
-    GPT2 model;
+    Model model;
     build_model(&model, &c, B, T);
     if (model_load_weights(&model, model_path, version, err, sizeof(err))) die("%s", err);
 
@@ -190,7 +190,7 @@ static int run_dump(int argc, char** argv) {
 
 // Writes every tensor of the model, in flat-unit order, from `base` (an arena laid out like
 // the fp32 shards: at W = 1 each unit's shard is the whole unit, padding excluded here).
-static void write_tensors(FILE* fp, const GPT2* model, const float* base, const char* path) {
+static void write_tensors(FILE* fp, const Model* model, const float* base, const char* path) {
     for (int u = 0; u < model->layout.n_units; u++) {
         const FlatUnit* unit = &model->layout.units[u];
         for (int i = 0; i < unit->n_tensors; i++)
@@ -241,7 +241,7 @@ static int run_dump_llama(int argc, char** argv) {
     const char* bad = model_config_check(&c);
     if (bad) die("dump-llama: bad model shape: %s", bad);
     if (T > c.max_seq_len) die("-t %d exceeds --max-seq %d", T, c.max_seq_len);
-    GPT2 model;
+    Model model;
     if (on_cuda) build_model_cuda(&model, &c, B, T, attention);
     else build_model(&model, &c, B, T);
     model_init_weights(&model, (uint64_t)seed);
@@ -334,7 +334,7 @@ static int run_fdcheck(void) {
     const int B = 2, T = 8;
     const float h = 3e-3f;
     const double rel_tol = 5e-3, abs_tol = 1e-5;
-    GPT2 model;
+    Model model;
     build_model(&model, &c, B, T);
     model_init_weights(&model, 42);
     // GPT-2's init (std 0.02) keeps every pre-activation near zero, where GELU and softmax
