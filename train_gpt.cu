@@ -33,6 +33,7 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "fsdp/flat_unit.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
+#include "model/llmc.h"
 #include "model/model.h"
 #include "model/state.h"
 #include "train/device.cuh"
@@ -51,47 +52,33 @@ extern "C" void openblas_set_num_threads(int num_threads);
 static inline void* elem_at(const void* base, size_t i, size_t elem) { return (char*)base + i * elem; }
 
 // Pointers into a gathered unit (parameters or gradients: same layout), in the compute dtype,
-// named by role so that one schedule runs both families: what a family lacks is NULL (Llama:
-// positions, biases, the norms' bias; its head is its own tensor where GPT-2's is wte).
-typedef struct { void *wte, *wpe, *lnfw, *lnfb, *head; } RootTensors;
-typedef struct {
-    void *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+// by role (model/model.h: the family's table gives each tensor its role), so that one schedule
+// runs every family: what a family lacks is NULL (Llama: positions, biases, the norms' bias).
+// A family without a head of its own ties it to wte.
+typedef union {
+    struct { void *wte, *wpe, *lnfw, *lnfb, *head; };
+    void* at[NUM_ROOT_ROLES];
+} RootTensors;
+typedef union {
+    struct { void *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb; };
+    void* at[NUM_BLOCK_ROLES];
 } BlockTensors;
 
 static RootTensors root_tensors(const ModelLayout* m, void* base, size_t elem) {
-    const FlatTensor* t = m->units[0].tensors;
+    const ModelFamily* f = m->family;
     RootTensors r;
     memset(&r, 0, sizeof(r));
-    if (m->config.arch == ARCH_LLAMA3) {
-        r.wte = elem_at(base, t[LROOT_EMB].offset, elem);
-        r.lnfw = elem_at(base, t[LROOT_NORM].offset, elem);
-        r.head = elem_at(base, t[LROOT_OUTPUT].offset, elem);
-    } else {
-        r.wte = r.head = elem_at(base, t[ROOT_WTE].offset, elem);
-        r.wpe = elem_at(base, t[ROOT_WPE].offset, elem);
-        r.lnfw = elem_at(base, t[ROOT_LNF_W].offset, elem);
-        r.lnfb = elem_at(base, t[ROOT_LNF_B].offset, elem);
-    }
+    for (int i = 0; i < f->n_root; i++) r.at[f->root[i].role] = elem_at(base, m->units[0].tensors[i].offset, elem);
+    if (!r.head) r.head = r.wte;
     return r;
 }
 
 static BlockTensors block_tensors(const ModelLayout* m, int u, int layer_in_unit, void* base, size_t elem) {
-    const int nb = block_tensor_count(&m->config);
-    const FlatTensor* t = m->units[u].tensors + (size_t)layer_in_unit * nb;
+    const ModelFamily* f = m->family;
+    const FlatTensor* t = m->units[u].tensors + (size_t)layer_in_unit * f->n_block;
     BlockTensors b;
     memset(&b, 0, sizeof(b));
-    if (m->config.arch == ARCH_LLAMA3) {
-        b.ln1w = elem_at(base, t[ATTN_NORM_W].offset, elem);
-        b.qkvw = elem_at(base, t[WQKV].offset, elem);
-        b.projw = elem_at(base, t[WO].offset, elem);
-        b.ln2w = elem_at(base, t[FFN_NORM_W].offset, elem);
-        b.fcw = elem_at(base, t[W13].offset, elem);
-        b.fcprojw = elem_at(base, t[W2].offset, elem);
-    } else {
-        void** dst[BLOCK_TENSORS] = {&b.ln1w, &b.ln1b, &b.qkvw, &b.qkvb, &b.projw, &b.projb,
-                                     &b.ln2w, &b.ln2b, &b.fcw, &b.fcb, &b.fcprojw, &b.fcprojb};
-        for (int j = 0; j < BLOCK_TENSORS; j++) *dst[j] = elem_at(base, t[j].offset, elem);
-    }
+    for (int j = 0; j < f->n_block; j++) b.at[f->block[j].role] = elem_at(base, t[j].offset, elem);
     return b;
 }
 
@@ -100,10 +87,10 @@ static BlockTensors block_tensors(const ModelLayout* m, int u, int layer_in_unit
 // device's activation dtype except the fp32 statistics and losses. Per-layer buffers are
 // strided by the allocated B*T, so a smaller forward (sampling with B = 1) uses the same memory.
 
-// Widths: Q = qkv_width (GPT-2 3C; Llama (NH + 2 KVH) hs), H = the MLP's first matmul (GPT-2
-// 4C, the GELU's input; Llama 2F, gate|up), A = its activation (GPT-2 4C; Llama F). Llama's
-// norms keep no mean (RMSNorm): the mean buffers are GPT-2's only; q and k in qkv are kept
-// rotated (RoPE applied), what attention reads.
+// Widths, from the family's table: Q = the qkv projection's rows (GPT-2 3C; Llama (NH + 2 KVH)
+// hs), H = the MLP's first matmul's (GPT-2 4C, the GELU's input; Llama 2F, gate|up), A = the
+// MLP's activation, its projection's input (GPT-2 4C; Llama F). RMSNorm keeps no mean: the mean
+// buffers are LayerNorm's only; with RoPE q and k in qkv are kept rotated, what attention reads.
 typedef struct {
     void* encoded;                        // [B,T,C]
     void* ln1; float *ln1_mean, *ln1_rstd;// [L,B,T,C], [L,B,T] x2
@@ -120,8 +107,8 @@ typedef struct {
     void* proj_out;                       // [B,T,C] a projection's output before its residual add
     // backward scratch, one layer's worth
     void *dresidual, *dbtc, *dqkv, *dfch; // [B,T,C] x2, [B,T,Q], [B,T,H]
-    void* dact;                           // [B,T,A] Llama: the gradient w.r.t. the SwiGLU's output
-    void* gelu_scratch;                   // [B,T,4C] GPT-2, where the device needs it (else NULL)
+    void* dact;                           // [B,T,A] SwiGLU: the gradient w.r.t. its output
+    void* gelu_scratch;                   // [B,T,H] GELU, where the device needs it (else NULL)
     size_t Q, H, A;                       // the widths
     size_t BT;                            // allocated B*T
     // Layers kept of what a block's backward reads (--recompute; the rest is rebuilt in the
@@ -140,14 +127,19 @@ static void* carve(char* base, size_t* off, size_t n, size_t elem) {
     return p;
 }
 
-static size_t carve_activations(Activations* a, const ModelConfig* c, size_t B, size_t T, const Kernels* k,
+static size_t carve_activations(Activations* a, const ModelLayout* m, size_t B, size_t T, const Kernels* k,
                                 Recompute recompute, void* mem) {
+    const ModelConfig* c = &m->config;
+    const ModelFamily* fam = m->family;
     size_t BT = B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
     size_t Vp = (size_t)c->padded_vocab_size, e = k->act_bytes, f = sizeof(float), off = 0;
     size_t Lk = recompute == RECOMPUTE_FULL ? 1 : L, Lc = recompute == RECOMPUTE_NONE ? L : 1;
-    const int llama = c->arch == ARCH_LLAMA3;
-    const size_t Q = (size_t)qkv_width(c), H = llama ? 2 * (size_t)c->ffn_dim : 4 * C, A = llama ? (size_t)c->ffn_dim : 4 * C;
-    const size_t M = llama ? 0 : 1;  // LayerNorm means kept (RMSNorm has none)
+    size_t Q, H, A, cols;
+    spec_shape(c, family_block_role(fam, BLOCK_QKVW), &Q, &cols);
+    spec_shape(c, family_block_role(fam, BLOCK_FCW), &H, &cols);
+    spec_shape(c, family_block_role(fam, BLOCK_FCPROJW), &cols, &A);
+    const int swiglu = fam->mlp == MLP_SWIGLU;
+    const size_t M = fam->norm == NORM_LAYERNORM;  // LayerNorm's means kept (RMSNorm has none)
     char* base = (char*)mem;
     a->Q = Q; a->H = H; a->A = A;
     a->encoded = carve(base, &off, BT * C, e);
@@ -176,8 +168,8 @@ static size_t carve_activations(Activations* a, const ModelConfig* c, size_t B, 
     a->dbtc = carve(base, &off, BT * C, e);
     a->dqkv = carve(base, &off, BT * Q, e);
     a->dfch = carve(base, &off, BT * H, e);
-    a->dact = carve(base, &off, llama ? BT * A : 0, e);
-    a->gelu_scratch = carve(base, &off, k->gelu_needs_scratch && !llama ? BT * 4 * C : 0, e);
+    a->dact = carve(base, &off, swiglu ? BT * A : 0, e);
+    a->gelu_scratch = carve(base, &off, k->gelu_needs_scratch && !swiglu ? BT * H : 0, e);
     a->BT = BT;
     a->total_bytes = off;
     return off;
@@ -214,6 +206,8 @@ static LayerActs layer_acts(const Activations* a, int l, size_t C, int NH, size_
 typedef struct {
     ModelLayout layout;
     ModelConfig config;
+    const ModelFamily* family; // its table, and the norm, MLP and positions the schedule runs
+    int kv_heads;              // the heads of k and v (grouped-query attention; else the heads)
     Fsdp fsdp;
     Device dev;
     Activations acts;
@@ -234,13 +228,16 @@ static void model_build(Model* model, const ModelConfig* c, int layers_per_unit,
     device_open(&model->dev, dopt, pg, fcfg, &model->layout, B, T);
     if (fsdp_init(&model->fsdp, pg, &model->dev.backend, fcfg, model->layout.units, model->layout.n_units, err, sizeof(err)))
         fatal(pg, "%s", err);
+    model->family = model->layout.family;
     model->B = B;
     model->T = T;
     model->recompute = dopt ? dopt->recompute : RECOMPUTE_NONE;
     Kernels* k = &model->dev.kernels;
-    size_t n = carve_activations(&model->acts, c, (size_t)B, (size_t)T, k, model->recompute, NULL);
+    size_t n = carve_activations(&model->acts, &model->layout, (size_t)B, (size_t)T, k, model->recompute, NULL);
     model->acts_memory = model->dev.backend.alloc(model->dev.backend.ctx, n);
-    carve_activations(&model->acts, c, (size_t)B, (size_t)T, k, model->recompute, model->acts_memory);
+    carve_activations(&model->acts, &model->layout, (size_t)B, (size_t)T, k, model->recompute, model->acts_memory);
+    // q holds the C channels of the heads, k and v the rest of qkv's rows, half each.
+    model->kv_heads = (int)((model->acts.Q - (size_t)c->channels) / 2 / (size_t)(c->channels / c->num_heads));
     k->gelu_scratch = model->acts.gelu_scratch;
 }
 
@@ -266,7 +263,7 @@ static int model_load_weights(Model* model, const char* path, int version, char*
     return 0;
 }
 
-// Llama's rotary embedding, as the kernels take it.
+// The rotary embedding (families with RoPE), as the kernels take it.
 static RopeParams model_rope(const ModelConfig* c) {
     RopeParams p = {c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                     c->rope_original_max_pos};
@@ -281,7 +278,7 @@ static void norm_forward(Model* model, void* residual, void* out, float* mean, f
                          const void* weight, const void* bias, int N) {
     Kernels* k = &model->dev.kernels;
     const int C = model->config.channels;
-    if (model->config.arch == ARCH_LLAMA3) {
+    if (model->family->norm == NORM_RMSNORM) {
         if (b) kernel_residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C);
         else kernel_rmsnorm_forward(k, out, rstd, a, weight, N, C);
     } else {
@@ -293,33 +290,33 @@ static void norm_backward(Model* model, void* dinp, void* dweight, void* dbias, 
                           const void* weight, const float* mean, const float* rstd, int N, int acc) {
     Kernels* k = &model->dev.kernels;
     const int C = model->config.channels;
-    if (model->config.arch == ARCH_LLAMA3) kernel_rmsnorm_backward(k, dinp, dweight, dout, inp, weight, rstd, N, C, acc);
+    if (model->family->norm == NORM_RMSNORM) kernel_rmsnorm_backward(k, dinp, dweight, dout, inp, weight, rstd, N, C, acc);
     else kernel_layernorm_backward(k, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, acc);
 }
 
-// Attention: qkv = ln1 Wqkv^T (+ b), q and k rotated (Llama), the causal attention (k and v
-// heads shared by groups of query heads in Llama), the output projection into proj_out.
+// Attention: qkv = ln1 Wqkv^T (+ b), q and k rotated (RoPE), the causal attention (k and v
+// heads shared by groups of query heads with grouped-query attention), the output projection
+// into proj_out.
 static void attention_block_forward(Model* model, const BlockTensors* p, const LayerActs* la, int B, int T) {
     const ModelConfig* c = &model->config;
     Kernels* k = &model->dev.kernels;
-    const int N = B * T, C = c->channels, NH = c->num_heads, Q = qkv_width(c);
-    const int llama = c->arch == ARCH_LLAMA3, KVH = llama ? c->num_kv_heads : NH;
+    const int N = B * T, C = c->channels, NH = c->num_heads, Q = (int)model->acts.Q, KVH = model->kv_heads;
     kernel_matmul_forward(k, la->qkv, NULL, la->ln1, p->qkvw, p->qkvb, N, C, Q);
-    if (llama) kernel_rope(k, la->qkv, B, T, NH, KVH, C / NH, model_rope(c), 0);
+    if (model->family->rope) kernel_rope(k, la->qkv, B, T, NH, KVH, C / NH, model_rope(c), 0);
     kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, KVH);
     kernel_matmul_forward(k, model->acts.proj_out, NULL, la->atty, p->projw, p->projb, N, C, C);
 }
-// The MLP's first matmul and its activation: GPT-2 fch = ln2 W^T + b, fch_gelu = gelu(fch)
-// (fused in the matmul where the device does); Llama fch = ln2 W13^T (gate|up), fch_gelu =
+// The MLP's first matmul and its activation: GELU fch = ln2 W^T + b, fch_gelu = gelu(fch)
+// (fused in the matmul where the device does); SwiGLU fch = ln2 W13^T (gate|up), fch_gelu =
 // swiglu(fch).
 static void mlp_up_forward(Model* model, const BlockTensors* p, const LayerActs* la, int N) {
-    const ModelConfig* c = &model->config;
+    const Activations* a = &model->acts;
     Kernels* k = &model->dev.kernels;
-    if (c->arch == ARCH_LLAMA3) {
-        kernel_matmul_forward(k, la->fch, NULL, la->ln2, p->fcw, NULL, N, c->channels, 2 * c->ffn_dim);
-        kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, c->ffn_dim);
+    if (model->family->mlp == MLP_SWIGLU) {
+        kernel_matmul_forward(k, la->fch, NULL, la->ln2, p->fcw, p->fcb, N, model->config.channels, (int)a->H);
+        kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, (int)a->A);
     } else {
-        kernel_matmul_forward(k, la->fch_gelu, la->fch, la->ln2, p->fcw, p->fcb, N, c->channels, 4 * c->channels);
+        kernel_matmul_forward(k, la->fch_gelu, la->fch, la->ln2, p->fcw, p->fcb, N, model->config.channels, (int)a->H);
     }
 }
 
@@ -391,7 +388,7 @@ static void recompute_block(Model* model, const BlockTensors* p, const LayerActs
     norm_forward(model, NULL, la->ln1, la->ln1_mean, la->ln1_rstd, residual, NULL, p->ln1w, p->ln1b, N);
     if (model->recompute == RECOMPUTE_SELECTIVE) {
         norm_forward(model, NULL, la->ln2, la->ln2_mean, la->ln2_rstd, la->residual2, NULL, p->ln2w, p->ln2b, N);
-        if (model->config.arch == ARCH_LLAMA3) kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, model->config.ffn_dim);
+        if (model->family->mlp == MLP_SWIGLU) kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, (int)a->A);
         else kernel_gelu_forward(k, la->fch_gelu, la->fch, (size_t)N * a->A);
         return;
     }
@@ -409,8 +406,8 @@ static void model_backward(Model* model, int B, int T) {
     Fsdp* f = &model->fsdp;
     Kernels* k = &model->dev.kernels;
     size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = k->act_bytes, pe = model->dev.backend.param_bytes;
-    int N = (int)BT, NH = c->num_heads, Q = qkv_width(c), A = (int)a->A;
-    const int llama = c->arch == ARCH_LLAMA3, KVH = llama ? c->num_kv_heads : NH;
+    int N = (int)BT, NH = c->num_heads, Q = (int)a->Q, A = (int)a->A, KVH = model->kv_heads;
+    const int swiglu = model->family->mlp == MLP_SWIGLU, rope = model->family->rope;
 
     RootTensors root = root_tensors(m, fsdp_backward_pre(f, 0), pe);
     RootTensors droot = root_tensors(m, fsdp_grad(f, 0), pe);
@@ -438,9 +435,9 @@ static void model_backward(Model* model, int B, int T) {
             if (model->recompute != RECOMPUTE_NONE) recompute_block(model, &p, &la, residual, B, T);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
-            if (llama) {
-                kernel_matmul_backward(k, a->dact, g.fcprojw, NULL, a->dresidual, la.fch_gelu, p.fcprojw, NULL, N, A, (int)C, acc);
-                kernel_swiglu_backward(k, a->dfch, a->dact, la.fch, N, c->ffn_dim);
+            if (swiglu) {
+                kernel_matmul_backward(k, a->dact, g.fcprojw, g.fcprojb, a->dresidual, la.fch_gelu, p.fcprojw, NULL, N, A, (int)C, acc);
+                kernel_swiglu_backward(k, a->dfch, a->dact, la.fch, N, A);
             } else {
                 kernel_matmul_backward(k, a->dfch, g.fcprojw, g.fcprojb, a->dresidual, la.fch_gelu, p.fcprojw, la.fch, N, A, (int)C, acc);
             }
@@ -450,18 +447,18 @@ static void model_backward(Model* model, int B, int T) {
             // rotated q and k is rotated back before the projection's backward.)
             kernel_matmul_backward(k, a->dbtc, g.projw, g.projb, a->dresidual, la.atty, p.projw, NULL, N, (int)C, (int)C, acc);
             kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH, KVH);
-            if (llama) kernel_rope(k, a->dqkv, B, T, NH, KVH, (int)C / NH, model_rope(c), 1);
+            if (rope) kernel_rope(k, a->dqkv, B, T, NH, KVH, (int)C / NH, model_rope(c), 1);
             kernel_matmul_backward(k, a->dbtc, g.qkvw, g.qkvb, a->dqkv, la.ln1, p.qkvw, NULL, N, (int)C, Q, acc);
             norm_backward(model, a->dresidual, g.ln1w, g.ln1b, a->dbtc, residual, p.ln1w, la.ln1_mean, la.ln1_rstd, N, acc);
         }
         fsdp_backward_post(f, u);
     }
-    // The embedding's backward adds to wte: GPT-2's holds the LM head's gradient already; Llama's
-    // is its own tensor, zeroed first in a fresh buffer. GPT-2's wpe: the backward writes its
-    // first T rows; in a fresh buffer the rows from T on (none when T is the model's maximum)
-    // are zeroed here.
-    if (!acc && llama) k->zero(k, droot.wte, (size_t)c->padded_vocab_size * C * pe);
-    if (!acc && !llama && T < c->max_seq_len)
+    // The embedding's backward adds to wte: a tied one holds the LM head's gradient already; an
+    // untied one (Llama's) is zeroed first in a fresh buffer. Learned positions (GPT-2's wpe):
+    // the backward writes their first T rows; in a fresh buffer the rows from T on (none when T
+    // is the model's maximum) are zeroed here.
+    if (!acc && droot.head != droot.wte) k->zero(k, droot.wte, (size_t)c->padded_vocab_size * C * pe);
+    if (!acc && droot.wpe && T < c->max_seq_len)
         k->zero(k, elem_at(droot.wpe, (size_t)T * C, pe), (size_t)(c->max_seq_len - T) * C * pe);
     kernel_encoder_backward(k, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C, acc);
     fsdp_backward_post(f, 0);
@@ -825,9 +822,10 @@ static int check_run_flags(const Options* opt, const ModelConfig* config, const 
         snprintf(m, n, "%s applies to the cuda device only, and this run is on the cpu device (%s)", opt->cuda_only_flag, why);
     else if (!strcmp(device, "cuda") && config->channels % 8 != 0)  // 128-bit row kernels
         snprintf(m, n, "--device cuda needs --channels to be a multiple of 8, got %d", config->channels);
-    else if (opt->save_model && config->arch == ARCH_LLAMA3)  // refused before training, not after it
-        snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no Llama layout: keep a Llama "
-                 "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)");
+    else if (opt->save_model && !llmc_has_layout(config))  // refused before training, not after it
+        snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no %s layout: keep a %s "
+                 "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)", model_family(config)->title,
+                 model_family(config)->title);
     else
         return 0;
     return 1;
@@ -911,15 +909,10 @@ static void print_memory_budget(const Model* model, const MemoryBudget* b) {
 
 // The model's line of the setup (the run's and --plan's).
 static void print_model_line(const ModelConfig* c, size_t num_parameters) {
-    printf("model: %s, %d layers, %d heads", c->arch == ARCH_LLAMA3 ? "Llama 3" : "GPT-2", c->num_layers, c->num_heads);
-    if (c->arch == ARCH_LLAMA3) printf(" (%d kv heads)", c->num_kv_heads);
-    printf(", %d channels", c->channels);
-    if (c->arch == ARCH_LLAMA3) {
-        printf(", SwiGLU %d, RoPE theta %g", c->ffn_dim, (double)c->rope_theta);
-        if (c->rope_factor > 1.0f) printf(" scaled x%g", (double)c->rope_factor);
-    }
-    printf(", max_seq %d, vocab %d (padded %d): %zu parameters\n", c->max_seq_len, c->vocab_size, c->padded_vocab_size,
-           num_parameters);
+    char what[256];
+    model_describe(c, 0, what, sizeof(what));
+    printf("model: %s, max_seq %d, vocab %d (padded %d): %zu parameters\n", what, c->max_seq_len, c->vocab_size,
+           c->padded_vocab_size, num_parameters);
 }
 
 // What the run is, and the memory budget per rank, before the first step.

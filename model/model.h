@@ -1,24 +1,19 @@
-// model/: the one home of the models' files, shared by train_gpt and the ckpt tool. This
-// header: their shapes and parameter layouts (presets, config checks, tensor names, the flat
-// FSDP units, llm.c's file order and header). gpt2_state.h: what reads and writes a rank's
-// parameters (initialisation, llm.c model files, checkpoints).
+// model/: the model families and what every tool needs of them, shared by train_gpt and the
+// ckpt tool. This header is the family-neutral half: the config, the table that describes a
+// family's tensors, the flat FSDP units built from it, names and shapes. Each family is one
+// file holding one static table (model/gpt2.c, model/llama3.c); everything else here and in
+// state.c (initialisation, checkpoints), llmc.c (llm.c model files) and hf.c (Hugging Face
+// safetensors) is a loop over those tables.
 //
-// Two families, ModelConfig.arch says which (the struct keeps GPT-2's name: it came first):
-//
-// GPT-2 (ARCH_GPT2). Unit 0 (the root) holds wte [Vp, C] (tied with the LM head), wpe
-// [maxT, C] and ln_f. Units 1.. hold layers_per_unit transformer blocks each, 12 tensors per
-// block in the order of the block enum below. Linear weights are [out, in] (y = x W^T + b).
-// The llm.c model file stores the same tensors grouped by kind across layers (the K_* order).
-//
-// Llama 3 (ARCH_LLAMA3): pre-norm blocks with RMSNorm, rotary positions, grouped-query
-// attention, a SwiGLU MLP, no biases, an untied output head. The root unit holds
-// tok_embeddings [Vp, C], norm [C] and output [Vp, C]; a block holds 6 tensors (Meta's /
-// torchtitan's names): attention_norm [C], attention.wqkv [(NH + 2 KVH) hs, C] (q, k and v
-// stacked: one matmul), attention.wo [C, C], ffn_norm [C], feed_forward.w13 [2F, C] (w1,
-// the gate, stacked over w3, the up projection) and feed_forward.w2 [C, F]. q and k rotate
-// pairs (2i, 2i+1) of each head (Meta's convention; Hugging Face's files permute q and k).
-#ifndef FSDP_MODEL_GPT2_H
-#define FSDP_MODEL_GPT2_H
+// How to add a family: copy model/llama3.c to model/NAME.c; write its TensorSpec table (one
+// row per tensor: role, name, shape, initialisation, decay, Hugging Face name and transform,
+// tensor-parallel split), its presets, its config checks and config keys; fill a ModelFamily
+// with them and list it in model_families (model/model.c). The training schedule runs any
+// family whose tensors take the roles below and whose norm, MLP and positions are among the
+// kinds below (a new kind of op is a new kernel and a new branch in train_gpt.cu, not a new
+// copy of the schedule).
+#ifndef FSDP_MODEL_MODEL_H
+#define FSDP_MODEL_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -32,7 +27,6 @@ extern "C" {
 #define GPT2_EOT 50256
 #define LLAMA3_VOCAB 128256
 #define VOCAB_PAD_MULTIPLE 128
-#define MODEL_FILE_MAGIC 20240326
 #define SHARD_ALIGN 64  // elements: flat units are padded to shard_count x 64
 // What model_config_check accepts (every file's header, manifest and flag is held to these
 // before anything is sized from it).
@@ -41,105 +35,223 @@ extern "C" {
 #define MODEL_MAX_SEQ (1 << 24)
 #define MODEL_MAX_VOCAB (1 << 26)
 #define MODEL_MAX_PARAMETERS ((size_t)1 << 40)
-#define MODEL_MAX_LAYERS_PER_UNIT (FLAT_UNIT_MAX_TENSORS / 12)   // 12 tensors a block (either family: the larger)
+#define MODEL_MAX_BLOCK_TENSORS 12   // the most tensors a family's block has (GPT-2's)
+#define MODEL_MAX_LAYERS_PER_UNIT (FLAT_UNIT_MAX_TENSORS / MODEL_MAX_BLOCK_TENSORS)
 #define LLAMA_MAX_FFN (1 << 20)
 
-enum { ARCH_GPT2 = 0, ARCH_LLAMA3 = 1 };
+// The families, in model_families' order (ModelConfig.arch indexes it).
+enum { ARCH_GPT2 = 0, ARCH_LLAMA3 = 1, NUM_ARCHS };
 
 typedef struct {
-    int max_seq_len;    // GPT-2: learned positions; Llama: the longest sequence allowed
+    int max_seq_len;    // learned positions (GPT-2), or the longest sequence allowed (RoPE)
     int vocab_size;     // real vocabulary
     int padded_vocab_size;
     int num_layers;
     int num_heads;
     int channels;
-    // Llama 3 only (zero for GPT-2, whose code paths never read them):
-    int arch;           // ARCH_GPT2 or ARCH_LLAMA3
+    int arch;           // the family: ARCH_GPT2, ARCH_LLAMA3
+    // Read only by the families whose config keys name them (zero otherwise):
     int num_kv_heads;   // grouped-query attention: heads of k and v (divides num_heads)
-    int ffn_dim;        // the SwiGLU's hidden width F
+    int ffn_dim;        // the gated MLP's hidden width F
     float rope_theta;   // RoPE base
     float rope_factor;  // > 1: Llama 3.1's frequency scaling, with the three below
     float rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
 } ModelConfig;
 
-// Llama's tensors: the root unit's and a block's, in unit order.
-enum { LROOT_EMB, LROOT_NORM, LROOT_OUTPUT, LLAMA_ROOT_TENSORS };
-enum { ATTN_NORM_W, WQKV, WO, FFN_NORM_W, W13, W2, LLAMA_BLOCK_TENSORS };
+// ---- the tensor table
 
-enum { ROOT_WTE, ROOT_WPE, ROOT_LNF_W, ROOT_LNF_B, ROOT_TENSORS };
-enum { LN1_W, LN1_B, QKV_W, QKV_B, ATTPROJ_W, ATTPROJ_B, LN2_W, LN2_B, FC_W, FC_B,
-       FCPROJ_W, FCPROJ_B, BLOCK_TENSORS };
-extern const char* const BLOCK_TENSOR_NAMES[BLOCK_TENSORS];  // "ln_1.weight", ...
-extern const char* const LLAMA_BLOCK_TENSOR_NAMES[LLAMA_BLOCK_TENSORS];  // "attention_norm.weight", ...
-// The 16 kinds of llm.c's file, in file order.
-enum { K_WTE, K_WPE, K_LN1W, K_LN1B, K_QKVW, K_QKVB, K_ATTPROJW, K_ATTPROJB, K_LN2W, K_LN2B,
-       K_FCW, K_FCB, K_FCPROJW, K_FCPROJB, K_LNFW, K_LNFB, NUM_KINDS };
-// Llama's kinds continue the numbering (a kind names a tensor of every layer; initialisation
-// draws a stream per kind and layer).
-enum { LK_EMB = NUM_KINDS, LK_NORM, LK_OUTPUT, LK_ATTN_NORM, LK_WQKV, LK_WO, LK_FFN_NORM, LK_W13, LK_W2,
-       NUM_ALL_KINDS };
-// The kinds of c's family: [model_first_kind, model_end_kind).
-int model_first_kind(const ModelConfig* c);
-int model_end_kind(const ModelConfig* c);
-int block_tensor_count(const ModelConfig* c);   // 12 (GPT-2) or 6 (Llama)
-int root_tensor_count(const ModelConfig* c);    // 4 or 3
-int is_block_kind(int kind);
-// The width of the fused qkv projection.
-int qkv_width(const ModelConfig* c);            // GPT-2 3C; Llama (NH + 2 KVH) C / NH
+// What a tensor is to the training schedule: train_gpt.cu's RootTensors / BlockTensors have a
+// field of each name (wte, ..., fcprojb: llm.c's names). A family's table gives each of its
+// tensors one role; a role it lacks is a tensor it does not have (no biases, no learned
+// positions; no ROOT_HEAD: the head is tied to ROOT_WTE).
+typedef enum {
+    ROOT_WTE,            // token embedding [Vp, C]
+    ROOT_WPE,            // learned position embedding [maxT, C]
+    ROOT_LNFW, ROOT_LNFB,// the final norm
+    ROOT_HEAD,           // the LM head [Vp, C], when untied
+    NUM_ROOT_ROLES
+} RootRole;
+typedef enum {
+    BLOCK_LN1W, BLOCK_LN1B,          // the attention's norm
+    BLOCK_QKVW, BLOCK_QKVB,          // q, k and v stacked: one matmul
+    BLOCK_PROJW, BLOCK_PROJB,        // the attention's output projection
+    BLOCK_LN2W, BLOCK_LN2B,          // the MLP's norm
+    BLOCK_FCW, BLOCK_FCB,            // the MLP's first matmul (GPT-2: 4C wide; gated: gate|up, 2F)
+    BLOCK_FCPROJW, BLOCK_FCPROJB,    // the MLP's output projection
+    NUM_BLOCK_ROLES
+} BlockRole;
 
+// The sizes shapes are written in, resolved against a config by model_dim.
+typedef enum {
+    DIM_ONE,          // 1 (the rows of a vector)
+    DIM_C,            // channels
+    DIM_3C, DIM_4C,   // GPT-2's qkv and MLP widths
+    DIM_VOCAB,        // padded vocabulary (Hugging Face files hold the real rows only)
+    DIM_POSITIONS,    // max_seq_len
+    DIM_KV,           // num_kv_heads x head size (grouped-query attention's k or v)
+    DIM_QKV,          // C + 2 DIM_KV
+    DIM_FFN, DIM_2FFN // the gated MLP's F, and gate|up stacked
+} Dim;
+
+typedef enum {
+    INIT_NORMAL,         // N(0, 0.02); rows beyond the real vocabulary zero
+    INIT_NORMAL_SCALED,  // N(0, 0.02 / sqrt(2 L)): the projections into the residual stream
+    INIT_ONES,           // norm weights
+    INIT_ZEROS,          // biases
+} InitRule;
+
+// How a tensor splits over a tensor-parallel group (Megatron's): COLUMN splits its rows (the
+// output features; each segment separately, so a rank keeps whole heads and both halves of a
+// gated MLP's pairs), ROW its columns (the input features; a row-parallel bias is added once,
+// so it is REPLICATED), VOCAB its rows by vocabulary range.
+typedef enum { TP_REPLICATED, TP_COLUMN, TP_ROW, TP_VOCAB } TpSplit;
+
+// Hugging Face's layout of a tensor: as ours ([out, in]), or transposed ([in, out]: GPT-2's
+// Conv1D weights).
+typedef enum { HF_AS_IS, HF_TRANSPOSED } HfLayout;
+// Rows permuted within each head for Hugging Face's rotate_half RoPE (we rotate pairs (2i,
+// 2i+1)): over the query heads or the kv heads.
+typedef enum { HF_ROPE_NONE, HF_ROPE_Q_HEADS, HF_ROPE_KV_HEADS } HfRope;
+
+// A block of consecutive rows of a fused tensor (q|k|v, gate|up): tensor parallelism splits
+// each on its own; Hugging Face may store each as its own tensor.
+typedef struct {
+    Dim rows;
+    const char* hf_name;   // its own Hugging Face tensor (block: after "PREFIX.N."); NULL: in the tensor's
+    HfRope hf_rope;
+} TensorSegment;
+
+#define MAX_SEGMENTS 3
+typedef struct {
+    int role;                // RootRole or BlockRole (by the table it is in)
+    const char* name;        // checkpoint name (a block's: after "PREFIX.N.", family->block_prefix)
+    Dim rows, cols;          // [out, in] for a weight; rows DIM_ONE for a vector
+    InitRule init;
+    int decay;               // AdamW weight decay applies (matrices; not norms and biases)
+    int init_stream;         // the random stream of its initial values: fixed for good (a new number changes the initial model)
+    int llmc_kind;           // its place in llm.c's model file order, -1: not in llm.c's format
+    const char* hf_name;     // Hugging Face name (block: after "HFPREFIX.N."); NULL: per segment
+    HfLayout hf_layout;
+    int hf_after_blocks;     // root: after the blocks in Hugging Face's module order (final norm, head)
+    TpSplit tp;
+    int n_segments;          // 0: one block of rows
+    TensorSegment segments[MAX_SEGMENTS];
+} TensorSpec;
+
+// One key of the manifest's state.config that a family adds to the common six: a whole number
+// or a float field of ModelConfig.
+typedef struct {
+    const char* key;
+    size_t offset;           // offsetof(ModelConfig, field)
+    int is_float;
+} ConfigKey;
+
+typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
+typedef enum { MLP_GELU, MLP_SWIGLU } MlpKind;
+
+typedef struct ModelFamily {
+    const char* name;            // "gpt2": --arch, the manifest's state.config.arch
+    const char* title;           // "GPT-2": messages
+    const TensorSpec* root;      // the root unit's tensors, in unit order
+    int n_root;
+    const TensorSpec* block;     // one block's tensors, in unit order
+    int n_block;
+    const char* block_prefix;    // checkpoint names "PREFIX.N.name"
+    const char* hf_block_prefix; // Hugging Face names "HFPREFIX.N.name"
+    // What the schedule runs (train_gpt.cu branches on these, never on the family):
+    NormKind norm;
+    MlpKind mlp;
+    int rope;                    // rotary positions on q and k (the config's rope_* fields)
+    // The family's shapes by name ("d12", "llama3:8b"): fills c (the whole config) and returns
+    // 1, else 0. default_preset: what --arch NAME alone trains.
+    int (*preset)(const char* name, ModelConfig* c);
+    const char* default_preset;
+    // What is wrong with c beyond the common checks (NULL: nothing).
+    const char* (*check)(const ModelConfig* c);
+    // The manifest's state.config keys beyond the common six.
+    const ConfigKey* config_keys;
+    int n_config_keys;
+    // Whether config key k is compared when a checkpoint is resumed (NULL: always).
+    int (*config_key_applies)(const ModelConfig* saved, const ModelConfig* run, const ConfigKey* k);
+    // "Llama 3, 4 layers, 4 heads (2 kv heads), 256 channels, SwiGLU 768, RoPE theta 500000"
+    // (the model line of train_gpt and --plan, before the sequence and vocabulary), or terse
+    // "L=4 NH=4 KVH=2 C=256 F=768 maxT=1024 V=50257 Vp=50304" (the ckpt tool's).
+    void (*describe)(const ModelConfig* c, int terse, char* out, size_t n);
+} ModelFamily;
+
+// The family of c (its arch), or NULL for an unknown arch; by name ("gpt2", "llama3").
+const ModelFamily* model_family(const ModelConfig* c);
+const ModelFamily* model_family_named(const char* name);
+const ModelFamily* model_family_at(int arch);   // NULL beyond NUM_ARCHS
+// "gpt2 or llama3" (quote: "\"gpt2\" or \"llama3\""), for messages.
+void model_family_names(int quote, char* out, size_t n);
+// Whether the family's config keys include the field at `offset` (offsetof(ModelConfig, f)):
+// the flags that set a field apply to the families that have it.
+int family_has_config(const ModelFamily* f, size_t offset);
+// A table row's role, or NULL when the family has no tensor of that role.
+const TensorSpec* family_root_role(const ModelFamily* f, int role);
+const TensorSpec* family_block_role(const ModelFamily* f, int role);
+
+// A Dim's size under c.
+size_t model_dim(const ModelConfig* c, Dim d);
+// A spec's shape under c: rows x cols.
+void spec_shape(const ModelConfig* c, const TensorSpec* s, size_t* rows, size_t* cols);
+// The first row of segment i of spec s (and its row count).
+size_t spec_segment_row(const ModelConfig* c, const TensorSpec* s, int i, size_t* rows);
+// "h.3.mlp.c_fc.weight" / "wte": a tensor's checkpoint name (layer ignored for the root's).
+void spec_name(const ModelFamily* f, const TensorSpec* s, int is_block, int layer, char* out, size_t n);
+// The Hugging Face name of segment seg of s (seg -1: the whole tensor's).
+void spec_hf_name(const ModelFamily* f, const TensorSpec* s, int seg, int is_block, int layer, char* out, size_t n);
+
+// Every tensor of a model, root first, then each layer's block: index i < n_root is root
+// tensor i, else block tensor (i - n_root) % n_block of layer (i - n_root) / n_block.
+typedef struct {
+    const TensorSpec* spec;
+    int is_block, layer;
+} ModelTensor;
+int model_tensor_count(const ModelConfig* c);
+ModelTensor model_tensor_at(const ModelConfig* c, int i);
+// Element offset of tensor i in the model's tensors back to back in that order (the whole model
+// in one buffer: the ckpt tool's import).
+size_t model_tensor_offset(const ModelConfig* c, int i);
+
+int pad_vocab(int v);
+// NULL when the config is one a model can be built from, else what is wrong with it: an unknown
+// family, a dimension < 1 or above the MODEL_MAX_* bounds, heads not dividing channels, padded
+// vocabulary below the vocabulary, more than MODEL_MAX_PARAMETERS in all, or the family's own
+// checks. Safe on any values.
+const char* model_config_check(const ModelConfig* c);
+// A preset of any family (model/gpt2.c, model/llama3.c say which): the whole config. Non-zero
+// for an unknown name.
+int preset_config(const char* name, ModelConfig* c);
+// Every parameter, padded vocabulary rows included.
+size_t model_num_parameters(const ModelConfig* c);
+// The family's describe (an unknown family: "unknown model family N").
+void model_describe(const ModelConfig* c, int terse, char* out, size_t n);
+
+// ---- the flat FSDP units
+
+// Unit 0 (the root) holds the root tensors; units 1.. hold layers_per_unit blocks each, a
+// block's tensors in table order.
 typedef struct {
     ModelConfig config;
+    const ModelFamily* family;
     int layers_per_unit;
     int n_units;
     FlatUnit* units;      // [n_units], finalized for the shard group (free() it)
     size_t num_parameters;
 } ModelLayout;
 
-int pad_vocab(int v);
-// NULL when the config is one a model can be built from, else what is wrong with it: a
-// dimension < 1 or above the GPT2_MAX_* bounds, heads not dividing channels, padded vocabulary
-// below the vocabulary, more than MODEL_MAX_PARAMETERS in all; for Llama kv heads not dividing
-// heads, an odd head size, an F out of bounds, RoPE parameters not positive and finite.
-// Safe on any values.
-const char* model_config_check(const ModelConfig* c);
-// GPT-2, llm.c's naming: dN has N layers, 64*N channels and N heads, except GPT-2's released
-// d24/d36/d48 (350M/774M/1558M) widths. Llama 3: llama3:tiny (a test model), llama3:1b and
-// llama3:3b (Llama 3.2's shapes), llama3:8b (Llama 3.1's), with their vocabulary (128256;
-// tiny: GPT-2's) and RoPE scaling. Sets the shape and, for Llama, the vocabulary and
-// max_seq_len (GPT-2's come from the caller). Non-zero for an unknown name.
-int preset_config(const char* name, ModelConfig* c);
-// GPT-2's block tensor j (the llm.c file's kinds; kind_shape covers both families).
-void block_tensor_shape(const ModelConfig* c, int j, size_t* rows, size_t* cols);
-// Elements of one instance (one layer) of each llm.c kind (GPT-2).
-void kind_sizes(const ModelConfig* c, size_t sizes[NUM_KINDS]);
-// Instances of llm.c kind `kind`: the number of layers for block tensors, else 1.
-int kind_layers(const ModelConfig* c, int kind);
-// Our shape ([out, in] for weights, [1, n] for vectors) and checkpoint name ("wte",
-// "h.3.attn.c_attn.weight", ...) of llm.c kind `kind` in layer `layer`.
-void kind_shape(const ModelConfig* c, int kind, size_t* rows, size_t* cols);
-// (Any kind of either family; the kind says which.)
-void model_tensor_name(int kind, int layer, char* out, size_t outlen);
-// Every parameter, padded vocabulary rows included (what an llm.c file stores).
-size_t model_num_parameters(const ModelConfig* c);
 // The flat units of a config for a shard group of shard_count ranks. Returns 0; 1 when the
 // config fails model_config_check or a unit would hold more than MODEL_MAX_LAYERS_PER_UNIT
-// blocks (min(layers_per_unit, num_layers) > 5: its tensors would not fit; callers check
-// first, for the message); 2 when out of memory. On failure m is zeroed (no units) and
-// nothing stays allocated.
+// blocks (callers check first, for the message); 2 when out of memory. On failure m is zeroed
+// (no units) and nothing stays allocated.
 int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count);
-// Where tensor i of unit u sits in llm.c's file order: its kind and layer.
-void tensor_kind(const ModelLayout* m, int u, int i, int* kind, int* layer);
-// Element offset of (kind, layer) in the parameter section of an llm.c model file.
-size_t llmc_offset(const ModelConfig* c, int kind, int layer);
-
-// llm.c model files: int32 header[256] {20240326, version 3 (fp32) | 5 (bf16), maxT, V, L,
-// NH, C, Vp}, then every tensor in llm.c's order. Checks the header and that the file size
-// matches it; one-line message naming the file otherwise.
-#define MODEL_HEADER_BYTES (256 * sizeof(int32_t))
-int read_model_header(const char* path, ModelConfig* c, int* version, char* err, size_t errlen);
-void llmc_model_header(const ModelConfig* c, int version, int32_t header[256]);
-float bf16_to_float(uint16_t b);
+// Tensor i of unit u: its table row and layer (0 for the root's).
+const TensorSpec* unit_tensor_spec(const ModelLayout* m, int u, int i, int* layer);
+// Its index in model_tensor_at's order.
+int unit_tensor_index(const ModelLayout* m, int u, int i);
 
 #ifdef __cplusplus
 }

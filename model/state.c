@@ -33,23 +33,22 @@ void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_
     for (int i = 0; i < n_pieces; i++) {
         const FlatPiece* p = &pieces[i];
         const FlatTensor* t = &m->units[p->unit].tensors[p->tensor];
-        int kind, layer;
-        tensor_kind(m, p->unit, p->tensor, &kind, &layer);
-        uint64_t stream = (uint64_t)kind * 4096 + (uint64_t)layer;
+        int layer;
+        const TensorSpec* spec = unit_tensor_spec(m, p->unit, p->tensor, &layer);
+        const InitRule rule = spec->init;
+        uint64_t stream = (uint64_t)spec->init_stream * 4096 + (uint64_t)layer;
+        // Rows from here on are padding of the vocabulary: zero.
+        const size_t real_rows = spec->rows == DIM_VOCAB ? (size_t)c->vocab_size : t->rows;
+        const float std = rule == INIT_NORMAL_SCALED ? proj_std : 0.02f;
         float* dst = arena + p->at;
         const size_t lo = p->lo, hi = p->hi;
         // Each element is a pure function of its index: threads do not change the result.
         #pragma omp parallel for schedule(static)
         for (size_t e = lo; e < hi; e++) {
             float v;
-            if (kind == K_LN1W || kind == K_LN2W || kind == K_LNFW || kind == LK_NORM || kind == LK_ATTN_NORM ||
-                kind == LK_FFN_NORM)
-                v = 1.0f;
-            else if (t->rows == 1) v = 0.0f;  // biases
-            else if ((kind == K_WTE || kind == LK_EMB || kind == LK_OUTPUT) && e / t->cols >= (size_t)c->vocab_size)
-                v = 0.0f;  // padded rows
-            else v = normal_at(seed, stream, e) *
-                     ((kind == K_ATTPROJW || kind == K_FCPROJW || kind == LK_WO || kind == LK_W2) ? proj_std : 0.02f);
+            if (rule == INIT_ONES) v = 1.0f;
+            else if (rule == INIT_ZEROS || e / t->cols >= real_rows) v = 0.0f;
+            else v = normal_at(seed, stream, e) * std;
             dst[e - lo] = v;
         }
     }
@@ -95,11 +94,11 @@ int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pi
     if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
     for (int i = 0; i < n_pieces; i++) {
         const FlatPiece* p = &pieces[i];
-        int kind, layer;
-        tensor_kind(m, p->unit, p->tensor, &kind, &layer);
+        int layer;
+        const TensorSpec* spec = unit_tensor_spec(m, p->unit, p->tensor, &layer);
         char what[1200];
         snprintf(what, sizeof(what), "%s (%s)", path, m->units[p->unit].tensors[p->tensor].name);
-        if (llmc_read_params(fd, what, version, llmc_offset(&m->config, kind, layer) + p->lo, p->hi - p->lo,
+        if (llmc_read_params(fd, what, version, llmc_offset(&m->config, spec->llmc_kind, layer) + p->lo, p->hi - p->lo,
                              arena + p->at, err, errlen)) {
             close(fd);
             return 1;
@@ -130,8 +129,8 @@ static int write_at(LlmcFileWriter* w, const void* buf, size_t bytes, off_t at, 
 int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen) {
     memset(w, 0, sizeof(*w));
     w->fd = -1;
-    if (c->arch != ARCH_GPT2) {  // llm.c's kinds and offsets are GPT-2's
-        snprintf(err, errlen, "%s: llm.c model files hold GPT-2 only, not a Llama model", path);
+    if (!llmc_has_layout(c)) {  // llm.c's kinds and offsets are GPT-2's
+        snprintf(err, errlen, "%s: llm.c model files hold GPT-2 only, not a %s model", path, model_family(c)->title);
         return 1;
     }
     w->config = *c;
@@ -196,9 +195,9 @@ int llmc_write_model_file(const ModelLayout* m, const float* arena, const Proces
             comm_gather(pg->shard_comm, arena + shard_at, unit->shard * sizeof(float), full, 0);
         shard_at += unit->shard;
         for (int i = 0; writer && i < unit->n_tensors && !failed; i++) {
-            int kind, layer;
-            tensor_kind(m, u, i, &kind, &layer);
-            failed = llmc_file_put(&w, kind, layer, 0, full + unit->tensors[i].offset, unit->tensors[i].numel, err, errlen);
+            int layer;
+            const TensorSpec* spec = unit_tensor_spec(m, u, i, &layer);
+            failed = llmc_file_put(&w, spec->llmc_kind, layer, 0, full + unit->tensors[i].offset, unit->tensors[i].numel, err, errlen);
         }
     }
     if (writer) {
@@ -259,20 +258,9 @@ static void config_fields(ModelConfig* c, int* f[CONFIG_KEYS]) {
     f[3] = &c->num_layers; f[4] = &c->num_heads; f[5] = &c->channels;
 }
 
-// Llama's further keys: whole numbers, then the RoPE numbers (floats, written exactly: a float
-// is a double exactly).
-#define LLAMA_INT_KEYS 3
-static const char* const llama_int_keys[LLAMA_INT_KEYS] = {"num_kv_heads", "ffn_dim", "rope_original_max_pos"};
-static void llama_int_fields(ModelConfig* c, int* f[LLAMA_INT_KEYS]) {
-    f[0] = &c->num_kv_heads; f[1] = &c->ffn_dim; f[2] = &c->rope_original_max_pos;
-}
-#define LLAMA_FLOAT_KEYS 4
-static const char* const llama_float_keys[LLAMA_FLOAT_KEYS] = {"rope_theta", "rope_factor", "rope_low_freq_factor",
-                                                               "rope_high_freq_factor"};
-static void llama_float_fields(ModelConfig* c, float* f[LLAMA_FLOAT_KEYS]) {
-    f[0] = &c->rope_theta; f[1] = &c->rope_factor; f[2] = &c->rope_low_freq_factor; f[3] = &c->rope_high_freq_factor;
-}
-static const char* arch_name(int arch) { return arch == ARCH_LLAMA3 ? "llama3" : "gpt2"; }
+// A family's further keys (ModelFamily.config_keys): whole numbers and floats of the config.
+static int* config_int(ModelConfig* c, const ConfigKey* k) { return (int*)((char*)c + k->offset); }
+static float* config_float(ModelConfig* c, const ConfigKey* k) { return (float*)((char*)c + k->offset); }
 
 cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int seq_len,
                              long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle) {
@@ -282,14 +270,11 @@ cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int 
     int* f[CONFIG_KEYS];
     config_fields(&copy, f);
     for (int i = 0; i < CONFIG_KEYS; i++) cJSON_AddNumberToObject(cfg, config_keys[i], *f[i]);
-    cJSON_AddStringToObject(cfg, "arch", arch_name(c->arch));
-    if (c->arch == ARCH_LLAMA3) {
-        int* fi[LLAMA_INT_KEYS];
-        float* ff[LLAMA_FLOAT_KEYS];
-        llama_int_fields(&copy, fi);
-        llama_float_fields(&copy, ff);
-        for (int i = 0; i < LLAMA_INT_KEYS; i++) cJSON_AddNumberToObject(cfg, llama_int_keys[i], *fi[i]);
-        for (int i = 0; i < LLAMA_FLOAT_KEYS; i++) cJSON_AddNumberToObject(cfg, llama_float_keys[i], (double)*ff[i]);
+    const ModelFamily* fam = model_family(c);
+    cJSON_AddStringToObject(cfg, "arch", fam->name);
+    for (int i = 0; i < fam->n_config_keys; i++) {
+        const ConfigKey* k = &fam->config_keys[i];
+        cJSON_AddNumberToObject(cfg, k->key, k->is_float ? (double)*config_float(&copy, k) : (double)*config_int(&copy, k));
     }
     cJSON_AddNumberToObject(s, "step", (double)step);
     cJSON_AddNumberToObject(s, "tokens", (double)tokens);
@@ -348,32 +333,30 @@ int model_checkpoint_config(const Ckpt* c, ModelConfig* cfg, char* err, size_t e
     }
     // No "arch": a checkpoint from before Llama, GPT-2.
     const cJSON* arch = cJSON_GetObjectItemCaseSensitive(conf, "arch");
-    if (arch && !(cJSON_IsString(arch) && (!strcmp(arch->valuestring, "gpt2") || !strcmp(arch->valuestring, "llama3")))) {
-        snprintf(err, errlen, "%s/manifest.json: state.config.arch is not \"gpt2\" or \"llama3\"", c->dir);
+    const ModelFamily* fam = !arch ? model_family_at(ARCH_GPT2) : cJSON_IsString(arch) ? model_family_named(arch->valuestring) : NULL;
+    if (!fam) {
+        char names[128];
+        model_family_names(1, names, sizeof(names));
+        snprintf(err, errlen, "%s/manifest.json: state.config.arch is not %s", c->dir, names);
         return 1;
     }
-    cfg->arch = arch && !strcmp(arch->valuestring, "llama3") ? ARCH_LLAMA3 : ARCH_GPT2;
-    if (cfg->arch == ARCH_LLAMA3) {
-        int* fi[LLAMA_INT_KEYS];
-        float* ff[LLAMA_FLOAT_KEYS];
-        llama_int_fields(cfg, fi);
-        llama_float_fields(cfg, ff);
-        for (int i = 0; i < LLAMA_INT_KEYS; i++) {
+    for (int a = 0; a < NUM_ARCHS; a++) if (model_family_at(a) == fam) cfg->arch = a;
+    for (int i = 0; i < fam->n_config_keys; i++) {
+        const ConfigKey* k = &fam->config_keys[i];
+        char what[64];
+        snprintf(what, sizeof(what), "state.config.%s", k->key);
+        if (!k->is_float) {
             uint64_t v;
-            char what[64];
-            snprintf(what, sizeof(what), "state.config.%s", llama_int_keys[i]);
-            if (state_uint(c, conf, llama_int_keys[i], what, INT32_MAX, &v, err, errlen)) return 1;
-            *fi[i] = (int)v;
+            if (state_uint(c, conf, k->key, what, INT32_MAX, &v, err, errlen)) return 1;
+            *config_int(cfg, k) = (int)v;
+            continue;
         }
-        for (int i = 0; i < LLAMA_FLOAT_KEYS; i++) {
-            const cJSON* v = cJSON_GetObjectItemCaseSensitive(conf, llama_float_keys[i]);
-            if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 1e30)) {
-                snprintf(err, errlen, "%s/manifest.json: state.config.%s is missing or not a finite number", c->dir,
-                         llama_float_keys[i]);
-                return 1;
-            }
-            *ff[i] = (float)v->valuedouble;
+        const cJSON* v = cJSON_GetObjectItemCaseSensitive(conf, k->key);
+        if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 1e30)) {
+            snprintf(err, errlen, "%s/manifest.json: %s is missing or not a finite number", c->dir, what);
+            return 1;
         }
+        *config_float(cfg, k) = (float)v->valuedouble;
     }
     const char* bad = model_config_check(cfg);
     if (bad) {
@@ -384,23 +367,24 @@ int model_checkpoint_config(const Ckpt* c, ModelConfig* cfg, char* err, size_t e
 }
 
 int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* err, size_t errlen) {
-    for (int k = model_first_kind(cfg); k < model_end_kind(cfg); k++)
-        for (int l = 0; l < kind_layers(cfg, k); l++) {
-            char name[CKPT_NAME_LEN];
-            model_tensor_name(k, l, name, sizeof(name));
-            size_t rows, cols;
-            kind_shape(cfg, k, &rows, &cols);
-            const CkptTensor* t = ckpt_tensor(c, name);
-            if (!t) {
-                snprintf(err, errlen, "%s/manifest.json: tensor %s is missing", c->dir, name);
-                return 1;
-            }
-            if (t->rows != rows || t->cols != cols) {
-                snprintf(err, errlen, "%s/manifest.json: tensor %s is [%llu, %llu], the config needs [%zu, %zu]", c->dir,
-                         name, (unsigned long long)t->rows, (unsigned long long)t->cols, rows, cols);
-                return 1;
-            }
+    const ModelFamily* fam = model_family(cfg);
+    for (int i = 0; i < model_tensor_count(cfg); i++) {
+        const ModelTensor mt = model_tensor_at(cfg, i);
+        char name[CKPT_NAME_LEN];
+        spec_name(fam, mt.spec, mt.is_block, mt.layer, name, sizeof(name));
+        size_t rows, cols;
+        spec_shape(cfg, mt.spec, &rows, &cols);
+        const CkptTensor* t = ckpt_tensor(c, name);
+        if (!t) {
+            snprintf(err, errlen, "%s/manifest.json: tensor %s is missing", c->dir, name);
+            return 1;
         }
+        if (t->rows != rows || t->cols != cols) {
+            snprintf(err, errlen, "%s/manifest.json: tensor %s is [%llu, %llu], the config needs [%zu, %zu]", c->dir,
+                     name, (unsigned long long)t->rows, (unsigned long long)t->cols, rows, cols);
+            return 1;
+        }
+    }
     return 0;
 }
 
@@ -419,8 +403,8 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
     config_fields(&saved, a);
     config_fields(&mine, b);
     if (saved.arch != mine.arch) {
-        snprintf(err, errlen, "%s/manifest.json: the checkpoint is a %s model, this run's is %s", dir, arch_name(saved.arch),
-                 arch_name(mine.arch));
+        snprintf(err, errlen, "%s/manifest.json: the checkpoint is a %s model, this run's is %s", dir,
+                 model_family(&saved)->name, model_family(&mine)->name);
         ckpt_close(&c);
         return 1;
     }
@@ -432,27 +416,20 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
             ckpt_close(&c);
             return 1;
         }
-    if (mine.arch == ARCH_LLAMA3) {
-        int *ai[LLAMA_INT_KEYS], *bi[LLAMA_INT_KEYS];
-        float *af[LLAMA_FLOAT_KEYS], *bf[LLAMA_FLOAT_KEYS];
-        llama_int_fields(&saved, ai); llama_int_fields(&mine, bi);
-        llama_float_fields(&saved, af); llama_float_fields(&mine, bf);
-        for (int i = 0; i < LLAMA_INT_KEYS; i++)
-            if (*ai[i] != *bi[i] && (i < 2 || saved.rope_factor > 1.0f || mine.rope_factor > 1.0f)) {
-                snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d", dir,
-                         llama_int_keys[i], *ai[i], *bi[i]);
-                ckpt_close(&c);
-                return 1;
-            }
-        // Without scaling (factor <= 1 in both) the scaling's other parameters mean nothing.
-        const int scaled = saved.rope_factor > 1.0f || mine.rope_factor > 1.0f;
-        for (int i = 0; i < LLAMA_FLOAT_KEYS; i++)
-            if (*af[i] != *bf[i] && (scaled || i == 0)) {
-                snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %g, this run's has %g", dir,
-                         llama_float_keys[i], (double)*af[i], (double)*bf[i]);
-                ckpt_close(&c);
-                return 1;
-            }
+    const ModelFamily* fam = model_family(&mine);
+    for (int i = 0; i < fam->n_config_keys; i++) {
+        const ConfigKey* k = &fam->config_keys[i];
+        if (fam->config_key_applies && !fam->config_key_applies(&saved, &mine, k)) continue;
+        if (!k->is_float && *config_int(&saved, k) != *config_int(&mine, k))
+            snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d", dir, k->key,
+                     *config_int(&saved, k), *config_int(&mine, k));
+        else if (k->is_float && *config_float(&saved, k) != *config_float(&mine, k))
+            snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %g, this run's has %g", dir, k->key,
+                     (double)*config_float(&saved, k), (double)*config_float(&mine, k));
+        else
+            continue;
+        ckpt_close(&c);
+        return 1;
     }
     // Where the run stood: every field checked (a negative, fractional or huge step would
     // train from the wrong step, a bad data position on other data).

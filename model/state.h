@@ -1,17 +1,19 @@
-// GPT-2's parameters on disk and at start: what reads and writes a rank's pieces of them.
+// A model's parameters on disk and at start: what reads and writes a rank's pieces of them
+// (initialisation, llm.c model files, checkpoints), as loops over the family's tensor table.
 // Used by train_gpt (each rank, its pieces) and by the ckpt tool (every rank's, offline).
 //
 // A rank's parameters, Adam m and v are each one fp32 "arena": its shards of every unit back
 // to back (fsdp/fsdp.h's host mirror); FlatPiece (fsdp/flat_unit.h) says which elements of
 // which tensor sit where in it. Nothing here knows the engine or a device.
-#ifndef FSDP_MODEL_GPT2_STATE_H
-#define FSDP_MODEL_GPT2_STATE_H
+#ifndef FSDP_MODEL_STATE_H
+#define FSDP_MODEL_STATE_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "checkpoint/checkpoint.h"
 #include "comm/process_group.h"
 #include "fsdp/flat_unit.h"
+#include "model/llmc.h"
 #include "model/model.h"
 
 #ifdef __cplusplus
@@ -22,13 +24,13 @@ extern "C" {
 uint64_t splitmix64(uint64_t x);
 
 // ---- initialisation
-// GPT-2's: normal(0, 0.02), residual projections scaled by 1/sqrt(2L), biases zero,
-// LayerNorm weights one, padded vocabulary rows zero. Each element is a pure function of
-// (seed, tensor, element index): a rank fills just its pieces and the model does not depend
-// on the world size.
+// Each tensor by its table row's InitRule (GPT-2's scheme: normal(0, 0.02), residual
+// projections scaled by 1/sqrt(2L), biases zero, norm weights one, padded vocabulary rows
+// zero), from its init_stream. Each element is a pure function of (seed, stream, layer,
+// element index): a rank fills just its pieces and the model does not depend on the world size.
 void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed);
 
-// ---- llm.c model files (header and order: model/model.h)
+// ---- llm.c model files (header and order: model/llmc.h)
 // n parameters starting at element `first` of the file's parameter section, as fp32 (the
 // file's dtype is its version: 3 fp32, 5 bf16). One-line message naming the file on error.
 int llmc_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst,
@@ -54,7 +56,7 @@ void llmc_file_abort(LlmcFileWriter* w);
 int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
                           char* err, size_t errlen);
 
-// ---- checkpoints (checkpoint/checkpoint.h knows no model: these are its GPT-2 tables)
+// ---- checkpoints (checkpoint/checkpoint.h knows no model: these are its tables of a model)
 // Every tensor of the model (the same on every rank) and this rank's pieces of each, three
 // kinds apiece (parameters, m, v) pointing into the arenas. writes = 0 (an HSDP replica other
 // than the first, which holds the same shards) lists the tensors and no pieces.
@@ -70,9 +72,10 @@ int model_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n
                            int writes, ModelCkptTables* ct);
 void model_checkpoint_tables_free(ModelCkptTables* ct);
 
-// The manifest's "state" for a GPT-2 run: model config, step, tokens, world size, sequence
-// length, tokens per step and the loader position (windows consumed, the seed as a decimal
-// string since JSON numbers are doubles, shuffle). Written by train_gpt and ckpt import.
+// The manifest's "state" of a run: the model config (six common keys, "arch", the family's
+// own), step, tokens, world size, sequence length, tokens per step and the loader position
+// (windows consumed, the seed as a decimal string since JSON numbers are doubles, shuffle).
+// Written by train_gpt and ckpt import.
 typedef struct {
     long step;
     long seq_len;                // 0: no data position yet (an import)

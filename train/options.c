@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/llmc.h"
 #include "train/plan.h"
 
 void print_usage(void) {
@@ -284,8 +285,10 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_HEADS: r = parse_int("--heads", optarg, 1, 1024, &o->heads, e); break;
         case OPT_MAX_SEQ: r = parse_int("--max-seq", optarg, 1, 1 << 20, &o->max_seq, e); break;
         case OPT_ARCH:
-            if (strcmp(optarg, "gpt2") && strcmp(optarg, "llama3")) {
-                snprintf(e->msg, sizeof(e->msg), "--arch: unknown family '%s' (expected gpt2 or llama3)", optarg);
+            if (!model_family_named(optarg)) {
+                char names[128];
+                model_family_names(0, names, sizeof(names));
+                snprintf(e->msg, sizeof(e->msg), "--arch: unknown family '%s' (expected %s)", optarg, names);
                 r = 1;
             }
             o->arch = optarg;
@@ -501,20 +504,22 @@ int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseErr
         }
         return read_model_header(o->init_from, c, file_version, e->msg, sizeof(e->msg));
     }
-    // --arch without -m starts from the family's smallest preset.
-    const char* preset = o->model ? o->model : o->arch && !strcmp(o->arch, "llama3") ? "llama3:tiny" : "d12";
+    // --arch without -m starts from the family's default preset.
+    const char* preset = o->model ? o->model : model_family_named(o->arch ? o->arch : "gpt2")->default_preset;
     if (preset_config(preset, c)) {
         snprintf(e->msg, sizeof(e->msg), "--model: unknown preset '%s' (expected d1 ... d48, e.g. d12, or llama3:tiny, "
                  "llama3:1b, llama3:3b, llama3:8b)", preset);
         return 1;
     }
-    const int llama = c->arch == ARCH_LLAMA3;
-    if (o->arch && (!strcmp(o->arch, "llama3")) != llama) {
-        snprintf(e->msg, sizeof(e->msg), "--arch %s contradicts --model %s (a %s preset)", o->arch, preset,
-                 llama ? "llama3" : "GPT-2");
+    const ModelFamily* fam = model_family(c);
+    if (o->arch && model_family_named(o->arch) != fam) {
+        snprintf(e->msg, sizeof(e->msg), "--arch %s contradicts --model %s (a %s preset)", o->arch, preset, fam->name);
         return 1;
     }
-    if (!llama && (o->kv_heads || o->ffn_dim || o->rope_theta > 0.0f || o->rope_factor >= 0.0f)) {
+    // The flags of fields the family does not have.
+    if ((o->kv_heads && !family_has_config(fam, offsetof(ModelConfig, num_kv_heads))) ||
+        (o->ffn_dim && !family_has_config(fam, offsetof(ModelConfig, ffn_dim))) ||
+        ((o->rope_theta > 0.0f || o->rope_factor >= 0.0f) && !fam->rope)) {
         snprintf(e->msg, sizeof(e->msg), "--kv-heads, --ffn-dim, --rope-theta and --rope-factor are Llama's: give --arch llama3 or a llama3 preset");
         return 1;
     }
@@ -522,24 +527,22 @@ int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseErr
     if (o->channels) c->channels = o->channels;
     if (o->heads) c->num_heads = o->heads;
     if (o->kv_heads) c->num_kv_heads = o->kv_heads;
-    else if (llama && o->heads && c->num_heads % c->num_kv_heads != 0) c->num_kv_heads = c->num_heads;
+    else if (c->num_kv_heads && o->heads && c->num_heads % c->num_kv_heads != 0) c->num_kv_heads = c->num_heads;
     if (o->ffn_dim) c->ffn_dim = o->ffn_dim;
     if (o->rope_theta > 0.0f) c->rope_theta = o->rope_theta;
     if (o->rope_factor >= 0.0f) c->rope_factor = o->rope_factor;
     if (o->max_seq) c->max_seq_len = o->max_seq;
-    else if (!llama) c->max_seq_len = 1024;
     if (o->vocab) c->vocab_size = o->vocab;
-    else if (!llama) c->vocab_size = GPT2_VOCAB;
     c->padded_vocab_size = pad_vocab(c->vocab_size);
     if (c->channels % c->num_heads != 0) {
         snprintf(e->msg, sizeof(e->msg), "--channels %d is not a multiple of --heads %d", c->channels, c->num_heads);
         return 1;
     }
-    if (llama && c->num_heads % c->num_kv_heads != 0) {
+    if (c->num_kv_heads && c->num_heads % c->num_kv_heads != 0) {
         snprintf(e->msg, sizeof(e->msg), "--kv-heads %d does not divide --heads %d", c->num_kv_heads, c->num_heads);
         return 1;
     }
-    if (llama && (c->channels / c->num_heads) % 2 != 0) {
+    if (fam->rope && (c->channels / c->num_heads) % 2 != 0) {
         snprintf(e->msg, sizeof(e->msg), "--channels %d / --heads %d is an odd head size: RoPE rotates pairs", c->channels,
                  c->num_heads);
         return 1;
