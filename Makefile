@@ -41,13 +41,13 @@ CFLAGS   := $(OPT) -std=gnu11 $(WARN) $(MPI_DEF) -fopenmp -I. -I$(BLAS_INC)
 CXXFLAGS := $(OPT) -std=gnu++17 $(WARN) $(MPI_DEF) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -fopenmp -I. -I$(BLAS_INC)
 LDLIBS   := $(BLAS_LIB) -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm -fopenmp
 
-# The libraries: plain C, unit-testable without a GPU.
-LIB_SRCS := $(wildcard comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c)
+# The libraries: plain C, unit-testable without a GPU (util/ is what all of them may use).
+LIB_SRCS := $(wildcard util/*.c comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c)
 ifeq ($(NO_MPI),1)
 LIB_SRCS := $(filter-out comm/comm_mpi.c,$(LIB_SRCS))
 endif
 LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
-HEADERS  := $(wildcard comm/*.h kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h train/*.h train/*.cuh)
+HEADERS  := $(wildcard util/*.h comm/*.h kernels/*.h kernels/*.cuh fsdp/*.h fsdp/*.cuh dataloader/*.h checkpoint/*.h model/*.h train/*.h train/*.cuh)
 
 TOOLS     := $(patsubst data/%.c,%,$(wildcard data/*.c)) $(if $(wildcard checkpoint/tool/ckpt.c),ckpt)
 TEST_BINS := $(patsubst dev/test/%.c,build/%,$(wildcard dev/test/test_*.c)) build/test_gpt2

@@ -116,65 +116,42 @@ static uint16_t float_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static int write_at(LlmcFileWriter* w, const void* buf, size_t bytes, off_t at, char* err, size_t errlen) {
-    size_t done = 0;
-    while (done < bytes) {
-        ssize_t r = pwrite(w->fd, (const char*)buf + done, bytes - done, at + (off_t)done);
-        if (r <= 0) { snprintf(err, errlen, "%s: write failed: %s", w->tmp, strerror(errno)); return 1; }
-        done += (size_t)r;
-    }
-    return 0;
-}
-
 int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen) {
-    memset(w, 0, sizeof(*w));
-    w->fd = -1;
+    memset(w, 0, sizeof(*w));  // a zeroed AtomicFile is closed: llmc_file_abort is a no-op
     if (!llmc_has_layout(c)) {  // llm.c's kinds and offsets are GPT-2's
         snprintf(err, errlen, "%s: llm.c model files hold GPT-2 only, not a %s model", path, model_family(c)->title);
         return 1;
     }
     w->config = *c;
     w->version = version;
-    snprintf(w->path, sizeof(w->path), "%s", path);
-    snprintf(w->tmp, sizeof(w->tmp), "%s.tmp", path);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (w->fd < 0) { snprintf(err, errlen, "%s: cannot create: %s", w->tmp, strerror(errno)); return 1; }
+    if (atomic_file_open(&w->file, path, ATOMIC_TMP, err, errlen)) return 1;
     int32_t h[256];
     llmc_model_header(c, version, h);
-    if (write_at(w, h, sizeof(h), 0, err, errlen)) { llmc_file_abort(w); return 1; }
-    return 0;
+    return atomic_file_pwrite(&w->file, h, sizeof(h), 0, err, errlen);
 }
 
 int llmc_file_put(LlmcFileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen) {
     size_t first = llmc_offset(&w->config, kind, layer) + lo;
-    if (w->version == 3) return write_at(w, src, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
+    if (w->version == 3) return atomic_file_pwrite(&w->file, src, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
     const size_t block = (size_t)1 << 20;
     uint16_t* half = (uint16_t*)malloc((n < block ? n : block) * sizeof(uint16_t) + 1);
-    if (!half) { snprintf(err, errlen, "%s: out of host memory", w->tmp); return 1; }
+    if (!half) { snprintf(err, errlen, "%s: out of host memory", w->file.tmp); return 1; }
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i += block) {
         size_t k = n - i < block ? n - i : block;
         for (size_t j = 0; j < k; j++) half[j] = float_to_bf16(src[i + j]);
-        rc = write_at(w, half, k * sizeof(uint16_t), (off_t)(MODEL_HEADER_BYTES + (first + i) * sizeof(uint16_t)), err, errlen);
+        rc = atomic_file_pwrite(&w->file, half, k * sizeof(uint16_t), (off_t)(MODEL_HEADER_BYTES + (first + i) * sizeof(uint16_t)), err, errlen);
     }
     free(half);
     return rc;
 }
 
 int llmc_file_commit(LlmcFileWriter* w, char* err, size_t errlen) {
-    int failed = 0;
-    if (fsync(w->fd) != 0) { snprintf(err, errlen, "%s: fsync failed: %s", w->tmp, strerror(errno)); failed = 1; }
-    if (close(w->fd) != 0 && !failed) { snprintf(err, errlen, "%s: close failed: %s", w->tmp, strerror(errno)); failed = 1; }
-    w->fd = -1;
-    if (!failed && rename(w->tmp, w->path) != 0) { snprintf(err, errlen, "%s: rename failed: %s", w->path, strerror(errno)); failed = 1; }
-    if (failed) unlink(w->tmp);
-    return failed;
+    return atomic_file_commit(&w->file, err, errlen);
 }
 
 void llmc_file_abort(LlmcFileWriter* w) {
-    if (w->fd >= 0) close(w->fd);
-    w->fd = -1;
-    unlink(w->tmp);
+    atomic_file_abort(&w->file);
 }
 
 int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,

@@ -15,6 +15,7 @@
 #include "fsdp/flat_unit.h"
 #include "model/llmc.h"
 #include "model/model.h"
+#include "util/atomic_file.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,12 +40,12 @@ int llmc_read_params(int fd, const char* path, int version, size_t first, size_t
 int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
                          const char* path, int version, char* err, size_t errlen);
 
-// Writing one: the file appears whole or not at all (PATH.tmp, written, synced, renamed).
+// Writing one: the file appears whole or not at all (util/atomic_file.h: PATH.tmp, written,
+// synced, renamed).
 typedef struct {
     ModelConfig config;
     int version;       // 3 fp32, 5 bf16 (rounded to nearest even)
-    int fd;
-    char path[1024], tmp[1040];
+    AtomicFile file;
 } LlmcFileWriter;
 int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen);
 // Elements [lo, lo + n) of (kind, layer), fp32 in memory.

@@ -59,6 +59,7 @@
 #include "checkpoint/checkpoint.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "util/atomic_file.h"
 
 #define ERRLEN 1024
 #define SAFETENSORS_MAX_HEADER (100u << 20)
@@ -166,23 +167,6 @@ static long parse_long_arg(const char* flag, const char* s, long lo, long hi) {
 // ---------------------------------------------------------------------------------------
 // Files
 
-static int is_dir(const char* path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static int write_all(int fd, const void* buf, size_t n) {
-    const char* p = (const char*)buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int read_at(int fd, void* buf, size_t n, off_t at) {
     char* p = (char*)buf;
     while (n > 0) {
@@ -196,43 +180,21 @@ static int read_at(int fd, void* buf, size_t n, off_t at) {
     return 0;
 }
 
-// An output file that appears atomically: written as PATH.tmp, fsynced, renamed to PATH,
-// and the directory fsynced.
-typedef struct {
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
-    int fd;
-} AtomicFile;
-
+// Output files appear atomically (util/atomic_file.h: PATH.tmp, fsync, rename, fsync of the
+// directory); an error ends the tool.
 static void atomic_open(AtomicFile* f, const char* path) {
-    snprintf(f->path, sizeof(f->path), "%s", path);
-    snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path);
-    if (is_dir(path)) fail("%s: is a directory", path);
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (f->fd < 0) fail("%s: cannot create: %s", f->tmp, strerror(errno));
+    char err[ERRLEN];
+    if (atomic_file_open(f, path, ATOMIC_TMP, err, sizeof(err))) fail("%s", err);
 }
 
 static void atomic_write(AtomicFile* f, const void* buf, size_t n) {
-    if (write_all(f->fd, buf, n) != 0) {
-        int e = errno;
-        close(f->fd);
-        unlink(f->tmp);
-        fail("%s: write failed: %s", f->tmp, strerror(e));
-    }
-}
-
-static void atomic_abort(AtomicFile* f) {
-    close(f->fd);
-    unlink(f->tmp);
+    char err[ERRLEN];
+    if (atomic_file_write(f, buf, n, err, sizeof(err))) fail("%s", err);
 }
 
 static void atomic_commit(AtomicFile* f) {
-    if (fsync(f->fd) != 0) { int e = errno; atomic_abort(f); fail("%s: fsync failed: %s", f->tmp, strerror(e)); }
-    if (close(f->fd) != 0) { int e = errno; unlink(f->tmp); fail("%s: close failed: %s", f->tmp, strerror(e)); }
-    if (rename(f->tmp, f->path) != 0) { int e = errno; unlink(f->tmp); fail("%s: rename failed: %s", f->path, strerror(e)); }
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", f->path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    char err[ERRLEN];
+    if (atomic_file_commit(f, err, sizeof(err))) fail("%s", err);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -711,7 +673,7 @@ static void export_safetensors(Ckpt* c, const ModelConfig* cfg, const char* out)
         model_tensor_name(e[i].kind, e[i].layer, name, sizeof(name));
         const uint64_t cols = e[i].ndim == 2 ? e[i].shape[1] : e[i].shape[0];
         const uint64_t lo = llama ? e[i].row0 * cols : 0;
-        if (ckpt_read(c, name, CKPT_PARAM, lo, lo + e[i].numel, buf, err, sizeof(err)) != 0) { atomic_abort(&f); fail("%s", err); }
+        if (ckpt_read(c, name, CKPT_PARAM, lo, lo + e[i].numel, buf, err, sizeof(err)) != 0) { atomic_file_abort(&f); fail("%s", err); }
         const float* src = buf;
         if (!llama && is_conv1d(e[i].kind)) {
             size_t rows, cols;  // ours: [out = rows, in = cols]; HF: [in, out]

@@ -11,17 +11,20 @@ set -u
 source dev/test/lib.sh
 
 # Which folders each folder's files may include (besides system headers and their own).
+# util/ (the atomic file write) is below them all: every folder may include it, it includes
+# nothing of ours.
 declare -A may=(
-    [comm]=""
-    [kernels]=""
-    [dataloader]=""
-    [fsdp]="comm kernels"
-    [checkpoint]="comm"
-    [model]="comm fsdp checkpoint"
-    [checkpoint/tool]="checkpoint model comm fsdp"
-    [data]="dataloader"
-    [train]="comm fsdp kernels model checkpoint dataloader"
-    [.]="comm fsdp kernels model checkpoint dataloader train"
+    [util]=""
+    [comm]="util"
+    [kernels]="util"
+    [dataloader]="util"
+    [fsdp]="util comm kernels"
+    [checkpoint]="util comm"
+    [model]="util comm fsdp checkpoint"
+    [checkpoint/tool]="util checkpoint model comm fsdp"
+    [data]="util dataloader"
+    [train]="util comm fsdp kernels model checkpoint dataloader"
+    [.]="util comm fsdp kernels model checkpoint dataloader train"
 )
 
 bad=0; files=0; includes=0
@@ -40,7 +43,7 @@ while IFS= read -r f; do
         esac
     done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | sed -E 's/^([0-9]+):/\1:/')
 done < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^dev/')
-[ "$bad" = 0 ] && ok "layout: $includes includes of $files files outside dev/ follow the folder rules (comm, kernels, dataloader <- fsdp, checkpoint <- model <- train <- train_gpt.cu)"
+[ "$bad" = 0 ] && ok "layout: $includes includes of $files files outside dev/ follow the folder rules (util <- comm, kernels, dataloader <- fsdp, checkpoint <- model <- train <- train_gpt.cu)"
 
 # One device interface: no __CUDACC__ in the training program outside the constructor.
 hits=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^dev/' | grep -v '^train/device.cuh$' |
@@ -59,7 +62,7 @@ fi
 
 # Each folder's first file opens with a comment saying what the folder is for (naming it).
 missing=""
-for dir in comm fsdp kernels model checkpoint dataloader train data; do
+for dir in util comm fsdp kernels model checkpoint dataloader train data; do
     first=$(git ls-files "$dir" | grep -E '^[^/]+/[^/]+\.(c|h|cu|cuh|sh)$' | sort | head -n 1)
     head -n 4 "$first" | grep -E '^(//|#|/\*| \*)' | grep -q "$dir/:" || missing="$missing $first"
 done

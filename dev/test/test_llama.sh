@@ -66,7 +66,7 @@ emu_torch_check() {
     (
     source dev/cuda_emu/build.sh
     LIB_OBJS=()
-    for src in comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
+    for src in util/*.c comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
     for tool in g++ mpicxx; do
         command -v $tool >/dev/null || { ok "$TAG torch llama GQA on cuda # skip $tool not found"; exit 0; }
     done
@@ -79,7 +79,7 @@ emu_torch_check() {
     local exe=$B/test_gpt2
     if ! build $exe $B/gpt2_src/dev/test/test_gpt2.cu $B/gpt2_src/train_gpt.cu $B/gpt2_src/kernels/*.cuh \
             $B/gpt2_src/fsdp/*.cuh $B/gpt2_src/train/*.cuh "${HDRS[@]}" \
-            $(ls comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) \
+            $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) \
             "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
             -I$B/gpt2_src -I. -I$BLAS_INC -fopenmp -x c++ $B/gpt2_src/dev/test/test_gpt2.cu -x none \

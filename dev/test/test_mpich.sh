@@ -10,7 +10,7 @@ if ! command -v mpicc.mpich > /dev/null || ! command -v mpiexec.mpich > /dev/nul
 fi
 src="$TEST_TMP/src"
 mkdir -p "$src"
-cp -r Makefile train_gpt.cu comm kernels fsdp dataloader checkpoint model train "$src"/
+cp -r Makefile train_gpt.cu util comm kernels fsdp dataloader checkpoint model train "$src"/
 if command -v nvcc > /dev/null; then kind="CUDA build (nvcc -ccbin mpicxx.mpich)"; flavour=()
 else kind="host-only build"; flavour=(NO_CUDA=1); fi
 if ! make -C "$src" -j2 "${flavour[@]}" CC=mpicc.mpich CXX=mpicxx.mpich train_gpt > "$TEST_TMP/build.log" 2>&1; then

@@ -11,7 +11,7 @@ set -u
 source dev/test/lib.sh
 src="$TEST_TMP/src"
 mkdir -p "$src"
-cp -r Makefile train_gpt.cu comm kernels fsdp dataloader checkpoint model train "$src"/
+cp -r Makefile train_gpt.cu util comm kernels fsdp dataloader checkpoint model train "$src"/
 
 # The libraries from .deb files, as on the GPU machine: fetched once into .deps/debs (apt),
 # unpacked by `use` because the probe compiler below only succeeds once CPATH names them.

@@ -31,7 +31,7 @@ for tool in g++ python3 mpicxx mpirun; do
     fi
 done
 LIB_OBJS=()
-for src in comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
+for src in util/*.c comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
 for f in "${LIB_OBJS[@]}"; do
     if [ ! -f "$f" ]; then echo "not ok - $TAG $f is missing (run make)"; exit 1; fi
 done
@@ -58,7 +58,7 @@ build $T/selftest_traffic $T/src/$E/selftest_traffic.cu "${HDRS[@]}" "${OBJS[@]}
 sbuild=$!
 EXE=$T/train_gpt
 build $EXE $T/src/train_gpt.cu $T/src/kernels/*.cuh $T/src/fsdp/*.cuh $T/src/train/*.cuh $E/traffic_audit.h "${HDRS[@]}" \
-        $(ls comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${OBJS[@]}" "${LIB_OBJS[@]}" -- \
+        $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${OBJS[@]}" "${LIB_OBJS[@]}" -- \
     g++ -std=gnu++17 -w -D__CUDACC__ -include $E/traffic_audit.h "${COUNT[@]}" -I$E/include $(mpicxx --showme:compile) \
         -DOMPI_SKIP_MPICXX -I$T/src -I. -I$BLAS_INC -fopenmp -x c++ $T/src/train_gpt.cu -x none "${OBJS[@]}" \
         "${LIB_OBJS[@]}" -o $EXE $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \

@@ -74,7 +74,7 @@ for tool in g++ python3 mpicxx mpirun; do
 done
 # The library objects, as the Makefile's LIB_OBJS (plain C, the same for both devices).
 LIB_OBJS=()
-for src in comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
+for src in util/*.c comm/*.c kernels/*.c fsdp/*.c dataloader/*.c checkpoint/*.c model/*.c train/*.c; do LIB_OBJS+=("build/${src%.c}.o"); done
 for f in ./train_gpt "${LIB_OBJS[@]}"; do
     if [ ! -f "$f" ]; then
         echo "not ok - $TAG train_gpt --device cuda: $f is missing (run make)"
@@ -103,7 +103,7 @@ fi
 # build_train SRCDIR OUT: train_gpt.cu (transformed in SRCDIR) for the emulator.
 build_train() {
     build "$2" "$1"/train_gpt.cu "$1"/kernels/*.cuh "$1"/fsdp/*.cuh "$1"/train/*.cuh "${HDRS[@]}" \
-            $(ls comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
+            $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
             -I"$1" -I. -I$BLAS_INC -fopenmp -x c++ "$1"/train_gpt.cu -x none "${RUNTIME_OBJS[@]}" \
             "${LIB_OBJS[@]}" -o "$2" $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
@@ -155,7 +155,7 @@ sbuild=$!
 BACKEND=$B/test_backend_cuda
 if python3 $E/transform.py $B/backend_src dev/test/test_backend_cuda.cu kernels/*.cuh fsdp/*.cuh 2>"$TMP/backend_transform.err"; then
     build $BACKEND $B/backend_src/dev/test/test_backend_cuda.cu $B/backend_src/kernels/*.cuh $B/backend_src/fsdp/*.cuh \
-            "${HDRS[@]}" $(ls comm/*.h kernels/*.h fsdp/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
+            "${HDRS[@]}" $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
             -I$B/backend_src -I. -I$BLAS_INC -fopenmp -x c++ $B/backend_src/dev/test/test_backend_cuda.cu -x none \
             "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -o $BACKEND $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR \
