@@ -1,9 +1,10 @@
-// llm.c model files: the header, and where each tensor lies in the file (model/llmc.h).
+// llm.c model files: the header, where each tensor lies, reading and writing them (model/llmc.h).
 #include "model/llmc.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -82,3 +83,133 @@ void llmc_model_header(const ModelConfig* c, int version, int32_t h[256]) {
 }
 
 float bf16_to_float(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+
+
+static int read_at(int fd, const char* path, void* buf, size_t bytes, off_t at, char* err, size_t errlen) {
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t r = pread(fd, (char*)buf + done, bytes - done, at + (off_t)done);
+        if (r <= 0) {
+            snprintf(err, errlen, "%s: read failed: %s", path, r == 0 ? "unexpected end of file" : strerror(errno));
+            return 1;
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int llmc_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst, char* err, size_t errlen) {
+    if (version == 3) return read_at(fd, path, dst, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
+    // bf16: through a bounded staging buffer
+    const size_t block = (size_t)1 << 20;
+    uint16_t* staging = (uint16_t*)malloc((n < block ? n : block) * sizeof(uint16_t) + 1);
+    if (!staging) { snprintf(err, errlen, "%s: out of host memory", path); return 1; }
+    for (size_t i = 0; i < n; i += block) {
+        size_t k = n - i < block ? n - i : block;
+        if (read_at(fd, path, staging, k * sizeof(uint16_t), (off_t)(MODEL_HEADER_BYTES + (first + i) * sizeof(uint16_t)), err, errlen)) {
+            free(staging);
+            return 1;
+        }
+        for (size_t j = 0; j < k; j++) dst[i + j] = bf16_to_float(staging[j]);
+    }
+    free(staging);
+    return 0;
+}
+
+int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
+                         const char* path, int version, char* err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    for (int i = 0; i < n_pieces; i++) {
+        const FlatPiece* p = &pieces[i];
+        int layer;
+        const TensorSpec* spec = unit_tensor_spec(m, p->unit, p->tensor, &layer);
+        char what[1200];
+        snprintf(what, sizeof(what), "%s (%s)", path, m->units[p->unit].tensors[p->tensor].name);
+        if (llmc_read_params(fd, what, version, llmc_offset(&m->config, spec->llmc_kind, layer) + p->lo, p->hi - p->lo,
+                             arena + p->at, err, errlen)) {
+            close(fd);
+            return 1;
+        }
+    }
+    close(fd);
+    return 0;
+}
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                             // round to nearest even
+    return (uint16_t)(u >> 16);
+}
+
+int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen) {
+    memset(w, 0, sizeof(*w));  // a zeroed AtomicFile is closed: llmc_file_abort is a no-op
+    if (!llmc_has_layout(c)) {  // llm.c's kinds and offsets are GPT-2's
+        snprintf(err, errlen, "%s: llm.c model files hold GPT-2 only, not a %s model", path, model_family(c)->title);
+        return 1;
+    }
+    w->config = *c;
+    w->version = version;
+    if (atomic_file_open(&w->file, path, ATOMIC_TMP, err, errlen)) return 1;
+    int32_t h[256];
+    llmc_model_header(c, version, h);
+    return atomic_file_pwrite(&w->file, h, sizeof(h), 0, err, errlen);
+}
+
+int llmc_file_put(LlmcFileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen) {
+    size_t first = llmc_offset(&w->config, kind, layer) + lo;
+    if (w->version == 3) return atomic_file_pwrite(&w->file, src, n * sizeof(float), (off_t)(MODEL_HEADER_BYTES + first * sizeof(float)), err, errlen);
+    const size_t block = (size_t)1 << 20;
+    uint16_t* half = (uint16_t*)malloc((n < block ? n : block) * sizeof(uint16_t) + 1);
+    if (!half) { snprintf(err, errlen, "%s: out of host memory", w->file.tmp); return 1; }
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i += block) {
+        size_t k = n - i < block ? n - i : block;
+        for (size_t j = 0; j < k; j++) half[j] = float_to_bf16(src[i + j]);
+        rc = atomic_file_pwrite(&w->file, half, k * sizeof(uint16_t), (off_t)(MODEL_HEADER_BYTES + (first + i) * sizeof(uint16_t)), err, errlen);
+    }
+    free(half);
+    return rc;
+}
+
+int llmc_file_commit(LlmcFileWriter* w, char* err, size_t errlen) {
+    return atomic_file_commit(&w->file, err, errlen);
+}
+
+void llmc_file_abort(LlmcFileWriter* w) {
+    atomic_file_abort(&w->file);
+}
+
+int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
+                          char* err, size_t errlen) {
+    int writer = pg->rank == 0, failed = 0;
+    LlmcFileWriter w;
+    if (writer) failed = llmc_file_create(&w, path, &m->config, 3, err, errlen);
+    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
+    if (failed) return 1;
+    size_t max_padded = 0;
+    for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > max_padded) max_padded = m->units[u].padded;
+    float* full = writer ? (float*)malloc(max_padded * sizeof(float)) : NULL;
+    size_t shard_at = 0;  // unit u's shard in the arena
+    for (int u = 0; u < m->n_units && !failed; u++) {
+        const FlatUnit* unit = &m->units[u];
+        // Only the first replica group's ranks take part; the others hold the same shards.
+        if (pg->replicate_rank == 0)
+            comm_gather(pg->shard_comm, arena + shard_at, unit->shard * sizeof(float), full, 0);
+        shard_at += unit->shard;
+        for (int i = 0; writer && i < unit->n_tensors && !failed; i++) {
+            int layer;
+            const TensorSpec* spec = unit_tensor_spec(m, u, i, &layer);
+            failed = llmc_file_put(&w, spec->llmc_kind, layer, 0, full + unit->tensors[i].offset, unit->tensors[i].numel, err, errlen);
+        }
+    }
+    if (writer) {
+        if (failed) llmc_file_abort(&w);
+        else failed = llmc_file_commit(&w, err, errlen);
+        free(full);
+    }
+    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
+    return failed;
+}

@@ -7,7 +7,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "comm/process_group.h"
+#include "fsdp/flat_unit.h"
 #include "model/model.h"
+#include "util/atomic_file.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +31,31 @@ int llmc_has_layout(const ModelConfig* c);
 const TensorSpec* llmc_kind_spec(const ModelConfig* c, int kind, int* is_block);
 // Element offset of (kind, layer) in the file's parameter section.
 size_t llmc_offset(const ModelConfig* c, int kind, int layer);
+
+// n parameters starting at element `first` of the file's parameter section, as fp32 (the
+// file's dtype is its version: 3 fp32, 5 bf16). One-line message naming the file on error.
+int llmc_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst,
+                     char* err, size_t errlen);
+// This rank's pieces of an llm.c model file into its arena (every rank reads only its ranges).
+int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
+                         const char* path, int version, char* err, size_t errlen);
+
+// Writing one: the file appears whole or not at all (util/atomic_file.h: PATH.tmp, written,
+// synced, renamed).
+typedef struct {
+    ModelConfig config;
+    int version;       // 3 fp32, 5 bf16 (rounded to nearest even)
+    AtomicFile file;
+} LlmcFileWriter;
+int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen);
+// Elements [lo, lo + n) of (kind, layer), fp32 in memory.
+int llmc_file_put(LlmcFileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen);
+int llmc_file_commit(LlmcFileWriter* w, char* err, size_t errlen);
+void llmc_file_abort(LlmcFileWriter* w);
+// train_gpt --save-model: rank 0 collects each unit's shards from the first replica group's
+// shard group (from their arenas) and writes an fp32 model file. Collective over pg's world.
+int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
+                          char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 // A model's parameters on disk and at start: what reads and writes a rank's pieces of them
-// (initialisation, llm.c model files, checkpoints), as loops over the family's tensor table.
+// (initialisation, checkpoints), as loops over the family's tensor table; llm.c model files
+// are model/llmc.h's.
 // Used by train_gpt (each rank, its pieces) and by the ckpt tool (every rank's, offline).
 //
 // A rank's parameters, Adam m and v are each one fp32 "arena": its shards of every unit back
@@ -13,9 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/process_group.h"
 #include "fsdp/flat_unit.h"
-#include "model/llmc.h"
 #include "model/model.h"
-#include "util/atomic_file.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,32 +29,6 @@ uint64_t splitmix64(uint64_t x);
 // zero), from its init_stream. Each element is a pure function of (seed, stream, layer,
 // element index): a rank fills just its pieces and the model does not depend on the world size.
 void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed);
-
-// ---- llm.c model files (header and order: model/llmc.h)
-// n parameters starting at element `first` of the file's parameter section, as fp32 (the
-// file's dtype is its version: 3 fp32, 5 bf16). One-line message naming the file on error.
-int llmc_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst,
-                     char* err, size_t errlen);
-// This rank's pieces of an llm.c model file into its arena (every rank reads only its ranges).
-int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
-                         const char* path, int version, char* err, size_t errlen);
-
-// Writing one: the file appears whole or not at all (util/atomic_file.h: PATH.tmp, written,
-// synced, renamed).
-typedef struct {
-    ModelConfig config;
-    int version;       // 3 fp32, 5 bf16 (rounded to nearest even)
-    AtomicFile file;
-} LlmcFileWriter;
-int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, int version, char* err, size_t errlen);
-// Elements [lo, lo + n) of (kind, layer), fp32 in memory.
-int llmc_file_put(LlmcFileWriter* w, int kind, int layer, size_t lo, const float* src, size_t n, char* err, size_t errlen);
-int llmc_file_commit(LlmcFileWriter* w, char* err, size_t errlen);
-void llmc_file_abort(LlmcFileWriter* w);
-// train_gpt --save-model: rank 0 collects each unit's shards from the first replica group's
-// shard group (from their arenas) and writes an fp32 model file. Collective over pg's world.
-int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
-                          char* err, size_t errlen);
 
 // ---- checkpoints (checkpoint/checkpoint.h knows no model: these are its tables of a model)
 // Every tensor of the model (the same on every rank) and this rank's pieces of each, three
