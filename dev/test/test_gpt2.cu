@@ -150,9 +150,9 @@ static int run_dump(int argc, char** argv) {
             for (int u = 0; u < model.layout.n_units; u++) {
                 const FlatUnit* unit = &model.layout.units[u];
                 for (int i = 0; i < unit->n_tensors; i++) {
-                    int kind, layer;
-                    tensor_kind(&model.layout, u, i, &kind, &layer);
-                    memcpy(grads + llmc_offset(&c, kind, layer), model.fsdp.grad_shard + model.fsdp.shard_offset[u] + unit->tensors[i].offset,
+                    int layer;
+                    const TensorSpec* spec = unit_tensor_spec(&model.layout, u, i, &layer);
+                    memcpy(grads + llmc_offset(&c, spec->llmc_kind, layer), model.fsdp.grad_shard + model.fsdp.shard_offset[u] + unit->tensors[i].offset,
                            unit->tensors[i].numel * sizeof(float));
                 }
             }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Library unit tests: shard arithmetic, the data loader, the top-k sampler, the run-directory
-# lock and the stop signals' two phases.
+# Library unit tests: shard arithmetic, the model families' tensor tables, the data loader, the
+# top-k sampler, the run-directory lock and the stop signals' two phases.
 set -u
 build/test_flat_unit
+build/test_model_tables
 build/test_loader "$TEST_TMP"
 build/test_sampler
 build/test_run_lock "$TEST_TMP"
