@@ -1,7 +1,8 @@
-// llm.c model file headers (model/gpt2.c read_model_header): the fuzzer's bytes are a model
+// llm.c model file headers (model/llmc.c read_model_header): the fuzzer's bytes are a model
 // file (its size is part of what the header is checked against); a header that passes is
 // given to build_layout, as train_gpt --init-from and ckpt import do next.
 #include "dev/fuzz/fuzz_util.h"
+#include "model/llmc.h"
 #include "model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
