@@ -224,8 +224,7 @@ $(FUZZ_DIR)/libfsdp_fuzz.a: $(FUZZ_OBJS)
 	rm -f $@
 	ar rcs $@ $^
 
-# A harness links only the library objects it uses (an archive); checkpoint/tool/ckpt.c is
-# #included by the safetensors one.
-$(FUZZ_DIR)/fuzz_%: dev/fuzz/fuzz_%.c $(FUZZ_DIR)/libfsdp_fuzz.a $(HEADERS) checkpoint/tool/ckpt.c
+# A harness links only the library objects it uses (an archive).
+$(FUZZ_DIR)/fuzz_%: dev/fuzz/fuzz_%.c $(FUZZ_DIR)/libfsdp_fuzz.a $(HEADERS)
 	@test -n "$(FUZZ_CC)" || { echo "make fuzz: no clang (scripts/setup.sh installs clang-14 and libclang-rt-14-dev)"; exit 1; }
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_DIR)/libfsdp_fuzz.a -o $@ $(FUZZ_LIBS)

@@ -1,3 +1,6 @@
+// model/: the model families, one file and one tensor table each, and what train_gpt and the
+// tools need of them as loops over the tables (model/model.h). This file: GPT-2.
+//
 // GPT-2 (OpenAI's, as llm.c trains it): learned positions, pre-LayerNorm blocks with biases,
 // a GELU MLP 4C wide, the LM head tied to the token embedding. One table says everything a
 // tool needs of its tensors; model/model.h says how the columns are read and how to add a
@@ -8,11 +11,16 @@
 // four Linear weights of a block as Conv1D, [in, out]. llm.c's model file stores the tensors
 // grouped by kind across layers, in the order of llmc_kind below.
 #include <ctype.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "checkpoint/checkpoint.h"
+#include "model/hf.h"
 #include "model/model.h"
 
 // The columns: role, name, rows, cols, init, decay, init stream, llm.c kind, Hugging Face name,
@@ -72,6 +80,178 @@ static void gpt2_describe(const ModelConfig* c, int terse, char* out, size_t n) 
         snprintf(out, n, "GPT-2, %d layers, %d heads, %d channels", c->num_layers, c->num_heads, c->channels);
 }
 
+// ---- Hugging Face (model/hf.h): GPT2Model's names, Conv1D layout and order are the table's
+// hf_* columns; what no tensor says is the head count.
+
+// GPT2LMHeadModel's files also hold each block's attention-mask buffers and the head, which is
+// wte (tied).
+static int gpt2_hf_ignorable(const char* key) {
+    const char* k = strncmp(key, "transformer.", 12) == 0 ? key + 12 : key;
+    if (!strcmp(k, "lm_head.weight")) return 1;
+    const size_t n = strlen(k);
+    const char* suffix[2] = {".attn.bias", ".attn.masked_bias"};
+    for (int i = 0; i < 2; i++) {
+        const size_t m = strlen(suffix[i]);
+        if (n > m && !strcmp(k + n - m, suffix[i]) && !strncmp(k, "h.", 2)) return 1;
+    }
+    return 0;
+}
+
+// A head count written as a decimal string (safetensors metadata values are strings).
+static int parse_heads_text(const char* s, int* out) {
+    size_t n = strlen(s);
+    if (n < 1 || n > 6 || strspn(s, "0123456789") != n) return 0;
+    long v = strtol(s, NULL, 10);
+    if (v < 1 || v > (1 << 16)) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+// The config.json beside the file, as save_pretrained writes it: its n_head into *heads, with
+// n_embd / n_layer / n_positions / vocab_size checked against the tensors (their names in
+// `from`).
+static int gpt2_config_json_heads(const HfImport* im, const ModelConfig* c, const char* from[4], int* heads, char* err,
+                                  size_t errlen) {
+    const cJSON* j = im->config_json;
+    const char* path = im->config_path;
+    const cJSON* mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (mt && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gpt2") != 0)) {
+        snprintf(err, errlen, "%s: model_type is %s, not gpt2", path, cJSON_IsString(mt) ? mt->valuestring : "not a string");
+        return 1;
+    }
+    const char* keys[4] = {"n_embd", "n_layer", "n_positions", "vocab_size"};
+    const int have[4] = {c->channels, c->num_layers, c->max_seq_len, c->vocab_size};
+    for (int i = 0; i < 4; i++) {
+        const cJSON* v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        uint64_t x;
+        if (!v) continue;
+        if (!ckpt_json_uint(v, 1 << 30, &x)) { snprintf(err, errlen, "%s: %s is not a whole number", path, keys[i]); return 1; }
+        if (x != (uint64_t)have[i]) {
+            snprintf(err, errlen, "%s: %s = %" PRIu64 ", but the safetensors file has %d (%s)", path, keys[i], x, have[i], from[i]);
+            return 1;
+        }
+    }
+    const cJSON* nh = cJSON_GetObjectItemCaseSensitive(j, "n_head");
+    uint64_t n;
+    if (!nh) { snprintf(err, errlen, "%s: no n_head", path); return 1; }
+    if (!ckpt_json_uint(nh, 1 << 16, &n) || n < 1) {
+        snprintf(err, errlen, "%s: n_head is not a head count (a whole number >= 1)", path);
+        return 1;
+    }
+    *heads = (int)n;
+    return 0;
+}
+
+// The shape from the tensors (V and C from wte, maxT from wpe, L from the blocks' names), the head
+// count from --heads, the metadata's n_head or config.json's n_head: never guessed (channels / 64
+// is wrong for any other head size), and sources that disagree are refused.
+static int gpt2_hf_config(HfImport* im, ModelConfig* c, char* err, size_t errlen) {
+    const ModelFamily* f = im->family;
+    const char* path = im->set.path;
+    // Hugging Face's GPT-2s are single files; an index whose names no family's markers claim is
+    // refused, naming the family that is read from shards.
+    if (im->set.map) {
+        snprintf(err, errlen, "%s: no Hugging Face Llama tensor names (model.embed_tokens, model.layers.N) in the weight_map: "
+                 "sharded safetensors are read for Llama only (a GPT-2 as one file)", path);
+        return 1;
+    }
+    const char *wte_name = family_root_role(f, ROOT_WTE)->hf_name, *wpe_name = family_root_role(f, ROOT_WPE)->hf_name;
+    StTensor wte, wpe;
+    int found;
+    if (hf_get(im, wte_name, &wte, &found, err, errlen)) return 1;
+    if (!found) { snprintf(err, errlen, "%s: no tensor %s (not a GPT-2 safetensors file?)", path, wte_name); return 1; }
+    if (hf_get(im, wpe_name, &wpe, &found, err, errlen)) return 1;
+    if (!found) { snprintf(err, errlen, "%s: no tensor %s", path, wpe_name); return 1; }
+    if (wte.ndim != 2 || wpe.ndim != 2) { snprintf(err, errlen, "%s: %s and %s must be 2-D", path, wte_name, wpe_name); return 1; }
+    if (wpe.shape[1] != wte.shape[1]) {
+        snprintf(err, errlen, "%s: tensor %s has %" PRIu64 " columns, %s %" PRIu64, path, wpe_name, wpe.shape[1], wte_name,
+                 wte.shape[1]);
+        return 1;
+    }
+    if (wte.shape[0] > MODEL_MAX_VOCAB || wte.shape[1] > MODEL_MAX_CHANNELS || wpe.shape[0] > MODEL_MAX_SEQ) {
+        snprintf(err, errlen, "%s: %s [%" PRIu64 ", %" PRIu64 "] / %s [%" PRIu64 ", %" PRIu64 "]: implausibly large model", path,
+                 wte_name, wte.shape[0], wte.shape[1], wpe_name, wpe.shape[0], wpe.shape[1]);
+        return 1;
+    }
+    const int layers = hf_layers(im);
+    if (!layers) { snprintf(err, errlen, "%s: no transformer blocks (%s.N.*) found", path, f->hf_block_prefix); return 1; }
+    memset(c, 0, sizeof(*c));
+    c->arch = ARCH_GPT2;
+    c->channels = (int)wte.shape[1];
+    c->vocab_size = (int)wte.shape[0];
+    c->padded_vocab_size = pad_vocab(c->vocab_size);
+    c->max_seq_len = (int)wpe.shape[0];
+    c->num_layers = layers;
+
+    const cJSON* meta = cJSON_GetObjectItemCaseSensitive(im->set.files[0].header, "__metadata__");
+    const cJSON* nh = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, "n_head") : NULL;
+    int meta_heads = 0, cfg_heads = 0;
+    if (nh && !(cJSON_IsString(nh) && parse_heads_text(nh->valuestring, &meta_heads))) {
+        snprintf(err, errlen, "%s: __metadata__ n_head = %s is not a head count (a whole number >= 1, as a string)", path,
+                 cJSON_IsString(nh) ? nh->valuestring : "not a string");
+        return 1;
+    }
+    char wte_cols[128], blocks[128], wpe_rows[128], wte_rows[128];
+    snprintf(wte_cols, sizeof(wte_cols), "%s's columns", wte_name);
+    snprintf(blocks, sizeof(blocks), "the %s.N blocks", f->hf_block_prefix);
+    snprintf(wpe_rows, sizeof(wpe_rows), "%s's rows", wpe_name);
+    snprintf(wte_rows, sizeof(wte_rows), "%s's rows", wte_name);
+    const char* from[4] = {wte_cols, blocks, wpe_rows, wte_rows};
+    if (hf_read_config_json(im, err, errlen) ||
+        (im->config_json && gpt2_config_json_heads(im, c, from, &cfg_heads, err, errlen)))
+        return 1;
+    const char* cfg_path = im->config_path;
+    if (meta_heads && cfg_heads && meta_heads != cfg_heads) {
+        snprintf(err, errlen, "%s: __metadata__ n_head %d disagrees with %s's n_head %d", path, meta_heads, cfg_path, cfg_heads);
+        return 1;
+    }
+    char heads_from[PATH_MAX + 32];
+    if (im->heads) { c->num_heads = im->heads; snprintf(heads_from, sizeof(heads_from), "--heads"); }
+    else if (meta_heads) { c->num_heads = meta_heads; snprintf(heads_from, sizeof(heads_from), "metadata n_head"); }
+    else if (cfg_heads) { c->num_heads = cfg_heads; snprintf(heads_from, sizeof(heads_from), "%s n_head", cfg_path); }
+    else {
+        snprintf(err, errlen, "%s: no head count: no __metadata__ n_head and no config.json beside it (%s); give --heads N", path,
+                 cfg_path);
+        return 1;
+    }
+    if (c->channels % c->num_heads != 0) {
+        snprintf(err, errlen, "%s: channels %d is not a multiple of %d heads (from %s); give --heads N", path, c->channels,
+                 c->num_heads, heads_from);
+        return 1;
+    }
+    const int file_heads = meta_heads ? meta_heads : cfg_heads;
+    if (im->heads && file_heads && im->heads != file_heads) {
+        snprintf(err, errlen, "%s: --heads %d disagrees with the file's %d heads (%s)", path, im->heads, file_heads,
+                 meta_heads ? "metadata n_head" : cfg_path);
+        return 1;
+    }
+    const char* bad = model_config_check(c);
+    if (bad) { snprintf(err, errlen, "%s: inconsistent model (%s)", path, bad); return 1; }
+    snprintf(im->what, sizeof(im->what), "safetensors");
+    snprintf(im->from, sizeof(im->from), " (heads from %s)", heads_from);
+    return 0;
+}
+
+static void gpt2_hf_mismatch(const HfImport* im, int what, const char* name, int found, int expected, char* err,
+                             size_t errlen) {
+    if (what == HF_MISSING)
+        snprintf(err, errlen, "%s: tensor %s is missing (model with %d layers)", im->set.path, name, im->config.num_layers);
+    else if (what == HF_UNEXPECTED)
+        snprintf(err, errlen, "%s: unexpected tensor %s (not a GPT-2 tensor)", im->set.path, name);
+    else
+        snprintf(err, errlen, "%s: %d GPT-2 tensors, expected %d (duplicates under two prefixes?)", im->set.path, found, expected);
+}
+
+// GPT2Model's config, as metadata strings (its head count above all, which no tensor holds).
+static void gpt2_hf_metadata(const ModelConfig* c, cJSON* meta) {
+    hf_meta_int(meta, "n_layer", c->num_layers);
+    hf_meta_int(meta, "n_head", c->num_heads);
+    hf_meta_int(meta, "n_embd", c->channels);
+    hf_meta_int(meta, "n_positions", c->max_seq_len);
+    hf_meta_int(meta, "vocab_size", c->vocab_size);
+    hf_meta_int(meta, "padded_vocab_size", c->padded_vocab_size);
+}
+
 const ModelFamily gpt2_family = {
     .name = "gpt2",
     .title = "GPT-2",
@@ -91,4 +271,12 @@ const ModelFamily gpt2_family = {
     .n_config_keys = 0,
     .config_key_applies = NULL,
     .describe = gpt2_describe,
+    .hf_export_what = "Hugging Face GPT2Model names, F32",
+    .hf_alias_prefix = "transformer.",
+    .hf_markers = NULL,
+    .hf_ignorable = gpt2_hf_ignorable,
+    .hf_config = gpt2_hf_config,
+    .hf_mismatch = gpt2_hf_mismatch,
+    .hf_metadata = gpt2_hf_metadata,
+    .hf_config_json = NULL,
 };

@@ -116,6 +116,21 @@ int llmc_read_params(int fd, const char* path, int version, size_t first, size_t
     return 0;
 }
 
+int llmc_read_model(const char* path, const ModelConfig* c, int version, float* dst, char* err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return 1; }
+    int rc = 0;
+    for (int i = 0; i < model_tensor_count(c) && !rc; i++) {
+        const ModelTensor t = model_tensor_at(c, i);
+        size_t rows, cols;
+        spec_shape(c, t.spec, &rows, &cols);
+        rc = llmc_read_params(fd, path, version, llmc_offset(c, t.spec->llmc_kind, t.layer), rows * cols,
+                              dst + model_tensor_offset(c, i), err, errlen);
+    }
+    close(fd);
+    return rc;
+}
+
 int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
                          const char* path, int version, char* err, size_t errlen) {
     int fd = open(path, O_RDONLY);

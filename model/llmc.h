@@ -36,6 +36,10 @@ size_t llmc_offset(const ModelConfig* c, int kind, int layer);
 // file's dtype is its version: 3 fp32, 5 bf16). One-line message naming the file on error.
 int llmc_read_params(int fd, const char* path, int version, size_t first, size_t n, float* dst,
                      char* err, size_t errlen);
+// Every parameter of the llm.c file at path (its header read into c by read_model_header) into
+// dst, fp32, tensor i of model_tensor_at's order at model_tensor_offset(i): the whole model in
+// one buffer in our layout (the ckpt tool's import).
+int llmc_read_model(const char* path, const ModelConfig* c, int version, float* dst, char* err, size_t errlen);
 // This rank's pieces of an llm.c model file into its arena (every rank reads only its ranges).
 int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
                          const char* path, int version, char* err, size_t errlen);

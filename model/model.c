@@ -174,6 +174,15 @@ void model_describe(const ModelConfig* c, int terse, char* out, size_t n) {
     else snprintf(out, n, "unknown model family %d", c->arch);
 }
 
+void model_rope_text(const ModelConfig* c, char* out, size_t n) {
+    if (c->rope_factor > 1.0f)
+        snprintf(out, n, "theta %g, llama3 scaling: factor %g, low_freq_factor %g, high_freq_factor %g, original_max_pos %d",
+                 (double)c->rope_theta, (double)c->rope_factor, (double)c->rope_low_freq_factor,
+                 (double)c->rope_high_freq_factor, c->rope_original_max_pos);
+    else
+        snprintf(out, n, "theta %g, no scaling", (double)c->rope_theta);
+}
+
 int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count) {
     memset(m, 0, sizeof(*m));
     // Nothing is computed or allocated from an unchecked config: the bounds come first.

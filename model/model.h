@@ -2,13 +2,15 @@
 // ckpt tool. This header is the family-neutral half: the config, the table that describes a
 // family's tensors, the flat FSDP units built from it, names and shapes. Each family is one
 // file holding one static table (model/gpt2.c, model/llama3.c); everything else here and in
-// state.c (initialisation, checkpoints), llmc.c (llm.c model files) and hf.c (Hugging Face
-// safetensors) is a loop over those tables.
+// state.c (initialisation, checkpoints), llmc.c (llm.c model files) and hf.c (Hugging Face's
+// names and layouts, over safetensors.c's container) is a loop over those tables.
 //
 // How to add a family: copy model/llama3.c to model/NAME.c; write its TensorSpec table (one
 // row per tensor: role, name, shape, initialisation, decay, Hugging Face name and transform,
-// tensor-parallel split), its presets, its config checks and config keys; fill a ModelFamily
-// with them and list it in model_families (model/model.c). The training schedule runs any
+// tensor-parallel split), its presets, its config checks and config keys, and what its Hugging
+// Face files say beyond the table (the hf_* hooks: how an import learns the config, the
+// metadata and config.json an export writes; or none); fill a ModelFamily with them and list
+// it in model_families (model/model.c). The training schedule runs any
 // family whose tensors take the roles below and whose norm, MLP and positions are among the
 // kinds below (a new kind of op is a new kernel and a new branch in train_gpt.cu, not a new
 // copy of the schedule).
@@ -150,6 +152,9 @@ typedef struct {
 typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
 typedef enum { MLP_GELU, MLP_SWIGLU } MlpKind;
 
+struct HfImport;
+struct cJSON;
+
 typedef struct ModelFamily {
     const char* name;            // "gpt2": --arch, the manifest's state.config.arch
     const char* title;           // "GPT-2": messages
@@ -178,6 +183,32 @@ typedef struct ModelFamily {
     // (the model line of train_gpt and --plan, before the sequence and vocabulary), or terse
     // "L=4 NH=4 KVH=2 C=256 F=768 maxT=1024 V=50257 Vp=50304" (the ckpt tool's).
     void (*describe)(const ModelConfig* c, int terse, char* out, size_t n);
+
+    // Hugging Face safetensors (model/hf.h): hf.c maps the tables' tensors to Hugging Face's by
+    // their hf_* columns and segments; these say what a table cannot. NULL hf_config: the family
+    // has no Hugging Face form.
+    const char* hf_export_what;     // the export's line: "Hugging Face GPT2Model names, F32"
+    const char* hf_alias_prefix;    // its names are looked up under this prefix too (GPT2LMHeadModel's "transformer."), or NULL
+    // Prefixes of names that make a file this family's (NULL-terminated); NULL: a file whose names
+    // no family's markers begin (GPT-2's names have no common prefix).
+    const char* const* hf_markers;
+    // A name its files may hold that is none of its tensors (buffers, a tied head): skipped.
+    int (*hf_ignorable)(const char* name);
+    // Import: the config of the model im holds, from its tensors' shapes (hf_get, hf_layers),
+    // the config.json beside it (hf_read_config_json), its metadata and --heads (im->heads),
+    // cross-checked and passing model_config_check, each refusal one line naming the file; also
+    // whether the head is tied (im->tie, head_from_embedding) and what the read line says
+    // (im->what, from, note). 0, or non-zero with the message in err.
+    int (*hf_config)(struct HfImport* im, ModelConfig* c, char* err, size_t errlen);
+    // An import's message for a tensor of the config that is missing (HF_MISSING: name), a name
+    // that is none of them (HF_UNEXPECTED: name), or names that count `found` for `expected`
+    // (HF_MISCOUNTED: one listed twice). im->config is the config.
+    void (*hf_mismatch)(const struct HfImport* im, int what, const char* name, int found, int expected, char* err,
+                        size_t errlen);
+    // Export: the __metadata__ keys after "format" (hf_meta_int, hf_meta_float); the config.json
+    // written beside the file (NULL: none).
+    void (*hf_metadata)(const ModelConfig* c, struct cJSON* meta);
+    struct cJSON* (*hf_config_json)(const ModelConfig* c);
 } ModelFamily;
 
 // The family of c (its arch), or NULL for an unknown arch; by name ("gpt2", "llama3").
@@ -229,6 +260,9 @@ int preset_config(const char* name, ModelConfig* c);
 size_t model_num_parameters(const ModelConfig* c);
 // The family's describe (an unknown family: "unknown model family N").
 void model_describe(const ModelConfig* c, int terse, char* out, size_t n);
+// A RoPE family's positions: "theta 500000, no scaling", or "theta 500000, llama3 scaling:
+// factor 8, low_freq_factor 1, high_freq_factor 4, original_max_pos 8192" (Llama 3.1's).
+void model_rope_text(const ModelConfig* c, char* out, size_t n);
 
 // ---- the flat FSDP units
 

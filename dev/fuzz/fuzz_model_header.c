@@ -3,6 +3,7 @@
 // given to build_layout, as train_gpt --init-from and ckpt import do next.
 #include "dev/fuzz/fuzz_util.h"
 #include "model/llmc.h"
+#include "model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     char path[600], err[512];

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The libFuzzer harnesses of dev/fuzz/ (make fuzz: clang, ASan + UBSan), each for a bounded
 # time (FUZZ_SECONDS, 16 by default) from a copy of its seed corpus dev/fuzz/corpus/NAME:
-# the manifest reader, the shard header and loader, the llm.c model header, the ckpt tool's
-# safetensors / llm.c reader, and the GPT-2 encoder (decode(encode(x)) == x). A crash, a
+# the manifest reader, the shard header and loader, the llm.c model header, model/'s
+# safetensors / llm.c readers (the files ckpt import reads), and the GPT-2 encoder (decode(encode(x)) == x). A crash, a
 # sanitizer report, a leak or an input running over 10 s fails the harness; its reproducer
 # is kept under $TEST_TMP and named. First, every seed must replay cleanly.
 set -u
