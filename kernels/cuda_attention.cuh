@@ -14,7 +14,7 @@
 // the attention's input gradient is a fresh activation gradient in GPT-2, nothing to add to.
 // With KVH == NH every implementation runs exactly the multi-head computation (same
 // kernels, grids and operation order: bitwise the results of before GQA existed).
-// Scale 1/sqrt(hs) in fp32. All three implementations share this interface (out + lse in
+// Scale 1/sqrt(hs) in fp32. Both implementations share this interface (out + lse in
 // the forward; the backward takes out, lse, dout and needs nothing else from the forward).
 // Every one is deterministic: no atomics; each output element is written by one thread
 // after sums in an order fixed by the shapes, so two runs are bitwise equal.
@@ -28,27 +28,28 @@
 // device query (a kernel that needs more than the GPU allows is refused at launch with a
 // message pointing at --attention cublas). No global or static mutable state.
 //
-// The two flash implementations are fused kernels that never materialise T x T, on tensor
-// cores (mma.sync.m16n8k16 BF16 -> FP32, sm_80+; fragments loaded with ldmatrix, tiles
-// brought into shared memory with cp.async, rows of HS + 8 bf16 so that ldmatrix is
-// conflict-free). Both: head sizes 64 and 128 (attention_flash_supports; others are refused
-// with a message pointing at --attention cublas), any T >= 1 (tail tiles are masked),
-// C % 8 == 0 (true for those head sizes), 16-byte aligned qkv/out/dout/dqkv, B*NH < 65536.
-// P and dS are rounded to bf16 for their tensor-core products (P's row sums stay fp32).
-// GQA in both: the forward and the dQ side run per query head and read K/V of its kv head
-// (the group's blocks, adjacent in the grid, read the same K/V rows); the dK/dV side runs
-// one block per (key block, b, kv head) that walks the group's query heads one after the
-// other, their query blocks each, accumulating dK/dV in registers before one store: the
-// group's sum in a fixed order, no atomics and no extra scratch (grid B*KVH instead of
-// B*NH, each block doing group times the work).
+// The flash kernels are fused kernels that never materialise T x T, on tensor cores
+// (mma.sync.m16n8k16 BF16 -> FP32, sm_80+; fragments loaded with ldmatrix, tiles brought
+// into shared memory with cp.async, rows of HS + 8 bf16 so that ldmatrix is conflict-free).
+// Head sizes 64 and 128 (attention_flash_supports; others are refused with a message
+// pointing at --attention cublas), any T >= 1 (tail tiles are masked), C % 8 == 0 (true for
+// those head sizes), 16-byte aligned qkv/out/dout/dqkv, B*NH < 65536. P and dS are rounded
+// to bf16 for their tensor-core products (P's row sums stay fp32). GQA: the forward and the
+// dQ side run per query head and read K/V of its kv head (the group's blocks, adjacent in
+// the grid, read the same K/V rows); the dK/dV side runs one block per (key block, b, kv
+// head) that walks the group's query heads one after the other, their query blocks each,
+// accumulating dK/dV in registers before one store: the group's sum in a fixed order, no
+// atomics and no extra scratch (grid B*KVH instead of B*NH, each block doing group times
+// the work).
 //
 // ATTENTION_FLASH (--attention flash, the default), FlashAttention-2's shape:
 //   forward: one block of 4 warps per 128 queries of one (b, head); each warp owns 32 query
 //     rows as TWO 16-row m-tiles, so every K fragment (S = Q K^T) and V fragment (O += P V)
 //     it loads from shared memory feeds two MMAs (half the shared-memory operand traffic
-//     per MMA of flash1). Loops over key tiles of 64 (hs 64) or 32 (hs 128) up to the causal
-//     limit, K/V double-buffered; running max and sum in fp32 registers, accumulator
-//     rescaled, out and lse stored. A warp whose 32 rows see no key of a tile skips it.
+//     per MMA of a warp with one m-tile). Loops over key tiles of 64 (hs 64) or 32 (hs 128)
+//     up to the causal limit, K/V double-buffered; running max and sum in fp32 registers,
+//     accumulator rescaled, out and lse stored. A warp whose 32 rows see no key of a tile
+//     skips it.
 //     hs 64 keeps its Q fragments in registers for the whole loop; hs 128 reloads them from
 //     shared memory (registers).
 //   backward, three launches: (1) D_i = dout_i . out_i per row into scratch; (2) ONE main
@@ -58,10 +59,11 @@
 //     exp(S^T scale - lse), dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q in registers,
 //     stores dS^T (bf16) in shared memory, and computes that block's dQ contribution
 //     dS K (the 8 warps split the query block's rows x head columns): 5 GEMM-equivalents
-//     (flash1 needs 7). The dQ contribution is not added atomically: each key block writes
-//     its own fp32 slice of scratch (rows from its first key to T, the rows it can reach), and
-//     (3) a small kernel sums, for each row, the slices of the key blocks 0..t/128 in that
-//     order, scales, and writes dq in bf16. dK, dV are stored by their key block's warps.
+//     (separate dQ and dK/dV kernels need 7). The dQ contribution is not added atomically:
+//     each key block writes its own fp32 slice of scratch (rows from its first key to T, the
+//     rows it can reach), and (3) a small kernel sums, for each row, the slices of the key
+//     blocks 0..t/128 in that order, scales, and writes dq in bf16. dK, dV are stored by
+//     their key block's warps.
 //   Scratch: forward none; backward B*NH*T floats (D) + B*C*R floats (the dQ slices),
 //   R = nkb T - 128 nkb (nkb - 1) / 2 rows per (b, head), nkb = ceil(T / 128) (about
 //   4.5 T at T = 1024): see attention_backward_scratch_bytes.
@@ -70,18 +72,6 @@
 //   Registers (ptxas -v, nvcc 13.0, sm_90 / sm_80, no spills): forward 243 / 239 (hs 64),
 //   244 / 242 (hs 128); backward main kernel 234 / 229, 245 / 253; D and dQ-sum kernels 24
 //   and 44.
-//
-// ATTENTION_FLASH1 (--attention flash1): the previous kernels, kept selectable until a GPU
-//   shows which is faster:
-//   forward: one block (4 warps) per 64 queries; each warp owns 16 query rows, key tiles of
-//     64, K/V double-buffered, Q fragments in registers.
-//   backward, two kernels: (1) dQ kernel per 64 queries: D_i = dout_i . out_i (to scratch),
-//     then over key tiles P recomputed, dP = dout V^T, dS = P (dP - D), dQ += dS K;
-//     (2) dK/dV kernel per 64 keys (16 per warp) over query tiles from the key tile on: P^T,
-//     dP^T recomputed, dV += P^T dout, dK += dS^T Q (7 GEMM-equivalents in all).
-//   Scratch: forward none; backward B*NH*T floats (the D_i).
-//   Dynamic shared memory per block: hs 64: 45 / 54 / 55 KiB (forward / dQ / dK-dV);
-//   hs 128: 85 / 102 / 69 KiB.
 //
 // ATTENTION_CUBLAS (--attention cublas, the reference path): permutes q to [B,NH,T,hs], k
 // and v to [B,KVH,T,hs], S = q k^T by a strided-batched cuBLASLt GEMM in fp32, a causal
@@ -114,24 +104,22 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_matmul.cuh"
 
-typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1, ATTENTION_FLASH1 = 2 } AttentionImpl;
+typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1 } AttentionImpl;
 
-// "flash" -> ATTENTION_FLASH, "flash1" -> ATTENTION_FLASH1, "cublas" -> ATTENTION_CUBLAS,
-// anything else -> -1.
+// "flash" -> ATTENTION_FLASH, "cublas" -> ATTENTION_CUBLAS, anything else -> -1.
 static inline int attention_impl_from_name(const char* name) {
     if (name && strcmp(name, "flash") == 0) return ATTENTION_FLASH;
-    if (name && strcmp(name, "flash1") == 0) return ATTENTION_FLASH1;
     if (name && strcmp(name, "cublas") == 0) return ATTENTION_CUBLAS;
     return -1;
 }
 static inline const char* attention_impl_name(AttentionImpl impl) {
-    return impl == ATTENTION_CUBLAS ? "cublas" : impl == ATTENTION_FLASH1 ? "flash1" : "flash";
+    return impl == ATTENTION_CUBLAS ? "cublas" : "flash";
 }
 static inline int attention_impl_valid(int impl) {
-    return impl == ATTENTION_FLASH || impl == ATTENTION_FLASH1 || impl == ATTENTION_CUBLAS;
+    return impl == ATTENTION_FLASH || impl == ATTENTION_CUBLAS;
 }
 
-// Head sizes both flash implementations (flash and flash1) are instantiated for.
+// Head sizes the flash kernels are instantiated for.
 static inline int attention_flash_supports(int hs) { return hs == 64 || hs == 128; }
 
 // What the caller keeps for the attention kernels (see the top of the file).
@@ -235,24 +223,11 @@ static __device__ __forceinline__ void attn_cp_async_wait() {
 #endif
 }
 
-// flash1
-#define ATTN_THREADS 128  // 4 warps
-#define ATTN_BR 64        // queries per block: forward and dQ kernel (16 per warp)
-#define ATTN_BC 64        // keys per tile (forward, dQ) and per block (dK/dV, 16 per warp)
-// flash (FlashAttention-2's shape)
+// FlashAttention-2's shape
 #define FLASH_FWD_THREADS 128  // 4 warps
 #define FLASH_FWD_BR 128       // queries per forward block: 32 per warp, two m-tiles of 16
 #define FLASH_BWD_THREADS 256  // 8 warps
 #define FLASH_BWD_BC 128       // keys per backward block: 16 per warp
-
-template <int HS>
-struct AttnShape {
-    static constexpr int LDS = HS + 8;             // shared-memory row stride (elements)
-    static constexpr int BQ = HS <= 64 ? 64 : 32;  // query tile of the dK/dV kernel
-    static constexpr size_t fwd_smem = (size_t)(ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(uint16_t);
-    static constexpr size_t dq_smem = (size_t)(2 * ATTN_BR + 4 * ATTN_BC) * LDS * sizeof(uint16_t);
-    static constexpr size_t dkv_smem = (size_t)(2 * ATTN_BC + 4 * BQ) * LDS * sizeof(uint16_t) + 4 * BQ * sizeof(float);
-};
 
 // The flash kernels' tiles (see the top of the file).
 template <int HS>
@@ -270,7 +245,7 @@ struct FlashShape {
 // ROWS rows of HS bf16 from a [T, row_stride] matrix (row t at g + t * row_stride), rows
 // row0.. into a [ROWS][HS+8] shared tile, 16 bytes per cp.async; rows >= T are zero-filled.
 // NT: the block's thread count (every thread takes part).
-template <int HS, int ROWS, int NT = ATTN_THREADS, class T16>
+template <int HS, int ROWS, int NT, class T16>
 static __device__ __forceinline__ void attn_load_tile(T16* tile, const T16* g, size_t row_stride, int row0, int T) {
     constexpr int CHUNKS = HS / 8;
     constexpr int LDS = HS + 8;
@@ -377,12 +352,12 @@ static __device__ __forceinline__ void attn_store_row(T16* p, const float (&acc)
         *reinterpret_cast<uint32_t*>(p + nd * 8) = attn_pack<T16>(acc[nd][2 * half] * scale, acc[nd][2 * half + 1] * scale);
 }
 
-// The K/V loop of the forward kernels and flash1's dQ kernel: before key tile kt of ntiles,
+// The K/V loop of the forward kernel: before key tile kt of ntiles,
 // starts loading tile kt + 1 into the other half of the double-buffered tiles Ks, Vs
 // ([2][BC][LDS]; BC keys per tile, NT threads in the block; QW the row stride of qkv), then
 // waits until tile kt has landed (this thread's copies, then the whole block's). Returns the
 // half (0 or 1) that holds tile kt.
-template <int HS, int BC = ATTN_BC, int NT = ATTN_THREADS, class T16>
+template <int HS, int BC, int NT, class T16>
 static __device__ __forceinline__ int attn_next_kv_tile(T16* Ks, T16* Vs, const T16* kg, const T16* vg,
                                                         size_t QW, int kt, int ntiles, int T) {
     constexpr int LDS = HS + 8;
@@ -841,372 +816,6 @@ attn_flash_dq_sum_kernel(T16* __restrict__ dqkv, const float* __restrict__ dq_pa
 }
 
 // ----------------------------------------------------------------------------
-// flash1 forward (--attention flash1)
-// grid (ceil(T/64), B*NH), 128 threads. Query tiles are visited last-first: they have the
-// most key tiles, so the longest blocks start first.
-
-template <int HS, class T16>
-__global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash1_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T16* __restrict__ qkv,
-                      int T, int C, int NH, int KVH, float scale_log2) {
-    constexpr int LDS = AttnShape<HS>::LDS;
-    constexpr int KC = HS / 16;      // k-chunks of the head dimension
-    constexpr int ND = HS / 8;       // 8-wide column blocks of the output
-    constexpr int NB = ATTN_BC / 8;  // 8-key column blocks of S
-    constexpr int PC = ATTN_BC / 16; // 16-key chunks of P
-    extern __shared__ __align__(16) unsigned char attn_smem[];
-    T16* Qs = reinterpret_cast<T16*>(attn_smem);  // [BR][LDS]
-    T16* Ks = Qs + ATTN_BR * LDS;                   // [2][BC][LDS]
-    T16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
-
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
-    const T16* qg = qkv + (size_t)b * T * QW + (size_t)h * HS;
-    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)(h / (NH / KVH)) * HS;  // the kv head's
-    const T16* vg = kg + (size_t)KVH * HS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int wr = warp * 16;                       // the warp's first row in the tile
-    const int row0 = q0 + wr + g, row1 = row0 + 8;  // this thread's two query rows
-
-    const int kend = min(q0 + ATTN_BR, T);  // keys [0, kend) are visible to some row
-    const int ntiles = (kend + ATTN_BC - 1) / ATTN_BC;
-
-    attn_load_tile<HS, ATTN_BR>(Qs, qg, QW, q0, T);
-    attn_cp_async_commit();  // group: Q
-    attn_load_tile<HS, ATTN_BC>(Ks, kg, QW, 0, T);
-    attn_load_tile<HS, ATTN_BC>(Vs, vg, QW, 0, T);
-    attn_cp_async_commit();  // group: K/V tile 0
-    attn_cp_async_wait<1>(); // Q has landed (this thread's part) ...
-    __syncthreads();         // ... and everyone's
-    uint32_t qa[KC][4];      // the warp's 16 query rows as A fragments, for the whole loop
-#pragma unroll
-    for (int kc = 0; kc < KC; kc++) attn_ldsm_a<LDS>(qa[kc], Qs, wr, kc * 16, lane);
-
-    float o[ND][4];
-    attn_zero(o);
-    float m0 = -INFINITY, m1 = -INFINITY;  // running max (log2 units) of rows row0, row1
-    float l0 = 0.0f, l1 = 0.0f;            // running sums: this thread's columns only
-
-    for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, QW, kt, ntiles, T);
-        const T16* Kt = Ks + buf * ATTN_BC * LDS;
-        const T16* Vt = Vs + buf * ATTN_BC * LDS;
-        const int j0 = kt * ATTN_BC;
-
-        // S = Q K^T (16 x 64 per warp)
-        float s[NB][4];
-        attn_zero(s);
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++) {
-#pragma unroll
-            for (int nb = 0; nb < NB; nb += 2) {
-                uint32_t kb[4];
-                attn_ldsm_b<LDS>(kb, Kt, nb * 8, kc * 16, lane);
-                attn_mma2<T16>(s[nb], s[nb + 1], qa[kc], kb);
-            }
-        }
-        // Scale into log2 units; causal mask (key > row) and tail mask (key >= T), only on
-        // tiles where some key can be masked for this warp's rows.
-        const bool masked = (j0 + ATTN_BC - 1 > q0 + wr) || (j0 + ATTN_BC > T);
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float x = s[nb][i] * scale_log2;
-                if (masked) {
-                    const int key = j0 + nb * 8 + 2 * c + (i & 1);
-                    const int row = i < 2 ? row0 : row1;
-                    if (key > row || key >= T) x = -INFINITY;
-                }
-                s[nb][i] = x;
-            }
-        }
-        // New running max over the row (the 4 lanes of a group hold the row's columns).
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-            mx0 = fmaxf(mx0, fmaxf(s[nb][0], s[nb][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[nb][2], s[nb][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        // A row with nothing visible yet keeps max -inf: subtract 0 then (exp2(-inf) = 0).
-        const float base0 = mx0 == -INFINITY ? 0.0f : mx0;
-        const float base1 = mx1 == -INFINITY ? 0.0f : mx1;
-        const float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);  // 0 on the first tile
-        m0 = mx0;
-        m1 = mx1;
-        float ls0 = 0.0f, ls1 = 0.0f;
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-            s[nb][0] = exp2f(s[nb][0] - base0);
-            s[nb][1] = exp2f(s[nb][1] - base0);
-            s[nb][2] = exp2f(s[nb][2] - base1);
-            s[nb][3] = exp2f(s[nb][3] - base1);
-            ls0 += s[nb][0] + s[nb][1];
-            ls1 += s[nb][2] + s[nb][3];
-        }
-        l0 = l0 * corr0 + ls0;
-        l1 = l1 * corr1 + ls1;
-#pragma unroll
-        for (int nd = 0; nd < ND; nd++) {
-            o[nd][0] *= corr0; o[nd][1] *= corr0;
-            o[nd][2] *= corr1; o[nd][3] *= corr1;
-        }
-        attn_mma_px<PC, ND, LDS>(o, s, Vt, lane);  // O += P V
-        __syncthreads();  // the next iteration's prefetch overwrites this buffer
-    }
-
-    // Row sums over the group's 4 lanes (fixed butterfly order), normalise, store.
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-    if (row0 < T) {
-        attn_store_row(out + ((size_t)b * T + row0) * C + (size_t)h * HS + 2 * c, o, 0, inv0);
-        if (c == 0) lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * ATTN_LN2;
-    }
-    if (row1 < T) {
-        attn_store_row(out + ((size_t)b * T + row1) * C + (size_t)h * HS + 2 * c, o, 1, inv1);
-        if (c == 0) lse[(size_t)bh * T + row1] = (m1 + log2f(l1)) * ATTN_LN2;
-    }
-}
-
-// ----------------------------------------------------------------------------
-// flash1 backward, kernel 1: dQ (and D_i = dout_i . out_i into Dbuf [B,NH,T] for kernel 2)
-// grid (ceil(T/64), B*NH), 128 threads, query tiles last-first; K, V of the head's kv head.
-
-template <int HS, class T16>
-__global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash1_bwd_dq_kernel(T16* __restrict__ dqkv, float* __restrict__ Dbuf, const T16* __restrict__ dout,
-                         const T16* __restrict__ qkv, const T16* __restrict__ out,
-                         const float* __restrict__ lse, int T, int C, int NH, int KVH, float scale_log2, float scale) {
-    constexpr int LDS = AttnShape<HS>::LDS;
-    constexpr int KC = HS / 16, ND = HS / 8, NB = ATTN_BC / 8, PC = ATTN_BC / 16;
-    extern __shared__ __align__(16) unsigned char attn_smem[];
-    T16* Qs = reinterpret_cast<T16*>(attn_smem);  // [BR][LDS]
-    T16* dOs = Qs + ATTN_BR * LDS;                  // [BR][LDS]
-    T16* Ks = dOs + ATTN_BR * LDS;                  // [2][BC][LDS]
-    T16* Vs = Ks + 2 * ATTN_BC * LDS;               // [2][BC][LDS]
-
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * ATTN_BR;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
-    const T16* qg = qkv + (size_t)b * T * QW + (size_t)h * HS;
-    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)(h / (NH / KVH)) * HS;
-    const T16* vg = kg + (size_t)KVH * HS;
-    const T16* dog = dout + (size_t)b * T * C + (size_t)h * HS;
-    const T16* og = out + (size_t)b * T * C + (size_t)h * HS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int wr = warp * 16;
-    const int row0 = q0 + wr + g, row1 = row0 + 8;
-
-    const int kend = min(q0 + ATTN_BR, T);
-    const int ntiles = (kend + ATTN_BC - 1) / ATTN_BC;
-
-    attn_load_tile<HS, ATTN_BR>(Qs, qg, QW, q0, T);
-    attn_load_tile<HS, ATTN_BR>(dOs, dog, C, q0, T);
-    attn_load_tile<HS, ATTN_BC>(Ks, kg, QW, 0, T);
-    attn_load_tile<HS, ATTN_BC>(Vs, vg, QW, 0, T);
-    attn_cp_async_commit();
-
-    // D_i = dout_i . out_i for the warp's 16 rows, from global memory while the tiles load:
-    // two lanes per row (lane / 2 = row, lane % 2 = half of the head), then one xor-add.
-    float dsum = 0.0f;
-    {
-        const int r = lane >> 1, half = lane & 1;
-        const int t = q0 + wr + r;
-        if (t < T) {
-            const size_t off = (size_t)t * C + (size_t)half * (HS / 2);
-#pragma unroll
-            for (int k = 0; k < HS / 2; k += 8) {
-                float fd[8], fo[8];
-                load8(fd, dog + off + k);
-                load8(fo, og + off + k);
-#pragma unroll
-                for (int e = 0; e < 8; e++) dsum = fmaf(fd[e], fo[e], dsum);
-            }
-        }
-        dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
-        if (half == 0 && t < T) Dbuf[(size_t)bh * T + t] = dsum;
-    }
-    const float D0 = __shfl_sync(0xffffffffu, dsum, 2 * g);
-    const float D1 = __shfl_sync(0xffffffffu, dsum, 2 * (g + 8));
-    const float L0 = row0 < T ? lse[(size_t)bh * T + row0] * ATTN_LOG2E : 0.0f;
-    const float L1 = row1 < T ? lse[(size_t)bh * T + row1] * ATTN_LOG2E : 0.0f;
-
-    float dq[ND][4];
-    attn_zero(dq);
-
-    for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = attn_next_kv_tile<HS>(Ks, Vs, kg, vg, QW, kt, ntiles, T);
-        const T16* Kt = Ks + buf * ATTN_BC * LDS;
-        const T16* Vt = Vs + buf * ATTN_BC * LDS;
-        const int j0 = kt * ATTN_BC;
-
-        float s[NB][4], dp[NB][4];
-        attn_zero(s);
-        attn_zero(dp);
-        attn_mma_abt<KC, NB, LDS>(s, Qs, wr, Kt, lane);    // S = Q K^T
-        attn_mma_abt<KC, NB, LDS>(dp, dOs, wr, Vt, lane);  // dP = dO V^T
-        // P = exp2(S scale log2e - lse log2e), masked; dS = P (dP - D) (scale applied at the end)
-        const bool masked = (j0 + ATTN_BC - 1 > q0 + wr) || (j0 + ATTN_BC > T) || (q0 + wr + 15 >= T);
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = i < 2 ? row0 : row1;
-                float p = exp2f(fmaf(s[nb][i], scale_log2, -(i < 2 ? L0 : L1)));
-                if (masked) {
-                    const int key = j0 + nb * 8 + 2 * c + (i & 1);
-                    if (key > row || row >= T) p = 0.0f;
-                }
-                dp[nb][i] = p * (dp[nb][i] - (i < 2 ? D0 : D1));
-            }
-        }
-        attn_mma_px<PC, ND, LDS>(dq, dp, Kt, lane);  // dQ += dS K
-        __syncthreads();
-    }
-
-    if (row0 < T) attn_store_row(dqkv + ((size_t)b * T + row0) * QW + (size_t)h * HS + 2 * c, dq, 0, scale);
-    if (row1 < T) attn_store_row(dqkv + ((size_t)b * T + row1) * QW + (size_t)h * HS + 2 * c, dq, 1, scale);
-}
-
-// ----------------------------------------------------------------------------
-// flash1 backward, kernel 2: dK and dV for a tile of 64 keys (16 per warp) of one (b, kv
-// head), looping over the group's query heads and, for each, over the query tiles that can
-// see the keys (queries >= the tile's first key), Q/dO double-buffered across all of them;
-// dK, dV in registers throughout (the group's sum).
-// grid (ceil(T/64), B*KVH), 128 threads; key tile 0 (the most query tiles) launches first.
-// Here the warp computes transposed products: S^T = K Q^T and dP^T = V dO^T (keys are the
-// rows, queries the columns), so P^T and dS^T are A fragments for dV += P^T dO and
-// dK += dS^T Q directly.
-
-template <int HS, class T16>
-__global__ void __launch_bounds__(ATTN_THREADS)
-attn_flash1_bwd_dkv_kernel(T16* __restrict__ dqkv, const float* __restrict__ Dbuf, const T16* __restrict__ dout,
-                          const T16* __restrict__ qkv, const float* __restrict__ lse, int T, int C, int NH,
-                          int KVH, float scale_log2, float scale) {
-    constexpr int LDS = AttnShape<HS>::LDS;
-    constexpr int BQ = AttnShape<HS>::BQ;
-    constexpr int KC = HS / 16, ND = HS / 8, NB = BQ / 8, PC = BQ / 16;
-    extern __shared__ __align__(16) unsigned char attn_smem[];
-    T16* Ks = reinterpret_cast<T16*>(attn_smem);  // [BC][LDS]
-    T16* Vs = Ks + ATTN_BC * LDS;                   // [BC][LDS]
-    T16* Qs = Vs + ATTN_BC * LDS;                   // [2][BQ][LDS]
-    T16* dOs = Qs + 2 * BQ * LDS;                   // [2][BQ][LDS]
-    float* Ls = reinterpret_cast<float*>(dOs + 2 * BQ * LDS);  // [2][BQ] lse * log2e
-    float* Ds = Ls + 2 * BQ;                                    // [2][BQ] D
-
-    const int j0 = blockIdx.x * ATTN_BC;
-    const int group = NH / KVH;
-    const int b = blockIdx.y / KVH, kvh = blockIdx.y % KVH;
-    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
-    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)kvh * HS;
-    const T16* vg = kg + (size_t)KVH * HS;
-    const T16* qg0 = qkv + (size_t)b * T * QW;  // q of token 0, head 0 (head h at + h HS)
-    const T16* dog0 = dout + (size_t)b * T * C;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int kw = warp * 16;                       // the warp's first key in the tile
-    const int key0 = j0 + kw + g, key1 = key0 + 8;  // this thread's two keys
-
-    const int nqt = (T - j0 + BQ - 1) / BQ;  // query tiles starting at j0, per query head
-    const int nsteps = group * nqt;         // (query head, query tile), head-major
-
-    attn_load_tile<HS, ATTN_BC>(Ks, kg, QW, j0, T);
-    attn_load_tile<HS, ATTN_BC>(Vs, vg, QW, j0, T);
-    {
-        const int h = kvh * group;  // the first step: the group's first head, queries from j0
-        attn_load_tile<HS, BQ>(Qs, qg0 + (size_t)h * HS, QW, j0, T);
-        attn_load_tile<HS, BQ>(dOs, dog0 + (size_t)h * HS, C, j0, T);
-        const float* lseg = lse + ((size_t)b * NH + h) * T;
-        const float* Dg = Dbuf + ((size_t)b * NH + h) * T;
-        for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
-            const int t = j0 + i;
-            Ls[i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
-            Ds[i] = t < T ? Dg[t] : 0.0f;
-        }
-    }
-    attn_cp_async_commit();
-
-    float dk[ND][4], dv[ND][4];
-    attn_zero(dk);
-    attn_zero(dv);
-
-    for (int step = 0; step < nsteps; step++) {
-        const int buf = step & 1;
-        const int i0 = j0 + (step % nqt) * BQ;
-        if (step + 1 < nsteps) {
-            const int nb0 = (buf ^ 1);
-            const int hn = kvh * group + (step + 1) / nqt, in0 = j0 + ((step + 1) % nqt) * BQ;
-            attn_load_tile<HS, BQ>(Qs + nb0 * BQ * LDS, qg0 + (size_t)hn * HS, QW, in0, T);
-            attn_load_tile<HS, BQ>(dOs + nb0 * BQ * LDS, dog0 + (size_t)hn * HS, C, in0, T);
-            const float* lseg = lse + ((size_t)b * NH + hn) * T;
-            const float* Dg = Dbuf + ((size_t)b * NH + hn) * T;
-            for (int i = threadIdx.x; i < BQ; i += ATTN_THREADS) {
-                const int t = in0 + i;
-                Ls[nb0 * BQ + i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
-                Ds[nb0 * BQ + i] = t < T ? Dg[t] : 0.0f;
-            }
-            attn_cp_async_commit();
-            attn_cp_async_wait<1>();
-        } else {
-            attn_cp_async_wait<0>();
-        }
-        __syncthreads();
-        // Skip when every query of the tile precedes every key of the warp (all masked).
-        if (i0 + BQ - 1 >= j0 + kw) {
-            const T16* Qt = Qs + buf * BQ * LDS;
-            const T16* dOt = dOs + buf * BQ * LDS;
-            const float* Lt = Ls + buf * BQ;
-            const float* Dt = Ds + buf * BQ;
-            float st[NB][4], dpt[NB][4];
-            attn_zero(st);
-            attn_zero(dpt);
-            attn_mma_abt<KC, NB, LDS>(st, Ks, kw, Qt, lane);    // S^T = K Q^T
-            attn_mma_abt<KC, NB, LDS>(dpt, Vs, kw, dOt, lane);  // dP^T = V dO^T
-            // P^T[key][query] = exp2(S^T scale log2e - lse_q log2e), masked where query < key
-            // or query >= T; dS^T = P^T (dP^T - D_q).
-            const bool masked = (i0 < j0 + kw + 15) || (i0 + BQ > T);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int qi = nb * 8 + 2 * c + (i & 1);  // query index within the tile
-                    float p = exp2f(fmaf(st[nb][i], scale_log2, -Lt[qi]));
-                    if (masked) {
-                        const int q = i0 + qi;
-                        const int key = i < 2 ? key0 : key1;
-                        if (q < key || q >= T) p = 0.0f;
-                    }
-                    st[nb][i] = p;
-                    dpt[nb][i] = p * (dpt[nb][i] - Dt[qi]);
-                }
-            }
-            // dV += P^T dO, then dK += dS^T Q (two passes: fewer registers live at once)
-            attn_mma_px<PC, ND, LDS>(dv, st, dOt, lane);
-            attn_mma_px<PC, ND, LDS>(dk, dpt, Qt, lane);
-        }
-        __syncthreads();
-    }
-
-    if (key0 < T) {
-        T16* p = dqkv + ((size_t)b * T + key0) * QW + C + (size_t)kvh * HS + 2 * c;
-        attn_store_row(p, dk, 0, scale);
-        attn_store_row(p + (size_t)KVH * HS, dv, 0, 1.0f);
-    }
-    if (key1 < T) {
-        T16* p = dqkv + ((size_t)b * T + key1) * QW + C + (size_t)kvh * HS + 2 * c;
-        attn_store_row(p, dk, 1, scale);
-        attn_store_row(p + (size_t)KVH * HS, dv, 1, 1.0f);
-    }
-}
-
-// ----------------------------------------------------------------------------
 // Reference path kernels (--attention cublas)
 
 // dst[b,h,t,d] = src[(b*T + t) * src_stride + h*hs + d]   (to [B,NH,T,hs]; NH: the heads of src)
@@ -1300,19 +909,18 @@ static inline size_t attn_cublas_scratch_bytes(int nbf, int B, int T, int C, int
     return nbf * align_up_256(btc * sizeof(uint16_t)) + align_up_256(tt * sizeof(float)) + align_up_256(tt * sizeof(uint16_t));
 }
 
-// Bytes of scratch attention_forward_cuda needs (0 for flash and flash1).
+// Bytes of scratch attention_forward_cuda needs (0 for flash).
 static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
     if (impl != ATTENTION_CUBLAS) return 0;
     return attn_cublas_scratch_bytes(4, B, T, C, NH);  // q, k, v, out in [B,NH,T,hs]; S; P
 }
-// Bytes of scratch attention_backward_cuda needs: flash1 B*NH*T floats (D); flash those and
-// the dQ slices, B*C*R floats (R = attn_flash_dq_rows(T), about 4.5 T at T = 1024); cublas
-// B*NH*T*T*6 bytes and more. None depends on the kv-head count: D and the dQ slices are per
-// query head, the group's dK/dV sums stay in registers (flash, flash1) or in the GEMMs
+// Bytes of scratch attention_backward_cuda needs: flash B*NH*T floats (D) and the dQ slices,
+// B*C*R floats (R = attn_flash_dq_rows(T), about 4.5 T at T = 1024); cublas B*NH*T*T*6 bytes
+// and more. None depends on the kv-head count: D and the dQ slices are per query head, the
+// group's dK/dV sums stay in registers (flash) or in the GEMMs
 // (cublas, whose k, v, dk, dv copies are sized for KVH == NH, the largest).
 static inline size_t attention_backward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
     const size_t d_bytes = align_up_256((size_t)B * NH * T * sizeof(float));
-    if (impl == ATTENTION_FLASH1) return d_bytes;
     if (impl == ATTENTION_FLASH) return d_bytes + align_up_256((size_t)B * C * attn_flash_dq_rows(T) * sizeof(float));
     return attn_cublas_scratch_bytes(7, B, T, C, NH);  // q, k, v, dout, dq, dk, dv; S/dP; P/dS
 }
@@ -1351,22 +959,13 @@ static inline void attn_optin(const void* kernel, size_t bytes, int optin) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// Every kernel of impl for one 16-bit type, both head sizes.
+// Every flash kernel for one 16-bit type, both head sizes.
 template <class T16>
-static inline void attn_optin_kernels(AttentionImpl impl, int optin) {
-    if (impl == ATTENTION_FLASH) {
-        attn_optin((const void*)attn_flash_fwd_kernel<64, T16>, FlashShape<64>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash_fwd_kernel<128, T16>, FlashShape<128>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash_bwd_kernel<64, T16>, FlashShape<64>::bwd_smem, optin);
-        attn_optin((const void*)attn_flash_bwd_kernel<128, T16>, FlashShape<128>::bwd_smem, optin);
-    } else {
-        attn_optin((const void*)attn_flash1_fwd_kernel<64, T16>, AttnShape<64>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash1_fwd_kernel<128, T16>, AttnShape<128>::fwd_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dq_kernel<64, T16>, AttnShape<64>::dq_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dq_kernel<128, T16>, AttnShape<128>::dq_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<64, T16>, AttnShape<64>::dkv_smem, optin);
-        attn_optin((const void*)attn_flash1_bwd_dkv_kernel<128, T16>, AttnShape<128>::dkv_smem, optin);
-    }
+static inline void attn_optin_kernels(int optin) {
+    attn_optin((const void*)attn_flash_fwd_kernel<64, T16>, FlashShape<64>::fwd_smem, optin);
+    attn_optin((const void*)attn_flash_fwd_kernel<128, T16>, FlashShape<128>::fwd_smem, optin);
+    attn_optin((const void*)attn_flash_bwd_kernel<64, T16>, FlashShape<64>::bwd_smem, optin);
+    attn_optin((const void*)attn_flash_bwd_kernel<128, T16>, FlashShape<128>::bwd_smem, optin);
 }
 
 // Prepares the attention kernels of `impl` on the current GPU: queries its opt-in shared
@@ -1384,8 +983,8 @@ static inline void attention_context_init(AttentionContext* ac, AttentionImpl im
                  "use --attention cublas", attention_impl_name(impl), major);
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     ac->smem_optin = optin;
-    attn_optin_kernels<bf16>(impl, optin);
-    attn_optin_kernels<fp16>(impl, optin);
+    attn_optin_kernels<bf16>(optin);
+    attn_optin_kernels<fp16>(optin);
 }
 
 // A launch's shared memory against what attention_context_init found (host only: no CUDA call).
@@ -1430,36 +1029,6 @@ static void attn_flash_backward_launch(const AttentionContext* ac, T16* dqkv, vo
                                                                          NH, KVH, scale_log2, scale);
     CUDA_LAUNCH_CHECK();
     attn_flash_dq_sum_kernel<HS><<<blocks, 256, 0, stream>>>(dqkv, dq_part, B, T, C, NH, KVH, scale);
-    CUDA_LAUNCH_CHECK();
-}
-
-template <int HS, class T16>
-static void attn_flash1_forward_launch(const AttentionContext* ac, T16* out, float* lse, const T16* qkv, int B,
-                                       int T, int C, int NH, int KVH, cudaStream_t stream) {
-    const float scale_log2 = 1.0f / sqrtf((float)HS) * ATTN_LOG2E;
-    const size_t smem = AttnShape<HS>::fwd_smem;
-    attn_require_smem(ac, smem, "flash1 attention forward");
-    const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
-    attn_flash1_fwd_kernel<HS, T16><<<grid, ATTN_THREADS, smem, stream>>>(out, lse, qkv, T, C, NH, KVH, scale_log2);
-    CUDA_LAUNCH_CHECK();
-}
-
-template <int HS, class T16>
-static void attn_flash1_backward_launch(const AttentionContext* ac, T16* dqkv, float* Dbuf, const T16* dout,
-                                        const T16* qkv, const T16* out, const float* lse, int B, int T, int C,
-                                        int NH, int KVH, cudaStream_t stream) {
-    const float scale = 1.0f / sqrtf((float)HS);
-    const float scale_log2 = scale * ATTN_LOG2E;
-    const dim3 grid((unsigned)ceil_div(T, ATTN_BR), (unsigned)(B * NH));
-    const size_t smem_dq = AttnShape<HS>::dq_smem, smem_kv = AttnShape<HS>::dkv_smem;
-    attn_require_smem(ac, smem_dq, "flash1 attention backward (dQ)");
-    attn_require_smem(ac, smem_kv, "flash1 attention backward (dK/dV)");
-    attn_flash1_bwd_dq_kernel<HS, T16><<<grid, ATTN_THREADS, smem_dq, stream>>>(dqkv, Dbuf, dout, qkv, out, lse, T, C, NH,
-                                                                           KVH, scale_log2, scale);
-    CUDA_LAUNCH_CHECK();
-    const dim3 grid_kv((unsigned)ceil_div(T, ATTN_BC), (unsigned)(B * KVH));
-    attn_flash1_bwd_dkv_kernel<HS, T16><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, Dbuf, dout, qkv, lse, T, C, NH,
-                                                                               KVH, scale_log2, scale);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -1575,8 +1144,8 @@ static inline void attn_cublas_backward(MatmulContext* mm, T16* dqkv, const T16*
 }
 
 // out[B,T,C] and lse[B,NH,T] from qkv[B,T,QW] (both overwritten), by ac's implementation.
-// scratch: at least attention_forward_scratch_bytes(ac->impl, ...) bytes (flash, flash1:
-// none, may be NULL); mm: the matmul context (used by the cublas path only; may be NULL for
+// scratch: at least attention_forward_scratch_bytes(ac->impl, ...) bytes (flash: none, may
+// be NULL); mm: the matmul context (used by the cublas path only; may be NULL for
 // the flash ones).
 template <class T16>
 static inline void attention_forward_cuda(const AttentionContext* ac, MatmulContext* mm, T16* out, float* lse,
@@ -1587,14 +1156,8 @@ static inline void attention_forward_cuda(const AttentionContext* ac, MatmulCont
     if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
                      "attention_forward_cuda: qkv and out must be 16-byte aligned, lse 4-byte aligned");
-        const bool hs64 = C / NH == 64;
-        if (ac->impl == ATTENTION_FLASH) {
-            if (hs64) attn_flash_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
-            else attn_flash_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
-        } else {
-            if (hs64) attn_flash1_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
-            else attn_flash1_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
-        }
+        if (C / NH == 64) attn_flash_forward_launch<64>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
+        else attn_flash_forward_launch<128>(ac, out, lse, qkv, B, T, C, NH, KVH, stream);
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_forward_cuda: the cublas path needs a MatmulContext");
         attn_cublas_forward(mm, out, lse, qkv, scratch, B, T, C, NH, KVH, stream);
@@ -1614,15 +1177,8 @@ static inline void attention_backward_cuda(const AttentionContext* ac, MatmulCon
         CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&
                      ((uintptr_t)lse & 3) == 0 && is_aligned16(scratch),
                      "attention_backward_cuda: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
-        const bool hs64 = C / NH == 64;
-        if (ac->impl == ATTENTION_FLASH) {
-            if (hs64) attn_flash_backward_launch<64>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
-            else attn_flash_backward_launch<128>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
-        } else {
-            float* Dbuf = (float*)scratch;
-            if (hs64) attn_flash1_backward_launch<64>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
-            else attn_flash1_backward_launch<128>(ac, dqkv, Dbuf, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
-        }
+        if (C / NH == 64) attn_flash_backward_launch<64>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        else attn_flash_backward_launch<128>(ac, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_backward_cuda: the cublas path needs a MatmulContext");
         attn_cublas_backward(mm, dqkv, dout, qkv, lse, scratch, B, T, C, NH, KVH, stream);
