@@ -130,7 +130,7 @@ static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbi
 }
 // Causal attention. cpu: QK^T and PV over the lower triangle, 2 x 2 x B x T^2/2 x C FLOPs
 // forward (FlashAttention's count); the backward recomputes the scores and does four more
-// products. cuda (kernels/cuda_attention.cuh, ATTENTION_FLASH): the query x key pairs the
+// products. cuda (kernels/cuda_attention_flash.cuh, ATTENTION_FLASH): the query x key pairs the
 // tiles compute, masked ones included, per (batch, head):
 //   forward: blocks of 128 queries, a warp per 32 of them; the block's key tiles (64 keys,
 //     32 for head size 128) up to its last visible key, each skipped by a warp none of whose

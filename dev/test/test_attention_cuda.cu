@@ -1,4 +1,5 @@
-// GPU test: cuBLASLt matmuls (kernels/cuda_matmul.cuh) and attention (kernels/cuda_attention.cuh)
+// GPU test: cuBLASLt matmuls (kernels/cuda_matmul.cuh) and attention (kernels/cuda_attention.cuh:
+// the flash kernels of cuda_attention_flash.cuh, the cuBLAS path of cuda_attention_cublas.cuh)
 // against their CPU twins (kernels/cpu_kernels.h), on the same random inputs rounded to the
 // 16-bit storage type T16: bf16, and fp16 (--param-dtype fp16; its checks' names end in
 // " [fp16]", bf16's carry no tag).
@@ -56,6 +57,7 @@
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_attention.cuh"
+#include "kernels/cuda_attention_flash.cuh"  // FlashShape: the shared memory the test prints
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_matmul.cuh"
 
