@@ -82,7 +82,7 @@
 #include "fsdp/offload.h"
 #include "comm/process_group.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_optimizer.cuh"
 
 typedef struct {
     int use_nccl;            // 1: NCCL on a dedicated comm stream; 0: staged through pinned host memory over comm.h

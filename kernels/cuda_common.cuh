@@ -1,17 +1,57 @@
 // Shared CUDA helpers for fsdp.c: error checks, 16-bit float helpers, 128-bit vector access,
-// warp/block reductions, ceil_div and the stochastic-rounding hash.
+// warp/block reductions, ceil_div, the stochastic-rounding hash, and the launch helpers the op
+// headers share (flat kernels, the two-pass row reduction). The hand-written kernels live one
+// op per header, as llm.c's llmc/: cuda_encoder.cuh, cuda_norm.cuh (LayerNorm, RMSNorm, the
+// residual add), cuda_activation.cuh (GELU, SwiGLU), cuda_bias.cuh, cuda_rope.cuh,
+// cuda_crossentropy.cuh, cuda_optimizer.cuh, beside the library-backed cuda_matmul.cuh and
+// the attention (cuda_attention.cuh). Each has a CPU twin in kernels/cpu_kernels.h or
+// kernels/cpu_kernels_llama.h, which is the numerical definition; dev/test/test_kernels_cuda.cu
+// compares the two.
 //
 // Everything here has internal linkage (static) or is a template, so any number of
 // translation units may include this header, and one that uses nothing of it still compiles
 // warning-free under -Wall -Wextra -Werror.
 //
-// Conventions
+// Conventions of every op header
+//   B batch, T sequence length, C channels, N = B*T rows, OC output channels, V real
+//   vocabulary, Vp padded vocabulary (Vp >= V). Row-major, like the CPU twins.
+//   Storage: activations, parameters and their gradients are 16-bit, T16 = bf16 or fp16 (the
+//   run's --param-dtype; every launcher is a template on it, deduced from its pointers);
+//   LayerNorm mean/rstd, losses, master weights, Adam moments and gradient shards are fp32.
+//   All arithmetic is fp32 (the grad-norm sum is double). 16-bit results are rounded to
+//   nearest even, except the optimizer's bf16 parameter copy, which is stochastically rounded
+//   (fp16's is rounded to nearest: store8_param).
+//   Accumulate vs overwrite: exactly as the CPU twins. Every *_backward ACCUMULATES (+=)
+//   into its gradient outputs (dwte, dwpe, dinp, dweight, dbias); the caller zeroes them.
+//   Exceptions, by design: gelu_backward_inplace_cuda overwrites dout with dinp (no twin; it
+//   equals the twin applied to a zeroed dinp), and swiglu_backward_cuda overwrites dinp.
+//   Forward kernels overwrite their outputs.
+//   Launchers: every launcher takes a cudaStream_t and only enqueues work on it: no
+//   allocation, no synchronisation, no host reads of device data. Scratch memory is passed
+//   in by the caller together with its size; the *_scratch_bytes functions say how much is
+//   needed (a pure function of the shapes, so it can be sized once before step 0).
+//   Preconditions are checked on the host; a violated one prints one line naming the
+//   launcher and exits(1) (CUDA_REQUIRE), never a silent wrong answer.
+//   Row kernels (encoder, LayerNorm, bias gradient, cross-entropy) use 128-bit accesses
+//   along rows and REQUIRE C (OC, Vp) % 8 == 0 and 16-byte aligned pointers (true for
+//   every GPT-2 shape and for cudaMalloc'd buffers at offsets that are multiples of 8
+//   elements). The Llama kernels (RMSNorm, RoPE, SwiGLU) accept any C (F, head size): 128-bit
+//   accesses when it is a multiple of 8 and every pointer is 16-byte aligned (every Llama
+//   shape), otherwise a scalar path with the same arithmetic in the same order. Flat
+//   kernels (GELU, residual, casts, accumulate, AdamW, sum of squares) accept any n and any
+//   alignment: 128-bit accesses when every pointer is 16-byte aligned, a scalar path
+//   otherwise, and a scalar tail for the last n % 8 elements.
+//   Determinism: no float atomics anywhere. Reductions over rows (embedding, LayerNorm and
+//   RMSNorm weight/bias, bias gradients, sum of squares) run in an order fixed by the shapes
+//   only, so two identical calls give bitwise identical results.
+//
+// Conventions of the helpers
 // - Storage is 16-bit, arithmetic fp32. The 16-bit type is the run's --param-dtype: bf16
 //   (__nv_bfloat16, the default) or fp16 (__half, IEEE binary16, with loss scaling); every
 //   kernel that stores activations, parameters or their gradients is a template on it,
 //   named T16 throughout. to_float / from_float<T16> convert (round to nearest even).
 // - 128-bit access: 8 16-bit values or 4 fp32 per int4. The pointer must be 16-byte aligned; the
-//   callers (launchers in cuda_kernels.cuh) check alignment and sizes on the host.
+//   callers (the op headers' launchers) check alignment and sizes on the host.
 // - Reductions: warp_reduce_* are xor butterflies, so every lane ends with the same,
 //   bitwise identical value, and the order of operations depends only on the lane, never
 //   on timing. block_reduce_* add the warps' results in warp order. Both are deterministic.
@@ -237,6 +277,75 @@ __device__ __forceinline__ T block_reduce_sum(T v) {
     v = warp_reduce_sum(v);
     __syncthreads();
     return v;
+}
+
+// ----------------------------------------------------------------------------
+// Launch helpers shared by the op headers: the flat kernels' grid and prologue, the 128-bit
+// path's alignment test, and the two-pass row reduction (a fixed row partition, then the
+// partials summed in order) of the LayerNorm, RMSNorm and bias gradients.
+
+static constexpr int kFlatThreads = 256;  // flat kernels: 8 elements/thread
+
+// Grid for a flat kernel: one thread per group of 8 elements.
+static inline unsigned flat_grid(size_t n) {
+    const size_t blocks = ceil_div(ceil_div(n, (size_t)8), (size_t)kFlatThreads);
+    CUDA_REQUIRE(blocks <= 0x7fffffffu, "n = %zu is too large for one launch", n);
+    return (unsigned)blocks;
+}
+
+// True when every non-NULL pointer is 16-byte aligned: the 128-bit path may be used.
+static inline bool all_aligned16(const void* a, const void* b = NULL, const void* c = NULL,
+                                 const void* d = NULL, const void* e = NULL) {
+    return is_aligned16(a) && is_aligned16(b) && is_aligned16(c) && is_aligned16(d) && is_aligned16(e);
+}
+
+// Flat elementwise kernels (residual, GELU, casts, AdamW, ...): one thread per group of 8
+// elements. VEC: 128-bit accesses for full groups (every pointer 16-byte aligned); the last
+// partial group, and every group when !VEC, element by element. FLAT_PROLOGUE(n) opens such
+// a kernel: i0 (the group's first element), cnt (its elements, <= 8) and full (the 128-bit
+// path), and returns past the end.
+
+#define FLAT_PROLOGUE(n)                                                                   \
+    const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;                 \
+    if (i0 >= (n)) return;                                                                 \
+    const int cnt = (n) - i0 < 8 ? (int)((n) - i0) : 8;                                     \
+    const bool full = VEC && cnt == 8;
+
+// Rows [g * rows, min(N, (g + 1) * rows)) go to block g of a two-pass row reduction. The
+// split depends only on N, never on the device, so the summation order is fixed.
+static inline void row_partition(int N, int min_rows, int max_blocks, int* rows, int* blocks) {
+    int r = ceil_div(N, max_blocks);
+    if (r < min_rows) r = min_rows;
+    *rows = r;
+    *blocks = ceil_div(N, r);
+}
+
+// dst[c] += (accumulate) or = (not: dst is not read) the sum over g (in order, strided by 8
+// per thread row, then the 8 partial sums in order) of partial[g * C + c]. Block (32, 8),
+// grid ceil(C / 32). Deterministic; both forms give the same bits on a zeroed dst.
+template <class T16>
+static __global__ void __launch_bounds__(256)
+sum_partials_kernel(T16* __restrict__ dst, const float* __restrict__ partial, int G, int C, int accumulate) {
+    __shared__ float sh[8][32];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (c < C) {
+        for (int g = threadIdx.y; g < G; g += 8) acc += partial[(size_t)g * C + c];
+    }
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float total = 0.0f;
+#pragma unroll
+        for (int y = 0; y < 8; y++) total += sh[y][threadIdx.x];
+        dst[c] = from_float<T16>(accumulate ? to_float(dst[c]) + total : total);
+    }
+}
+
+template <class T16>
+static inline void sum_partials(T16* dst, const float* partial, int G, int C, int accumulate, cudaStream_t stream) {
+    sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dst, partial, G, C, accumulate);
+    CUDA_LAUNCH_CHECK();
 }
 
 // ----------------------------------------------------------------------------

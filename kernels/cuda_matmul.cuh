@@ -94,7 +94,7 @@
 // the GPU, including a test that tells the tanh form from the erf form.
 //
 // GELU fusion is a choice and has a fallback. matmul_set_gelu_fusion() picks it like llm.c's
-// -ge: 0 = the matmul and the GELU kernels of cuda_kernels.cuh run separately, 1 = fuse the
+// -ge: 0 = the matmul and the GELU kernels of cuda_activation.cuh run separately, 1 = fuse the
 // forward (GELU_AUX epilogue), 2 = fuse the forward and the backward (DGELU epilogue; the
 // default). When the heuristic has no algorithm for a fused epilogue, the context says so
 // once on stderr, turns that fusion off, and runs the separate form from then on: a run
@@ -113,7 +113,7 @@
 #include <string.h>
 
 #include "kernels/cuda_common.cuh"
-#include "kernels/cuda_kernels.cuh"  // the GELU kernels of the unfused form
+#include "kernels/cuda_activation.cuh"  // the GELU kernels of the unfused form
 
 #define MATMUL_WORKSPACE_BYTES ((size_t)32 << 20)  // 32 MiB: plenty on Ampere/Hopper
 #define MATMUL_PLAN_CACHE 64                         // distinct GEMM shapes kept planned

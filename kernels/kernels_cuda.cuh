@@ -9,12 +9,16 @@
 #include <string.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_activation.cuh"
 #include "kernels/cuda_attention.cuh"
+#include "kernels/cuda_bias.cuh"
 #include "kernels/cuda_common.cuh"
-#include "kernels/cuda_kernels.cuh"
-#include "kernels/cuda_kernels_llama.cuh"
+#include "kernels/cuda_crossentropy.cuh"
+#include "kernels/cuda_encoder.cuh"
 #include "kernels/cuda_launches.cuh"
 #include "kernels/cuda_matmul.cuh"
+#include "kernels/cuda_norm.cuh"
+#include "kernels/cuda_rope.cuh"
 #include "kernels/kernels.h"
 
 // What the table's buffers are sized for.

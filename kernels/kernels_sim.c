@@ -60,7 +60,7 @@ double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
 static SimClock* clk(Kernels* k) { return (SimClock*)k->impl; }
 static int models_cuda(const Kernels* k) { return k->act_bytes != sizeof(float); }
 
-// The cuda kernels' two-pass row reductions (kernels/cuda_kernels.cuh, row_partition): the
+// The cuda kernels' two-pass row reductions (kernels/cuda_common.cuh, row_partition): the
 // blocks of rows whose fp32 partial sums a second kernel adds up.
 static double partial_blocks(int N, int min_rows, int max_blocks) {
     int rows = (N + max_blocks - 1) / max_blocks;
@@ -102,7 +102,7 @@ static void sim_residual_layernorm_forward(Kernels* k, void* residual, void* out
 }
 // dout and inp read, dinp read and written (it accumulates), the statistics and weight
 // read, dweight and dbias written (and read when accumulating). cuda: through fp32 partial
-// sums per block of rows (cuda_kernels.cuh: at least 16 rows, at most 512 blocks).
+// sums per block of rows (cuda_norm.cuh: at least 16 rows, at most 512 blocks).
 static void sim_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                    const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate) {
     double e = (double)k->act_bytes, NC = (double)N * C;
@@ -130,7 +130,7 @@ static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbi
 }
 // Causal attention. cpu: QK^T and PV over the lower triangle, 2 x 2 x B x T^2/2 x C FLOPs
 // forward (FlashAttention's count); the backward recomputes the scores and does four more
-// products. cuda (kernels/cuda_attention.cuh, ATTENTION_FLASH): the query x key pairs the
+// products. cuda (kernels/cuda_attention_flash.cuh, ATTENTION_FLASH): the query x key pairs the
 // tiles compute, masked ones included, per (batch, head):
 //   forward: blocks of 128 queries, a warp per 32 of them; the block's key tiles (64 keys,
 //     32 for head size 128) up to its last visible key, each skipped by a warp none of whose

@@ -1,5 +1,5 @@
 // The optimizer's per-element arithmetic, written once for the GPU's AdamW kernel
-// (cuda_kernels.cuh) and the host threads of --offload optimizer (fsdp/offload.c), so that
+// (cuda_optimizer.cuh) and the host threads of --offload optimizer (fsdp/offload.c), so that
 // both give the same bits: AdamW with explicit roundings (no fused multiply-add on either
 // side: nvcc's __f*_rn intrinsics are never contracted, and the host file is compiled with
 // -ffp-contract=off), and the stochastic rounding to bf16 whose random bits are a pure

@@ -1,4 +1,5 @@
-// GPU test: cuBLASLt matmuls (kernels/cuda_matmul.cuh) and attention (kernels/cuda_attention.cuh)
+// GPU test: cuBLASLt matmuls (kernels/cuda_matmul.cuh) and attention (kernels/cuda_attention.cuh:
+// the flash kernels of cuda_attention_flash.cuh, the cuBLAS path of cuda_attention_cublas.cuh)
 // against their CPU twins (kernels/cpu_kernels.h), on the same random inputs rounded to the
 // 16-bit storage type T16: bf16, and fp16 (--param-dtype fp16; its checks' names end in
 // " [fp16]", bf16's carry no tag).
@@ -27,15 +28,15 @@
 //   differs: bf16's and fp16's products are both exact in fp32, 8 + 8 and 11 + 11 bits).
 // - lse (fp32 end to end, from exact products of the 16-bit inputs): 1e-4 x max(1, max |lse|),
 //   for either type.
-// - flash vs flash1 and flash vs cublas (all on the GPU, each within the tolerance of the
-//   CPU): twice the tolerance (2e-2 for bf16, 2.5e-3 for fp16).
+// - flash vs cublas (both on the GPU, each within the tolerance of the CPU): twice the
+//   tolerance (2e-2 for bf16, 2.5e-3 for fp16).
 // - determinism: bitwise equality of two runs (forward and backward, every path; dweight).
 // Attention shapes: T = 1, 64, 100, 200, 256, 300 (flash's forward tiles are 128 queries,
 // its backward blocks 128 keys: partial first tiles, several tiles with a partial last one,
 // exact multiples), head sizes 64 and 128, B = 2 with 2 and 4 heads; a sharp softmax; a head
 // size only cublas supports. Grouped-query attention (KVH kv heads shared by NH / KVH query
 // heads each; qkv rows of C + 2 KVH hs): NH = 4 with KVH = 2 and NH = 8 with KVH = 1, both
-// head sizes, T = 100 and 200. The three implementations are listed in kImpls. fp16 runs a
+// head sizes, T = 100 and 200. The two implementations are listed in kImpls. fp16 runs a
 // subset (the emulator's run time: test_attention_shapes).
 // - GELU epilogue: besides the tolerance check against gelu_forward, a projection test tells
 //   the tanh approximation from the erf GELU (they differ by < 5e-4, below bf16 resolution per
@@ -56,6 +57,7 @@
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_attention.cuh"
+#include "kernels/cuda_attention_flash.cuh"  // FlashShape: the shared memory the test prints
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_matmul.cuh"
 
@@ -361,9 +363,9 @@ struct AttnRun {
     bool deterministic;
 };
 
-// Every implementation, the new flash first (the others are compared with it).
-static const AttentionImpl kImpls[] = {ATTENTION_FLASH, ATTENTION_FLASH1, ATTENTION_CUBLAS};
-static const int kNImpls = 3;
+// Every implementation, flash first (cublas is compared with it).
+static const AttentionImpl kImpls[] = {ATTENTION_FLASH, ATTENTION_CUBLAS};
+static const int kNImpls = 2;
 
 // Runs forward + backward of ac's implementation twice (second time into fresh NaN-filled
 // buffers; the scratch is refilled with NaN before each run) and returns the first results
@@ -443,7 +445,7 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
     T16 *d_qkv = dev16<T16>(qkv), *d_dout = dev16<T16>(dout);
 
     AttnRun runs[kNImpls];
-    bool have[kNImpls] = {false, false, false};
+    bool have[kNImpls] = {false, false};
     for (int i = 0; i < kNImpls; i++) {
         const AttentionImpl impl = kImpls[i];
         const char* iname = attention_impl_name(impl);
@@ -507,9 +509,8 @@ static void test_attention_shapes(const AttentionContext* ctx, MatmulContext* mm
     }
 }
 
-// GPT-2 size (T = 1024): flash against flash1 and cublas (no CPU: too slow here),
-// determinism, and timings of all three printed as comments (the device check's flash vs
-// flash1 comparison).
+// GPT-2 size (T = 1024): flash against cublas (no CPU: too slow here), determinism, and
+// timings of both printed as comments (the device check reads them).
 static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm, int B, int T, int NH, int hs) {
     const int C = NH * hs;
     char shape[96], name[200], det[256];
@@ -528,8 +529,8 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
         snprintf(det, sizeof det, "out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tol 2e-2, lse 1e-4)", eo, el, e[0], e[1], e[2]);
         report(eo <= 2e-2 && el <= 1e-4 && e[0] <= 2e-2 && e[1] <= 2e-2 && e[2] <= 2e-2, name, det);
     }
-    snprintf(name, sizeof name, "attention flash, flash1 and cublas bitwise deterministic %s", shape);
-    report(runs[0].deterministic && runs[1].deterministic && runs[2].deterministic, name,
+    snprintf(name, sizeof name, "attention flash and cublas bitwise deterministic %s", shape);
+    report(runs[0].deterministic && runs[1].deterministic, name,
            "two forward+backward runs each");
 
     // Timings (informational).
@@ -589,15 +590,10 @@ static void refuse_head_size(void) {  // hs = 96 / 3 = 32: not a flash head size
     const AttentionContext ac = host_context(ATTENTION_FLASH, 227 << 10);
     attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 96, 3, 3, 0);
 }
-static void refuse_head_size_flash1(void) {
-    const AttentionContext ac = host_context(ATTENTION_FLASH1, 227 << 10);
-    attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
-                            (const float*)256, (void*)256, 1 << 20, 1, 8, 96, 3, 3, 0);
-}
-static void refuse_scratch(void) {  // the flash backward needs D and the dQ slices
+static void refuse_scratch(void) {  // the flash backward needs D and the dQ slices: room for D only
     const AttentionContext ac = host_context(ATTENTION_FLASH, 227 << 10);
     attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
-                            (const float*)256, (void*)256, attention_backward_scratch_bytes(ATTENTION_FLASH1, 1, 8, 128, 2),
+                            (const float*)256, (void*)256, align_up_256((size_t)1 * 2 * 8 * sizeof(float)),
                             1, 8, 128, 2, 2, 0);
 }
 static void refuse_smem(void) {  // a GPU with 99 KiB per block (sm_86): flash's hs 128 backward needs more
@@ -651,8 +647,6 @@ static void expect_refusal(const char* name, void (*fn)(void), const char* needl
 int main(int argc, char** argv) {
     expect_refusal("flash attention refuses an unsupported head size", refuse_head_size,
                    "flash attention supports head sizes 64 and 128");
-    expect_refusal("flash1 attention refuses an unsupported head size", refuse_head_size_flash1,
-                   "flash1 attention supports head sizes 64 and 128");
     expect_refusal("flash attention backward refuses a scratch without room for the dQ slices", refuse_scratch,
                    "too small");
     expect_refusal("flash attention refuses a kernel needing more shared memory than the GPU allows", refuse_smem,

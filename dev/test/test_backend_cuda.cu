@@ -33,7 +33,6 @@
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/cuda_kernels.cuh"
 #include "fsdp/backend_cpu.h"
 #include "fsdp/backend_cuda.cuh"
 #include "fsdp/flat_unit.h"

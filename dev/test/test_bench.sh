@@ -216,9 +216,9 @@ echo "ok - $n check 1"
 echo "ok - $n check 2"
 case "$n" in
     test_attention_cuda)
-        echo "ok - attention flash vs flash1 B=4 T=1024 NH=12 hs=64"
+        echo "ok - attention flash vs cublas B=4 T=1024 NH=12 hs=64"
         echo "ok - attention flash B=1 T=200 NH=3 hs=32 # skip head size not supported"
-        for r in "flash 0.400 1.000" "flash1 0.500 1.500" "cublas 0.800 2.400"; do
+        for r in "flash 0.400 1.000" "cublas 0.800 2.400"; do
             set -- $r
             echo "# attention $1 B=4 T=1024 NH=12 hs=64: forward $2 ms (100.0 TFLOP/s causal), backward $3 ms (100.0 TFLOP/s at 2.5x forward flops)"
         done ;;
@@ -397,12 +397,12 @@ else
     not_ok "device_check.sh d12: log tok/s '$tps12'; summary: $(sed -n '/bench_d12/,/attention_timing/p' "$A" | grep -E 'd12' | tr '\n' '|' | cut -c1-500)"
 fi
 if line A PASS attention_timing | grep -q "from test_attention_cuda's run above" &&
-   grep -q '^        attention flash1 B=4 T=1024 NH=12 hs=64: forward 0.500 ms' "$A" &&
-   grep -q '^        flash speed-up (the other ms / flash ms): over flash1 forward 1.25x, backward 1.50x; over cublas forward 2.00x, backward 2.40x$' "$A" &&
+   grep -q '^        attention cublas B=4 T=1024 NH=12 hs=64: forward 0.800 ms' "$A" &&
+   grep -q '^        flash speed-up (cublas ms / flash ms): forward 2.00x, backward 2.40x$' "$A" &&
    line A FAIL e2e | grep -q 'status 1, .*GPU_TESTS="ref determinism resume offload fp16 llama": 3 ok, 1 not ok' &&
    grep -q '^        not ok - two identical cuda runs: losses differ (stub)$' "$A" &&
    [ "$(cat "$DC/A/state/e2e.env")" = "GPU_TESTS=ref determinism resume offload fp16 llama RUN_TIMEOUT=60" ]; then
-    ok "device_check.sh: flash / flash1 / cublas timings and speed-ups from test_attention_cuda's log; e2e with GPU_TESTS, a failed check (status 0) is FAIL"
+    ok "device_check.sh: flash / cublas timings and speed-up from test_attention_cuda's log; e2e with GPU_TESTS, a failed check (status 0) is FAIL"
 else
     not_ok "device_check.sh timings / e2e: $(sed -n '/attention_timing/,/memcheck/p' "$A" | tr '\n' '|' | cut -c1-500); e2e got: $(cat "$DC/A/state/e2e.env" 2>/dev/null)"
 fi

@@ -25,7 +25,7 @@ if command -v nvcc > /dev/null && [ -f build/train_gpt.o ]; then
 fi
 
 # A T4 build (GPU_ARCH=75): the flash kernels' sm_80 instructions (cp.async, mma.sync
-# m16n8k16) compile to traps there (kernels/cuda_attention.cuh), so train_gpt.cu must still
+# m16n8k16) compile to traps there (kernels/cuda_attention_flash.cuh), so train_gpt.cu must still
 # compile for sm_75, warnings as errors: the Makefile's own command, into a scratch object.
 if command -v nvcc > /dev/null && [ -f build/train_gpt.o ]; then
     obj=${TEST_TMP:-$(mktemp -d)}/train_gpt_sm75.o

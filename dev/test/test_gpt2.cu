@@ -8,7 +8,7 @@
 //   test_gpt2 dump-llama --layers L --channels C --heads NH --kv-heads KVH --ffn-dim F
 //                        --vocab V --max-seq maxT --rope-theta THETA --rope-factor FACTOR
 //                        --seed S --tokens SHARD.bin -b B -t T --steps N --out STATE.bin
-//                        [--device cpu|cuda] [--attention auto|flash|flash1|cublas]
+//                        [--device cpu|cuda] [--attention auto|flash|cublas]
 //       A Llama 3 model of that shape (FACTOR 0: plain RoPE; > 1: Llama 3.1's frequency
 //       scaling with low_freq_factor 1, high_freq_factor 4, original_max_pos 8192),
 //       initialised by model_init_weights(S) (--init-scale K, optional: every weight then

@@ -1,4 +1,5 @@
-// GPU tests of the 16-bit CUDA kernels (kernels/cuda_kernels.cuh, cuda_kernels_llama.cuh)
+// GPU tests of the hand-written 16-bit CUDA kernels (kernels/cuda_encoder.cuh, cuda_norm.cuh,
+// cuda_activation.cuh, cuda_bias.cuh, cuda_rope.cuh, cuda_crossentropy.cuh, cuda_optimizer.cuh)
 // against their CPU twins (kernels/cpu_kernels.h, cpu_kernels_llama.h, fp32), for both storage
 // types T16: bf16 and fp16 (--param-dtype).
 //
@@ -30,10 +31,15 @@
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cpu_kernels_llama.h"
+#include "kernels/cuda_activation.cuh"
+#include "kernels/cuda_bias.cuh"
 #include "kernels/cuda_common.cuh"
-#include "kernels/cuda_kernels.cuh"
-#include "kernels/cuda_kernels_llama.cuh"
+#include "kernels/cuda_crossentropy.cuh"
+#include "kernels/cuda_encoder.cuh"
 #include "kernels/cuda_matmul.cuh"
+#include "kernels/cuda_norm.cuh"
+#include "kernels/cuda_optimizer.cuh"
+#include "kernels/cuda_rope.cuh"
 
 // ----------------------------------------------------------------------------
 // Tolerances
@@ -1465,7 +1471,8 @@ static void test_matmul_autotune(Rng& rng) {
     mm_operands_free(Y);
 }
 // ----------------------------------------------------------------------------
-// The Llama family (kernels/cuda_kernels_llama.cuh against kernels/cpu_kernels_llama.h)
+// The Llama family (RMSNorm, RoPE, SwiGLU, the embedding without positions: cuda_norm.cuh,
+// cuda_rope.cuh, cuda_activation.cuh, cuda_encoder.cuh against kernels/cpu_kernels_llama.h)
 
 // The embedding without learned positions (wpe and dwpe NULL): wte rows only, bitwise.
 template <class T16>

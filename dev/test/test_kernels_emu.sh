@@ -44,7 +44,7 @@ fi
 cp "${KERNELS[@]}" $B/mutant/orig/kernels/
 cp dev/test/test_kernels_cuda.cu $B/mutant/orig/dev/test/
 mutant_ok=1
-python3 - kernels/cuda_kernels.cuh $B/mutant/orig/kernels/cuda_kernels.cuh <<'EOF' || mutant_ok=0
+python3 - kernels/cuda_common.cuh $B/mutant/orig/kernels/cuda_common.cuh <<'EOF' || mutant_ok=0
 import re, sys
 src = open(sys.argv[1]).read()
 m = re.search(r'__global__[^;{]*?\bsum_partials_kernel\s*\(', src)
@@ -180,7 +180,7 @@ report selftest_fp16
 
 m="emulator self-check: sum_partials_kernel without its __syncthreads fails the kernels test"
 case $mutant_ok in
-    0) echo "not ok - $TAG $m: found no __syncthreads() in sum_partials_kernel (kernels/cuda_kernels.cuh) to delete; update dev/test/test_kernels_emu.sh" ;;
+    0) echo "not ok - $TAG $m: found no __syncthreads() in sum_partials_kernel (kernels/cuda_common.cuh) to delete; update dev/test/test_kernels_emu.sh" ;;
     2) build_failed "the mutant test_kernels_cuda" $B/mutant/test_kernels_cuda ;;
     3) echo "not ok - $TAG $m: transform.py failed on the mutant" ;;
     *) if [ -n "$first" ]; then echo "ok - $TAG $m ($first)"
