@@ -68,3 +68,39 @@ for dir in util comm fsdp kernels model checkpoint dataloader train data; do
 done
 if [ -z "$missing" ]; then ok "layout: each folder's first file opens with a comment saying what the folder is for"
 else not_ok "layout: first files without an opening 'DIR/: what it is for' comment:$missing"; fi
+
+# The shape issue #31 gave the code (README "How it works"):
+#   - the families are model/'s: one file and one tensor table each (model/gpt2.c, model/llama3.c),
+#     ModelConfig for all of them (no GPT2Config left), and no family named outside model/ and dev/
+#     (the schedule, the options and the tools read the family's table and kinds instead);
+#   - the story reads in about 1,000 lines: train_gpt.cu at most 1,050;
+#   - kernels/ by op: no file over 900 lines; checkpoint/tool/ckpt.c, the command line, under 900;
+#   - one atomic file write, util/atomic_file.c's: no other file renames a file into place
+#     (checkpoint/checkpoint.c's two renames move step directories: the commit, and moving a
+#     checkpoint aside).
+src=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.sh' '*.py' '*.md' Makefile)
+hits=$(grep -ln 'GPT2Config' $src 2>/dev/null | grep -v '^dev/test/test_layout.sh$')
+if [ -z "$hits" ] && [ -f model/gpt2.c ] && [ -f model/llama3.c ]; then
+    ok "layout: one file per family (model/gpt2.c, model/llama3.c) and ModelConfig for all (no GPT2Config)"
+else
+    not_ok "layout: GPT2Config in: $hits; or model/gpt2.c or model/llama3.c missing"
+fi
+hits=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^dev/\|^model/' | xargs grep -ln 'ARCH_GPT2\|ARCH_LLAMA3' 2>/dev/null)
+if [ -z "$hits" ]; then ok "layout: no family is named outside model/ (ARCH_GPT2, ARCH_LLAMA3)"
+else not_ok "layout: a family named outside model/ in: $hits"; fi
+lines=$(wc -l < train_gpt.cu)
+if [ "$lines" -le 1050 ]; then ok "layout: train_gpt.cu is $lines lines (at most 1,050)"
+else not_ok "layout: train_gpt.cu is $lines lines (at most 1,050)"; fi
+lines=$(wc -l < checkpoint/tool/ckpt.c)
+if [ "$lines" -lt 900 ]; then ok "layout: checkpoint/tool/ckpt.c is $lines lines (under 900: the command line only)"
+else not_ok "layout: checkpoint/tool/ckpt.c is $lines lines (under 900: the command line only)"; fi
+big=$(git ls-files kernels | xargs wc -l | awk '$2 != "total" && $1 > 900 {print $2 " (" $1 ")"}')
+if [ -z "$big" ]; then ok "layout: no file in kernels/ over 900 lines (one header per op)"
+else not_ok "layout: kernels/ files over 900 lines: $big"; fi
+renamers=$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^dev/' | xargs grep -l '\brename(' | tr '\n' ' ')
+dir_renames=$(grep -c '\brename(' checkpoint/checkpoint.c)
+if [ "$renamers" = "checkpoint/checkpoint.c util/atomic_file.c " ] && [ "$dir_renames" = 2 ]; then
+    ok "layout: one atomic file write (util/atomic_file.c renames files; checkpoint.c's 2 renames move step directories)"
+else
+    not_ok "layout: files outside util/ rename into place: $renamers (checkpoint.c: $dir_renames renames, 2 expected)"
+fi
