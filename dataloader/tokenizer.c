@@ -279,7 +279,14 @@ static void line_col(const unsigned char* start, const unsigned char* at, int* l
     *col = c;
 }
 
-/* ---- encoder.json: one JSON object, string -> non-negative integer ---- */
+/* ---- encoder.json: one JSON object, string -> non-negative integer ----
+ * Read here, not with cJSON (which reads the other JSON files we read: checkpoint manifests,
+ * Hugging Face configs and safetensors headers, tokenize_text's state): a bad vocabulary is
+ * refused saying where and why ("malformed JSON at line 1, column 6: expected ':'", "...
+ * column 7: expected a non-negative integer id", test_tokenizer.sh), and cJSON says only where
+ * it stopped, not why, and keeps no position for a value it accepted (a string id); it also
+ * accepts control characters and invalid UTF-8 in strings. Each key is decoded straight into
+ * GPT-2's byte alphabet on the way. */
 
 typedef struct {
     const unsigned char *start, *p, *end;
