@@ -1155,15 +1155,15 @@ out:
 /* JSON Lines: tokenize_text's own reader, not cJSON (which reads every other JSON file of
  * ours but encoder.json, dataloader/tokenizer.c): cJSON costs more than 5% of the throughput
  * wherever the reading thread bounds it. `bash dev/bench/bench_jsonl_reader.sh` (256.6 MB of
- * FineWeb-shaped JSONL, 2 cores under other jobs' load, load average 12.7, best of 5,
- * 2026-12-06): the reading thread alone parses 174 MB/s of text with this reader and 133 MB/s
- * with cJSON (-23.5%), and that thread is tokenize_text's throughput once more than about
+ * FineWeb-shaped JSONL, 2 cores shared with other jobs, load average 4.6, best of 5,
+ * 2026-12-06): the reading thread alone parses 373 MB/s of text with this reader and 290 MB/s
+ * with cJSON (-22.3%), and that thread is tokenize_text's throughput once more than about
  * four cores encode (README, Data); on these 2 cores, where encoding bounds the run, cJSON
- * cost 1.8% end to end (26.9 vs 26.4 MB/s) and 2.9% more CPU time. This reader also does what
- * cJSON cannot: it names the line, column and reason of a malformed line (test_data_prep.sh),
- * decodes the document straight into its batch, and follows Python's json (NaN and Infinity,
- * a lone surrogate read as U+FFFD, the last of two equal keys wins, a \u0000 kept in the
- * text). */
+ * cost 4.2% end to end (81.7 vs 78.3 MB/s of JSONL) and 3.1% more CPU time. This reader also
+ * does what cJSON cannot: it names the line, column and reason of a malformed line
+ * (test_data_prep.sh), decodes the document straight into its batch, and follows Python's
+ * json (NaN and Infinity, a lone surrogate read as U+FFFD, the last of two equal keys wins, a
+ * \u0000 kept in the text). */
 typedef struct {
     const char* path;
     long long line;
