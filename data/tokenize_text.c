@@ -1153,7 +1153,7 @@ out:
 }
 
 /* JSON Lines: tokenize_text's own reader, not cJSON (which reads every other JSON file of
- * ours but encoder.json, dataloader/tokenizer.c): cJSON costs more than 5% of the throughput
+ * ours, encoder.json included): cJSON costs more than 5% of the throughput
  * wherever the reading thread bounds it. `bash dev/bench/bench_jsonl_reader.sh` (256.6 MB of
  * FineWeb-shaped JSONL, 2 cores shared with other jobs, load average 4.6, best of 5,
  * 2026-12-06): the reading thread alone parses 373 MB/s of text with this reader and 290 MB/s
