@@ -3,6 +3,7 @@
 // imports them. It knows no model: model/state.h supplies GPT-2's tables.
 #define _GNU_SOURCE   // O_DIRECT
 #include "checkpoint/checkpoint.h"
+#include "util/atomic_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -59,14 +60,6 @@ int ckpt_mkdir_p(const char* dir) {
     return 0;
 }
 
-static int fsync_path(const char* path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 static void remove_tree(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return;
@@ -89,21 +82,6 @@ static int write_all(int fd, const void* p, size_t n) {
         c += w;
         n -= (size_t)w;
     }
-    return 0;
-}
-
-// Writes a whole small file atomically: path.tmp, fsync, rename.
-static int write_file_atomic(const char* path, const char* data, size_t n, char* err, size_t errlen) {
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) { set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno)); return 1; }
-    if (write_all(fd, data, n) != 0 || fsync(fd) != 0) {
-        set_err(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
-        close(fd); unlink(tmp); return 1;
-    }
-    if (close(fd) != 0) { set_err(err, errlen, "%s: close failed: %s", tmp, strerror(errno)); unlink(tmp); return 1; }
-    if (rename(tmp, path) != 0) { set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno)); unlink(tmp); return 1; }
     return 0;
 }
 
@@ -316,21 +294,19 @@ static int commit(const char* root, long step, int world, const CkptTensor* tens
     // directory's name, then `latest`.
     int rc = 1;
     snprintf(path, sizeof(path), "%s/manifest.json", tmp_dir);
-    if (fsync_path(tmp_dir) != 0) set_err(err, errlen, "%s: fsync failed: %s", tmp_dir, strerror(errno));
-    else if (write_file_atomic(path, text, strlen(text), err, errlen) != 0) { /* message set */ }
-    else if (fsync_path(tmp_dir) != 0) set_err(err, errlen, "%s: fsync failed: %s", tmp_dir, strerror(errno));
+    if (fsync_dir(tmp_dir, err, errlen) != 0) { /* message set */ }
+    else if (atomic_write_file(path, text, strlen(text), ATOMIC_TMP, err, errlen) != 0) { /* message set */ }
     else if (move_aside_abandoned(root, step, abandon_above, resumed, err, errlen) != 0) { /* message set */ }
     else if (rename(tmp_dir, final_dir) != 0) set_err(err, errlen, "%s: rename failed: %s", final_dir, strerror(errno));
-    else if (fsync_path(root) != 0) set_err(err, errlen, "%s: fsync failed: %s", root, strerror(errno));
+    else if (fsync_dir(root, err, errlen) != 0) { /* message set */ }
     else {
-        char latest[1100], name[64], why[600] = "";
+        char latest[1100], name[64], why[600];
         snprintf(latest, sizeof(latest), "%s/latest", root);
         snprintf(name, sizeof(name), "step_%08ld\n", step);
-        if (write_file_atomic(latest, name, strlen(name), why, sizeof(why)) == 0 && fsync_path(root) == 0) rc = 0;
+        if (atomic_write_file(latest, name, strlen(name), ATOMIC_TMP, why, sizeof(why)) == 0) rc = 0;
         else {
             // The step is committed; only the pointer to it is stale. Read it back whole, so
             // that the message can say it is usable (ckpt_find_latest takes it regardless).
-            if (!why[0]) snprintf(why, sizeof(why), "%s: fsync failed: %s", root, strerror(errno));
             Ckpt c;
             char verr[600];
             int opened = ckpt_open(&c, final_dir, verr, sizeof(verr)) == 0;

@@ -14,9 +14,10 @@
 // a small range never reads (or decompresses) much more than that.
 //
 // Commit protocol: every rank writes ROOT/step_N.tmp/rank_R.bin and fsyncs it; rank 0
-// gathers the chunk tables, writes manifest.json.tmp, fsyncs, renames it to manifest.json,
-// moves aside what belongs to an abandoned timeline (below), renames step_N.tmp to step_N,
-// fsyncs ROOT, then replaces ROOT/latest (write latest.tmp, fsync, rename). A directory
+// gathers the chunk tables, fsyncs step_N.tmp, writes manifest.json atomically into it
+// (util/atomic_file.h: manifest.json.tmp, fsync, rename, fsync of step_N.tmp), moves aside
+// what belongs to an abandoned timeline (below), renames step_N.tmp to step_N, fsyncs ROOT,
+// then replaces ROOT/latest the same way (latest.tmp, ..., fsync of ROOT). A directory
 // without manifest.json is never loaded. After a commit, the checkpoints older than the
 // newest `keep` up to it are deleted.
 //

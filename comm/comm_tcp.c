@@ -7,8 +7,8 @@
 //      127.0.1.1, which no other node can reach).
 //   2. The ranks learn each other's addresses:
 //        file:DIR          each rank publishes DIR/<run_id>.rank<r> ("addr port hostname\n",
-//                          written to a temporary name, fsync'ed, renamed) and reads the
-//                          files of the lower ranks, polling until they appear;
+//                          written atomically by util/atomic_file.h) and reads the files of
+//                          the lower ranks, polling until they appear;
 //        tcp://HOST:PORT   rank 0 listens on PORT; every other rank connects to it (retrying
 //                          until rank 0 is up) and sends its address; rank 0 answers everyone
 //                          with the full table once all have arrived. That connection is
@@ -53,6 +53,7 @@
 // ABORT before naming only the peer it waits for, as possibly waiting itself.
 #define _GNU_SOURCE
 #include "comm/comm_impl.h"
+#include "util/atomic_file.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1121,23 +1122,16 @@ static void rank_file(const Rdv* v, int r, char* out, size_t n) {
     snprintf(out, n, "%s/%s.rank%d", v->dir, v->safe_id, r);
 }
 
-// Writes this rank's file atomically: a reader sees all of it or nothing.
+// Writes this rank's file atomically: a reader sees all of it or nothing. The temporary name
+// carries the pid: a relaunched rank may publish while one of a killed attempt still does.
 static int publish_file(Rdv* v) {
     if (mkdir_p(v->dir) < 0) return rdv_fail(v, "cannot create %s: %s", v->dir, strerror(errno));
-    char tmp[1100];
     rank_file(v, v->rank, v->file, sizeof(v->file));
-    snprintf(tmp, sizeof(tmp), "%s.tmp%ld", v->file, (long)getpid());
-    FILE* f = fopen(tmp, "w");
-    if (!f) return rdv_fail(v, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "%s %d %s\n", v->addr, v->port, v->host);
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int e = errno;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, v->file) != 0) {
-        e = bad ? e : errno;
-        unlink(tmp);
+    char line[256], err[1300];
+    int n = snprintf(line, sizeof(line), "%s %d %s\n", v->addr, v->port, v->host);
+    if (atomic_write_file(v->file, line, (size_t)n, ATOMIC_TMP_PID, err, sizeof(err)) != 0) {
         v->file[0] = 0;
-        return rdv_fail(v, "cannot write %s: %s", tmp, strerror(e));
+        return rdv_fail(v, "%s", err);
     }
     return 0;
 }

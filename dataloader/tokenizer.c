@@ -21,9 +21,11 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "dataloader/tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pcre2.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -177,7 +179,8 @@ static const char* show(const unsigned char* p, size_t n, char* out, size_t cap)
 }
 
 
-/* Reads a whole file. On failure writes "PATH: why" into err and returns NULL. */
+/* Reads a whole file, with a NUL after its len bytes (load_encoder parses it with cJSON). On
+ * failure writes "PATH: why" into err and returns NULL. */
 static unsigned char* read_whole_file(const char* path, size_t* len, char* err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -227,6 +230,7 @@ static unsigned char* read_whole_file(const char* path, size_t* len, char* err, 
         n += (size_t)r;
     }
     close(fd);
+    buf[n] = 0; /* n < cap: the loop grows buf before it can be full */
     *len = n;
     return buf;
 }
@@ -262,11 +266,24 @@ static int utf8_decode(const unsigned char* p, const unsigned char* end, uint32_
     return need;
 }
 
-/* Maps a string written in GPT-2's byte alphabet (as code points) to raw bytes. */
-static bool alphabet_to_byte(const int cp_to_byte[324], uint32_t cp, unsigned char* out) {
-    if (cp >= 324 || cp_to_byte[cp] < 0) return false;
-    *out = (unsigned char)cp_to_byte[cp];
-    return true;
+/* Decodes p[0..n), a string written in GPT-2's byte alphabet (UTF-8), into the bytes it stands
+ * for (n at most). Returns how many, -1 if it is not valid UTF-8, or -2 if a character (*bad)
+ * is not in the alphabet. */
+static long alphabet_decode(const unsigned char* p, size_t n, const int cp_to_byte[324], unsigned char* out,
+                            uint32_t* bad) {
+    long o = 0;
+    for (const unsigned char* end = p + n; p < end; o++) {
+        uint32_t cp;
+        int k = utf8_decode(p, end, &cp);
+        if (k == 0) return -1;
+        if (cp >= 324 || cp_to_byte[cp] < 0) {
+            *bad = cp;
+            return -2;
+        }
+        out[o] = (unsigned char)cp_to_byte[cp];
+        p += k;
+    }
+    return o;
 }
 
 static void line_col(const unsigned char* start, const unsigned char* at, int* line, int* col) {
@@ -279,25 +296,24 @@ static void line_col(const unsigned char* start, const unsigned char* at, int* l
     *col = c;
 }
 
-/* ---- encoder.json: one JSON object, string -> non-negative integer ---- */
+/* ---- encoder.json: one JSON object, token -> id ----
+ * Read with cJSON, like every other JSON file here but tokenize_text's JSON Lines: it reads
+ * those on the path of every document, where cJSON made its reading thread 22% slower
+ * (dev/bench/bench_jsonl_reader.sh), while encoder.json is read once per encoder. cJSON is
+ * lenient where a vocabulary must not be: json_check_bytes first refuses what it would let
+ * through unseen, and every key is then checked to be UTF-8 (cJSON does not check) in GPT-2's
+ * byte alphabet (which also refuses a \t, \n or \r in a key), every id to be a whole number
+ * in range. cJSON says where it stopped, not why: a parse error is reported as that line and
+ * column. */
 
-typedef struct {
-    const unsigned char *start, *p, *end;
-    const char* path;
-    char* err;
-    size_t errlen;
-    const int* cp_to_byte;
-} JsonIn;
+static inline bool json_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-static bool json_fail(JsonIn* j, const unsigned char* at, const char* what) {
+static bool json_fail(const char* path, const unsigned char* text, const unsigned char* at, const char* why, char* err,
+                      size_t errlen) {
     int line, col;
-    line_col(j->start, at, &line, &col);
-    set_err(j->err, j->errlen, "%s: malformed JSON at line %d, column %d: %s", j->path, line, col, what);
+    line_col(text, at, &line, &col);
+    set_err(err, errlen, "%s: malformed JSON at line %d, column %d%s%s", path, line, col, why[0] ? ": " : "", why);
     return false;
-}
-
-static void json_ws(JsonIn* j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
 }
 
 static int hex4(const unsigned char* p) {
@@ -313,67 +329,33 @@ static int hex4(const unsigned char* p) {
     return v;
 }
 
-/* Parses a JSON string at j->p (which is at the opening quote) and appends the GPT-2
- * bytes it spells to out (capacity enough: a string never decodes to more bytes than its
- * source length). Returns the number of bytes, or -1 on error. */
-static long json_token_string(JsonIn* j, unsigned char* out) {
-    j->p++;
-    long n = 0;
-    for (;;) {
-        if (j->p >= j->end) return json_fail(j, j->end, "unexpected end of file in a string (truncated?)"), -1;
-        const unsigned char* at = j->p;
-        unsigned char c = *j->p;
-        uint32_t cp;
-        if (c == '"') {
-            j->p++;
-            return n;
-        } else if (c == '\\') {
-            if (j->p + 1 >= j->end) return json_fail(j, j->end, "unexpected end of file in a string (truncated?)"), -1;
-            unsigned char e = j->p[1];
-            j->p += 2;
-            switch (e) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case 'u': {
-                int v = j->end - j->p >= 4 ? hex4(j->p) : -1;
-                if (v < 0) return json_fail(j, at, "bad \\u escape"), -1;
-                j->p += 4;
-                if (v >= 0xD800 && v <= 0xDBFF) {
-                    int lo = (j->end - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u') ? hex4(j->p + 2) : -1;
-                    if (lo < 0xDC00 || lo > 0xDFFF) return json_fail(j, at, "unpaired surrogate in \\u escape"), -1;
-                    j->p += 6;
-                    v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
-                } else if (v >= 0xDC00 && v <= 0xDFFF) {
-                    return json_fail(j, at, "unpaired surrogate in \\u escape"), -1;
-                }
-                cp = (uint32_t)v;
-                break;
-            }
-            default: return json_fail(j, at, "bad escape in string"), -1;
-            }
-        } else if (c < 0x20) {
-            return json_fail(j, at, "control character in string"), -1;
-        } else {
-            int k = utf8_decode(j->p, j->end, &cp);
-            if (k == 0) return json_fail(j, at, "invalid UTF-8 in string"), -1;
-            j->p += k;
+/* What cJSON accepts without a trace: control characters (JSON allows none in a string and
+ * only \t \n \r between values; cJSON copies them into strings and skips them elsewhere as
+ * white space), and a \u escape that is \u0000 or not four hex digits (cJSON reads both as
+ * U+0000, which cuts the key it returns short at a NUL). */
+static bool json_check_bytes(const char* path, const unsigned char* text, size_t len, char* err, size_t errlen) {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = text[i];
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            char why[32];
+            snprintf(why, sizeof why, "control character 0x%02x", c);
+            return json_fail(path, text, text + i, why, err, errlen);
         }
-        if (!alphabet_to_byte(j->cp_to_byte, cp, &out[n])) {
-            int line, col;
-            line_col(j->start, at, &line, &col);
-            set_err(j->err, j->errlen,
-                    "%s: line %d, column %d: character U+%04X is not in GPT-2's byte alphabet",
-                    j->path, line, col, (unsigned)cp);
-            return -1;
+        if (c != '\\') continue;
+        if (len - i >= 6 && text[i + 1] == 'u') { /* one cut short is cJSON's to refuse */
+            int v = hex4(text + i + 2);
+            if (v < 0) return json_fail(path, text, text + i, "bad \\u escape", err, errlen);
+            if (v == 0) {
+                int line, col;
+                line_col(text, text + i, &line, &col);
+                set_err(err, errlen, "%s: line %d, column %d: character U+0000 is not in GPT-2's byte alphabet", path,
+                        line, col);
+                return false;
+            }
         }
-        n++;
+        i++; /* the escaped character: in \\u0000 the second backslash starts no escape */
     }
+    return true;
 }
 
 typedef struct {
@@ -431,111 +413,97 @@ static bool load_encoder(Tokenizer* t, const char* path, const int cp_to_byte[32
     unsigned char* text = read_whole_file(path, &len, err, errlen);
     if (!text) return false;
     bool ok = false;
-    unsigned char* blob = malloc(len + 1);
-    size_t ecap = 1024, en = 0;
-    RawEntry* ent = malloc(ecap * sizeof *ent);
-    if (!blob || !ent) {
-        set_err(err, errlen, "%s: out of memory", path);
+    cJSON* root = NULL;
+    unsigned char* blob = NULL;
+    RawEntry* ent = NULL;
+    const unsigned char* end = text + len;
+    const unsigned char* last = end; /* just after the last byte that is not white space */
+    while (last > text && json_space(last[-1])) last--;
+    if (last == text) {
+        json_fail(path, text, end, len ? "no JSON value" : "empty file", err, errlen);
         goto done;
     }
-    JsonIn j = {text, text, text + len, path, err, errlen, cp_to_byte};
-    size_t bn = 0;
-    json_ws(&j);
-    if (j.p >= j.end) {
-        json_fail(&j, j.p, len ? "no JSON value" : "empty file");
+    if (!json_check_bytes(path, text, len, err, errlen)) goto done;
+    /* The length given includes the NUL after the text, the only one (json_check_bytes), so
+     * that cJSON stops on it, at end, when it runs out of text. Where it stopped comes from
+     * return_parse_end, not cJSON_GetErrorPtr: that is one global, and encoder threads load at
+     * the same time. */
+    const char* stop = NULL;
+    root = cJSON_ParseWithLengthOpts((const char*)text, len + 1, &stop, false);
+    const unsigned char* at = (const unsigned char*)stop;
+    if (!root) {
+        /* cJSON stops one byte past a string it cannot read: past its opening quote (so a
+         * string that runs to the end of the text stops there), or past the byte that stands
+         * where a key should ({"a": 0,} stops at end, past the '}'). A text that does not end
+         * its object and stopped at its end, or in a string that runs to it, was cut short. */
+        bool open_string = at > text && at[-1] == '"' && !memchr(at, '"', (size_t)(end - at));
+        if (last[-1] != '}' && (at >= last || open_string))
+            json_fail(path, text, end, "unexpected end of file (truncated?)", err, errlen);
+        else
+            json_fail(path, text, at < last ? at : last - 1, "", err, errlen);
         goto done;
     }
-    if (*j.p != '{') {
-        json_fail(&j, j.p, "expected '{' (encoder.json is one object: token -> id)");
+    if (at < last) {
+        while (json_space(*at)) at++;
+        json_fail(path, text, at, "unexpected data after the object", err, errlen);
         goto done;
     }
-    j.p++;
-    json_ws(&j);
-    if (j.p < j.end && *j.p == '}') j.p++; /* empty object; rejected below */
-    else
-        for (;;) {
-            json_ws(&j);
-            if (j.p >= j.end) {
-                json_fail(&j, j.p, "unexpected end of file (truncated?)");
-                goto done;
-            }
-            if (*j.p != '"') {
-                json_fail(&j, j.p, "expected a string key");
-                goto done;
-            }
-            long kn = json_token_string(&j, blob + bn);
-            if (kn < 0) goto done;
-            json_ws(&j);
-            if (j.p >= j.end) {
-                json_fail(&j, j.p, "unexpected end of file (truncated?)");
-                goto done;
-            }
-            if (*j.p != ':') {
-                json_fail(&j, j.p, "expected ':'");
-                goto done;
-            }
-            j.p++;
-            json_ws(&j);
-            if (j.p >= j.end) {
-                json_fail(&j, j.p, "unexpected end of file (truncated?)");
-                goto done;
-            }
-            const unsigned char* num = j.p;
-            long long v = 0;
-            while (j.p < j.end && *j.p >= '0' && *j.p <= '9' && v < (1LL << 40)) v = v * 10 + (*j.p++ - '0');
-            if (j.p == num || (j.p < j.end && (*j.p == '.' || *j.p == 'e' || *j.p == 'E' || (*j.p >= '0' && *j.p <= '9')))) {
-                json_fail(&j, num, "expected a non-negative integer id");
-                goto done;
-            }
-            if (v > (1 << 24)) {
-                json_fail(&j, num, "id too large");
-                goto done;
-            }
-            if (en == ecap) {
-                RawEntry* ne = realloc(ent, 2 * ecap * sizeof *ent);
-                if (!ne) {
-                    set_err(err, errlen, "%s: out of memory", path);
-                    goto done;
-                }
-                ent = ne;
-                ecap *= 2;
-            }
-            ent[en].off = (uint32_t)bn;
-            ent[en].len = (uint32_t)kn;
-            ent[en].id = (int32_t)v;
-            en++;
-            bn += (size_t)kn;
-            json_ws(&j);
-            if (j.p >= j.end) {
-                json_fail(&j, j.p, "unexpected end of file (truncated?)");
-                goto done;
-            }
-            if (*j.p == ',') {
-                j.p++;
-                continue;
-            }
-            if (*j.p == '}') {
-                j.p++;
-                break;
-            }
-            json_fail(&j, j.p, "expected ',' or '}'");
-            goto done;
-        }
-    json_ws(&j);
-    if (j.p < j.end) {
-        json_fail(&j, j.p, "unexpected data after the object");
+    if (!cJSON_IsObject(root)) {
+        set_err(err, errlen, "%s: expected '{' (encoder.json is one object: token -> id)", path);
         goto done;
     }
+    size_t en = (size_t)cJSON_GetArraySize(root);
     if (en == 0) {
         set_err(err, errlen, "%s: no tokens", path);
         goto done;
     }
-    if (en > MAX_VOCAB || bn > UINT32_MAX / 2) {
+    if (en > MAX_VOCAB) {
         set_err(err, errlen, "%s: %zu tokens; at most %d are supported (uint16 token shards)", path, en, MAX_VOCAB);
         goto done;
     }
+    blob = malloc(len); /* no key decodes to more bytes than its JSON */
+    ent = malloc(en * sizeof *ent);
+    if (!blob || !ent) {
+        set_err(err, errlen, "%s: out of memory", path);
+        goto done;
+    }
+    size_t bn = 0;
+    RawEntry* e = ent;
+    for (const cJSON* it = root->child; it; it = it->next, e++) {
+        const unsigned char* key = (const unsigned char*)it->string;
+        size_t n = strlen(it->string); /* no NUL inside: json_check_bytes */
+        char s1[200];
+        uint32_t bad;
+        long kn = alphabet_decode(key, n, cp_to_byte, blob + bn, &bad);
+        if (kn == -1) {
+            set_err(err, errlen, "%s: token \"%s\" is not valid UTF-8", path, show(key, n, s1, sizeof s1));
+            goto done;
+        }
+        if (kn == -2) {
+            set_err(err, errlen, "%s: token \"%s\": character U+%04X is not in GPT-2's byte alphabet", path,
+                    show(key, n, s1, sizeof s1), (unsigned)bad);
+            goto done;
+        }
+        double v = it->valuedouble;
+        if (!cJSON_IsNumber(it) || !(v >= 0) || v != floor(v)) {
+            set_err(err, errlen, "%s: token \"%s\": id is not a non-negative integer", path, show(key, n, s1, sizeof s1));
+            goto done;
+        }
+        if (v >= (double)en) { /* ids are exactly 0..en-1: this, and no id twice (below) */
+            set_err(err, errlen, "%s: token \"%s\": id %.15g is too large (ids are 0..%zu, one per token)", path,
+                    show(key, n, s1, sizeof s1), v, en - 1);
+            goto done;
+        }
+        *e = (RawEntry){(uint32_t)bn, (uint32_t)kn, (int32_t)v};
+        bn += (size_t)kn;
+    }
+    cJSON_Delete(root);
+    root = NULL;
+    if (bn > UINT32_MAX / 2) {
+        set_err(err, errlen, "%s: %zu bytes of tokens; at most %u are supported", path, bn, UINT32_MAX / 2);
+        goto done;
+    }
 
-    /* ids must be exactly 0..en-1 */
     t->n_vocab = (int)en;
     t->tok_off = malloc((en + 1) * sizeof *t->tok_off);
     t->tok_bytes = malloc(bn ? bn : 1);
@@ -548,12 +516,6 @@ static bool load_encoder(Tokenizer* t, const char* path, const int cp_to_byte[32
     for (size_t i = 0; i < en; i++) by_id[i] = -1;
     for (size_t i = 0; i < en; i++) {
         char s1[200], s2[200];
-        if ((size_t)ent[i].id >= en) {
-            set_err(err, errlen, "%s: token \"%s\" has id %d, but %zu tokens need ids 0..%zu", path,
-                    show(blob + ent[i].off, ent[i].len, s1, sizeof s1), ent[i].id, en, en - 1);
-            free(by_id);
-            goto done;
-        }
         if (by_id[ent[i].id] >= 0) {
             RawEntry* o = &ent[by_id[ent[i].id]];
             set_err(err, errlen, "%s: id %d is used twice (\"%s\" and \"%s\")", path, ent[i].id,
@@ -620,25 +582,11 @@ static bool load_encoder(Tokenizer* t, const char* path, const int cp_to_byte[32
     }
     ok = true;
 done:
+    cJSON_Delete(root);
     free(text);
     free(blob);
     free(ent);
     return ok;
-}
-
-/* Decodes one vocab.bpe symbol (GPT-2 alphabet, UTF-8) into bytes; false if it is not. */
-static bool bpe_symbol(const unsigned char* p, size_t n, const int cp_to_byte[324], unsigned char* out, size_t* outn) {
-    size_t o = 0;
-    const unsigned char* end = p + n;
-    while (p < end) {
-        uint32_t cp;
-        int k = utf8_decode(p, end, &cp);
-        if (k == 0 || !alphabet_to_byte(cp_to_byte, cp, &out[o])) return false;
-        o++;
-        p += k;
-    }
-    *outn = o;
-    return true;
 }
 
 static bool load_merges(Tokenizer* t, const char* path, const int cp_to_byte[324], char* err, size_t errlen) {
@@ -677,9 +625,10 @@ static bool load_merges(Tokenizer* t, const char* path, const int cp_to_byte[324
             set_err(err, errlen, "%s: line %d: expected two symbols separated by one space", path, lineno);
             goto done;
         }
-        size_t na, nb;
-        if (!bpe_symbol(line, (size_t)(sp - line), cp_to_byte, sym, &na) ||
-            !bpe_symbol(sp + 1, (size_t)(le - sp - 1), cp_to_byte, sym + na, &nb)) {
+        uint32_t bad;
+        long na = alphabet_decode(line, (size_t)(sp - line), cp_to_byte, sym, &bad);
+        long nb = na < 0 ? -1 : alphabet_decode(sp + 1, (size_t)(le - sp - 1), cp_to_byte, sym + na, &bad);
+        if (na < 0 || nb < 0) {
             set_err(err, errlen, "%s: line %d: symbol is not valid UTF-8 in GPT-2's byte alphabet", path, lineno);
             goto done;
         }

@@ -171,6 +171,10 @@ sed '0,/": 0,/s//" 0,/' "$ENC" >"$B/nocolon.json"
 printf '{"a": 0, "a": 1}' >"$B/dupkey.json"
 printf '["not", "an", "object"]' >"$B/array.json"
 printf '{"a": "zero"}' >"$B/strid.json"
+printf '{"a": 0}\n[]\n' >"$B/trailing.json"
+printf '{"a\xff": 0}' >"$B/badutf8.json"
+printf '{"a": -1}' >"$B/negid.json"
+printf '{"a": 2147483648}' >"$B/bigid.json"
 { head -n 5 "$VOC"; printf 'this line has three\n'; tail -n +6 "$VOC"; } >"$B/threesym.bpe"
 { head -n 2 "$VOC"; printf 'qqqzzz\n'; } >"$B/onesym.bpe"
 : >"$B/empty.bpe"
@@ -185,16 +189,24 @@ expect_error "missing encoder.json" "$B/missing/encoder.json: cannot open: No su
 expect_error "encoder.json is a directory (unreadable)" "$B/dir: cannot read: Is a directory" --encoder "$B/dir" --vocab "$VOC" --dump "$B/in.txt"
 expect_error "truncated encoder.json" "$B/truncated.json: malformed JSON at line 1, column 20001: unexpected end of file" \
     --encoder "$B/truncated.json" --vocab "$VOC" --dump "$B/in.txt"
-expect_error "encoder.json without ':'" "$B/nocolon.json: malformed JSON at line 1, column 6: expected ':'" \
+expect_error "encoder.json without ':'" "$B/nocolon.json: malformed JSON at line 1, column 6" \
     --encoder "$B/nocolon.json" --vocab "$VOC" --dump "$B/in.txt"
-expect_error "encoder.json not an object" "$B/array.json: malformed JSON at line 1, column 1: expected '{'" \
+expect_error "encoder.json not an object" "$B/array.json: expected '{' (encoder.json is one object: token -> id)" \
     --encoder "$B/array.json" --vocab "$VOC" --dump "$B/in.txt"
-expect_error "encoder.json with a string id" "$B/strid.json: malformed JSON at line 1, column 7: expected a non-negative integer id" \
+expect_error "encoder.json with a string id" "$B/strid.json: token \"a\": id is not a non-negative integer" \
     --encoder "$B/strid.json" --vocab "$VOC" --dump "$B/in.txt"
 expect_error "encoder.json with a duplicate token" "$B/dupkey.json: token \"a\" appears twice" \
     --encoder "$B/dupkey.json" --vocab "$VOC" --dump "$B/in.txt"
 expect_error "empty encoder.json" "$B/empty.json: malformed JSON at line 1, column 1: empty file" \
     --encoder "$B/empty.json" --vocab "$VOC" --dump "$B/in.txt"
+expect_error "encoder.json with data after the object" "$B/trailing.json: malformed JSON at line 2, column 1: unexpected data after the object" \
+    --encoder "$B/trailing.json" --vocab "$VOC" --dump "$B/in.txt"
+expect_error "encoder.json with invalid UTF-8 in a token" "$B/badutf8.json: token \"a\\xff\" is not valid UTF-8" \
+    --encoder "$B/badutf8.json" --vocab "$VOC" --dump "$B/in.txt"
+expect_error "encoder.json with a negative id" "$B/negid.json: token \"a\": id is not a non-negative integer" \
+    --encoder "$B/negid.json" --vocab "$VOC" --dump "$B/in.txt"
+expect_error "encoder.json with an id beyond int" "$B/bigid.json: token \"a\": id 2147483648 is too large (ids are 0..0, one per token)" \
+    --encoder "$B/bigid.json" --vocab "$VOC" --dump "$B/in.txt"
 expect_error "missing vocab.bpe" "$B/missing.bpe: cannot open: No such file or directory" --encoder "$ENC" --vocab "$B/missing.bpe" --dump "$B/in.txt"
 expect_error "vocab.bpe line with three symbols" "$B/threesym.bpe: line 6: expected two symbols separated by one space" \
     --encoder "$ENC" --vocab "$B/threesym.bpe" --dump "$B/in.txt"
