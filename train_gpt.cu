@@ -17,7 +17,6 @@ main. Around it:
 Compiled by nvcc when it exists (the cuda device slots in beside the cpu one, train/device.cuh)
 and by the host C++ compiler otherwise; either way the cpu device works without a GPU.
 */
-#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -39,10 +38,12 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "train/metrics.h"
 #include "train/options.h"
 #include "train/profile.h"
+#include "train/run_ckpt.h"
 #include "train/run_lock.h"
 #include "train/sampler.h"
 #include "train/schedulers.h"
 #include "train/signals.h"
+#include "train/test_hooks.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -483,48 +484,23 @@ static void generate_sample(Model* model, const ProcessGroup* pg, const Tokenize
     float* row = (float*)malloc((size_t)c->padded_vocab_size * sizeof(float));  // host copy of one row of logits
     tokens[0] = GPT2_EOT;
     int length = n_tokens + 1 < T ? n_tokens + 1 : T;
-    TokenizerUtf8 utf8;
-    tokenizer_utf8_init(&utf8);
-    if (pg->rank == 0) { printf("sample (step %d):\n---\n", step); fflush(stdout); }
+    SamplePrinter out;
+    sample_print_begin(&out, tok, pg->rank, step);
     for (int t = 1; t < length; t++) {
         model_forward(model, tokens, zeros, 1, t, 0.0f);
         k->act_to_host_f32(k, row, elem_at(model->acts.logits, (size_t)(t - 1) * c->padded_vocab_size, k->act_bytes),
                            (size_t)c->padded_vocab_size);
         tokens[t] = sample_top_k(row, c->vocab_size, top_k, temperature, sampler_coin(seed, step, t), idx, val);
-        if (pg->rank == 0) {
-            if (tok) tokenizer_print_token(tok, &utf8, tokens[t], stdout);
-            else printf("%d ", tokens[t]);
-            fflush(stdout);
-        }
+        sample_print_token(&out, tokens[t]);
     }
     fsdp_release_all(&model->fsdp);
-    if (pg->rank == 0) {
-        if (tok) tokenizer_print_flush(&utf8, stdout);
-        printf("\n---\n");
-        fflush(stdout);
-    }
+    sample_print_end(&out);
     free(tokens); free(zeros); free(idx); free(val); free(row);
 }
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------
 // A run: what the loop carries from step to step
-
-// The exit status after a stop signal (SIGUSR1/SIGTERM) once the checkpoint is committed:
-// EX_TEMPFAIL, "try again later". scripts/slurm/*.sbatch requeue the job on it.
-#define EXIT_PREEMPTED 75
-
-// Test hooks (FSDP_TEST_NAN_LOSS_STEPS="3,5"): whether step is in the comma-separated list.
-static int test_hook_at(const char* list, int step) {
-    for (const char* p = list; p && *p; ) {
-        char* end;
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        if (v == step) return 1;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return 0;
-}
 
 typedef struct {
     const Options* opt;
@@ -545,16 +521,11 @@ typedef struct {
     int bad_in_a_row;                 // steps skipped for a non-finite loss or gradient norm
     // checkpoints
     char ckpt_root[1100];
-    CkptWriter* ckpt_writer;          // whenever there is a checkpoint directory
-    ModelCkptTables ckpt_tables;
-    int ckpt_saves;
-    long ckpt_reported;               // the last async commit announced
+    RunCkpt ckpt;                     // the writer, whenever there is a checkpoint directory
     StepProfile profile;
     Metrics metrics;
     double device_used_mib;           // cuda: GPU memory in use above the baseline, max over the run
-    // Test-only: make the loss or rank 0's gradient non-finite at these steps; make one rank
-    // hang before a step ("RANK:STEP") as a stalled GPU or a deadlocked host would.
-    const char *test_nan_loss_steps, *test_nan_grad_steps, *test_stall;
+    TestHooks test;                   // failures made on purpose (train/test_hooks.h)
 } Run;
 
 // ----------------------------------------------------------------------------------------
@@ -646,9 +617,7 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     StepProfile* prof = &r->profile;
     char err[1024];
     int B = r->B, T = r->T, completed = step + 1;
-    if (r->test_stall && atoi(r->test_stall) == r->pg->rank && strchr(r->test_stall, ':') &&
-        test_hook_at(strchr(r->test_stall, ':') + 1, completed))
-        for (;;) pause();
+    test_hooks_stall(&r->test, r->pg->rank, completed);
 
     PendingStep cur;
     memset(&cur, 0, sizeof(cur));
@@ -681,8 +650,7 @@ static int train_step(Run* r, int step, PendingStep* prev) {
         profile_host(prof);
     }
     loader_advance(&r->train_loader, (uint64_t)r->global_seqs);
-    if (r->pg->rank == 0 && test_hook_at(r->test_nan_loss_steps, completed)) fsdp_test_poison_loss(f);
-    if (r->pg->rank == 0 && test_hook_at(r->test_nan_grad_steps, completed)) fsdp_test_poison_grad(f);
+    test_hooks_poison(&r->test, f, r->pg->rank, completed);
     // The previous step's figures: on the device they were ready long ago.
     finish_step(r, prev);
     float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);
@@ -716,21 +684,21 @@ static int train_step(Run* r, int step, PendingStep* prev) {
 
 static int checkpoint_due(const Run* r, int completed) {
     const Options* opt = r->opt;
-    return r->ckpt_writer && opt->ckpt_every > 0 &&
+    return r->ckpt.writer && opt->ckpt_every > 0 &&
            (completed % opt->ckpt_every == 0 || completed == r->max_steps || completed == opt->stop_at_step);
 }
 
 static void maybe_checkpoint(Run* r, int completed, int stop_now) {
     const Options* opt = r->opt;
     char err[1024];
-    int polled = r->ckpt_writer ? ckpt_writer_poll(r->ckpt_writer, err, sizeof(err)) : 0;
+    int polled = r->ckpt.writer ? ckpt_writer_poll(r->ckpt.writer, err, sizeof(err)) : 0;
     if (polled == CKPT_SAVED_NO_LATEST) { if (r->pg->rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
     else if (polled) fatal_agreed(r->pg, "checkpoint: %s", err);
     if (stop_now && r->pg->rank == 0)
-        printf("stop signal received: %s after step %d\n", r->ckpt_writer ? "saving a checkpoint and exiting" : "exiting (no checkpoint directory: -o or --ckpt-dir)", completed);
-    if (!r->ckpt_writer) return;
+        printf("stop signal received: %s after step %d\n", r->ckpt.writer ? "saving a checkpoint and exiting" : "exiting (no checkpoint directory: -o or --ckpt-dir)", completed);
+    if (!r->ckpt.writer) return;
     if (stop_now || checkpoint_due(r, completed)) {
-        r->ckpt_saves++;
+        r->ckpt.saves++;
         double t0 = now_seconds();
         fsdp_download_state(&r->model.fsdp);  // the checkpoint's pieces point into the host mirror
         const LoaderState* ls = &r->train_loader.state;
@@ -740,8 +708,8 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
             const FsdpStepStats* s = fsdp_step_stats_wait(&r->model.fsdp);
             model_checkpoint_state_add_loss_scaler(state, s->loss_scale, s->good_steps);
         }
-        const ModelCkptTables* ct = &r->ckpt_tables;
-        int saved = ckpt_save(r->ckpt_writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
+        const ModelCkptTables* ct = &r->ckpt.tables;
+        int saved = ckpt_save(r->ckpt.writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
                               state, err, sizeof(err));
         if (saved == CKPT_SAVED_NO_LATEST) { if (r->pg->rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
         else if (saved) fatal_agreed(r->pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
@@ -753,9 +721,9 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
             fflush(stdout);
         }
     }
-    if (opt->ckpt.async && r->pg->rank == 0 && ckpt_writer_last_committed(r->ckpt_writer) > r->ckpt_reported) {
-        r->ckpt_reported = ckpt_writer_last_committed(r->ckpt_writer);
-        printf("checkpoint step %ld committed\n", r->ckpt_reported);
+    if (opt->ckpt.async && r->pg->rank == 0 && ckpt_writer_last_committed(r->ckpt.writer) > r->ckpt.reported) {
+        r->ckpt.reported = ckpt_writer_last_committed(r->ckpt.writer);
+        printf("checkpoint step %ld committed\n", r->ckpt.reported);
     }
 }
 
@@ -845,28 +813,6 @@ static int set_threads(const Options* opt, const ProcessGroup* pg) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     return threads;
-}
-
-// The tokenizer is only needed to print samples. Without --tokenizer-dir, look where the data
-// scripts put the GPT-2 files: data/gpt2, then $FSDP_DATA/gpt2, ../shared/data/gpt2.
-static Tokenizer* load_sample_tokenizer(const Options* opt, const ProcessGroup* pg) {
-    Tokenizer* tokenizer = NULL;
-    char err[1024] = "";
-    const char* env = getenv("FSDP_DATA");
-    char env_dir[1024] = "";
-    if (env && *env) snprintf(env_dir, sizeof(env_dir), "%s/gpt2", env);
-    const char* dirs[] = {opt->tokenizer_dir ? opt->tokenizer_dir : "data/gpt2",
-                          opt->tokenizer_dir ? NULL : env_dir, opt->tokenizer_dir ? NULL : "../shared/data/gpt2"};
-    for (int i = 0; i < 3 && !tokenizer; i++) {
-        if (!dirs[i] || !dirs[i][0]) continue;
-        char enc[1100], bpe[1100], why_not[1024];
-        snprintf(enc, sizeof(enc), "%s/encoder.json", dirs[i]);
-        snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", dirs[i]);
-        tokenizer = tokenizer_load(enc, bpe, why_not, sizeof(why_not));
-        if (!tokenizer && i == 0) snprintf(err, sizeof(err), "%s", why_not);
-    }
-    if (!tokenizer && pg->rank == 0) printf("note: samples print token ids (no tokenizer: %s)\n", err);
-    return tokenizer;
 }
 
 // The memory budget per rank: what the run allocates for its whole life, computed once from
@@ -1149,9 +1095,7 @@ int main(int argc, char** argv) {
     r->T = opt.seq_len;
     batch_split(&opt, pg.world, &r->total_tokens, &r->grad_accum);
     r->global_seqs = r->total_tokens / r->T;
-    r->test_nan_loss_steps = getenv("FSDP_TEST_NAN_LOSS_STEPS");
-    r->test_nan_grad_steps = getenv("FSDP_TEST_NAN_GRAD_STEPS");
-    r->test_stall = getenv("FSDP_TEST_STALL");
+    test_hooks_read(&r->test);
 
     // Checkpoints: where. One job per run directory: rank 0 locks -o's and the checkpoint
     // directory (train_gpt.lock) until it exits, so a relaunch cannot race the ranks of an
@@ -1197,22 +1141,8 @@ int main(int argc, char** argv) {
     int start_step;
     int resumed = maybe_resume(r, &start_step);
     // A writer whenever there is a checkpoint directory: a stop signal saves even without --ckpt-every.
-    r->ckpt_reported = -1;
-    if (r->ckpt_root[0]) {
-        r->ckpt_writer = ckpt_writer_create(&opt.ckpt, pg.world_comm);
-        if (!r->ckpt_writer) fatal(&pg, "checkpoint: out of memory");
-        if (resumed) ckpt_writer_resumed_from(r->ckpt_writer, start_step);
-        Fsdp* f = &model->fsdp;
-        float* const arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
-        // HSDP replicas hold the same shards: the first replica group writes them.
-        if (model_checkpoint_tables(&model->layout, f->pieces, f->n_pieces, arenas, pg.replicate_rank == 0, &r->ckpt_tables))
-            fatal(&pg, "checkpoint: out of memory for the checkpoint tables");
-        size_t mib = r->ckpt_tables.local_bytes;
-        if (ckpt_writer_reserve(r->ckpt_writer, mib / sizeof(float)))
-            fatal(&pg, "--ckpt-async: out of host memory for the %.1f MiB snapshot buffer", mib / 1048576.0);
-        if (pg.rank == 0 && opt.ckpt.async) printf("async checkpoints: %.1f MiB snapshot buffer per rank\n", mib / 1048576.0);
-    }
-    Tokenizer* tokenizer = opt.sample_every > 0 ? load_sample_tokenizer(&opt, &pg) : NULL;
+    if (r->ckpt_root[0]) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
+    Tokenizer* tokenizer = opt.sample_every > 0 ? load_sample_tokenizer(opt.tokenizer_dir, pg.rank) : NULL;
 
     Metrics* mt = &r->metrics;
     if (metrics_open(mt, pg.rank, opt.output_dir, resumed, err, sizeof(err))) fatal(&pg, "%s", err);
@@ -1270,26 +1200,13 @@ int main(int argc, char** argv) {
         maybe_checkpoint(r, completed, stop_now);
         if (stop_now) {
             // Without a checkpoint a requeued job would start over: that is a failure, not a pause.
-            exit_code = r->ckpt_writer ? EXIT_PREEMPTED : 1;
+            exit_code = r->ckpt.writer ? EXIT_PREEMPTED : 1;
             break;
         }
     }
     finish_step(r, &pending);
     profile_free(&r->profile);
-    if (r->ckpt_writer) {
-        int finished = ckpt_writer_finish(r->ckpt_writer, err, sizeof(err));
-        if (finished == CKPT_SAVED_NO_LATEST) { if (pg.rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
-        else if (finished) fatal_agreed(&pg, "checkpoint: %s", err);
-        double run_secs = now_seconds() - run_t0, blocked = ckpt_writer_blocked_seconds(r->ckpt_writer);
-        if (pg.rank == 0) {
-            if (opt.ckpt.async && ckpt_writer_last_committed(r->ckpt_writer) > r->ckpt_reported)
-                printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(r->ckpt_writer));
-            if (r->ckpt_saves > 0)
-                printf("checkpointing blocked training for %.2f s of %.2f s (%.1f%%)\n", blocked, run_secs, 100.0 * blocked / run_secs);
-        }
-        ckpt_writer_free(r->ckpt_writer);
-        model_checkpoint_tables_free(&r->ckpt_tables);
-    }
+    if (r->ckpt.writer) run_ckpt_close(&r->ckpt, &pg, opt.ckpt.async, run_t0);
     if (opt.save_model && exit_code == 0) {
         fsdp_download_state(&model->fsdp);
         if (llmc_write_model_file(&model->layout, model->fsdp.host_master, &pg, opt.save_model, err, sizeof(err)))
