@@ -18,12 +18,10 @@ Compiled by nvcc when it exists (the cuda device slots in beside the cpu one, tr
 and by the host C++ compiler otherwise; either way the cpu device works without a GPU.
 */
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/process_group.h"
@@ -44,8 +42,6 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "train/schedulers.h"
 #include "train/signals.h"
 #include "train/test_hooks.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
 
 // Element i of a buffer of elem-byte elements (the compute dtype differs by device: fp32 on
 // the cpu, bf16 on cuda, so the schedule addresses activations and parameters in bytes).
@@ -770,51 +766,6 @@ static int maybe_resume(Run* r, int* start_step) {
 // ----------------------------------------------------------------------------------------
 // Setup
 
-// The engine's configuration from the flags (the real run's and --plan's).
-static FsdpConfig run_fsdp_config(const Options* opt) {
-    FsdpConfig c = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last, opt->offload,
-                    opt->param_fp16 ? opt->loss_scale : 0.0f, opt->param_fp16 ? opt->loss_scale_window : 0};
-    return c;
-}
-
-// Flags that depend on the world size or the device. 0, or 1 with the message in e.
-static int check_run_flags(const Options* opt, const ModelConfig* config, const ProcessGroup* pg, const char* device,
-                           const char* why, ParseError* e) {
-    char* m = e->msg;
-    size_t n = sizeof(e->msg);
-    if (check_batch_split(opt, pg->world, e)) return 1;  // the batch split: before anything divides by it
-    if (opt->seq_len > config->max_seq_len)
-        snprintf(m, n, "--seq-len %d exceeds the model's %d positions (--max-seq)", opt->seq_len, config->max_seq_len);
-    else if (opt->shard_group_size && pg->world % opt->shard_group_size != 0)
-        snprintf(m, n, "--shard-group-size %d does not divide the world size %d", opt->shard_group_size, pg->world);
-    else if (!device)
-        snprintf(m, n, "--device cuda: %s; use --device cpu", why);
-    else if (strcmp(device, "cuda") && opt->cuda_only_flag)
-        snprintf(m, n, "%s applies to the cuda device only, and this run is on the cpu device (%s)", opt->cuda_only_flag, why);
-    else if (!strcmp(device, "cuda") && config->channels % 8 != 0)  // 128-bit row kernels
-        snprintf(m, n, "--device cuda needs --channels to be a multiple of 8, got %d", config->channels);
-    else if (opt->save_model && config->arch == ARCH_LLAMA3)  // refused before training, not after it
-        snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no Llama layout: keep a Llama "
-                 "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)");
-    else
-        return 0;
-    return 1;
-}
-
-// OpenMP/BLAS threads per rank: --threads, else OMP_NUM_THREADS, else the cores shared by
-// the ranks of this node.
-static int set_threads(const Options* opt, const ProcessGroup* pg) {
-    int threads = opt->threads;
-    if (!threads) {
-        const char* env = getenv("OMP_NUM_THREADS");
-        threads = env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN) / pg->local_world;
-        if (threads < 1) threads = 1;
-    }
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
-    return threads;
-}
-
 // The memory budget per rank: what the run allocates for its whole life, computed once from
 // the built model, for the run's setup lines and for --plan (the same figures by construction).
 typedef struct {
@@ -926,21 +877,7 @@ static void plan_step(Model* model, int grad_accum) {
     fsdp_step_stats_fetch(f);
 }
 
-// Plans world size W into row (printing the setup and budget lines when detail). 0, or 1
-// after one error line.
-// The flags that depend on the world size, as check_run_flags checks them. 0, or 1 after one
-// error line.
-static int plan_check_world(const Options* opt, int world) {
-    ParseError e;
-    if (check_batch_split(opt, world, &e)) { fprintf(stderr, "error: --plan at world size %d: %s\n", world, e.msg); return 1; }
-    if (opt->shard_group_size && world % opt->shard_group_size != 0) {
-        fprintf(stderr, "error: --plan at world size %d: --shard-group-size %d does not divide it\n", world, opt->shard_group_size);
-        return 1;
-    }
-    return 0;
-}
-
-// Plans world size W (checked by plan_check_world) into row, printing the setup and budget
+// Plans world size W (checked by check_run_flags) into row, printing the setup and budget
 // lines when detail.
 static void plan_one(const Options* opt, const ModelConfig* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
     int S = opt->shard_group_size ? opt->shard_group_size : world;
@@ -964,9 +901,10 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     SimClock clock;
     memset(&clock, 0, sizeof(clock));
     clock.costs = plan_costs(prof);
-    DeviceOptions dopt = {0, opt->comm, opt->reduce_fp32, opt->attention, opt->gelu_fusion, opt->seed,
-                          (Recompute)opt->recompute, opt->matmul_autotune, opt->param_fp16, prof, &clock,
-                          opt->gpus_per_node};
+    DeviceOptions dopt = run_device_options(opt, 0);
+    dopt.sim = prof;
+    dopt.sim_clock = &clock;
+    dopt.gpus_per_node = opt->gpus_per_node;
     FsdpConfig fcfg = run_fsdp_config(opt);
     Model* model = (Model*)calloc(1, sizeof(Model));
     if (!model) fatal(&pg, "--plan: out of host memory");
@@ -1020,21 +958,21 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
 static int plan_main(const Options* opt, const ModelConfig* config) {
     if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
     char err[1024];
+    ParseError e;
     // The cpu profile measures this machine with the threads a rank would have (--threads).
-    if (opt->threads) { omp_set_num_threads(opt->threads); openblas_set_num_threads(opt->threads); }
+    if (opt->threads) set_threads(opt, 1);
     SimProfile prof;
     if (plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
-    if (opt->seq_len > config->max_seq_len) {
-        fprintf(stderr, "error: --seq-len %d exceeds the model's %d positions (--max-seq)\n", opt->seq_len, config->max_seq_len);
-        return 1;
-    }
+    // The flags as a run checks them, before any output: first what no world changes.
+    if (check_run_flags(opt, config, 0, "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
     int worlds[PLAN_MAX_WORLDS], n = 1;
     worlds[0] = opt->gpus_per_node;
     if (opt->plan_world && plan_parse_world(opt->plan_world, worlds, &n, err, sizeof(err))) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    for (int i = 0; i < n; i++) if (plan_check_world(opt, worlds[i])) return 1;  // before any output
+    for (int i = 0; i < n; i++)
+        if (check_run_flags(opt, config, worlds[i], "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
     PlanRow rows[PLAN_MAX_WORLDS];
     if (opt->calibrate_from) {  // only the calibrated profile, for the first world
         plan_one(opt, config, &prof, worlds[0], 0, &rows[0]);
@@ -1079,13 +1017,13 @@ int main(int argc, char** argv) {
     }
     char why[256] = "";
     const char* device = choose_device(opt.device, why, sizeof(why));
-    if (check_run_flags(&opt, &config, &pg, device, why, &pe)) {
+    if (check_run_flags(&opt, &config, pg.world, device, why, &pe)) {
         if (pg.rank == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         process_group_finalize(&pg);
         return 1;
     }
     if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
-    int threads = set_threads(&opt, &pg);
+    int threads = set_threads(&opt, pg.local_world);
 
     Run* r = (Run*)calloc(1, sizeof(Run));
     if (!r) fatal(&pg, "out of host memory");
@@ -1121,9 +1059,7 @@ int main(int argc, char** argv) {
     }
 
     // Model, engine and device
-    int on_cuda = !strcmp(device, "cuda");
-    DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
-                          (Recompute)opt.recompute, opt.matmul_autotune, opt.param_fp16, NULL, NULL, 0};
+    DeviceOptions dopt = run_device_options(&opt, !strcmp(device, "cuda"));
     FsdpConfig fcfg = run_fsdp_config(&opt);
     Model* model = &r->model;
     model_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
