@@ -35,6 +35,7 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "train/device.cuh"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "train/plan.h"
 #include "train/profile.h"
 #include "train/run_ckpt.h"
 #include "train/run_lock.h"
@@ -551,12 +552,69 @@ static void evaluate(Run* r, int step) {
 // reduce-scattered as soon as its backward is done), the loss, the global gradient norm,
 // AdamW on the owned shards. Every rank takes the same decisions (skip, stop).
 //
-// The host never waits for the device inside a step: the loss and the gradient norm are
-// summed, all-reduced and judged on the device (fsdp_step_decide: AdamW reads the clip
-// scale and the skip flag there), and the host reads them one step late. train_step issues
-// step n+1's forward and backward, then waits for step n's figures (done by then, while the
-// device works on step n+1), prints step n's line and checks --max-bad-steps, and only then
-// issues step n+1's update: a run that stops for bad steps never applies the next update.
+// Its device work is two functions, the micro-steps and the update, which a run's step
+// (train_step) and --plan (train/plan.c, on the sim device) both call, so that the plan times
+// the run's own sequence. A run reads the previous step's figures between the two.
+
+// Where a run's micro-batches come from (--plan has none: the sim reads no token).
+typedef struct {
+    DataLoader* loader;
+    const ProcessGroup* pg;
+    int *inputs, *targets;   // this step's token buffers: micro-step k's rows at k * B * T
+    StepProfile* profile;    // --profile-step: the host's own work (the data) is marked
+    double seconds;          // out: the time spent reading
+} StepData;
+
+static void model_step_grads(Model* model, int grad_accum, float dloss, StepData* d) {
+    Fsdp* f = &model->fsdp;
+    const int B = model->B, T = model->T;
+    char err[1024];
+    fsdp_zero_grad(f, grad_accum);
+    for (int k = 0; k < grad_accum; k++) {
+        int *inputs = NULL, *targets = NULL;
+        if (d) {  // this rank's rows of the global batch: the batch does not depend on W and B
+            double t0 = now_seconds();
+            inputs = d->inputs + (size_t)k * B * T;
+            targets = d->targets + (size_t)k * B * T;
+            if (loader_read_micro_batch(d->loader, k, d->pg->world, d->pg->rank, B, inputs, targets, err, sizeof(err)))
+                fatal(d->pg, "%s", err);
+            d->seconds += now_seconds() - t0;
+        }
+        model_forward(model, inputs, targets, B, T, dloss);
+        // Without data (--plan) the losses are the sim's, no memory: their sum is planned where
+        // it is the fused path's kernel; the fp32 profile's host sum and the offloaded path's
+        // small kernel are left out.
+        if (d || f->fused) fsdp_add_loss(f, model->acts.losses, (size_t)B * T);
+        model_backward(model, B, T);
+        fsdp_end_micro_step(f);
+        if (d) profile_host(d->profile);
+    }
+}
+
+typedef struct {
+    double tokens;       // the step's tokens over every rank: the loss is their mean
+    float grad_clip, lr, beta1, beta2, eps, weight_decay;
+    int t;               // the step, from 1 (AdamW's bias correction)
+} StepUpdate;
+
+// The step's decision and AdamW, then the decision's figures on their way to the host.
+// end_mark (or NULL) gets a mark of the device's work before that copy, so that waiting for
+// the figures means the mark has been reached too.
+static void model_step_update(Model* model, const StepUpdate* u, void** end_mark) {
+    Fsdp* f = &model->fsdp;
+    fsdp_step_decide(f, u->tokens, u->grad_clip);
+    fsdp_optimizer_step(f, u->lr, u->beta1, u->beta2, u->eps, u->weight_decay, u->t);
+    if (end_mark) *end_mark = model->dev.kernels.mark(&model->dev.kernels);
+    fsdp_step_stats_fetch(f);
+}
+
+// A run's step. The host never waits for the device inside a step: the loss and the gradient
+// norm are summed, all-reduced and judged on the device (fsdp_step_decide: AdamW reads the
+// clip scale and the skip flag there), and the host reads them one step late. train_step
+// issues step n+1's forward and backward, then waits for step n's figures (done by then,
+// while the device works on step n+1), prints step n's line and checks --max-bad-steps, and
+// only then issues step n+1's update: a run that stops for bad steps never applies the next
+// update.
 
 typedef struct {
     int pending;         // a step whose figures have not been read yet
@@ -578,20 +636,8 @@ static void finish_step(Run* r, PendingStep* p) {
     p->record.ms = k->mark_ms(k, p->mark_begin, p->mark_end);
     k->mark_free(k, p->mark_begin);
     k->mark_free(k, p->mark_end);
-    if (model->dev.memory_in_use_mib) {
-        double used = model->dev.memory_in_use_mib(&model->dev);
-        if (used > r->device_used_mib) r->device_used_mib = used;
-    }
-    p->record.loss = s->loss;
-    p->record.norm = s->norm;
-    p->record.skipped = s->skip;
-    if (r->opt->param_fp16) {
-        p->record.loss_scale = s->step_loss_scale;
-        p->record.next_loss_scale = s->loss_scale;
-        p->record.overflow = s->overflow;
-    }
-    // cpu: peak resident memory; cuda: GPU memory in use
-    p->record.mem_mib = model->dev.memory_in_use_mib ? r->device_used_mib : (double)peak_rss_bytes() / (1024.0 * 1024.0);
+    step_record_decision(&p->record, s, r->opt->param_fp16);
+    p->record.mem_mib = step_memory_mib(&model->dev, &r->device_used_mib);
     metrics_step(&r->metrics, &p->record, &p->traffic);
     const int completed = p->record.step;
     // A gradient overflow the loss scaler handled (it halved the scale) is part of fp16
@@ -611,13 +657,12 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     Fsdp* f = &model->fsdp;
     Kernels* kern = &model->dev.kernels;
     StepProfile* prof = &r->profile;
-    char err[1024];
-    int B = r->B, T = r->T, completed = step + 1;
+    int completed = step + 1;
     test_hooks_stall(&r->test, r->pg->rank, completed);
 
     PendingStep cur;
     memset(&cur, 0, sizeof(cur));
-    double data_seconds = 0.0, t0 = now_seconds();
+    double t0 = now_seconds();
     const int profiled = opt->profile_step == completed;
     if (profiled) {
         finish_step(r, prev);  // the profile is of this step alone
@@ -626,42 +671,23 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     cur.mark_begin = kern->mark(kern);
     profile_host(prof);
     FsdpTraffic before = f->traffic;
-    // The token buffers alternate by step: the device may still be uploading the previous
-    // step's when this one's are read.
-    int* inputs_base = r->inputs[completed & 1];
-    int* targets_base = r->targets[completed & 1];
-    fsdp_zero_grad(f, r->grad_accum);
-    for (int k = 0; k < r->grad_accum; k++) {
-        // This rank's rows of the global batch: the batch does not depend on W and B.
-        double d0 = now_seconds();
-        int* inputs = inputs_base + (size_t)k * B * T;
-        int* targets = targets_base + (size_t)k * B * T;
-        if (loader_read_micro_batch(&r->train_loader, k, r->pg->world, r->pg->rank, B, inputs, targets, err, sizeof(err)))
-            fatal(r->pg, "%s", err);
-        data_seconds += now_seconds() - d0;
-        model_forward(model, inputs, targets, B, T, r->dloss);
-        fsdp_add_loss(f, model->acts.losses, (size_t)B * T);
-        model_backward(model, B, T);
-        fsdp_end_micro_step(f);
-        profile_host(prof);
-    }
+    // The token buffers alternate by step (Run): the device may still upload the previous step's.
+    StepData data = {&r->train_loader, r->pg, r->inputs[completed & 1], r->targets[completed & 1], prof, 0.0};
+    model_step_grads(model, r->grad_accum, r->dloss, &data);
     loader_advance(&r->train_loader, (uint64_t)r->global_seqs);
     test_hooks_poison(&r->test, f, r->pg->rank, completed);
     // The previous step's figures: on the device they were ready long ago.
     finish_step(r, prev);
     float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);
-    fsdp_step_decide(f, (double)r->total_tokens, opt->grad_clip);
-    fsdp_optimizer_step(f, lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, completed);
-    // The end mark before the figures' copy: waiting for the copy then means the mark has
-    // been reached too (finish_step times the step between the marks).
-    cur.mark_end = kern->mark(kern);
-    fsdp_step_stats_fetch(f);
+    const StepUpdate u = {(double)r->total_tokens, opt->grad_clip, lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay,
+                          completed};
+    model_step_update(model, &u, &cur.mark_end);
     cur.traffic.gathered = f->traffic.gathered - before.gathered;
     cur.traffic.reduce_scattered = f->traffic.reduce_scattered - before.reduce_scattered;
     cur.traffic.replica_reduced = f->traffic.replica_reduced - before.replica_reduced;
     cur.record.step = completed;
     cur.record.lr = lr;
-    cur.record.data_ms = data_seconds * 1000.0;
+    cur.record.data_ms = data.seconds * 1000.0;
     cur.record.profiled = profile_active(prof);
     cur.pending = 1;
     // Whether any rank was asked to stop: every rank takes the same decision at the same step.
@@ -764,228 +790,34 @@ static int maybe_resume(Run* r, int* start_step) {
 }
 
 // ----------------------------------------------------------------------------------------
-// Setup
+// What train/ reads of the model (it cannot include this file): the parts the setup lines and
+// the memory budget read, and for --plan (train/plan.c, rank 0 of a virtual world on the sim
+// device) the model's build and a run's step, as a table.
 
-// The memory budget per rank: what the run allocates for its whole life, computed once from
-// the built model, for the run's setup lines and for --plan (the same figures by construction).
-typedef struct {
-    size_t device;       // device memory: engine state, slots, activations, the device's own buffers
-    size_t host_extra;   // host buffers of a step's tokens and losses (the cpu's total counts them)
-} MemoryBudget;
-
-static MemoryBudget memory_budget(const Model* model, int grad_accum, int B, int T) {
-    const FsdpMemory* mm = &model->fsdp.memory;
-    MemoryBudget b;
-    b.device = mm->shard_state + mm->gathered + mm->full_grads + model->acts.total_bytes + device_extra_bytes(&model->dev);
-    size_t io_bytes = 4 * (size_t)grad_accum * B * T * sizeof(int);  // inputs, targets: two sets (by step parity)
-    size_t step_losses_bytes = (size_t)B * T * sizeof(float);        // a validation micro-batch's losses
-    b.host_extra = io_bytes + step_losses_bytes;
-    return b;
+static ModelParts model_parts(Model* model) {
+    ModelParts p = {&model->config, &model->layout, &model->fsdp, &model->dev, model->acts.total_bytes, model->B, model->T};
+    return p;
 }
 
-static void print_memory_budget(const Model* model, const MemoryBudget* b) {
-    const FsdpMemory* mm = &model->fsdp.memory;
-    int on_gpu = !model->dev.backend.host_is_device;  // the budget is device memory, apart from the host's
-    printf("memory budget per rank%s:\n", on_gpu ? " (GPU memory)" : "");
-    // (on cuda the shards also hold the bf16 copy of the parameters; offloaded, only that)
-    print_memory_line(mm->host_offload ? "sharded bf16 params (optimizer offloaded)" : "sharded params + grads + Adam m, v",
-                      mm->shard_state);
-    print_memory_line("gathered parameter slots", mm->gathered);
-    print_memory_line("full-gradient slots", mm->full_grads);
-    print_memory_line("activations", model->acts.total_bytes);
-    for (int i = 0; i < model->dev.n_device_lines; i++) print_memory_line(model->dev.device_lines[i].what, model->dev.device_lines[i].bytes);
-    if (on_gpu) {
-        print_memory_line("total", b->device);
-        if (mm->host_offload)
-            print_memory_line("host: offloaded master, m, v, grads + staging (pinned)", mm->host_offload);
-        else
-            print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
-        for (int i = 0; i < model->dev.n_host_lines; i++) print_memory_line(model->dev.host_lines[i].what, model->dev.host_lines[i].bytes);
-    } else {
-        print_memory_line("total", b->device + b->host_extra);
-    }
-}
-
-// The model's line of the setup (the run's and --plan's).
-static void print_model_line(const ModelConfig* c, size_t num_parameters) {
-    printf("model: %s, %d layers, %d heads", c->arch == ARCH_LLAMA3 ? "Llama 3" : "GPT-2", c->num_layers, c->num_heads);
-    if (c->arch == ARCH_LLAMA3) printf(" (%d kv heads)", c->num_kv_heads);
-    printf(", %d channels", c->channels);
-    if (c->arch == ARCH_LLAMA3) {
-        printf(", SwiGLU %d, RoPE theta %g", c->ffn_dim, (double)c->rope_theta);
-        if (c->rope_factor > 1.0f) printf(" scaled x%g", (double)c->rope_factor);
-    }
-    printf(", max_seq %d, vocab %d (padded %d): %zu parameters\n", c->max_seq_len, c->vocab_size, c->padded_vocab_size,
-           num_parameters);
-}
-
-// What the run is, and the memory budget per rank, before the first step.
-static void print_setup(const Run* r, const char* device, const char* why, int threads, double peak_tflops,
-                        const MemoryBudget* budget) {
-    const Options* opt = r->opt;
-    const ProcessGroup* pg = r->pg;
-    const Model* model = &r->model;
-    const ModelConfig* c = &model->config;
-    printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg->world,
-           pg->launcher, pg->transport, threads);
-    if (model->dev.description[0])
-        printf("%s: %s | peak %.0f TFLOP/s%s\n", model->dev.name, model->dev.description, peak_tflops,
-               peak_tflops > 0 ? "" : " (unknown GPU: no MFU; --peak-tflops sets it)");
-    print_model_line(c, model->layout.num_parameters);
-    printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s\n",
-           model->layout.n_units - 1, opt->unit_layers, pg->shard_size, pg->replicate_size, opt->prefetch,
-           opt->reshard_after_forward, opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step");
-    printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step; %d steps\n", r->B, r->T,
-           pg->world, r->grad_accum, r->total_tokens, r->max_steps);
-    printf("train data: %d shard(s), %zu sequences per epoch%s\n", r->train_loader.n_shards, r->train_loader.windows_per_epoch,
-           opt->shuffle ? ", shuffled" : "");
-    print_memory_budget(model, budget);
-    fflush(stdout);
-}
-
-// ----------------------------------------------------------------------------------------
-// --plan: the run's schedule on the sim device (train/plan.h). One process plays rank 0 of a
-// virtual world of W ranks: the same model build, engine, gathers, waits and optimizer passes
-// as a real run, with kernels and collectives that only advance a clock.
-
-static void plan_on_event(void* ctx, FsdpEvent e) {
-    SimClock* c = (SimClock*)ctx;
-    c->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
-    c->group = SIM_GROUP_OTHER;  // the engine's own kernels until the model's next one
-}
-// Before each model kernel (kernels.h's hook, as --profile-step uses it): its group.
-static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
-    ((SimClock*)ctx)->group = sim_group_of_kind(kind);
-}
-
-// One optimizer step as train_step runs it, less the data (and the host's sum of losses on
-// the fp32 profile): the same engine and model schedule calls, the step's decision included.
-// The sim reads no token.
-static void plan_step(Model* model, int grad_accum) {
-    Fsdp* f = &model->fsdp;
-    fsdp_zero_grad(f, grad_accum);
-    for (int k = 0; k < grad_accum; k++) {
-        model_forward(model, NULL, NULL, model->B, model->T, 1.0f);
-        // (the bf16 profiles' loss sum is one small kernel; the fp32 one sums on the host, and
-        // the sim's losses are not memory)
-        if (f->fused) fsdp_add_loss(f, model->acts.losses, (size_t)model->B * model->T);
-        model_backward(model, model->B, model->T);
-        fsdp_end_micro_step(f);
-    }
-    fsdp_step_decide(f, (double)model->B * model->T * grad_accum, 1.0f);
-    fsdp_optimizer_step(f, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
-    fsdp_step_stats_fetch(f);
-}
-
-// Plans world size W (checked by check_run_flags) into row, printing the setup and budget
-// lines when detail.
-static void plan_one(const Options* opt, const ModelConfig* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
-    int S = opt->shard_group_size ? opt->shard_group_size : world;
-    // Rank 0 of the virtual world (no transport: nothing is sent).
-    ProcessGroup pg;
-    memset(&pg, 0, sizeof(pg));
-    pg.world = world;
-    pg.local_world = world < opt->gpus_per_node ? world : opt->gpus_per_node;
-    pg.launcher = "plan";
-    pg.transport = "sim";
-    pg.shard_size = S;
-    pg.replicate_size = world / S;
-    memset(row, 0, sizeof(*row));
-    row->world = world;
-    row->shard_size = S;
-    row->replicas = world / S;
-    row->B = opt->batch_size;
-    row->T = opt->seq_len;
-    batch_split(opt, world, &row->tokens_per_step, &row->grad_accum);
-
-    SimClock clock;
-    memset(&clock, 0, sizeof(clock));
-    clock.costs = plan_costs(prof);
-    DeviceOptions dopt = run_device_options(opt, 0);
-    dopt.sim = prof;
-    dopt.sim_clock = &clock;
-    dopt.gpus_per_node = opt->gpus_per_node;
-    FsdpConfig fcfg = run_fsdp_config(opt);
+static void* plan_build(const ModelConfig* c, int layers_per_unit, const ProcessGroup* pg, const FsdpConfig* fcfg,
+                        const DeviceOptions* dopt, int B, int T, ModelParts* parts) {
     Model* model = (Model*)calloc(1, sizeof(Model));
-    if (!model) fatal(&pg, "--plan: out of host memory");
-    model_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
-    model->fsdp.on_event = plan_on_event;
-    model->fsdp.on_event_ctx = &clock;
-    model->dev.kernels.on_kernel = plan_on_kernel;
-    model->dev.kernels.on_kernel_ctx = &clock;
-    const MemoryBudget budget = memory_budget(model, row->grad_accum, row->B, row->T);
-    row->budget_bytes = budget.device;
-    row->offload = opt->offload;
-    row->num_parameters = model->layout.num_parameters;
-    row->model_flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config->num_layers * config->channels * (double)row->T;
-    if (detail) {
-        printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, model->dev.description);
-        print_model_line(config, model->layout.num_parameters);
-        printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s, recompute %s\n",
-               model->layout.n_units - 1, opt->unit_layers, S, world / S, opt->prefetch, opt->reshard_after_forward,
-               opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step",
-               opt->recompute == RECOMPUTE_FULL ? "full" : opt->recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
-        printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step\n", row->B, row->T, world,
-               row->grad_accum, row->tokens_per_step);
-        print_memory_budget(model, &budget);
-    }
-    // A first step settles the slots (as every later step finds them); the second is timed.
-    clock.phase = SIM_FORWARD;
-    plan_step(model, row->grad_accum);
-    sim_clock_reset(&clock);
-    clock.compute = clock.comm = clock.compute > clock.comm ? clock.compute : clock.comm;
-    const double t0 = clock.compute;
-    clock.phase = SIM_FORWARD;
-    plan_step(model, row->grad_accum);
-    row->step_s = clock.compute - t0;
-    for (int i = 0; i < SIM_PHASES; i++) {
-        row->busy[i] = clock.busy[i];
-        row->exposed[i] = clock.exposed[i];
-        row->comm_busy[i] = clock.comm_busy[i];
-        row->comm_bytes[i] = clock.comm_bytes[i];
-        row->mem_bytes[i] = clock.mem_bytes[i];
-        row->flops[i] = clock.flops[i];
-    }
-    for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
-    row->kernels = clock.kernels;
-    for (int g = 0; g <= SIM_GROUPS; g++) row->group_time[g] = clock.group_time[g];
-    double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
-    row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
-    model_free(model);
-    free(model);
+    if (!model) fatal(pg, "--plan: out of host memory");
+    model_build(model, c, layers_per_unit, pg, fcfg, dopt, B, T);
+    *parts = model_parts(model);
+    return model;
 }
 
-static int plan_main(const Options* opt, const ModelConfig* config) {
-    if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
-    char err[1024];
-    ParseError e;
-    // The cpu profile measures this machine with the threads a rank would have (--threads).
-    if (opt->threads) set_threads(opt, 1);
-    SimProfile prof;
-    if (plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
-    // The flags as a run checks them, before any output: first what no world changes.
-    if (check_run_flags(opt, config, 0, "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
-    int worlds[PLAN_MAX_WORLDS], n = 1;
-    worlds[0] = opt->gpus_per_node;
-    if (opt->plan_world && plan_parse_world(opt->plan_world, worlds, &n, err, sizeof(err))) {
-        fprintf(stderr, "error: %s\n", err);
-        return 1;
-    }
-    for (int i = 0; i < n; i++)
-        if (check_run_flags(opt, config, worlds[i], "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
-    PlanRow rows[PLAN_MAX_WORLDS];
-    if (opt->calibrate_from) {  // only the calibrated profile, for the first world
-        plan_one(opt, config, &prof, worlds[0], 0, &rows[0]);
-        if (plan_calibrate(opt->calibrate_from, &rows[0], &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
-        return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        plan_one(opt, config, &prof, worlds[i], i == 0, &rows[i]);
-        if (i == 0) plan_print_detail(&rows[0], &prof);
-    }
-    if (n > 1) plan_print_scaling(rows, n, &prof, opt->total_batch_tokens > 0);
-    return 0;
+// A run's step without its data (the figures mean nothing to the sim, which computes none).
+static void plan_step(void* model, int grad_accum) {
+    Model* m = (Model*)model;
+    const StepUpdate u = {(double)m->B * m->T * grad_accum, 1.0f, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+    model_step_grads(m, grad_accum, 1.0f, NULL);
+    model_step_update(m, &u, NULL);
 }
+
+static void plan_free(void* model) { model_free((Model*)model); free(model); }
+static const PlanModelOps plan_model_ops = {plan_build, plan_step, plan_free};
 
 // ----------------------------------------------------------------------------------------
 
@@ -1006,7 +838,7 @@ int main(int argc, char** argv) {
         if (launcher_rank() == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         return 1;
     }
-    if (opt.plan) return plan_main(&opt, &config);  // no ranks, data or device: the sim (train/plan.h)
+    if (opt.plan) return plan_main(&opt, &config, &plan_model_ops);  // no ranks, data or device: the sim
 
     ProcessGroup pg;
     char err[1024];
@@ -1085,30 +917,23 @@ int main(int argc, char** argv) {
     mt->max_steps = r->max_steps;
     mt->end_step = opt.stop_at_step && opt.stop_at_step < r->max_steps ? opt.stop_at_step : r->max_steps;
     mt->tokens_per_step = r->total_tokens;
-    // MFU: the model's flops per token (6N + 6LCT: forward and backward of every weight, plus
-    // attention's scores and weighted sums) against the device's peak over every rank.
-    mt->flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config.num_layers * config.channels * (double)r->T;
+    // MFU: the model's flops per token against the device's peak over every rank.
+    mt->flops_per_token = model_flops_per_token(&config, model->layout.num_parameters, r->T);
     mt->peak_flops = peak_tflops * 1e12 * pg.world;
 
-    const MemoryBudget budget = memory_budget(model, r->grad_accum, r->B, r->T);
-    const size_t device_budget = budget.device;
-    if (pg.rank == 0) print_setup(r, device, why, threads, peak_tflops, &budget);
+    const ModelParts parts = model_parts(model);
+    const MemoryBudget budget = memory_budget(&parts, r->grad_accum);
+    if (pg.rank == 0)
+        print_setup(&opt, &pg, device, why, threads, peak_tflops, &parts, r->grad_accum, r->total_tokens, r->max_steps,
+                    &r->train_loader, &budget);
     const size_t step_tokens = (size_t)r->grad_accum * r->B * r->T;  // the host buffers the budget's host_extra counts
     for (int i = 0; i < 2; i++) {
         r->inputs[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_tokens * sizeof(int));
         r->targets[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_tokens * sizeof(int));
     }
     r->step_losses = (float*)model->dev.backend.alloc_host(model->dev.backend.ctx, (size_t)r->B * r->T * sizeof(float));
-    // Everything the budget counts is allocated and touched by now.
-    double setup_rss = max_over_ranks_mib(&pg, current_rss_bytes());
-    if (pg.rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);
-    if (model->dev.memory_in_use_mib) {
-        r->device_used_mib = model->dev.memory_in_use_mib(&model->dev);
-        double setup_dev = max_over_ranks_mib(&pg, (size_t)(r->device_used_mib * 1048576.0));
-        if (pg.rank == 0)
-            printf("GPU memory after setup: %.1f MiB in use (max over ranks; cudaMemGetInfo above the context%s), budget %.1f MiB\n",
-                   setup_dev, pg.local_world > 1 ? ", every process on the GPU" : "", device_budget / 1048576.0);
-    }
+    // Everything the budget counts is allocated and touched by now: what it measures.
+    r->device_used_mib = print_setup_memory(&pg, &model->dev, budget.device);
     r->dloss = 1.0f / (float)((double)r->B * r->T * r->grad_accum * pg.world);
 
     // The loop: validation and samples at their steps, then one optimizer step and maybe a
@@ -1149,9 +974,8 @@ int main(int argc, char** argv) {
             fatal_agreed(&pg, "--save-model: %s", err);
         if (pg.rank == 0) printf("saved %s\n", opt.save_model);
     }
-    metrics_summary(mt, &pg, model->dev.memory_in_use_mib ? r->device_used_mib : -1.0, device_budget,
+    metrics_summary(mt, &pg, model->dev.memory_in_use_mib ? r->device_used_mib : -1.0, budget.device,
                     model->layout.num_parameters, r->grad_accum);
-
     metrics_close(mt);
     for (int i = 0; i < 2; i++) {
         model->dev.backend.release_host(model->dev.backend.ctx, r->inputs[i]);
