@@ -5,15 +5,18 @@ train_gpt: GPT-2 pretraining with full FSDP / ZeRO-3 sharding.
 
 This file is the training story, top to bottom: the model (its activations, and the schedule
 of gathers, kernels and reduce-scatters in model_forward / model_backward), one optimizer step
-(train_step), the validation loss (evaluate), samples, checkpoints (maybe_checkpoint), and
-main. Around it:
+(model_step_grads and model_step_update, which a run's train_step and --plan both call), the
+validation loss (evaluate), samples, checkpoints (maybe_checkpoint, maybe_resume), and main.
+Around it:
     comm/        how ranks meet and talk (MPI or TCP), the process group
     fsdp/        the sharding engine: flat units, slots, gather/prefetch/reduce-scatter, AdamW
     kernels/     the kernel tables the schedule calls (cpu fp32, cuda bf16)
     model/       GPT-2's shapes and names, initialisation, llm.c model files, checkpoint state
     checkpoint/  sharded checkpoints (any world size on load)
     dataloader/  token shards, the GPT-2 tokenizer
-    train/       the device constructor, options, metrics, profiler, LR schedule, sampler
+    train/       what the story calls but need not show: the device constructor, the flags and
+                 their checks, metrics and the setup lines (the memory budget), the --plan
+                 driver, the profiler, LR schedule, sampler, checkpoint writer, test hooks
 Compiled by nvcc when it exists (the cuda device slots in beside the cpu one, train/device.cuh)
 and by the host C++ compiler otherwise; either way the cpu device works without a GPU.
 */
