@@ -5,26 +5,26 @@ train_gpt: GPT-2 pretraining with full FSDP / ZeRO-3 sharding.
 
 This file is the training story, top to bottom: the model (its activations, and the schedule
 of gathers, kernels and reduce-scatters in model_forward / model_backward), one optimizer step
-(train_step), the validation loss (evaluate), samples, checkpoints (maybe_checkpoint), and
-main. Around it:
+(model_step_grads and model_step_update, which a run's train_step and --plan both call), the
+validation loss (evaluate), samples, checkpoints (maybe_checkpoint, maybe_resume), and main.
+Around it:
     comm/        how ranks meet and talk (MPI or TCP), the process group
     fsdp/        the sharding engine: flat units, slots, gather/prefetch/reduce-scatter, AdamW
     kernels/     the kernel tables the schedule calls (cpu fp32, cuda bf16)
     model/       GPT-2's shapes and names, initialisation, llm.c model files, checkpoint state
     checkpoint/  sharded checkpoints (any world size on load)
     dataloader/  token shards, the GPT-2 tokenizer
-    train/       the device constructor, options, metrics, profiler, LR schedule, sampler
+    train/       what the story calls but need not show: the device constructor, the flags and
+                 their checks, metrics and the setup lines (the memory budget), the --plan
+                 driver, the profiler, LR schedule, sampler, checkpoint writer, test hooks
 Compiled by nvcc when it exists (the cuda device slots in beside the cpu one, train/device.cuh)
 and by the host C++ compiler otherwise; either way the cpu device works without a GPU.
 */
-#include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "comm/process_group.h"
@@ -39,13 +39,14 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "train/device.cuh"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "train/plan.h"
 #include "train/profile.h"
+#include "train/run_ckpt.h"
 #include "train/run_lock.h"
 #include "train/sampler.h"
 #include "train/schedulers.h"
 #include "train/signals.h"
-
-extern "C" void openblas_set_num_threads(int num_threads);
+#include "train/test_hooks.h"
 
 // Element i of a buffer of elem-byte elements (the compute dtype differs by device: fp32 on
 // the cpu, bf16 on cuda, so the schedule addresses activations and parameters in bytes).
@@ -480,48 +481,23 @@ static void generate_sample(Model* model, const ProcessGroup* pg, const Tokenize
     float* row = (float*)malloc((size_t)c->padded_vocab_size * sizeof(float));  // host copy of one row of logits
     tokens[0] = GPT2_EOT;
     int length = n_tokens + 1 < T ? n_tokens + 1 : T;
-    TokenizerUtf8 utf8;
-    tokenizer_utf8_init(&utf8);
-    if (pg->rank == 0) { printf("sample (step %d):\n---\n", step); fflush(stdout); }
+    SamplePrinter out;
+    sample_print_begin(&out, tok, pg->rank, step);
     for (int t = 1; t < length; t++) {
         model_forward(model, tokens, zeros, 1, t, 0.0f);
         k->act_to_host_f32(k, row, elem_at(model->acts.logits, (size_t)(t - 1) * c->padded_vocab_size, k->act_bytes),
                            (size_t)c->padded_vocab_size);
         tokens[t] = sample_top_k(row, c->vocab_size, top_k, temperature, sampler_coin(seed, step, t), idx, val);
-        if (pg->rank == 0) {
-            if (tok) tokenizer_print_token(tok, &utf8, tokens[t], stdout);
-            else printf("%d ", tokens[t]);
-            fflush(stdout);
-        }
+        sample_print_token(&out, tokens[t]);
     }
     fsdp_release_all(&model->fsdp);
-    if (pg->rank == 0) {
-        if (tok) tokenizer_print_flush(&utf8, stdout);
-        printf("\n---\n");
-        fflush(stdout);
-    }
+    sample_print_end(&out);
     free(tokens); free(zeros); free(idx); free(val); free(row);
 }
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------
 // A run: what the loop carries from step to step
-
-// The exit status after a stop signal (SIGUSR1/SIGTERM) once the checkpoint is committed:
-// EX_TEMPFAIL, "try again later". scripts/slurm/*.sbatch requeue the job on it.
-#define EXIT_PREEMPTED 75
-
-// Test hooks (FSDP_TEST_NAN_LOSS_STEPS="3,5"): whether step is in the comma-separated list.
-static int test_hook_at(const char* list, int step) {
-    for (const char* p = list; p && *p; ) {
-        char* end;
-        long v = strtol(p, &end, 10);
-        if (end == p) break;
-        if (v == step) return 1;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return 0;
-}
 
 typedef struct {
     const Options* opt;
@@ -542,16 +518,11 @@ typedef struct {
     int bad_in_a_row;                 // steps skipped for a non-finite loss or gradient norm
     // checkpoints
     char ckpt_root[1100];
-    CkptWriter* ckpt_writer;          // whenever there is a checkpoint directory
-    ModelCkptTables ckpt_tables;
-    int ckpt_saves;
-    long ckpt_reported;               // the last async commit announced
+    RunCkpt ckpt;                     // the writer, whenever there is a checkpoint directory
     StepProfile profile;
     Metrics metrics;
     double device_used_mib;           // cuda: GPU memory in use above the baseline, max over the run
-    // Test-only: make the loss or rank 0's gradient non-finite at these steps; make one rank
-    // hang before a step ("RANK:STEP") as a stalled GPU or a deadlocked host would.
-    const char *test_nan_loss_steps, *test_nan_grad_steps, *test_stall;
+    TestHooks test;                   // failures made on purpose (train/test_hooks.h)
 } Run;
 
 // ----------------------------------------------------------------------------------------
@@ -581,12 +552,69 @@ static void evaluate(Run* r, int step) {
 // reduce-scattered as soon as its backward is done), the loss, the global gradient norm,
 // AdamW on the owned shards. Every rank takes the same decisions (skip, stop).
 //
-// The host never waits for the device inside a step: the loss and the gradient norm are
-// summed, all-reduced and judged on the device (fsdp_step_decide: AdamW reads the clip
-// scale and the skip flag there), and the host reads them one step late. train_step issues
-// step n+1's forward and backward, then waits for step n's figures (done by then, while the
-// device works on step n+1), prints step n's line and checks --max-bad-steps, and only then
-// issues step n+1's update: a run that stops for bad steps never applies the next update.
+// Its device work is two functions, the micro-steps and the update, which a run's step
+// (train_step) and --plan (train/plan.c, on the sim device) both call, so that the plan times
+// the run's own sequence. A run reads the previous step's figures between the two.
+
+// Where a run's micro-batches come from (--plan has none: the sim reads no token).
+typedef struct {
+    DataLoader* loader;
+    const ProcessGroup* pg;
+    int *inputs, *targets;   // this step's token buffers: micro-step k's rows at k * B * T
+    StepProfile* profile;    // --profile-step: the host's own work (the data) is marked
+    double seconds;          // out: the time spent reading
+} StepData;
+
+static void model_step_grads(Model* model, int grad_accum, float dloss, StepData* d) {
+    Fsdp* f = &model->fsdp;
+    const int B = model->B, T = model->T;
+    char err[1024];
+    fsdp_zero_grad(f, grad_accum);
+    for (int k = 0; k < grad_accum; k++) {
+        int *inputs = NULL, *targets = NULL;
+        if (d) {  // this rank's rows of the global batch: the batch does not depend on W and B
+            double t0 = now_seconds();
+            inputs = d->inputs + (size_t)k * B * T;
+            targets = d->targets + (size_t)k * B * T;
+            if (loader_read_micro_batch(d->loader, k, d->pg->world, d->pg->rank, B, inputs, targets, err, sizeof(err)))
+                fatal(d->pg, "%s", err);
+            d->seconds += now_seconds() - t0;
+        }
+        model_forward(model, inputs, targets, B, T, dloss);
+        // Without data (--plan) the losses are the sim's, no memory: their sum is planned where
+        // it is the fused path's kernel; the fp32 profile's host sum and the offloaded path's
+        // small kernel are left out.
+        if (d || f->fused) fsdp_add_loss(f, model->acts.losses, (size_t)B * T);
+        model_backward(model, B, T);
+        fsdp_end_micro_step(f);
+        if (d) profile_host(d->profile);
+    }
+}
+
+typedef struct {
+    double tokens;       // the step's tokens over every rank: the loss is their mean
+    float grad_clip, lr, beta1, beta2, eps, weight_decay;
+    int t;               // the step, from 1 (AdamW's bias correction)
+} StepUpdate;
+
+// The step's decision and AdamW, then the decision's figures on their way to the host.
+// end_mark (or NULL) gets a mark of the device's work before that copy, so that waiting for
+// the figures means the mark has been reached too.
+static void model_step_update(Model* model, const StepUpdate* u, void** end_mark) {
+    Fsdp* f = &model->fsdp;
+    fsdp_step_decide(f, u->tokens, u->grad_clip);
+    fsdp_optimizer_step(f, u->lr, u->beta1, u->beta2, u->eps, u->weight_decay, u->t);
+    if (end_mark) *end_mark = model->dev.kernels.mark(&model->dev.kernels);
+    fsdp_step_stats_fetch(f);
+}
+
+// A run's step. The host never waits for the device inside a step: the loss and the gradient
+// norm are summed, all-reduced and judged on the device (fsdp_step_decide: AdamW reads the
+// clip scale and the skip flag there), and the host reads them one step late. train_step
+// issues step n+1's forward and backward, then waits for step n's figures (done by then,
+// while the device works on step n+1), prints step n's line and checks --max-bad-steps, and
+// only then issues step n+1's update: a run that stops for bad steps never applies the next
+// update.
 
 typedef struct {
     int pending;         // a step whose figures have not been read yet
@@ -608,20 +636,8 @@ static void finish_step(Run* r, PendingStep* p) {
     p->record.ms = k->mark_ms(k, p->mark_begin, p->mark_end);
     k->mark_free(k, p->mark_begin);
     k->mark_free(k, p->mark_end);
-    if (model->dev.memory_in_use_mib) {
-        double used = model->dev.memory_in_use_mib(&model->dev);
-        if (used > r->device_used_mib) r->device_used_mib = used;
-    }
-    p->record.loss = s->loss;
-    p->record.norm = s->norm;
-    p->record.skipped = s->skip;
-    if (r->opt->param_fp16) {
-        p->record.loss_scale = s->step_loss_scale;
-        p->record.next_loss_scale = s->loss_scale;
-        p->record.overflow = s->overflow;
-    }
-    // cpu: peak resident memory; cuda: GPU memory in use
-    p->record.mem_mib = model->dev.memory_in_use_mib ? r->device_used_mib : (double)peak_rss_bytes() / (1024.0 * 1024.0);
+    step_record_decision(&p->record, s, r->opt->param_fp16);
+    p->record.mem_mib = step_memory_mib(&model->dev, &r->device_used_mib);
     metrics_step(&r->metrics, &p->record, &p->traffic);
     const int completed = p->record.step;
     // A gradient overflow the loss scaler handled (it halved the scale) is part of fp16
@@ -641,15 +657,12 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     Fsdp* f = &model->fsdp;
     Kernels* kern = &model->dev.kernels;
     StepProfile* prof = &r->profile;
-    char err[1024];
-    int B = r->B, T = r->T, completed = step + 1;
-    if (r->test_stall && atoi(r->test_stall) == r->pg->rank && strchr(r->test_stall, ':') &&
-        test_hook_at(strchr(r->test_stall, ':') + 1, completed))
-        for (;;) pause();
+    int completed = step + 1;
+    test_hooks_stall(&r->test, r->pg->rank, completed);
 
     PendingStep cur;
     memset(&cur, 0, sizeof(cur));
-    double data_seconds = 0.0, t0 = now_seconds();
+    double t0 = now_seconds();
     const int profiled = opt->profile_step == completed;
     if (profiled) {
         finish_step(r, prev);  // the profile is of this step alone
@@ -658,43 +671,23 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     cur.mark_begin = kern->mark(kern);
     profile_host(prof);
     FsdpTraffic before = f->traffic;
-    // The token buffers alternate by step: the device may still be uploading the previous
-    // step's when this one's are read.
-    int* inputs_base = r->inputs[completed & 1];
-    int* targets_base = r->targets[completed & 1];
-    fsdp_zero_grad(f, r->grad_accum);
-    for (int k = 0; k < r->grad_accum; k++) {
-        // This rank's rows of the global batch: the batch does not depend on W and B.
-        double d0 = now_seconds();
-        int* inputs = inputs_base + (size_t)k * B * T;
-        int* targets = targets_base + (size_t)k * B * T;
-        if (loader_read_micro_batch(&r->train_loader, k, r->pg->world, r->pg->rank, B, inputs, targets, err, sizeof(err)))
-            fatal(r->pg, "%s", err);
-        data_seconds += now_seconds() - d0;
-        model_forward(model, inputs, targets, B, T, r->dloss);
-        fsdp_add_loss(f, model->acts.losses, (size_t)B * T);
-        model_backward(model, B, T);
-        fsdp_end_micro_step(f);
-        profile_host(prof);
-    }
+    // The token buffers alternate by step (Run): the device may still upload the previous step's.
+    StepData data = {&r->train_loader, r->pg, r->inputs[completed & 1], r->targets[completed & 1], prof, 0.0};
+    model_step_grads(model, r->grad_accum, r->dloss, &data);
     loader_advance(&r->train_loader, (uint64_t)r->global_seqs);
-    if (r->pg->rank == 0 && test_hook_at(r->test_nan_loss_steps, completed)) fsdp_test_poison_loss(f);
-    if (r->pg->rank == 0 && test_hook_at(r->test_nan_grad_steps, completed)) fsdp_test_poison_grad(f);
+    test_hooks_poison(&r->test, f, r->pg->rank, completed);
     // The previous step's figures: on the device they were ready long ago.
     finish_step(r, prev);
     float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);
-    fsdp_step_decide(f, (double)r->total_tokens, opt->grad_clip);
-    fsdp_optimizer_step(f, lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay, completed);
-    // The end mark before the figures' copy: waiting for the copy then means the mark has
-    // been reached too (finish_step times the step between the marks).
-    cur.mark_end = kern->mark(kern);
-    fsdp_step_stats_fetch(f);
+    const StepUpdate u = {(double)r->total_tokens, opt->grad_clip, lr, opt->beta1, opt->beta2, opt->eps, opt->weight_decay,
+                          completed};
+    model_step_update(model, &u, &cur.mark_end);
     cur.traffic.gathered = f->traffic.gathered - before.gathered;
     cur.traffic.reduce_scattered = f->traffic.reduce_scattered - before.reduce_scattered;
     cur.traffic.replica_reduced = f->traffic.replica_reduced - before.replica_reduced;
     cur.record.step = completed;
     cur.record.lr = lr;
-    cur.record.data_ms = data_seconds * 1000.0;
+    cur.record.data_ms = data.seconds * 1000.0;
     cur.record.profiled = profile_active(prof);
     cur.pending = 1;
     // Whether any rank was asked to stop: every rank takes the same decision at the same step.
@@ -713,21 +706,21 @@ static int train_step(Run* r, int step, PendingStep* prev) {
 
 static int checkpoint_due(const Run* r, int completed) {
     const Options* opt = r->opt;
-    return r->ckpt_writer && opt->ckpt_every > 0 &&
+    return r->ckpt.writer && opt->ckpt_every > 0 &&
            (completed % opt->ckpt_every == 0 || completed == r->max_steps || completed == opt->stop_at_step);
 }
 
 static void maybe_checkpoint(Run* r, int completed, int stop_now) {
     const Options* opt = r->opt;
     char err[1024];
-    int polled = r->ckpt_writer ? ckpt_writer_poll(r->ckpt_writer, err, sizeof(err)) : 0;
+    int polled = r->ckpt.writer ? ckpt_writer_poll(r->ckpt.writer, err, sizeof(err)) : 0;
     if (polled == CKPT_SAVED_NO_LATEST) { if (r->pg->rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
     else if (polled) fatal_agreed(r->pg, "checkpoint: %s", err);
     if (stop_now && r->pg->rank == 0)
-        printf("stop signal received: %s after step %d\n", r->ckpt_writer ? "saving a checkpoint and exiting" : "exiting (no checkpoint directory: -o or --ckpt-dir)", completed);
-    if (!r->ckpt_writer) return;
+        printf("stop signal received: %s after step %d\n", r->ckpt.writer ? "saving a checkpoint and exiting" : "exiting (no checkpoint directory: -o or --ckpt-dir)", completed);
+    if (!r->ckpt.writer) return;
     if (stop_now || checkpoint_due(r, completed)) {
-        r->ckpt_saves++;
+        r->ckpt.saves++;
         double t0 = now_seconds();
         fsdp_download_state(&r->model.fsdp);  // the checkpoint's pieces point into the host mirror
         const LoaderState* ls = &r->train_loader.state;
@@ -737,8 +730,8 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
             const FsdpStepStats* s = fsdp_step_stats_wait(&r->model.fsdp);
             model_checkpoint_state_add_loss_scaler(state, s->loss_scale, s->good_steps);
         }
-        const ModelCkptTables* ct = &r->ckpt_tables;
-        int saved = ckpt_save(r->ckpt_writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
+        const ModelCkptTables* ct = &r->ckpt.tables;
+        int saved = ckpt_save(r->ckpt.writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
                               state, err, sizeof(err));
         if (saved == CKPT_SAVED_NO_LATEST) { if (r->pg->rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
         else if (saved) fatal_agreed(r->pg, "checkpoint step %d not saved (the previous ones are intact): %s", completed, err);
@@ -750,9 +743,9 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
             fflush(stdout);
         }
     }
-    if (opt->ckpt.async && r->pg->rank == 0 && ckpt_writer_last_committed(r->ckpt_writer) > r->ckpt_reported) {
-        r->ckpt_reported = ckpt_writer_last_committed(r->ckpt_writer);
-        printf("checkpoint step %ld committed\n", r->ckpt_reported);
+    if (opt->ckpt.async && r->pg->rank == 0 && ckpt_writer_last_committed(r->ckpt.writer) > r->ckpt.reported) {
+        r->ckpt.reported = ckpt_writer_last_committed(r->ckpt.writer);
+        printf("checkpoint step %ld committed\n", r->ckpt.reported);
     }
 }
 
@@ -797,304 +790,34 @@ static int maybe_resume(Run* r, int* start_step) {
 }
 
 // ----------------------------------------------------------------------------------------
-// Setup
+// What train/ reads of the model (it cannot include this file): the parts the setup lines and
+// the memory budget read, and for --plan (train/plan.c, rank 0 of a virtual world on the sim
+// device) the model's build and a run's step, as a table.
 
-// The engine's configuration from the flags (the real run's and --plan's).
-static FsdpConfig run_fsdp_config(const Options* opt) {
-    FsdpConfig c = {opt->prefetch, opt->reshard_after_forward, !opt->no_grad_sync_until_last, opt->offload,
-                    opt->param_fp16 ? opt->loss_scale : 0.0f, opt->param_fp16 ? opt->loss_scale_window : 0};
-    return c;
+static ModelParts model_parts(Model* model) {
+    ModelParts p = {&model->config, &model->layout, &model->fsdp, &model->dev, model->acts.total_bytes, model->B, model->T};
+    return p;
 }
 
-// Flags that depend on the world size or the device. 0, or 1 with the message in e.
-static int check_run_flags(const Options* opt, const ModelConfig* config, const ProcessGroup* pg, const char* device,
-                           const char* why, ParseError* e) {
-    char* m = e->msg;
-    size_t n = sizeof(e->msg);
-    if (check_batch_split(opt, pg->world, e)) return 1;  // the batch split: before anything divides by it
-    if (opt->seq_len > config->max_seq_len)
-        snprintf(m, n, "--seq-len %d exceeds the model's %d positions (--max-seq)", opt->seq_len, config->max_seq_len);
-    else if (opt->shard_group_size && pg->world % opt->shard_group_size != 0)
-        snprintf(m, n, "--shard-group-size %d does not divide the world size %d", opt->shard_group_size, pg->world);
-    else if (!device)
-        snprintf(m, n, "--device cuda: %s; use --device cpu", why);
-    else if (strcmp(device, "cuda") && opt->cuda_only_flag)
-        snprintf(m, n, "%s applies to the cuda device only, and this run is on the cpu device (%s)", opt->cuda_only_flag, why);
-    else if (!strcmp(device, "cuda") && config->channels % 8 != 0)  // 128-bit row kernels
-        snprintf(m, n, "--device cuda needs --channels to be a multiple of 8, got %d", config->channels);
-    else if (opt->save_model && !llmc_has_layout(config))  // refused before training, not after it
-        snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no %s layout: keep a %s "
-                 "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)", model_family(config)->title,
-                 model_family(config)->title);
-    else
-        return 0;
-    return 1;
-}
-
-// OpenMP/BLAS threads per rank: --threads, else OMP_NUM_THREADS, else the cores shared by
-// the ranks of this node.
-static int set_threads(const Options* opt, const ProcessGroup* pg) {
-    int threads = opt->threads;
-    if (!threads) {
-        const char* env = getenv("OMP_NUM_THREADS");
-        threads = env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN) / pg->local_world;
-        if (threads < 1) threads = 1;
-    }
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
-    return threads;
-}
-
-// The tokenizer is only needed to print samples. Without --tokenizer-dir, look where the data
-// scripts put the GPT-2 files: data/gpt2, then $FSDP_DATA/gpt2, ../shared/data/gpt2.
-static Tokenizer* load_sample_tokenizer(const Options* opt, const ProcessGroup* pg) {
-    Tokenizer* tokenizer = NULL;
-    char err[1024] = "";
-    const char* env = getenv("FSDP_DATA");
-    char env_dir[1024] = "";
-    if (env && *env) snprintf(env_dir, sizeof(env_dir), "%s/gpt2", env);
-    const char* dirs[] = {opt->tokenizer_dir ? opt->tokenizer_dir : "data/gpt2",
-                          opt->tokenizer_dir ? NULL : env_dir, opt->tokenizer_dir ? NULL : "../shared/data/gpt2"};
-    for (int i = 0; i < 3 && !tokenizer; i++) {
-        if (!dirs[i] || !dirs[i][0]) continue;
-        char enc[1100], bpe[1100], why_not[1024];
-        snprintf(enc, sizeof(enc), "%s/encoder.json", dirs[i]);
-        snprintf(bpe, sizeof(bpe), "%s/vocab.bpe", dirs[i]);
-        tokenizer = tokenizer_load(enc, bpe, why_not, sizeof(why_not));
-        if (!tokenizer && i == 0) snprintf(err, sizeof(err), "%s", why_not);
-    }
-    if (!tokenizer && pg->rank == 0) printf("note: samples print token ids (no tokenizer: %s)\n", err);
-    return tokenizer;
-}
-
-// The memory budget per rank: what the run allocates for its whole life, computed once from
-// the built model, for the run's setup lines and for --plan (the same figures by construction).
-typedef struct {
-    size_t device;       // device memory: engine state, slots, activations, the device's own buffers
-    size_t host_extra;   // host buffers of a step's tokens and losses (the cpu's total counts them)
-} MemoryBudget;
-
-static MemoryBudget memory_budget(const Model* model, int grad_accum, int B, int T) {
-    const FsdpMemory* mm = &model->fsdp.memory;
-    MemoryBudget b;
-    b.device = mm->shard_state + mm->gathered + mm->full_grads + model->acts.total_bytes + device_extra_bytes(&model->dev);
-    size_t io_bytes = 4 * (size_t)grad_accum * B * T * sizeof(int);  // inputs, targets: two sets (by step parity)
-    size_t step_losses_bytes = (size_t)B * T * sizeof(float);        // a validation micro-batch's losses
-    b.host_extra = io_bytes + step_losses_bytes;
-    return b;
-}
-
-static void print_memory_budget(const Model* model, const MemoryBudget* b) {
-    const FsdpMemory* mm = &model->fsdp.memory;
-    int on_gpu = !model->dev.backend.host_is_device;  // the budget is device memory, apart from the host's
-    printf("memory budget per rank%s:\n", on_gpu ? " (GPU memory)" : "");
-    // (on cuda the shards also hold the bf16 copy of the parameters; offloaded, only that)
-    print_memory_line(mm->host_offload ? "sharded bf16 params (optimizer offloaded)" : "sharded params + grads + Adam m, v",
-                      mm->shard_state);
-    print_memory_line("gathered parameter slots", mm->gathered);
-    print_memory_line("full-gradient slots", mm->full_grads);
-    print_memory_line("activations", model->acts.total_bytes);
-    for (int i = 0; i < model->dev.n_device_lines; i++) print_memory_line(model->dev.device_lines[i].what, model->dev.device_lines[i].bytes);
-    if (on_gpu) {
-        print_memory_line("total", b->device);
-        if (mm->host_offload)
-            print_memory_line("host: offloaded master, m, v, grads + staging (pinned)", mm->host_offload);
-        else
-            print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
-        for (int i = 0; i < model->dev.n_host_lines; i++) print_memory_line(model->dev.host_lines[i].what, model->dev.host_lines[i].bytes);
-    } else {
-        print_memory_line("total", b->device + b->host_extra);
-    }
-}
-
-// The model's line of the setup (the run's and --plan's).
-static void print_model_line(const ModelConfig* c, size_t num_parameters) {
-    char what[256];
-    model_describe(c, 0, what, sizeof(what));
-    printf("model: %s, max_seq %d, vocab %d (padded %d): %zu parameters\n", what, c->max_seq_len, c->vocab_size,
-           c->padded_vocab_size, num_parameters);
-}
-
-// What the run is, and the memory budget per rank, before the first step.
-static void print_setup(const Run* r, const char* device, const char* why, int threads, double peak_tflops,
-                        const MemoryBudget* budget) {
-    const Options* opt = r->opt;
-    const ProcessGroup* pg = r->pg;
-    const Model* model = &r->model;
-    const ModelConfig* c = &model->config;
-    printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg->world,
-           pg->launcher, pg->transport, threads);
-    if (model->dev.description[0])
-        printf("%s: %s | peak %.0f TFLOP/s%s\n", model->dev.name, model->dev.description, peak_tflops,
-               peak_tflops > 0 ? "" : " (unknown GPU: no MFU; --peak-tflops sets it)");
-    print_model_line(c, model->layout.num_parameters);
-    printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s\n",
-           model->layout.n_units - 1, opt->unit_layers, pg->shard_size, pg->replicate_size, opt->prefetch,
-           opt->reshard_after_forward, opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step");
-    printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step; %d steps\n", r->B, r->T,
-           pg->world, r->grad_accum, r->total_tokens, r->max_steps);
-    printf("train data: %d shard(s), %zu sequences per epoch%s\n", r->train_loader.n_shards, r->train_loader.windows_per_epoch,
-           opt->shuffle ? ", shuffled" : "");
-    print_memory_budget(model, budget);
-    fflush(stdout);
-}
-
-// ----------------------------------------------------------------------------------------
-// --plan: the run's schedule on the sim device (train/plan.h). One process plays rank 0 of a
-// virtual world of W ranks: the same model build, engine, gathers, waits and optimizer passes
-// as a real run, with kernels and collectives that only advance a clock.
-
-static void plan_on_event(void* ctx, FsdpEvent e) {
-    SimClock* c = (SimClock*)ctx;
-    c->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
-    c->group = SIM_GROUP_OTHER;  // the engine's own kernels until the model's next one
-}
-// Before each model kernel (kernels.h's hook, as --profile-step uses it): its group.
-static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
-    ((SimClock*)ctx)->group = sim_group_of_kind(kind);
-}
-
-// One optimizer step as train_step runs it, less the data (and the host's sum of losses on
-// the fp32 profile): the same engine and model schedule calls, the step's decision included.
-// The sim reads no token.
-static void plan_step(Model* model, int grad_accum) {
-    Fsdp* f = &model->fsdp;
-    fsdp_zero_grad(f, grad_accum);
-    for (int k = 0; k < grad_accum; k++) {
-        model_forward(model, NULL, NULL, model->B, model->T, 1.0f);
-        // (the bf16 profiles' loss sum is one small kernel; the fp32 one sums on the host, and
-        // the sim's losses are not memory)
-        if (f->fused) fsdp_add_loss(f, model->acts.losses, (size_t)model->B * model->T);
-        model_backward(model, model->B, model->T);
-        fsdp_end_micro_step(f);
-    }
-    fsdp_step_decide(f, (double)model->B * model->T * grad_accum, 1.0f);
-    fsdp_optimizer_step(f, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
-    fsdp_step_stats_fetch(f);
-}
-
-// Plans world size W into row (printing the setup and budget lines when detail). 0, or 1
-// after one error line.
-// The flags that depend on the world size, as check_run_flags checks them. 0, or 1 after one
-// error line.
-static int plan_check_world(const Options* opt, int world) {
-    ParseError e;
-    if (check_batch_split(opt, world, &e)) { fprintf(stderr, "error: --plan at world size %d: %s\n", world, e.msg); return 1; }
-    if (opt->shard_group_size && world % opt->shard_group_size != 0) {
-        fprintf(stderr, "error: --plan at world size %d: --shard-group-size %d does not divide it\n", world, opt->shard_group_size);
-        return 1;
-    }
-    return 0;
-}
-
-// Plans world size W (checked by plan_check_world) into row, printing the setup and budget
-// lines when detail.
-static void plan_one(const Options* opt, const ModelConfig* config, const SimProfile* prof, int world, int detail, PlanRow* row) {
-    int S = opt->shard_group_size ? opt->shard_group_size : world;
-    // Rank 0 of the virtual world (no transport: nothing is sent).
-    ProcessGroup pg;
-    memset(&pg, 0, sizeof(pg));
-    pg.world = world;
-    pg.local_world = world < opt->gpus_per_node ? world : opt->gpus_per_node;
-    pg.launcher = "plan";
-    pg.transport = "sim";
-    pg.shard_size = S;
-    pg.replicate_size = world / S;
-    memset(row, 0, sizeof(*row));
-    row->world = world;
-    row->shard_size = S;
-    row->replicas = world / S;
-    row->B = opt->batch_size;
-    row->T = opt->seq_len;
-    batch_split(opt, world, &row->tokens_per_step, &row->grad_accum);
-
-    SimClock clock;
-    memset(&clock, 0, sizeof(clock));
-    clock.costs = plan_costs(prof);
-    DeviceOptions dopt = {0, opt->comm, opt->reduce_fp32, opt->attention, opt->gelu_fusion, opt->seed,
-                          (Recompute)opt->recompute, opt->matmul_autotune, opt->param_fp16, prof, &clock,
-                          opt->gpus_per_node};
-    FsdpConfig fcfg = run_fsdp_config(opt);
+static void* plan_build(const ModelConfig* c, int layers_per_unit, const ProcessGroup* pg, const FsdpConfig* fcfg,
+                        const DeviceOptions* dopt, int B, int T, ModelParts* parts) {
     Model* model = (Model*)calloc(1, sizeof(Model));
-    if (!model) fatal(&pg, "--plan: out of host memory");
-    model_build(model, config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T);
-    model->fsdp.on_event = plan_on_event;
-    model->fsdp.on_event_ctx = &clock;
-    model->dev.kernels.on_kernel = plan_on_kernel;
-    model->dev.kernels.on_kernel_ctx = &clock;
-    const MemoryBudget budget = memory_budget(model, row->grad_accum, row->B, row->T);
-    row->budget_bytes = budget.device;
-    row->offload = opt->offload;
-    row->num_parameters = model->layout.num_parameters;
-    row->model_flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config->num_layers * config->channels * (double)row->T;
-    if (detail) {
-        printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, model->dev.description);
-        print_model_line(config, model->layout.num_parameters);
-        printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s, recompute %s\n",
-               model->layout.n_units - 1, opt->unit_layers, S, world / S, opt->prefetch, opt->reshard_after_forward,
-               opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step",
-               opt->recompute == RECOMPUTE_FULL ? "full" : opt->recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
-        printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step\n", row->B, row->T, world,
-               row->grad_accum, row->tokens_per_step);
-        print_memory_budget(model, &budget);
-    }
-    // A first step settles the slots (as every later step finds them); the second is timed.
-    clock.phase = SIM_FORWARD;
-    plan_step(model, row->grad_accum);
-    sim_clock_reset(&clock);
-    clock.compute = clock.comm = clock.compute > clock.comm ? clock.compute : clock.comm;
-    const double t0 = clock.compute;
-    clock.phase = SIM_FORWARD;
-    plan_step(model, row->grad_accum);
-    row->step_s = clock.compute - t0;
-    for (int i = 0; i < SIM_PHASES; i++) {
-        row->busy[i] = clock.busy[i];
-        row->exposed[i] = clock.exposed[i];
-        row->comm_busy[i] = clock.comm_busy[i];
-        row->comm_bytes[i] = clock.comm_bytes[i];
-        row->mem_bytes[i] = clock.mem_bytes[i];
-        row->flops[i] = clock.flops[i];
-    }
-    for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
-    row->kernels = clock.kernels;
-    for (int g = 0; g <= SIM_GROUPS; g++) row->group_time[g] = clock.group_time[g];
-    double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
-    row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
-    model_free(model);
-    free(model);
+    if (!model) fatal(pg, "--plan: out of host memory");
+    model_build(model, c, layers_per_unit, pg, fcfg, dopt, B, T);
+    *parts = model_parts(model);
+    return model;
 }
 
-static int plan_main(const Options* opt, const ModelConfig* config) {
-    if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
-    char err[1024];
-    // The cpu profile measures this machine with the threads a rank would have (--threads).
-    if (opt->threads) { omp_set_num_threads(opt->threads); openblas_set_num_threads(opt->threads); }
-    SimProfile prof;
-    if (plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
-    if (opt->seq_len > config->max_seq_len) {
-        fprintf(stderr, "error: --seq-len %d exceeds the model's %d positions (--max-seq)\n", opt->seq_len, config->max_seq_len);
-        return 1;
-    }
-    int worlds[PLAN_MAX_WORLDS], n = 1;
-    worlds[0] = opt->gpus_per_node;
-    if (opt->plan_world && plan_parse_world(opt->plan_world, worlds, &n, err, sizeof(err))) {
-        fprintf(stderr, "error: %s\n", err);
-        return 1;
-    }
-    for (int i = 0; i < n; i++) if (plan_check_world(opt, worlds[i])) return 1;  // before any output
-    PlanRow rows[PLAN_MAX_WORLDS];
-    if (opt->calibrate_from) {  // only the calibrated profile, for the first world
-        plan_one(opt, config, &prof, worlds[0], 0, &rows[0]);
-        if (plan_calibrate(opt->calibrate_from, &rows[0], &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
-        return 0;
-    }
-    for (int i = 0; i < n; i++) {
-        plan_one(opt, config, &prof, worlds[i], i == 0, &rows[i]);
-        if (i == 0) plan_print_detail(&rows[0], &prof);
-    }
-    if (n > 1) plan_print_scaling(rows, n, &prof, opt->total_batch_tokens > 0);
-    return 0;
+// A run's step without its data (the figures mean nothing to the sim, which computes none).
+static void plan_step(void* model, int grad_accum) {
+    Model* m = (Model*)model;
+    const StepUpdate u = {(double)m->B * m->T * grad_accum, 1.0f, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
+    model_step_grads(m, grad_accum, 1.0f, NULL);
+    model_step_update(m, &u, NULL);
 }
+
+static void plan_free(void* model) { model_free((Model*)model); free(model); }
+static const PlanModelOps plan_model_ops = {plan_build, plan_step, plan_free};
 
 // ----------------------------------------------------------------------------------------
 
@@ -1115,7 +838,7 @@ int main(int argc, char** argv) {
         if (launcher_rank() == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         return 1;
     }
-    if (opt.plan) return plan_main(&opt, &config);  // no ranks, data or device: the sim (train/plan.h)
+    if (opt.plan) return plan_main(&opt, &config, &plan_model_ops);  // no ranks, data or device: the sim
 
     ProcessGroup pg;
     char err[1024];
@@ -1126,13 +849,13 @@ int main(int argc, char** argv) {
     }
     char why[256] = "";
     const char* device = choose_device(opt.device, why, sizeof(why));
-    if (check_run_flags(&opt, &config, &pg, device, why, &pe)) {
+    if (check_run_flags(&opt, &config, pg.world, device, why, &pe)) {
         if (pg.rank == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         process_group_finalize(&pg);
         return 1;
     }
     if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
-    int threads = set_threads(&opt, &pg);
+    int threads = set_threads(&opt, pg.local_world);
 
     Run* r = (Run*)calloc(1, sizeof(Run));
     if (!r) fatal(&pg, "out of host memory");
@@ -1142,9 +865,7 @@ int main(int argc, char** argv) {
     r->T = opt.seq_len;
     batch_split(&opt, pg.world, &r->total_tokens, &r->grad_accum);
     r->global_seqs = r->total_tokens / r->T;
-    r->test_nan_loss_steps = getenv("FSDP_TEST_NAN_LOSS_STEPS");
-    r->test_nan_grad_steps = getenv("FSDP_TEST_NAN_GRAD_STEPS");
-    r->test_stall = getenv("FSDP_TEST_STALL");
+    test_hooks_read(&r->test);
 
     // Checkpoints: where. One job per run directory: rank 0 locks -o's and the checkpoint
     // directory (train_gpt.lock) until it exits, so a relaunch cannot race the ranks of an
@@ -1170,9 +891,7 @@ int main(int argc, char** argv) {
     }
 
     // Model, engine and device
-    int on_cuda = !strcmp(device, "cuda");
-    DeviceOptions dopt = {on_cuda, opt.comm, opt.reduce_fp32, opt.attention, opt.gelu_fusion, opt.seed,
-                          (Recompute)opt.recompute, opt.matmul_autotune, opt.param_fp16, NULL, NULL, 0};
+    DeviceOptions dopt = run_device_options(&opt, !strcmp(device, "cuda"));
     FsdpConfig fcfg = run_fsdp_config(&opt);
     Model* model = &r->model;
     model_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
@@ -1190,52 +909,31 @@ int main(int argc, char** argv) {
     int start_step;
     int resumed = maybe_resume(r, &start_step);
     // A writer whenever there is a checkpoint directory: a stop signal saves even without --ckpt-every.
-    r->ckpt_reported = -1;
-    if (r->ckpt_root[0]) {
-        r->ckpt_writer = ckpt_writer_create(&opt.ckpt, pg.world_comm);
-        if (!r->ckpt_writer) fatal(&pg, "checkpoint: out of memory");
-        if (resumed) ckpt_writer_resumed_from(r->ckpt_writer, start_step);
-        Fsdp* f = &model->fsdp;
-        float* const arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
-        // HSDP replicas hold the same shards: the first replica group writes them.
-        if (model_checkpoint_tables(&model->layout, f->pieces, f->n_pieces, arenas, pg.replicate_rank == 0, &r->ckpt_tables))
-            fatal(&pg, "checkpoint: out of memory for the checkpoint tables");
-        size_t mib = r->ckpt_tables.local_bytes;
-        if (ckpt_writer_reserve(r->ckpt_writer, mib / sizeof(float)))
-            fatal(&pg, "--ckpt-async: out of host memory for the %.1f MiB snapshot buffer", mib / 1048576.0);
-        if (pg.rank == 0 && opt.ckpt.async) printf("async checkpoints: %.1f MiB snapshot buffer per rank\n", mib / 1048576.0);
-    }
-    Tokenizer* tokenizer = opt.sample_every > 0 ? load_sample_tokenizer(&opt, &pg) : NULL;
+    if (r->ckpt_root[0]) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
+    Tokenizer* tokenizer = opt.sample_every > 0 ? load_sample_tokenizer(opt.tokenizer_dir, pg.rank) : NULL;
 
     Metrics* mt = &r->metrics;
     if (metrics_open(mt, pg.rank, opt.output_dir, resumed, err, sizeof(err))) fatal(&pg, "%s", err);
     mt->max_steps = r->max_steps;
     mt->end_step = opt.stop_at_step && opt.stop_at_step < r->max_steps ? opt.stop_at_step : r->max_steps;
     mt->tokens_per_step = r->total_tokens;
-    // MFU: the model's flops per token (6N + 6LCT: forward and backward of every weight, plus
-    // attention's scores and weighted sums) against the device's peak over every rank.
-    mt->flops_per_token = 6.0 * (double)model->layout.num_parameters + 6.0 * config.num_layers * config.channels * (double)r->T;
+    // MFU: the model's flops per token against the device's peak over every rank.
+    mt->flops_per_token = model_flops_per_token(&config, model->layout.num_parameters, r->T);
     mt->peak_flops = peak_tflops * 1e12 * pg.world;
 
-    const MemoryBudget budget = memory_budget(model, r->grad_accum, r->B, r->T);
-    const size_t device_budget = budget.device;
-    if (pg.rank == 0) print_setup(r, device, why, threads, peak_tflops, &budget);
+    const ModelParts parts = model_parts(model);
+    const MemoryBudget budget = memory_budget(&parts, r->grad_accum);
+    if (pg.rank == 0)
+        print_setup(&opt, &pg, device, why, threads, peak_tflops, &parts, r->grad_accum, r->total_tokens, r->max_steps,
+                    &r->train_loader, &budget);
     const size_t step_tokens = (size_t)r->grad_accum * r->B * r->T;  // the host buffers the budget's host_extra counts
     for (int i = 0; i < 2; i++) {
         r->inputs[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_tokens * sizeof(int));
         r->targets[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_tokens * sizeof(int));
     }
     r->step_losses = (float*)model->dev.backend.alloc_host(model->dev.backend.ctx, (size_t)r->B * r->T * sizeof(float));
-    // Everything the budget counts is allocated and touched by now.
-    double setup_rss = max_over_ranks_mib(&pg, current_rss_bytes());
-    if (pg.rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);
-    if (model->dev.memory_in_use_mib) {
-        r->device_used_mib = model->dev.memory_in_use_mib(&model->dev);
-        double setup_dev = max_over_ranks_mib(&pg, (size_t)(r->device_used_mib * 1048576.0));
-        if (pg.rank == 0)
-            printf("GPU memory after setup: %.1f MiB in use (max over ranks; cudaMemGetInfo above the context%s), budget %.1f MiB\n",
-                   setup_dev, pg.local_world > 1 ? ", every process on the GPU" : "", device_budget / 1048576.0);
-    }
+    // Everything the budget counts is allocated and touched by now: what it measures.
+    r->device_used_mib = print_setup_memory(&pg, &model->dev, budget.device);
     r->dloss = 1.0f / (float)((double)r->B * r->T * r->grad_accum * pg.world);
 
     // The loop: validation and samples at their steps, then one optimizer step and maybe a
@@ -1263,35 +961,21 @@ int main(int argc, char** argv) {
         maybe_checkpoint(r, completed, stop_now);
         if (stop_now) {
             // Without a checkpoint a requeued job would start over: that is a failure, not a pause.
-            exit_code = r->ckpt_writer ? EXIT_PREEMPTED : 1;
+            exit_code = r->ckpt.writer ? EXIT_PREEMPTED : 1;
             break;
         }
     }
     finish_step(r, &pending);
     profile_free(&r->profile);
-    if (r->ckpt_writer) {
-        int finished = ckpt_writer_finish(r->ckpt_writer, err, sizeof(err));
-        if (finished == CKPT_SAVED_NO_LATEST) { if (pg.rank == 0) fprintf(stderr, "warning: checkpoint: %s\n", err); }
-        else if (finished) fatal_agreed(&pg, "checkpoint: %s", err);
-        double run_secs = now_seconds() - run_t0, blocked = ckpt_writer_blocked_seconds(r->ckpt_writer);
-        if (pg.rank == 0) {
-            if (opt.ckpt.async && ckpt_writer_last_committed(r->ckpt_writer) > r->ckpt_reported)
-                printf("checkpoint step %ld committed\n", ckpt_writer_last_committed(r->ckpt_writer));
-            if (r->ckpt_saves > 0)
-                printf("checkpointing blocked training for %.2f s of %.2f s (%.1f%%)\n", blocked, run_secs, 100.0 * blocked / run_secs);
-        }
-        ckpt_writer_free(r->ckpt_writer);
-        model_checkpoint_tables_free(&r->ckpt_tables);
-    }
+    if (r->ckpt.writer) run_ckpt_close(&r->ckpt, &pg, opt.ckpt.async, run_t0);
     if (opt.save_model && exit_code == 0) {
         fsdp_download_state(&model->fsdp);
         if (llmc_write_model_file(&model->layout, model->fsdp.host_master, &pg, opt.save_model, err, sizeof(err)))
             fatal_agreed(&pg, "--save-model: %s", err);
         if (pg.rank == 0) printf("saved %s\n", opt.save_model);
     }
-    metrics_summary(mt, &pg, model->dev.memory_in_use_mib ? r->device_used_mib : -1.0, device_budget,
+    metrics_summary(mt, &pg, model->dev.memory_in_use_mib ? r->device_used_mib : -1.0, budget.device,
                     model->layout.num_parameters, r->grad_accum);
-
     metrics_close(mt);
     for (int i = 0; i < 2; i++) {
         model->dev.backend.release_host(model->dev.backend.ctx, r->inputs[i]);

@@ -1,6 +1,8 @@
 // train/: what the training program is made of besides its story (train_gpt.cu): the device
-// constructor (this file, device.h), the command line (options.h), what a run reports
-// (metrics.h), the step profiler (profile.h), the LR schedule and the sampler.
+// constructor (this file, device.h), the command line and its checks (options.h), what a run
+// reports (metrics.h: the step line, the setup lines, the memory budget), the --plan driver
+// (plan.h), the step profiler (profile.h), the LR schedule, the sampler, the checkpoint
+// writer (run_ckpt.h), the run-directory lock, stop signals and the tests' failure hooks.
 //
 // The one constructor of a device: the kernel table and its FSDP backend together, for the
 // cpu (fp32 reference kernels, MPI/TCP collectives on host memory) or, in a CUDA build, a

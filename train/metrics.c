@@ -56,6 +56,83 @@ void print_memory_line(const char* what, size_t bytes) {
     printf("  %-34s %10.1f MiB\n", what, (double)bytes / (1024.0 * 1024.0));
 }
 
+MemoryBudget memory_budget(const ModelParts* m, int grad_accum) {
+    const FsdpMemory* mm = &m->fsdp->memory;
+    MemoryBudget b;
+    b.device = mm->shard_state + mm->gathered + mm->full_grads + m->activation_bytes + device_extra_bytes(m->dev);
+    size_t io_bytes = 4 * (size_t)grad_accum * m->B * m->T * sizeof(int);  // inputs, targets: two sets (by step parity)
+    size_t step_losses_bytes = (size_t)m->B * m->T * sizeof(float);       // a validation micro-batch's losses
+    b.host_extra = io_bytes + step_losses_bytes;
+    return b;
+}
+
+void print_memory_budget(const ModelParts* m, const MemoryBudget* b) {
+    const FsdpMemory* mm = &m->fsdp->memory;
+    const Device* dev = m->dev;
+    int on_gpu = !dev->backend.host_is_device;  // the budget is device memory, apart from the host's
+    printf("memory budget per rank%s:\n", on_gpu ? " (GPU memory)" : "");
+    // (on cuda the shards also hold the bf16 copy of the parameters; offloaded, only that)
+    print_memory_line(mm->host_offload ? "sharded bf16 params (optimizer offloaded)" : "sharded params + grads + Adam m, v",
+                      mm->shard_state);
+    print_memory_line("gathered parameter slots", mm->gathered);
+    print_memory_line("full-gradient slots", mm->full_grads);
+    print_memory_line("activations", m->activation_bytes);
+    for (int i = 0; i < dev->n_device_lines; i++) print_memory_line(dev->device_lines[i].what, dev->device_lines[i].bytes);
+    if (on_gpu) {
+        print_memory_line("total", b->device);
+        if (mm->host_offload)
+            print_memory_line("host: offloaded master, m, v, grads + staging (pinned)", mm->host_offload);
+        else
+            print_memory_line("host: fp32 mirror of master, m, v", mm->host_mirror);
+        for (int i = 0; i < dev->n_host_lines; i++) print_memory_line(dev->host_lines[i].what, dev->host_lines[i].bytes);
+    } else {
+        print_memory_line("total", b->device + b->host_extra);
+    }
+}
+
+double model_flops_per_token(const ModelConfig* c, size_t num_parameters, int T) {
+    return 6.0 * (double)num_parameters + 6.0 * c->num_layers * c->channels * (double)T;
+}
+
+void print_model_line(const ModelConfig* c, size_t num_parameters) {
+    char what[256];
+    model_describe(c, 0, what, sizeof(what));
+    printf("model: %s, max_seq %d, vocab %d (padded %d): %zu parameters\n", what, c->max_seq_len, c->vocab_size,
+           c->padded_vocab_size, num_parameters);
+}
+
+void print_setup(const Options* opt, const ProcessGroup* pg, const char* device, const char* why, int threads,
+                 double peak_tflops, const ModelParts* m, int grad_accum, long tokens_per_step, int max_steps,
+                 const DataLoader* train, const MemoryBudget* b) {
+    printf("fsdp.c train_gpt | device %s (%s) | %d rank(s) via %s (%s), %d thread(s) each\n", device, why, pg->world,
+           pg->launcher, pg->transport, threads);
+    if (m->dev->description[0])
+        printf("%s: %s | peak %.0f TFLOP/s%s\n", m->dev->name, m->dev->description, peak_tflops,
+               peak_tflops > 0 ? "" : " (unknown GPU: no MFU; --peak-tflops sets it)");
+    print_model_line(m->config, m->layout->num_parameters);
+    printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s\n",
+           m->layout->n_units - 1, opt->unit_layers, pg->shard_size, pg->replicate_size, opt->prefetch,
+           opt->reshard_after_forward, opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step");
+    printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step; %d steps\n", m->B, m->T,
+           pg->world, grad_accum, tokens_per_step, max_steps);
+    printf("train data: %d shard(s), %zu sequences per epoch%s\n", train->n_shards, train->windows_per_epoch,
+           opt->shuffle ? ", shuffled" : "");
+    print_memory_budget(m, b);
+    fflush(stdout);
+}
+
+double print_setup_memory(const ProcessGroup* pg, const Device* dev, size_t device_budget) {
+    double setup_rss = max_over_ranks_mib(pg, current_rss_bytes());
+    if (pg->rank == 0) printf("resident after setup: %.1f MiB per rank (max over ranks; the budget plus the program and its libraries)\n", setup_rss);
+    if (!dev->memory_in_use_mib) return 0.0;
+    double used = dev->memory_in_use_mib(dev);
+    double setup_dev = max_over_ranks_mib(pg, (size_t)(used * 1048576.0));
+    if (pg->rank == 0)
+        printf("GPU memory after setup: %.1f MiB in use (max over ranks; cudaMemGetInfo above the context%s), budget %.1f MiB\n",
+               setup_dev, pg->local_world > 1 ? ", every process on the GPU" : "", device_budget / 1048576.0);
+    return used;
+}
+
 static void format_duration(double seconds, char* out, size_t n) {
     long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
     if (s >= 3600) snprintf(out, n, "%ldh%02ldm", s / 3600, s % 3600 / 60);
@@ -67,6 +144,24 @@ static void format_duration(double seconds, char* out, size_t n) {
 static void json_number(char* out, size_t n, const char* fmt, double x) {
     if (isfinite(x)) snprintf(out, n, fmt, x);
     else snprintf(out, n, "null");
+}
+
+void step_record_decision(StepRecord* r, const FsdpStepStats* s, int loss_scaling) {
+    r->loss = s->loss;
+    r->norm = s->norm;
+    r->skipped = s->skip;
+    if (loss_scaling) {
+        r->loss_scale = s->step_loss_scale;
+        r->next_loss_scale = s->loss_scale;
+        r->overflow = s->overflow;
+    }
+}
+
+double step_memory_mib(const Device* dev, double* device_max) {
+    if (!dev->memory_in_use_mib) return (double)peak_rss_bytes() / (1024.0 * 1024.0);
+    double used = dev->memory_in_use_mib(dev);
+    if (used > *device_max) *device_max = used;
+    return *device_max;
 }
 
 int metrics_open(Metrics* mt, int rank, const char* output_dir, int resumed, char* err, size_t errlen) {

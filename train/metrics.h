@@ -8,7 +8,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "comm/process_group.h"
+#include "dataloader/loader.h"
 #include "fsdp/fsdp.h"
+#include "model/model.h"
+#include "train/device.h"
+#include "train/options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,6 +25,41 @@ double max_over_ranks_mib(const ProcessGroup* pg, size_t bytes);
 // Peak dense BF16 TFLOP/s of a GPU by its name; 0 when unknown (and for the cpu device).
 double device_peak_tflops(const char* device_name);
 void print_memory_line(const char* what, size_t bytes);
+
+// The parts of a built model that the setup lines, the memory budget and --plan read. The
+// model is train_gpt.cu's, which train/ cannot include: it lends these.
+typedef struct {
+    const ModelConfig* config;
+    const ModelLayout* layout;
+    Fsdp* fsdp;                 // the engine (its memory figures; --plan hooks its events)
+    Device* dev;                // the device (its own buffers; --plan hooks its kernels)
+    size_t activation_bytes;    // the activations, allocated for micro-batches of B x T
+    int B, T;
+} ModelParts;
+
+// The memory budget per rank: what the run allocates for its whole life, computed once from
+// the built model, for the run's setup lines and for --plan (the same figures by construction).
+typedef struct {
+    size_t device;       // device memory: engine state, slots, activations, the device's own buffers
+    size_t host_extra;   // host buffers of a step's tokens and losses (the cpu's total counts them)
+} MemoryBudget;
+
+MemoryBudget memory_budget(const ModelParts* m, int grad_accum);
+void print_memory_budget(const ModelParts* m, const MemoryBudget* b);
+// The model's FLOPs per token for MFU (the run's and --plan's): 6N + 6LCT, the forward and
+// backward of every weight plus attention's scores and weighted sums at T positions.
+double model_flops_per_token(const ModelConfig* c, size_t num_parameters, int T);
+// The model's line of the setup (the run's and --plan's).
+void print_model_line(const ModelConfig* c, size_t num_parameters);
+// What the run is, and the memory budget per rank, before the first step (rank 0): the device
+// (why: choose_device's reason; threads per rank; the peak for MFU), the model, the sharding,
+// the batch (grad_accum micro-steps, tokens_per_step over all ranks, max_steps), the data.
+void print_setup(const Options* opt, const ProcessGroup* pg, const char* device, const char* why, int threads,
+                 double peak_tflops, const ModelParts* m, int grad_accum, long tokens_per_step, int max_steps,
+                 const DataLoader* train, const MemoryBudget* b);
+// Once everything the budget counts is allocated and touched: the resident memory and, where
+// the device measures it, the device memory in use (returned; else 0), max over ranks.
+double print_setup_memory(const ProcessGroup* pg, const Device* dev, size_t device_budget);
 
 // One optimizer step, as it is reported.
 typedef struct {
@@ -48,6 +87,13 @@ typedef struct {
     double train_ms_total, data_ms_total;
     FsdpTraffic traffic;         // communication of the training steps only
 } Metrics;
+
+// The step's decision (fsdp_step_decide's figures) into its record: loss, norm, skipped, and
+// with loss scaling (fp16) the scale, the next one and whether the gradients overflowed.
+void step_record_decision(StepRecord* r, const FsdpStepStats* s, int loss_scaling);
+// The step line's memory, MiB: on the cpu the peak resident memory; on a device that measures
+// its own (cuda), the most in use so far (*device_max, updated).
+double step_memory_mib(const Device* dev, double* device_max);
 
 // Opens OUTPUT/metrics.jsonl on rank 0 when output_dir is set (appending when resumed). 0, or
 // 1 with a message.

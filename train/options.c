@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <cblas.h>
+#include <omp.h>
 
 #include "model/llmc.h"
 #include "train/plan.h"
@@ -489,6 +492,61 @@ void batch_split(const Options* o, int world, long* total_tokens, int* grad_accu
     long local = (long)o->batch_size * o->seq_len * world;
     *total_tokens = o->total_batch_tokens > 0 ? o->total_batch_tokens : local;
     *grad_accum = (int)(*total_tokens / local);
+}
+
+int check_run_flags(const Options* o, const ModelConfig* c, int world, const char* device, const char* why, ParseError* e) {
+    char* m = e->msg;
+    const size_t n = sizeof(e->msg);
+    const int plan = device && !strcmp(device, "sim");
+    ParseError split;
+    if (world > 0 && check_batch_split(o, world, &split)) {  // the batch split: before anything divides by it
+        if (plan) snprintf(m, n, "--plan at world size %d: %s", world, split.msg);
+        else snprintf(m, n, "%s", split.msg);
+    } else if (o->seq_len > c->max_seq_len) {
+        snprintf(m, n, "--seq-len %d exceeds the model's %d positions (--max-seq)", o->seq_len, c->max_seq_len);
+    } else if (world > 0 && o->shard_group_size && world % o->shard_group_size != 0) {
+        if (plan) snprintf(m, n, "--plan at world size %d: --shard-group-size %d does not divide it", world, o->shard_group_size);
+        else snprintf(m, n, "--shard-group-size %d does not divide the world size %d", o->shard_group_size, world);
+    } else if (plan) {
+        return 0;
+    } else if (!device) {
+        snprintf(m, n, "--device cuda: %s; use --device cpu", why);
+    } else if (strcmp(device, "cuda") && o->cuda_only_flag) {
+        snprintf(m, n, "%s applies to the cuda device only, and this run is on the cpu device (%s)", o->cuda_only_flag, why);
+    } else if (!strcmp(device, "cuda") && c->channels % 8 != 0) {  // 128-bit row kernels
+        snprintf(m, n, "--device cuda needs --channels to be a multiple of 8, got %d", c->channels);
+    } else if (o->save_model && !llmc_has_layout(c)) {  // refused before training, not after it
+        snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no %s layout: keep a %s "
+                 "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)", model_family(c)->title,
+                 model_family(c)->title);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+FsdpConfig run_fsdp_config(const Options* o) {
+    FsdpConfig c = {o->prefetch, o->reshard_after_forward, !o->no_grad_sync_until_last, o->offload,
+                    o->param_fp16 ? o->loss_scale : 0.0f, o->param_fp16 ? o->loss_scale_window : 0};
+    return c;
+}
+
+DeviceOptions run_device_options(const Options* o, int cuda) {
+    DeviceOptions d = {cuda, o->comm, o->reduce_fp32, o->attention, o->gelu_fusion, o->seed, (Recompute)o->recompute,
+                       o->matmul_autotune, o->param_fp16, NULL, NULL, 0};
+    return d;
+}
+
+int set_threads(const Options* o, int local_world) {
+    int threads = o->threads;
+    if (!threads) {
+        const char* env = getenv("OMP_NUM_THREADS");
+        threads = env && atoi(env) > 0 ? atoi(env) : (int)sysconf(_SC_NPROCESSORS_ONLN) / local_world;
+        if (threads < 1) threads = 1;
+    }
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    return threads;
 }
 
 int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseError* e) {

@@ -6,7 +6,9 @@
 
 #include <stdint.h>
 #include "checkpoint/checkpoint.h"
+#include "fsdp/fsdp.h"
 #include "model/model.h"
+#include "train/device.h"
 #include "train/schedulers.h"
 
 #ifdef __cplusplus
@@ -87,6 +89,21 @@ void batch_split(const Options* o, int world, long* total_tokens, int* grad_accu
 // Resolves the model shape from the flags or the --init-from file (whose version, 3 or 5, it
 // returns). 0 or an error in e.
 int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseError* e);
+// The flags checked against the model, the world size and the device: once the ranks of a run
+// have met (device: choose_device's "cpu" or "cuda", or NULL when cuda was asked for and is
+// not usable, why saying why), and by --plan (device "sim") first with world 0 (what does not
+// depend on it, before --plan-world is read), then at each world it plans. One function, so
+// that the plan refuses what the run of its flags would; the sim models any device, so the
+// device checks are a run's only, and the plan's messages name the world. 0, or 1 with the
+// message in e (the error line after "error: ").
+int check_run_flags(const Options* o, const ModelConfig* c, int world, const char* device, const char* why, ParseError* e);
+// The engine's configuration and the device's options from the flags (a run's, and --plan's,
+// which then points the device options at its sim). cuda: 0 for the cpu device.
+FsdpConfig run_fsdp_config(const Options* o);
+DeviceOptions run_device_options(const Options* o, int cuda);
+// OpenMP/BLAS threads per rank, set and returned: --threads, else OMP_NUM_THREADS, else the
+// cores of this node shared by its local_world ranks.
+int set_threads(const Options* o, int local_world);
 
 #ifdef __cplusplus
 }

@@ -394,3 +394,127 @@ int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p
     for (int g = 0; g < SIM_GROUPS; g++) printf("%s_time_scale=%.6g\n", group_key[g], scale[g]);
     return 0;
 }
+
+// ---------------------------------------------------------------------------------------
+// The driver: one process plays rank 0 of a virtual world of W ranks, with the same model
+// build, engine, gathers, waits, optimizer passes and step function as a real run (ops, from
+// train_gpt.cu), on kernels and collectives that only advance a clock.
+
+static void plan_on_event(void* ctx, FsdpEvent e) {
+    SimClock* c = (SimClock*)ctx;
+    c->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
+    c->group = SIM_GROUP_OTHER;  // the engine's own kernels until the model's next one
+}
+// Before each model kernel (kernels.h's hook, as --profile-step uses it): its group.
+static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
+    ((SimClock*)ctx)->group = sim_group_of_kind(kind);
+}
+
+// Plans world size W (checked by check_run_flags) into row, printing the setup and budget
+// lines when detail.
+static void plan_one(const Options* opt, const ModelConfig* config, const SimProfile* prof, const PlanModelOps* ops,
+                     int world, int detail, PlanRow* row) {
+    int S = opt->shard_group_size ? opt->shard_group_size : world;
+    // Rank 0 of the virtual world (no transport: nothing is sent).
+    ProcessGroup pg;
+    memset(&pg, 0, sizeof(pg));
+    pg.world = world;
+    pg.local_world = world < opt->gpus_per_node ? world : opt->gpus_per_node;
+    pg.launcher = "plan";
+    pg.transport = "sim";
+    pg.shard_size = S;
+    pg.replicate_size = world / S;
+    memset(row, 0, sizeof(*row));
+    row->world = world;
+    row->shard_size = S;
+    row->replicas = world / S;
+    row->B = opt->batch_size;
+    row->T = opt->seq_len;
+    batch_split(opt, world, &row->tokens_per_step, &row->grad_accum);
+
+    SimClock clock;
+    memset(&clock, 0, sizeof(clock));
+    clock.costs = plan_costs(prof);
+    DeviceOptions dopt = run_device_options(opt, 0);
+    dopt.sim = prof;
+    dopt.sim_clock = &clock;
+    dopt.gpus_per_node = opt->gpus_per_node;
+    FsdpConfig fcfg = run_fsdp_config(opt);
+    ModelParts m;
+    void* model = ops->build(config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T, &m);
+    m.fsdp->on_event = plan_on_event;
+    m.fsdp->on_event_ctx = &clock;
+    m.dev->kernels.on_kernel = plan_on_kernel;
+    m.dev->kernels.on_kernel_ctx = &clock;
+    const MemoryBudget budget = memory_budget(&m, row->grad_accum);
+    row->budget_bytes = budget.device;
+    row->offload = opt->offload;
+    row->num_parameters = m.layout->num_parameters;
+    row->model_flops_per_token = model_flops_per_token(config, m.layout->num_parameters, row->T);
+    if (detail) {
+        printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, m.dev->description);
+        print_model_line(config, m.layout->num_parameters);
+        printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s, recompute %s\n",
+               m.layout->n_units - 1, opt->unit_layers, S, world / S, opt->prefetch, opt->reshard_after_forward,
+               opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step",
+               opt->recompute == RECOMPUTE_FULL ? "full" : opt->recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
+        printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step\n", row->B, row->T, world,
+               row->grad_accum, row->tokens_per_step);
+        print_memory_budget(&m, &budget);
+    }
+    // A first step settles the slots (as every later step finds them); the second is timed.
+    clock.phase = SIM_FORWARD;
+    ops->step(model, row->grad_accum);
+    sim_clock_reset(&clock);
+    clock.compute = clock.comm = clock.compute > clock.comm ? clock.compute : clock.comm;
+    const double t0 = clock.compute;
+    clock.phase = SIM_FORWARD;
+    ops->step(model, row->grad_accum);
+    row->step_s = clock.compute - t0;
+    for (int i = 0; i < SIM_PHASES; i++) {
+        row->busy[i] = clock.busy[i];
+        row->exposed[i] = clock.exposed[i];
+        row->comm_busy[i] = clock.comm_busy[i];
+        row->comm_bytes[i] = clock.comm_bytes[i];
+        row->mem_bytes[i] = clock.mem_bytes[i];
+        row->flops[i] = clock.flops[i];
+    }
+    for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
+    row->kernels = clock.kernels;
+    for (int g = 0; g <= SIM_GROUPS; g++) row->group_time[g] = clock.group_time[g];
+    double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
+    row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
+    ops->free(model);
+}
+
+int plan_main(const Options* opt, const ModelConfig* config, const PlanModelOps* ops) {
+    if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
+    char err[1024];
+    ParseError e;
+    // The cpu profile measures this machine with the threads a rank would have (--threads).
+    if (opt->threads) set_threads(opt, 1);
+    SimProfile prof;
+    if (plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
+    // The flags as a run checks them, before any output: first what no world changes.
+    if (check_run_flags(opt, config, 0, "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
+    int worlds[PLAN_MAX_WORLDS], n = 1;
+    worlds[0] = opt->gpus_per_node;
+    if (opt->plan_world && plan_parse_world(opt->plan_world, worlds, &n, err, sizeof(err))) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    for (int i = 0; i < n; i++)
+        if (check_run_flags(opt, config, worlds[i], "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
+    PlanRow rows[PLAN_MAX_WORLDS];
+    if (opt->calibrate_from) {  // only the calibrated profile, for the first world
+        plan_one(opt, config, &prof, ops, worlds[0], 0, &rows[0]);
+        if (plan_calibrate(opt->calibrate_from, &rows[0], &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        plan_one(opt, config, &prof, ops, worlds[i], i == 0, &rows[i]);
+        if (i == 0) plan_print_detail(&rows[0], &prof);
+    }
+    if (n > 1) plan_print_scaling(rows, n, &prof, opt->total_batch_tokens > 0);
+    return 0;
+}

@@ -1,14 +1,22 @@
 // train_gpt --plan: what a run with these flags would need and do, from the model's real
 // schedule run on the sim device (kernels/kernels_sim.h, fsdp/backend_sim.h) instead of a
-// GPU. This file: the device profiles (built in, or a key=value file), the topology that
-// picks a collective's link, the flag helpers, and the tables the plan prints. The schedule
-// itself is train_gpt.cu's (plan_main there): nothing here repeats it.
+// GPU. This file: the driver (plan_main: one process plays rank 0 of each world, the model
+// built and stepped as a run does it), the device profiles (built in, or a key=value file),
+// the topology that picks a collective's link, the flag helpers, and the tables the plan
+// prints. The model's build and its step are train_gpt.cu's, lent through PlanModelOps:
+// nothing here repeats them.
 #ifndef FSDP_TRAIN_PLAN_H
 #define FSDP_TRAIN_PLAN_H
 
 #include <stddef.h>
+#include "comm/process_group.h"
 #include "fsdp/backend_sim.h"
+#include "fsdp/fsdp.h"
 #include "kernels/kernels_sim.h"
+#include "model/model.h"
+#include "train/device.h"
+#include "train/metrics.h"
+#include "train/options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,6 +86,23 @@ void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fix
 // reproduces the profiled step's matmul, attention, vector-kernel and optimizer times. 0, or
 // 1 with one line in err.
 int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p, char* err, size_t errlen);
+
+// What the plan runs of the model, lent by train_gpt.cu. The model (its struct, its build with
+// the device constructor of train/device.cuh, its schedule and the step a run takes) lives
+// there, and train/ cannot include it: a table of three functions keeps the plan on the same
+// code as a run, the model opaque here, and what the plan reads of it in ModelParts.
+typedef struct {
+    // model_build's: rank 0 of pg on the device dopt names (the sim); fills *parts. Ends the
+    // process when out of memory.
+    void* (*build)(const ModelConfig* c, int layers_per_unit, const ProcessGroup* pg, const FsdpConfig* fcfg,
+                   const DeviceOptions* dopt, int B, int T, ModelParts* parts);
+    void (*step)(void* model, int grad_accum);  // one optimizer step as a run takes it, without data
+    void (*free)(void* model);
+} PlanModelOps;
+
+// train_gpt --plan: checks the flags, prints the plan of each world (or with --calibrate-from
+// the calibrated profile) and returns the exit status. Started under a launcher, rank 0 plans.
+int plan_main(const Options* opt, const ModelConfig* config, const PlanModelOps* ops);
 
 #ifdef __cplusplus
 }

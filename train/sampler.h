@@ -1,11 +1,35 @@
 // Sampling a token from a row of logits: top-k with temperature (as llm.c's llmc/sampler.h).
 // The coin is a pure function of (seed, step, position), so every rank draws the same token.
+// And the samples' printing, with the GPT-2 tokenizer (sampler.c).
 #ifndef FSDP_TRAIN_SAMPLER_H
 #define FSDP_TRAIN_SAMPLER_H
 
 #include <math.h>
 #include <stdint.h>
+#include "dataloader/tokenizer.h"
 #include "model/state.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+// The GPT-2 tokenizer from tokenizer_dir (--tokenizer-dir), or when NULL from where the data
+// scripts put its files: data/gpt2, then $FSDP_DATA/gpt2, ../shared/data/gpt2. NULL when
+// there is none (samples then print token ids: rank 0 says so and why).
+Tokenizer* load_sample_tokenizer(const char* tokenizer_dir, int rank);
+
+// A sample as rank 0 prints it: a header, the tokens as text as they come (a character split
+// across tokens waits for its end), or as ids without a tokenizer, then a closing line.
+typedef struct {
+    const Tokenizer* tok;   // NULL: ids
+    TokenizerUtf8 utf8;
+    int on;                 // rank 0: the others print nothing
+} SamplePrinter;
+void sample_print_begin(SamplePrinter* p, const Tokenizer* tok, int rank, int step);
+void sample_print_token(SamplePrinter* p, int token);
+void sample_print_end(SamplePrinter* p);
+#ifdef __cplusplus
+}
+#endif
 
 // A uniform number in [0, 1) for position t of the sample printed at `step`.
 static inline float sampler_coin(uint64_t seed, int step, int t) {

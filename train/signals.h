@@ -9,12 +9,16 @@
 //             acted on there, and timeout(1) could not end the run.
 //   training  (after signals_enter_training): the handler only records the signal; every rank
 //             reads it once per step, they agree on it through that step's loss reduction,
-//             save a checkpoint and exit with status 75 (train_gpt.cu).
+//             save a checkpoint and exit with status EXIT_PREEMPTED (train_gpt.cu).
 //
 // The recorded signal is the program's only global mutable state: a signal handler can reach
 // nothing else. The phase is not a second one: it is which handler the kernel has installed.
 #ifndef FSDP_TRAIN_SIGNALS_H
 #define FSDP_TRAIN_SIGNALS_H
+
+// The exit status after a stop signal once the checkpoint is committed: EX_TEMPFAIL, "try
+// again later". scripts/slurm/*.sbatch requeue the job on it.
+#define EXIT_PREEMPTED 75
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,30 @@
+// Failures made on purpose, for the tests (dev/test) of what a run does about them; read from
+// the environment, off unless set:
+//   FSDP_TEST_NAN_LOSS_STEPS="3,5"  rank 0's loss is made non-finite at these steps
+//   FSDP_TEST_NAN_GRAD_STEPS="3"    rank 0's gradient likewise
+//   FSDP_TEST_STALL="RANK:STEP"     that rank hangs before that step, as a stalled GPU or a
+//                                   deadlocked host would
+// (STEP: the step that completes with it, from 1.)
+#ifndef FSDP_TRAIN_TEST_HOOKS_H
+#define FSDP_TRAIN_TEST_HOOKS_H
+
+#include "fsdp/fsdp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *nan_loss_steps, *nan_grad_steps, *stall;  // NULL: not set
+} TestHooks;
+
+void test_hooks_read(TestHooks* h);
+// Before step `step`: hangs for good when this rank is to stall there.
+void test_hooks_stall(const TestHooks* h, int rank, int step);
+// After step `step`'s backward, before its decision: the non-finite loss or gradient asked for.
+void test_hooks_poison(const TestHooks* h, Fsdp* f, int rank, int step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
