@@ -1,5 +1,5 @@
 /*
-train_gpt: GPT-2 pretraining with full FSDP / ZeRO-3 sharding.
+train_gpt: GPT pretraining (GPT-2, Llama 3) with full FSDP / ZeRO-3 sharding.
 
     mpirun -np 4 ./train_gpt --device cpu -m d6 -i "data/tinyshakespeare/tiny_shakespeare_train.bin"
 
@@ -11,7 +11,8 @@ Around it:
     comm/        how ranks meet and talk (MPI or TCP), the process group
     fsdp/        the sharding engine: flat units, slots, gather/prefetch/reduce-scatter, AdamW
     kernels/     the kernel tables the schedule calls (cpu fp32, cuda bf16)
-    model/       GPT-2's shapes and names, initialisation, llm.c model files, checkpoint state
+    model/       the families (one tensor table each: model/gpt2.c, model/llama3.c), their layout,
+                 initialisation, checkpoint state, llm.c and Hugging Face files
     checkpoint/  sharded checkpoints (any world size on load)
     dataloader/  token shards, the GPT-2 tokenizer
     train/       what the story calls but need not show: the device constructor, the flags and

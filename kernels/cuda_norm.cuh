@@ -1,14 +1,13 @@
 // The normalisations on the GPU, both families' in one place: LayerNorm (GPT-2) and RMSNorm
-// (Llama), each alone and fused with the residual add before it, their backwards, and the
-// plain residual add, as llm.c's llmc/layernorm.cuh holds layernorm and residual. RMSNorm is
-// LayerNorm's scheme without the mean and the bias: its kernels reuse LayerNorm's launch
-// shapes and backward partition. CPU twins: layernorm_* and residual_forward in
-// kernels/cpu_kernels.h, rmsnorm_* in kernels/cpu_kernels_llama.h. The conventions are
+// (Llama), each alone and fused with the residual add before it (the cuda table adds residuals
+// only there), and their backwards, as llm.c's llmc/layernorm.cuh. RMSNorm is LayerNorm's
+// scheme without the mean and the bias: its kernels reuse LayerNorm's launch shapes and
+// backward partition. CPU twins: layernorm_* (and residual_forward for the fused
+// add) in kernels/cpu_kernels.h, rmsnorm_* in kernels/cpu_kernels_llama.h. The conventions are
 // kernels/cuda_common.cuh's; LayerNorm needs C % 8 == 0, RMSNorm takes any C.
 //
 // Kernels (for RMSNorm, e = 2 bytes per T16 element; bytes are each launch's DRAM traffic,
 // re-reads of a row it just touched counted once)
-//   residual_forward_cuda       out = a + b (out may alias a or b)                   no scratch
 //   layernorm_forward_cuda      out = LN(inp); mean, rstd [N] fp32 (may be NULL)      no scratch
 //   fused_residual_layernorm_forward_cuda
 //                               residual = T16(a + b); out = LN(residual) (of the ROUNDED
@@ -45,32 +44,6 @@ static constexpr float kLayerNormEps = 1e-5f;                // as the CPU twin
 static constexpr int kLayerNormFwdWarps = 8;                 // rows (warps) per block
 static constexpr int kLayerNormBwdMaxBlocks = 512;
 static constexpr int kLayerNormBwdMinRows = 16;
-
-// ----------------------------------------------------------------------------
-// Residual add. The cuda table adds residuals inside the next norm (the fused forms below);
-// this plain form is the CPU twin's counterpart, tested on its own.
-
-template <bool VEC, class T16>
-static __global__ void __launch_bounds__(kFlatThreads)
-residual_forward_kernel(T16* out, const T16* a, const T16* b, size_t n) {
-    FLAT_PROLOGUE(n)
-    float x[8], y[8];
-    load8_or_n(x, a + i0, full, cnt);
-    load8_or_n(y, b + i0, full, cnt);
-#pragma unroll
-    for (int k = 0; k < 8; k++) x[k] += y[k];
-    store8_or_n(out + i0, x, full, cnt);
-}
-
-// out[n] = a + b (T16). out may alias a or b.
-template <class T16>
-static inline void residual_forward_cuda(T16* out, const T16* a, const T16* b, size_t n,
-                                         cudaStream_t stream) {
-    if (n == 0) return;
-    if (all_aligned16(out, a, b)) residual_forward_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(out, a, b, n);
-    else residual_forward_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(out, a, b, n);
-    CUDA_LAUNCH_CHECK();
-}
 
 // ----------------------------------------------------------------------------
 // LayerNorm forward (optionally fused with the residual add before it)

@@ -471,25 +471,8 @@ static void test_layernorm_backward(Rng& rng, int N, int C) {
 }
 
 // ----------------------------------------------------------------------------
-// Residual, GELU (flat kernels; misalign = 1 runs on pointers one element past an
+// GELU (flat kernels; misalign = 1 runs on pointers one element past an
 // allocation, so the scalar path is used)
-
-template <class T16>
-static void test_residual(Rng& rng, size_t n, int misalign) {
-    const DtypeScope<T16> dtype;
-    char name[200];
-    std::vector<float> a = rand16<T16>(rng, n, 1.0f), b = rand16<T16>(rng, n, 1.0f), ref(n);
-    residual_forward(ref.data(), a.data(), b.data(), n);
-    T16* d_a = dev_alloc<T16>(n + 1);
-    T16* d_b = dev_alloc<T16>(n + 1);
-    T16* d_o = dev_alloc<T16>(n + 1);
-    dev_set(d_a + misalign, to16<T16>(a));
-    dev_set(d_b + misalign, to16<T16>(b));
-    residual_forward_cuda(d_o + misalign, d_a + misalign, d_b + misalign, n, 0);
-    snprintf(name, sizeof name, "residual_forward n=%zu%s", n, misalign ? " unaligned" : "");
-    check16_exact(name, dev_download(d_o + misalign, n), ref);
-    cudaFree(d_a); cudaFree(d_b); cudaFree(d_o);
-}
 
 template <class T16>
 static void test_gelu(Rng& rng, size_t n, int misalign) {
@@ -1714,8 +1697,6 @@ static void test_storage_kernels(Rng& rng) {
     for (auto& s : lnb_shapes) test_layernorm_backward<T16>(rng, s[0], s[1]);
 
     // Flat kernels: sizes around the 8-element groups, odd sizes, unaligned pointers.
-    for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_residual<T16>(rng, n, 0);
-    test_residual<T16>(rng, 1001, 1);
     for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)1000, (size_t)100003}) test_gelu<T16>(rng, n, 0);
     test_gelu<T16>(rng, 1001, 1);
 
