@@ -232,16 +232,6 @@ static int gpt2_hf_config(HfImport* im, ModelConfig* c, char* err, size_t errlen
     return 0;
 }
 
-static void gpt2_hf_mismatch(const HfImport* im, int what, const char* name, int found, int expected, char* err,
-                             size_t errlen) {
-    if (what == HF_MISSING)
-        snprintf(err, errlen, "%s: tensor %s is missing (model with %d layers)", im->set.path, name, im->config.num_layers);
-    else if (what == HF_UNEXPECTED)
-        snprintf(err, errlen, "%s: unexpected tensor %s (not a GPT-2 tensor)", im->set.path, name);
-    else
-        snprintf(err, errlen, "%s: %d GPT-2 tensors, expected %d (duplicates under two prefixes?)", im->set.path, found, expected);
-}
-
 // GPT2Model's config, as metadata strings (its head count above all, which no tensor holds).
 static void gpt2_hf_metadata(const ModelConfig* c, cJSON* meta) {
     hf_meta_int(meta, "n_layer", c->num_layers);
@@ -276,7 +266,6 @@ const ModelFamily gpt2_family = {
     .hf_markers = NULL,
     .hf_ignorable = gpt2_hf_ignorable,
     .hf_config = gpt2_hf_config,
-    .hf_mismatch = gpt2_hf_mismatch,
     .hf_metadata = gpt2_hf_metadata,
     .hf_config_json = NULL,
 };

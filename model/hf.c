@@ -361,18 +361,29 @@ static int match_tensors(const HfImport* im, StTensor* found, size_t* scratch, c
                      t.name, im->config_path);
             return 1;
         }
-        if (!there) { f->hf_mismatch(im, HF_MISSING, t.name, 0, 0, err, errlen); return 1; }
+        if (!there) {
+            snprintf(err, errlen, "%s: tensor %s is missing (a %s with %d layers)", im->set.path, t.name, f->title,
+                     im->config.num_layers);
+            return 1;
+        }
         if (hf_expect_shape(im, t.name, &found[k], t.ndim, t.shape[0], t.shape[1], err, errlen)) return 1;
         if ((t.transposed || t.rope_heads) && t.rows * t.cols > *scratch) *scratch = t.rows * t.cols;
     }
     int n_used = 0;
     for (const cJSON* e = im->names->child; e; e = e->next) {
         if (!strcmp(e->string, "__metadata__") || (f->hf_ignorable && f->hf_ignorable(e->string))) continue;
-        if (!known(im, e->string)) { f->hf_mismatch(im, HF_UNEXPECTED, e->string, 0, 0, err, errlen); return 1; }
+        if (!known(im, e->string)) {
+            snprintf(err, errlen, "%s: unexpected tensor %s (not one of a %s with %d layers)", im->set.path, e->string,
+                     f->title, im->config.num_layers);
+            return 1;
+        }
         n_used++;
     }
+    // Every name is known and every tensor there: more names than tensors is a tensor twice.
     if (n_used != n - im->head_from_embedding) {
-        f->hf_mismatch(im, HF_MISCOUNTED, NULL, n_used, n - im->head_from_embedding, err, errlen);
+        snprintf(err, errlen, "%s: %d tensor names for %d %s tensors: a tensor appears twice in the %s%s", im->set.path, n_used,
+                 n - im->head_from_embedding, f->title, im->set.map ? "weight_map" : "header",
+                 f->hf_alias_prefix ? " (under two prefixes?)" : "");
         return 1;
     }
     return 0;

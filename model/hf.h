@@ -85,8 +85,6 @@ void hf_json_float(struct cJSON* obj, const char* key, float v);
 
 // ---- import
 
-enum { HF_MISSING, HF_UNEXPECTED, HF_MISCOUNTED };   // what ModelFamily.hf_mismatch words
-
 // An import under way: what the family's hf_config hook reads and fills.
 typedef struct HfImport {
     StSet set;                    // the files

@@ -394,17 +394,6 @@ static int llama3_hf_config(HfImport* im, ModelConfig* c, char* err, size_t errl
     return 0;
 }
 
-static void llama3_hf_mismatch(const HfImport* im, int what, const char* name, int found, int expected, char* err,
-                               size_t errlen) {
-    if (what == HF_MISSING)
-        snprintf(err, errlen, "%s: tensor %s is missing (a model with %d layers)", im->set.path, name, im->config.num_layers);
-    else if (what == HF_UNEXPECTED)
-        snprintf(err, errlen, "%s: unexpected tensor %s (not one of a Llama with %d layers)", im->set.path, name,
-                 im->config.num_layers);
-    else
-        snprintf(err, errlen, "%s: a tensor name appears twice in the %s", im->set.path, im->set.map ? "weight_map" : "header");
-}
-
 // config.json's essentials as metadata strings.
 static void llama3_hf_metadata(const ModelConfig* c, cJSON* meta) {
     cJSON_AddStringToObject(meta, "model_type", "llama");
@@ -504,7 +493,6 @@ const ModelFamily llama3_family = {
     .hf_markers = llama3_hf_markers,
     .hf_ignorable = llama3_hf_ignorable,
     .hf_config = llama3_hf_config,
-    .hf_mismatch = llama3_hf_mismatch,
     .hf_metadata = llama3_hf_metadata,
     .hf_config_json = llama3_hf_config_json,
 };

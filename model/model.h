@@ -200,11 +200,6 @@ typedef struct ModelFamily {
     // whether the head is tied (im->tie, head_from_embedding) and what the read line says
     // (im->what, from, note). 0, or non-zero with the message in err.
     int (*hf_config)(struct HfImport* im, ModelConfig* c, char* err, size_t errlen);
-    // An import's message for a tensor of the config that is missing (HF_MISSING: name), a name
-    // that is none of them (HF_UNEXPECTED: name), or names that count `found` for `expected`
-    // (HF_MISCOUNTED: one listed twice). im->config is the config.
-    void (*hf_mismatch)(const struct HfImport* im, int what, const char* name, int found, int expected, char* err,
-                        size_t errlen);
     // Export: the __metadata__ keys after "format" (hf_meta_int, hf_meta_float); the config.json
     // written beside the file (NULL: none).
     void (*hf_metadata)(const ModelConfig* c, struct cJSON* meta);

@@ -205,6 +205,11 @@ def safetensors_variants(src, d):
     # an unknown tensor with bytes of its own (sharing another's would be an overlap, refused first)
     h = json.loads(json.dumps(header)); h["h.0.extra.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
     write("st_extra.safetensors", h, data + b"\0" * 4)
+    # one tensor under both GPT2Model's name and GPT2LMHeadModel's ("transformer."), bytes of its own
+    h = json.loads(json.dumps(header)); b = h["h.0.ln_1.bias"]
+    size = b["data_offsets"][1] - b["data_offsets"][0]
+    h["transformer.h.0.ln_1.bias"] = {"dtype": "F32", "shape": b["shape"], "data_offsets": [len(data), len(data) + size]}
+    write("st_twice.safetensors", h, data + b"\0" * size)
     # two tensors sharing bytes: h.0.ln_1.bias's offsets moved 4 bytes into h.0.ln_1.weight's
     h = json.loads(json.dumps(header))
     w0, b0 = h["h.0.ln_1.weight"]["data_offsets"], h["h.0.ln_1.bias"]["data_offsets"]

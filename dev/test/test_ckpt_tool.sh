@@ -232,7 +232,7 @@ expect_error "import: neither llm.c nor safetensors" "junk.bin: not an llm.c mod
 expect_error "import: truncated llm.c file" "short.bin: (truncated header|3000 bytes)" $CK import "$out/short.bin" "$out/imp_x" --world 2
 expect_error "import: --heads disagrees with an llm.c file" "--heads 8 disagrees" $CK import "$out/a.bin" "$out/imp_x" --world 2 --heads 8
 expect_error "import: into an existing step" "imp3/step_00000000: already exists" $CK import "$out/a.bin" "$out/imp3" --world 2
-expect_error "import: safetensors missing a tensor" "st_missing.safetensors: tensor h.1.mlp.c_fc.bias is missing" \
+expect_error "import: safetensors missing a tensor" "st_missing.safetensors: tensor h.1.mlp.c_fc.bias is missing \(a GPT-2 with 2 layers\)" \
     $CK import "$out/bad/st_missing.safetensors" "$out/imp_x" --world 2
 expect_error "import: safetensors wrong shape" "st_shape.safetensors: tensor h.0.attn.c_attn.weight has shape \[192, 64\], expected \[64, 192\]" \
     $CK import "$out/bad/st_shape.safetensors" "$out/imp_x" --world 2
@@ -240,8 +240,11 @@ expect_error "import: safetensors unsupported dtype" "st_dtype.safetensors: tens
     $CK import "$out/bad/st_dtype.safetensors" "$out/imp_x" --world 2
 expect_error "import: safetensors truncated" "st_truncated.safetensors: tensor .* run past the end" \
     $CK import "$out/bad/st_truncated.safetensors" "$out/imp_x" --world 2
-expect_error "import: safetensors unknown tensor" "st_extra.safetensors: unexpected tensor h.0.extra.weight" \
+expect_error "import: safetensors unknown tensor" "st_extra.safetensors: unexpected tensor h.0.extra.weight \(not one of a GPT-2 with 2 layers\)" \
     $CK import "$out/bad/st_extra.safetensors" "$out/imp_x" --world 2
+expect_error "import: a tensor under two prefixes" \
+    "st_twice.safetensors: [0-9]+ tensor names for [0-9]+ GPT-2 tensors: a tensor appears twice in the header \(under two prefixes\?\)" \
+    $CK import "$out/bad/st_twice.safetensors" "$out/imp_x" --world 2
 expect_error "import: safetensors bad header" "st_badjson.safetensors: safetensors header is not a JSON object" \
     $CK import "$out/bad/st_badjson.safetensors" "$out/imp_x" --world 2
 expect_error "import: --heads not dividing C" "channels 64 is not a multiple of 3 heads" \
