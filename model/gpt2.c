@@ -81,9 +81,9 @@ static void gpt2_describe(const ModelConfig* c, int terse, char* out, size_t n) 
 }
 
 // ---- Hugging Face (model/hf.h): GPT2Model's names, Conv1D layout and order are the table's
-// hf_* columns; what no tensor says is the head count and the GPT2Config fields that change the
-// math (the config.json beside the file: read, checked against what this GPT-2 computes, and
-// written by the export).
+// hf_* columns; what no tensor says is the head count and the fields of transformers' config
+// that change the math (the config.json beside the file: read, checked against what this GPT-2
+// computes, and written by the export).
 
 // GPT2LMHeadModel's files also hold each block's attention-mask buffers and may hold the head,
 // lm_head.weight (at the top level: never under "transformer."). The head is no tensor of the
@@ -145,8 +145,8 @@ static int gpt2_config_json_heads(const HfImport* im, const ModelConfig* c, cons
     return 0;
 }
 
-// The GPT2Config fields that change the math, each against what this GPT-2 computes; an absent
-// key is transformers' default (GPT2Config's), which is this GPT-2. *tie: tie_word_embeddings.
+// transformers' GPT-2 config fields that change the math, each against what this GPT-2 computes; an
+// absent key is transformers' default, which is this GPT-2. *tie: tie_word_embeddings.
 // - activation_function: the MLP's GELU is the tanh approximation (kernels' gelu_forward,
 //   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))): "gelu_new", and "gelu_pytorch_tanh" and
 //   "gelu_fast", the same function written another way; "gelu" (erf), "relu", ... refused.
@@ -345,8 +345,8 @@ static void gpt2_hf_metadata(const ModelConfig* c, cJSON* meta) {
     hf_meta_int(meta, "padded_vocab_size", c->padded_vocab_size);
 }
 
-// The keys transformers' GPT2Config.save_pretrained writes (sorted, as it writes them), with the
-// values this GPT-2 computes with, which are GPT2Config's defaults: GPT2LMHeadModel.from_pretrained
+// The keys transformers' save_pretrained writes for a GPT-2 (sorted, as it writes them), with the
+// values this GPT-2 computes with, which are transformers' defaults: GPT2LMHeadModel.from_pretrained
 // of the directory loads the export (it finds GPT2Model's names under its "transformer." prefix
 // and ties lm_head to wte), and the import reads it back. Dropouts are transformers' defaults
 // (fsdp.c trains without dropout; they act only in a transformers training).

@@ -20,11 +20,11 @@
         Also save_pretrained-style directories DIR/hf_dir*/model.safetensors (hf.safetensors)
         with the config.json transformers writes (hf_dir), one with a wrong n_embd, one with
         n_head 0, one without config.json, and one whose metadata n_head disagrees with it;
-        and DIR/hf_cfg_*/ with config.json fields that change the math (GPT2Config's), each
+        and DIR/hf_cfg_*/ with config.json fields that change the math (transformers' GPT-2 config), each
         either what fsdp.c computes (imported) or not (refused): see CFG_VARIANTS.
     ckpt_tool_check.py config DIR
         DIR/config.json (a GPT-2 `ckpt export --safetensors DIR/model.safetensors`) holds exactly
-        the keys and values transformers' GPT2Config.save_pretrained writes for that shape
+        the keys and values transformers' save_pretrained writes for a GPT-2 of that shape
         (REFERENCE_CONFIG, written down from transformers 4.39), plus n_ctx and
         tie_word_embeddings.
     ckpt_tool_check.py transformers load DIR LLMC STATE | save DIR | same HF_ST OUR_ST
@@ -265,7 +265,7 @@ def safetensors_variants(src, d):
     with open(os.path.join(d, "hf_dir_disagree", "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     write("st_badjson.safetensors", None, data, raw_header=b'{"wte.weight": {"dtype": "F32", ')
-    # The GPT2Config fields that change the math (model/gpt2.c's gpt2_hf_math and gpt2_hf_head).
+    # The config fields that change the math (model/gpt2.c's gpt2_hf_math and gpt2_hf_head).
     # A head of its own: lm_head.weight one element away from wte.weight.
     head = hf["lm_head.weight"].copy()
     head[7, 3] += 1e-3
@@ -310,7 +310,7 @@ CFG_VARIANTS = (
     ("hf_cfg_untied_nohead", {"tie_word_embeddings": False}, "nohead"),
 )
 
-# What transformers 4.39's GPT2Config.save_pretrained writes for a GPT-2 of this shape (the
+# What transformers 4.39's save_pretrained writes for a GPT-2 of this shape (the
 # defaults: what fsdp.c's GPT-2 computes), with transformers_version left out; the export adds
 # n_ctx (OpenAI's files' name of n_positions) and tie_word_embeddings (save_pretrained leaves
 # out a value equal to PretrainedConfig's default).
@@ -336,7 +336,7 @@ def check_config(d):
     # equal values of equal JSON types (True is not 1, 0.1 not "0.1")
     bad = sorted(k for k in set(got) | set(want)
                  if k not in got or k not in want or got[k] != want[k] or type(got[k]) is not type(want[k]))
-    report(not bad, f"config.json of the GPT-2 export: the {len(want)} keys of GPT2Config.save_pretrained "
+    report(not bad, f"config.json of the GPT-2 export: the {len(want)} keys of transformers' save_pretrained "
            f"(L={L} C={C} NH={NH} maxT={maxT} V={V})", "; ".join(f"{k}: {got.get(k, '(absent)')!r}, expected "
                                                             f"{want.get(k, '(absent)')!r}" for k in bad[:4]))
 
@@ -345,7 +345,7 @@ def transformers_check(argv):
     try:
         import torch
         import transformers
-        from transformers import GPT2Config, GPT2LMHeadModel
+        from transformers import AutoConfig, GPT2LMHeadModel
     except Exception as e:  # absent, or too old for this torch
         what = {"load": "GPT2LMHeadModel.from_pretrained of the GPT-2 export and its logits",
                 "save": "the import of transformers' save_pretrained (tied, untied)"}.get(argv[0], argv[0])
@@ -376,7 +376,7 @@ def transformers_check(argv):
     elif argv[0] == "save" and len(argv) == 2:
         torch.manual_seed(0)
         for sub, tie in (("tied", True), ("untied", False)):
-            c = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=64, tie_word_embeddings=tie)
+            c = AutoConfig.for_model("gpt2", n_layer=2, n_head=4, n_embd=64, n_positions=64, tie_word_embeddings=tie)
             GPT2LMHeadModel(c).save_pretrained(os.path.join(argv[1], sub))
         print(f"ok - transformers {transformers.__version__}: save_pretrained of a tied and an untied GPT2LMHeadModel")
     elif argv[0] == "same" and len(argv) == 3:

@@ -171,7 +171,7 @@ def st(name, overlap=False, n_head=None, head=None, config=None):
 st("st_overlap.safetensors", overlap=True, n_head="2")
 st("st_nhead0.safetensors", n_head="0")
 st("st_ok.safetensors", n_head="2")
-# GPT2Config fields that change the math (model/gpt2.c): a head compared with wte, config.json refusals
+# GPT-2 config fields that change the math (model/gpt2.c): a head compared with wte, config.json refusals
 st("st_head_diff.safetensors", n_head="2", head="diff")
 st("cfg_act/model.safetensors", head="same", config={"n_head": 2, "activation_function": "relu"})
 st("cfg_untied/model.safetensors", head="same", config={"n_head": 2, "tie_word_embeddings": False})

@@ -336,8 +336,9 @@ expect_error "import: config.json with n_head 0" "hf_dir_nhead0/config.json: n_h
 expect_error "import: metadata n_head disagreeing with config.json" \
     "hf_dir_disagree/model.safetensors: __metadata__ n_head 2 disagrees with .*hf_dir_disagree/config.json's n_head 4" \
     $CK import "$out/bad/hf_dir_disagree/model.safetensors" "$out/imp_x" --world 2
-# GPT2Config fields that change the math, set to what fsdp.c does not compute; a head that is
-# not wte (tie_word_embeddings false or true: no untied GPT-2 here), or an untied head missing.
+# transformers' GPT-2 config fields that change the math, set to what fsdp.c does not compute;
+# a head that is not wte (tie_word_embeddings false or true: no untied GPT-2 here), or an untied
+# head missing.
 gcfg="$out/bad"
 expect_error "import: config.json activation_function \"gelu\" (erf, not tanh)" \
     "hf_cfg_act/config.json: activation_function = \"gelu\": fsdp.c's GPT-2 MLP is GELU's tanh approximation" \
