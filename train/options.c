@@ -499,7 +499,12 @@ int check_run_flags(const Options* o, const ModelConfig* c, int world, const cha
     const size_t n = sizeof(e->msg);
     const int plan = device && !strcmp(device, "sim");
     ParseError split;
-    if (world > 0 && check_batch_split(o, world, &split)) {  // the batch split: before anything divides by it
+    const long micro_tokens = (long)o->batch_size * o->seq_len;  // each at most 2^20 (parse_options)
+    if (micro_tokens > INT_MAX) {  // a micro-batch's positions are counted in an int (the kernels' N)
+        snprintf(m, n, "--batch-size %d x --seq-len %d = %ld tokens per micro-batch, more than %d (the kernels count a "
+                 "micro-batch's tokens in an int): use a smaller -b and more accumulation steps (-d)", o->batch_size,
+                 o->seq_len, micro_tokens, INT_MAX);
+    } else if (world > 0 && check_batch_split(o, world, &split)) {  // the batch split: before anything divides by it
         if (plan) snprintf(m, n, "--plan at world size %d: %s", world, split.msg);
         else snprintf(m, n, "%s", split.msg);
     } else if (o->seq_len > c->max_seq_len) {
