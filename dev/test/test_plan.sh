@@ -199,6 +199,12 @@ one_line_error "--calibrate-from /dev/zero" "^error: --calibrate-from /dev/zero:
   printf '  %-30s %-8s 1%0300d.000 ms 100.0%%      1 interval(s)\n' "attention" "forward" 0; } >"$out/huge.log"
 one_line_error "--calibrate-from: a time of 301 digits" "huge.log:2: attention: expected a time in \\[0, 86400000\\] ms" \
     $TG --plan --calibrate-from "$out/huge.log"
+# A time that would scale the profile below what it reads back (a log of other flags).
+{ echo "profile of step 2 (rank 0, cpu device; the stream's time between marks): 1.00 ms, 1.00 ms on the host clock"
+  printf '  %-30s %-8s 0.0000001 ms 100.0%%      1 interval(s)\n' "attention" "forward"; } >"$out/tiny.log"
+one_line_error "--calibrate-from: a time scale outside a profile's range" \
+    "tiny.log: attention measured 1e-07 ms against .* ms planned: a time scale of .*, outside \\[0.0001, 10000\\]" \
+    $TG --plan --calibrate-from "$out/tiny.log"
 
 # 5. Calibration: a real cpu run's --profile-step table, turned into a profile file by
 #    --calibrate-from, makes the plan of the same flags reproduce the measured kernel groups
