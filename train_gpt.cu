@@ -506,6 +506,7 @@ typedef struct {
     Model model;
     DataLoader train_loader, val_loader;
     int have_val;
+    long val_rounds;                  // micro-batches per rank in a validation (--val-steps x grad_accum, clamped)
     int B, T, grad_accum, max_steps;
     long total_tokens, global_seqs;   // per optimizer step: tokens, windows of T
     float dloss;                      // 1 / tokens per step: the loss is the global mean
@@ -527,16 +528,17 @@ typedef struct {
 } Run;
 
 // ----------------------------------------------------------------------------------------
-// The validation loss: the mean over val_steps x grad_accum micro-batches of every rank.
+// The validation loss: the mean over val_rounds micro-batches of every rank (val_steps x
+// grad_accum, or as many as the validation data holds: see main).
 
 static void evaluate(Run* r, int step) {
     Model* model = &r->model;
     char err[1024];
     double local = 0.0;
-    int rounds = r->opt->val_steps * r->grad_accum;
-    for (int k = 0; k < rounds; k++) {
-        if (loader_read_micro_batch(&r->val_loader, k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0], err,
-                                    sizeof(err)))
+    const long rounds = r->val_rounds;
+    for (long k = 0; k < rounds; k++) {
+        if (loader_read_micro_batch(&r->val_loader, (uint64_t)k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0],
+                                    err, sizeof(err)))
             fatal(r->pg, "%s", err);
         model_forward(model, r->inputs[0], r->targets[0], r->B, r->T, 0.0f);
         model_losses_to_host(model, r->step_losses, r->B, r->T);
@@ -870,13 +872,14 @@ int main(int argc, char** argv) {
 
     // Checkpoints: where. One job per run directory: rank 0 locks -o's and the checkpoint
     // directory (train_gpt.lock) until it exits, so a relaunch cannot race the ranks of an
-    // earlier attempt that live on; nothing is read or written there before.
+    // earlier attempt that live on; nothing is read or written there before. Those directories
+    // and --save-model's file are checked writable now, not when the first write comes.
     if (opt.ckpt_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s", opt.ckpt_dir);
     else if (opt.output_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s/ckpt", opt.output_dir);
     if ((opt.ckpt_every > 0 || (opt.resume && !strcmp(opt.resume, "auto"))) && !r->ckpt_root[0])
         fatal(&pg, "--ckpt-every and --resume auto need -o DIR or --ckpt-dir DIR");
     RunLock run_lock;  // run_lock_acquire initialises it on every rank
-    if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, err, sizeof(err)))
+    if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model, err, sizeof(err)))
         fatal_agreed(&pg, "%s", err);
 
     // Data
@@ -885,6 +888,26 @@ int main(int argc, char** argv) {
         fatal(&pg, "--train-data: %s", err);
     if (r->have_val && loader_open(&r->val_loader, opt.val_data, (size_t)r->T, config.vocab_size, opt.seed, 0, err, sizeof(err)))
         fatal(&pg, "--val-data: %s", err);
+    // A validation reads its micro-batches from the validation data's first window on; past
+    // its last the stream wraps around, and more micro-batches would only count the same
+    // windows again (--val-steps 2^20 read 2^20 batches before step 1). So they are clamped to
+    // what the data holds whole, said once; not refused, since the default --val-steps is more
+    // than a small validation set (Tiny Shakespeare's at -t 1024) holds.
+    if (r->have_val) {
+        const size_t held = r->val_loader.windows_per_epoch / ((size_t)r->B * (size_t)pg.world);
+        r->val_rounds = (long)opt.val_steps * r->grad_accum;
+        if (held == 0)
+            fatal_agreed(&pg, "--val-data %s: %zu sequence(s) of %d+1 tokens, fewer than one micro-batch on every rank "
+                         "(--batch-size %d x %d rank(s)): give more validation data, a smaller -b or -t, or -v 0", opt.val_data,
+                         r->val_loader.windows_per_epoch, r->T, r->B, pg.world);
+        if ((size_t)r->val_rounds > held) {
+            if (pg.rank == 0)
+                printf("--val-steps %d: the validation data holds %zu sequences of %d+1 tokens, %zu micro-batch(es) of %d x "
+                       "%d rank(s): validating on those, not on %ld\n", opt.val_steps, r->val_loader.windows_per_epoch, r->T,
+                       held, r->B, pg.world, r->val_rounds);
+            r->val_rounds = (long)held;
+        }
+    }
     r->max_steps = opt.max_steps;
     if (r->max_steps < 0) {
         r->max_steps = (int)(r->train_loader.windows_per_epoch / (size_t)r->global_seqs);

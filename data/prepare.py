@@ -37,6 +37,7 @@ Run with --help for the options.
 import argparse
 import copy
 import glob
+import importlib
 import io
 import json
 import os
@@ -69,6 +70,26 @@ KINDS = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "j
 
 class Fail(Exception):
     """An error for the user: printed as one line, exit status 1."""
+
+
+class InputRefused(Exception):
+    """tokenize_text refused an input's content (its exit status 2) in one line of its own:
+    exit status 1 with nothing added (no "run the same command again": a rerun stops there too)."""
+
+
+# The pip package of each optional module (Parquet input, numpy for its buffers, --hf).
+PIP_PACKAGES = {"pyarrow": "pyarrow", "numpy": "numpy", "datasets": "datasets"}
+
+
+def need(module, what):
+    """Imports an optional module, or fails in one line with the pip command that installs it
+    into the Python running this script (scripts/setup.sh puts them in .venv)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        top = module.split(".")[0]
+        raise Fail(f"{what} needs the Python module '{top}', which {sys.executable} cannot import ({e}): "
+                   f"{sys.executable} -m pip install {PIP_PACKAGES[top]}")
 
 
 def say(msg):
@@ -118,8 +139,8 @@ def expand_inputs(args):
 
 def text_chunks(column, where):
     """The chunks of an Arrow string column as (offsets, data buffer) with int64 offsets."""
-    import numpy as np
-    import pyarrow as pa
+    np = need("numpy", "Parquet and --hf input")
+    pa = need("pyarrow", "Parquet and --hf input")
 
     chunks = column.chunks if hasattr(column, "chunks") else [column]
     for c in chunks:
@@ -181,8 +202,7 @@ class ParquetSource:
     """Local Parquet files, a record batch at a time (pyarrow); resumable to any row."""
 
     def __init__(self, files, field):
-        import pyarrow.parquet as pq
-
+        pq = need("pyarrow.parquet", "Parquet input")
         self.files, self.field = files, field
         self.meta = []
         for f in files:
@@ -201,8 +221,7 @@ class ParquetSource:
 
     def stream(self, frames, start, limit, on_batch):
         """Sends documents start, start+1, ... (at most limit of them) to frames."""
-        import pyarrow.parquet as pq
-
+        pq = need("pyarrow.parquet", "Parquet input")
         skip, sent = start, 0
         for f, groups in zip(self.files, self.meta):
             if skip >= sum(groups):
@@ -230,10 +249,7 @@ class HFSource:
     """A Hugging Face dataset, streamed; resumable from IterableDataset.state_dict()."""
 
     def __init__(self, path, name, split, field, data_files):
-        try:
-            import datasets  # noqa: F401
-        except ImportError:
-            raise Fail("--hf needs the 'datasets' package in this Python (scripts/setup.sh installs it into .venv)")
+        need("datasets", "--hf")
         self.path, self.name, self.split, self.field, self.data_files = path, name, split, field, data_files
         self.ds = self.open()
         cols = self.ds.column_names
@@ -251,8 +267,7 @@ class HFSource:
         return f"{self.path}" + (f" ({self.name})" if self.name else "") + f", split {self.split}"
 
     def open(self):
-        import datasets
-
+        datasets = need("datasets", "--hf")
         kw = dict(split=self.split, streaming=True)
         if self.name:
             kw["name"] = self.name
@@ -434,6 +449,8 @@ class Run:
             out.join(timeout=5)
         if rc in (-signal.SIGINT, -signal.SIGTERM):
             raise KeyboardInterrupt  # Ctrl-C reached tokenize_text too (or a batch system stopped it)
+        if rc == 2:
+            raise InputRefused()
         if rc != 0:
             raise Fail(f"tokenize_text failed (status {rc}); {self.status()}")
 
@@ -476,7 +493,7 @@ class Run:
         a = self.args
         self.progress = a.progress if a.progress is not None else sys.stderr.isatty()
         src, kind = self.source()
-        os.makedirs(os.path.dirname(self.prefix) or ".", exist_ok=True)
+        self.check_writable()
         describe = src.describe() if kind in ("hf", "parquet") else \
             {"kind": kind, "field": a.field if kind == "jsonl" else None, "files": [[os.path.abspath(f), os.path.getsize(f)] for f in src]}
         val_split = a.val_split if kind == "hf" else None
@@ -504,6 +521,21 @@ class Run:
         for p in shards_of(self.prefix):
             total += check_shard(p)
         say(f"complete: {len(shards_of(self.prefix))} shards, {total:,} tokens in {os.path.dirname(self.prefix) or '.'}")
+
+    def check_writable(self):
+        """-o's directory is created and a file created and removed there now, not at the
+        first shard or state file (which would end in a traceback)."""
+        d = os.path.dirname(self.prefix) or "."
+        probe = f"{self.prefix}.probe.{os.getpid()}"
+        if os.path.exists(d) and not os.path.isdir(d):
+            raise Fail(f"-o {self.prefix}: {d} is not a directory")
+        try:
+            os.makedirs(d, exist_ok=True)
+            with open(probe, "w"):
+                pass
+            os.unlink(probe)
+        except OSError as e:
+            raise Fail(f"-o {self.prefix}: cannot write there ({e.filename}: {e.strerror})")
 
     def describe(self, d, val_split):
         if d["kind"] == "hf":
@@ -661,6 +693,8 @@ def main(argv=None):
         run.main()
     except Fail as e:
         print(f"{PROG}: {e}", file=sys.stderr, flush=True)
+        return 1
+    except InputRefused:
         return 1
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted; {run.status()}", file=sys.stderr, flush=True)

@@ -163,9 +163,13 @@ static const char USAGE[] =
     "                         and control characters other than tab/newline/CR become U+FFFD)\n"
     "  --repeat N             --bench: encode N times and report the best (default 5)\n"
     "  -q, --quiet            no summary lines\n"
-    "  -h, --help             this text\n";
+    "  -h, --help             this text\n"
+    "\n"
+    "Exit status: 0 done; 2 an input's content is bad (corrupt or truncated gzip/zstd data,\n"
+    "a malformed JSONL line): a rerun fails the same way until that file is fixed; 1 any\n"
+    "other error (the shards written so far are complete, and --resume continues after them).\n";
 
-/* ---- errors: one line on stderr, remove a half-written shard, exit 1 ---- */
+/* ---- errors: one line on stderr, remove a half-written shard, exit 1 (2: die_input) ---- */
 
 /* The shard and the state file being written (their temporary files, PATH.tmp.PID, are
  * removed on error or a signal). PID: a resumed run removes the leftovers of a dead one
@@ -173,19 +177,30 @@ static const char USAGE[] =
 static AtomicFile g_shard = {.fd = -1}, g_state = {.fd = -1};
 static bool g_clear_line;            /* a progress line is on the terminal: lines to stdout clear it first */
 
-static void die(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void die(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+static void vdie(int status, const char* fmt, va_list ap) __attribute__((noreturn));
+static void vdie(int status, const char* fmt, va_list ap) {
     fputs(PROG ": ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
-    va_end(ap);
     atomic_file_abort(&g_shard);
     atomic_file_abort(&g_state);
     /* _exit: worker threads may still be encoding; nothing of theirs needs flushing */
     fflush(stdout);
-    _exit(1);
+    _exit(status);
+}
+static void die(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(1, fmt, ap);
+}
+/* An input whose content is bad: status 2, so that data/prepare.py says no "run the same
+ * command again" (a rerun would stop at the same byte). */
+static void die_input(const char* fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die_input(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(2, fmt, ap);
 }
 
 /* Ctrl-C / SIGTERM while a shard is being written: remove its temporary file, then die of
@@ -365,8 +380,8 @@ static void src_open(Source* s, const char* path) {
     const unsigned char* m = s->in;
     if (s->in_len >= 2 && m[0] == 0x1f && m[1] == 0x8b) s->kind = SRC_GZIP;
     else if (s->in_len >= 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) s->kind = SRC_ZSTD;
-    if ((ends_with(path, ".gz") || ends_with(path, ".gzip")) && s->kind != SRC_GZIP) die("%s: not gzip data (no gzip header)", path);
-    if ((ends_with(path, ".zst") || ends_with(path, ".zstd")) && s->kind != SRC_ZSTD) die("%s: not zstd data (no zstd frame header)", path);
+    if ((ends_with(path, ".gz") || ends_with(path, ".gzip")) && s->kind != SRC_GZIP) die_input("%s: not gzip data (no gzip header)", path);
+    if ((ends_with(path, ".zst") || ends_with(path, ".zstd")) && s->kind != SRC_ZSTD) die_input("%s: not zstd data (no zstd frame header)", path);
     if (s->kind == SRC_GZIP) {
 #if HAVE_ZLIB
         if (inflateInit2(&s->z, 16 + MAX_WBITS) != Z_OK) die("%s: cannot start gzip decoding", path);
@@ -397,12 +412,12 @@ static size_t src_read(Source* s, unsigned char* out, size_t cap) {
             src_fill(s);
             size_t avail = s->in_len - s->in_pos;
             if (avail == 0 && s->eof) {
-                if (s->z_live) die("%s: gzip data ends early (truncated file?)", s->path);
+                if (s->z_live) die_input("%s: gzip data ends early (truncated file?)", s->path);
                 return 0;
             }
             if (!s->z_live) { /* another member follows (gzip -d reads concatenated members) */
                 if (s->in[s->in_pos] != 0x1f || (avail > 1 && s->in[s->in_pos + 1] != 0x8b))
-                    die("%s: data after the end of the gzip stream at byte %lld is not another gzip member", s->path, src_pos(s));
+                    die_input("%s: data after the end of the gzip stream at byte %lld is not another gzip member", s->path, src_pos(s));
                 if (inflateReset(&s->z) != Z_OK) die("%s: cannot restart gzip decoding", s->path);
                 s->z_live = true;
             }
@@ -416,9 +431,9 @@ static size_t src_read(Source* s, unsigned char* out, size_t cap) {
             s->in_pos += used;
             if (rc == Z_STREAM_END) s->z_live = false;
             else if (rc == Z_NEED_DICT || rc == Z_DATA_ERROR || rc == Z_MEM_ERROR || rc == Z_STREAM_ERROR)
-                die("%s: bad gzip data near byte %lld: %s", s->path, at + (long long)used, s->z.msg ? s->z.msg : "corrupt stream");
+                die_input("%s: bad gzip data near byte %lld: %s", s->path, at + (long long)used, s->z.msg ? s->z.msg : "corrupt stream");
             if (got) return got;
-            if (rc == Z_BUF_ERROR && used == 0 && s->in_pos < s->in_len) die("%s: gzip decoding made no progress", s->path);
+            if (rc == Z_BUF_ERROR && used == 0 && s->in_pos < s->in_len) die_input("%s: gzip decoding made no progress", s->path);
         }
     }
 #endif
@@ -426,14 +441,14 @@ static size_t src_read(Source* s, unsigned char* out, size_t cap) {
         src_fill(s);
         size_t avail = s->in_len - s->in_pos;
         if (avail == 0 && s->eof) {
-            if (s->z_need) die("%s: zstd data ends early (truncated file?)", s->path);
+            if (s->z_need) die_input("%s: zstd data ends early (truncated file?)", s->path);
             return 0;
         }
         ZSTD_inBuffer ib = {s->in + s->in_pos, avail, 0};
         ZSTD_outBuffer ob = {out, cap, 0};
         long long at = s->raw - (long long)(s->in_len - s->in_pos);
         size_t rc = ZSTD_decompressStream(s->zd, &ob, &ib);
-        if (ZSTD_isError(rc)) die("%s: bad zstd data near byte %lld: %s", s->path, at + (long long)ib.pos, ZSTD_getErrorName(rc));
+        if (ZSTD_isError(rc)) die_input("%s: bad zstd data near byte %lld: %s", s->path, at + (long long)ib.pos, ZSTD_getErrorName(rc));
         s->in_pos += ib.pos;
         s->z_need = rc;
         if (ob.pos) return ob.pos;
@@ -1175,8 +1190,8 @@ typedef struct {
 
 static void json_fail(Json* j, const char* what) __attribute__((noreturn));
 static void json_fail(Json* j, const char* what) {
-    if (j->p >= j->end) die("%s: line %lld: malformed JSON: %s at the end of the line", j->path, j->line, what);
-    die("%s: line %lld, column %zu: malformed JSON: %s", j->path, j->line, (size_t)(j->p - j->s) + 1, what);
+    if (j->p >= j->end) die_input("%s: line %lld: malformed JSON: %s at the end of the line", j->path, j->line, what);
+    die_input("%s: line %lld, column %zu: malformed JSON: %s", j->path, j->line, (size_t)(j->p - j->s) + 1, what);
 }
 
 static inline void json_ws(Json* j) {
@@ -1414,7 +1429,7 @@ static void json_line(Json* j) {
             json_ws(j);
             if (match) {
                 if (j->p >= j->end) json_fail(j, "expected a value");
-                if (*j->p != '"') die("%s: line %lld: field \"%s\" is %s, not a string", j->path, j->line, j->f->field, json_kind(*j->p));
+                if (*j->p != '"') die_input("%s: line %lld: field \"%s\" is %s, not a string", j->path, j->line, j->f->field, json_kind(*j->p));
                 /* the last occurrence wins, as in Python's json */
                 Batch* b = d->b;
                 b->len = d->piece_off;
@@ -1444,7 +1459,7 @@ static void json_line(Json* j) {
     }
     json_ws(j);
     if (j->p < j->end) json_fail(j, "unexpected text after the object");
-    if (!j->found) die("%s: line %lld: no \"%s\" field", j->path, j->line, j->f->field);
+    if (!j->found) die_input("%s: line %lld: no \"%s\" field", j->path, j->line, j->f->field);
 }
 
 static void read_jsonl(Docs* d, Source* s, const Format* f, Progress* pr) {
@@ -1461,7 +1476,7 @@ static void read_jsonl(Docs* d, Source* s, const Format* f, Progress* pr) {
                 pos = 0;
             }
             if (len == cap) {
-                if (cap >= MAX_LINE_BYTES) die("%s: line %lld: longer than %zu bytes", s->path, j.line + 1, MAX_LINE_BYTES);
+                if (cap >= MAX_LINE_BYTES) die_input("%s: line %lld: longer than %zu bytes", s->path, j.line + 1, MAX_LINE_BYTES);
                 buf = xrealloc(buf, cap *= 2);
             }
             size_t n = src_read(s, buf + len, cap - len);

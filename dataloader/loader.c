@@ -11,15 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// What a non-regular file is, for messages.
-static const char* file_kind(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a plain file";
-}
+#include "util/regular_file.h"
 
 // pread of exactly len bytes at off (EINTR retried). Returns the bytes read: fewer than len
 // only at the end of the file, -1 on an error (errno set).
@@ -35,29 +27,15 @@ static ssize_t pread_full(int fd, void* buf, size_t len, off_t off) {
     return (ssize_t)done;
 }
 
-// Opens a shard for reading, refusing anything but a regular file. The kind is checked with
-// stat() before the open (opening a FIFO blocks until a writer appears) and again on the
-// descriptor (the path may have been swapped in between); O_NONBLOCK makes even that race
-// harmless, and it changes nothing for a regular file. Returns the fd, or -1 with err set.
+// Opens a shard for reading, refusing anything but a regular file (util/regular_file.h: a
+// FIFO would block the open or the reads forever). Returns the fd, or -1 with err set.
 static int open_regular(const char* path, struct stat* st, char* err, size_t errlen) {
-    if (stat(path, st) != 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
-    if (!S_ISREG(st->st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file (%s): token shards must be regular files", path, file_kind(st->st_mode));
-        return -1;
+    int fd = open_regular_file(path, st, err, errlen);
+    if (fd == -2) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen > n ? errlen - n : 0, ": token shards must be regular files");
     }
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
-    if (fstat(fd, st) != 0) {
-        snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st->st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file (%s): token shards must be regular files", path, file_kind(st->st_mode));
-        close(fd);
-        return -1;
-    }
-    return fd;
+    return fd < 0 ? -1 : fd;
 }
 
 static size_t shard_bytes(const ShardInfo* info) {
@@ -105,6 +83,59 @@ int shard_probe(const char* path, ShardInfo* info, char* err, size_t errlen) {
         return 1;
     }
     return 0;
+}
+
+// The message for a token id outside the vocabulary: the shard, the token's position in it
+// (and its byte offset in the file) and the id.
+static void bad_token(const ShardInfo* info, uint32_t tok, size_t pos, int vocab_size, char* err, size_t errlen) {
+    snprintf(err, errlen, "%s: token %u at position %zu (byte offset %zu) is outside the vocabulary (size %d)", info->path,
+             tok, pos, SHARD_HEADER_INTS * sizeof(int32_t) + pos * (size_t)info->token_bytes, vocab_size);
+}
+
+// The largest of n token ids (a loop the compiler vectorises).
+static uint32_t max_token(const void* block, size_t n, int token_bytes) {
+    uint32_t m = 0;
+    if (token_bytes == 2) {
+        const uint16_t* t = (const uint16_t*)block;
+        for (size_t i = 0; i < n; i++) m = t[i] > m ? t[i] : m;
+    } else {
+        const uint32_t* t = (const uint32_t*)block;
+        for (size_t i = 0; i < n; i++) m = t[i] > m ? t[i] : m;
+    }
+    return m;
+}
+
+// Every token of a probed shard against the vocabulary, in one pass when the loader opens it:
+// an id outside the vocabulary would index past the embedding table, so a bad shard stops the
+// run at startup, named with the token's position and id, rather than when (or if) a batch
+// reaches it. Read in blocks of SCAN_BLOCK_BYTES into `block`; only a block whose largest id is
+// too large is searched for its first bad one. What the pass costs against a step:
+// dev/bench/bench_loader.sh (README: Results).
+#define SCAN_BLOCK_BYTES ((size_t)1 << 20)
+static int check_tokens(const ShardInfo* info, int vocab_size, void* block, char* err, size_t errlen) {
+    struct stat st;
+    int fd = open_regular(info->path, &st, err, errlen);
+    if (fd < 0) return 1;
+    const size_t header = SHARD_HEADER_INTS * sizeof(int32_t), tb = (size_t)info->token_bytes, total = info->n_tokens * tb;
+    int rc = 0;
+    for (size_t at = 0; at < total && !rc; at += SCAN_BLOCK_BYTES) {
+        const size_t len = total - at < SCAN_BLOCK_BYTES ? total - at : SCAN_BLOCK_BYTES, n = len / tb;
+        ssize_t got = pread_full(fd, block, len, (off_t)(header + at));
+        if (got != (ssize_t)len) {
+            if (got < 0) snprintf(err, errlen, "%s: cannot read %zu bytes at offset %zu: %s", info->path, len, header + at, strerror(errno));
+            else snprintf(err, errlen, "%s: truncated while opened: %zd of %zu bytes at offset %zu (its header's %zu tokens need %zu)",
+                          info->path, got, len, header + at, info->n_tokens, shard_bytes(info));
+            rc = 1;
+        } else if (max_token(block, n, info->token_bytes) >= (uint32_t)vocab_size) {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t tok = tb == 2 ? ((const uint16_t*)block)[i] : ((const uint32_t*)block)[i];
+                if (tok >= (uint32_t)vocab_size) { bad_token(info, tok, at / tb + i, vocab_size, err, errlen); break; }
+            }
+            rc = 1;
+        }
+    }
+    close(fd);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -188,12 +219,18 @@ int loader_open(DataLoader* dl, const char* pattern, size_t T, int vocab_size, u
     dl->vocab_size = vocab_size;
     dl->state.seed = seed;
     dl->state.shuffle = shuffle;
-    for (int i = 0; i < dl->n_shards; i++) {
-        if (shard_probe(g.gl_pathv[i], &dl->shards[i], err, errlen)) { globfree(&g); loader_close(dl); return 1; }
+    void* block = malloc(SCAN_BLOCK_BYTES);
+    int bad = !block;
+    if (bad) snprintf(err, errlen, "'%s': out of memory for the token check", pattern);
+    for (int i = 0; i < dl->n_shards && !bad; i++) {
+        bad = shard_probe(g.gl_pathv[i], &dl->shards[i], err, errlen) ||
+              check_tokens(&dl->shards[i], vocab_size, block, err, errlen);
         dl->shards[i].n_windows = dl->shards[i].n_tokens > T ? (dl->shards[i].n_tokens - 1) / T : 0;
         dl->windows_per_epoch += dl->shards[i].n_windows;
     }
+    free(block);
     globfree(&g);
+    if (bad) { loader_close(dl); return 1; }
     if (dl->windows_per_epoch == 0) {
         snprintf(err, errlen, "'%s': no shard holds %zu tokens (one sequence of T=%zu plus its target)",
                  pattern, T + 1, T);
@@ -292,9 +329,12 @@ int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int*
             uint32_t tok;
             if (info->token_bytes == 2) { uint16_t v; memcpy(&v, base + 2 * i, 2); tok = v; }
             else { memcpy(&tok, base + 4 * i, 4); }
+            // Checked again here although loader_open checked every token: a shard rewritten in
+            // place with its size unchanged passes open_shard's size check, and an id past the
+            // vocabulary would read (and its gradient write) outside the embedding table. T + 1
+            // compares per window, nothing against the step.
             if (tok >= (uint32_t)dl->vocab_size) {
-                snprintf(err, errlen, "%s: token %u at position %zu is outside the vocabulary (size %d)",
-                         info->path, tok, pos, dl->vocab_size);
+                bad_token(info, tok, pos, dl->vocab_size, err, errlen);
                 return 1;
             }
             if (i < T) inputs[(size_t)b * T + i] = (int)tok;
@@ -304,9 +344,9 @@ int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int*
     return 0;
 }
 
-int loader_read_micro_batch(DataLoader* dl, int micro, int world, int rank, int B,
+int loader_read_micro_batch(DataLoader* dl, uint64_t micro, int world, int rank, int B,
                             int* inputs, int* targets, char* err, size_t errlen) {
-    uint64_t first = dl->state.windows_consumed + ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B;
+    uint64_t first = dl->state.windows_consumed + (micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B;
     return loader_read_windows(dl, first, B, inputs, targets, err, errlen);
 }
 

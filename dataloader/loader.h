@@ -3,7 +3,9 @@
 // Shard file: int32 header[256] = {magic, version, token count, ...}, then the tokens:
 //   magic 20240520, version 1: uint16 tokens (GPT-2 and other vocabularies < 65536)
 //   magic 20240801, version 7: uint32 tokens (larger vocabularies)
-// Only the headers are read at open. Batches are read with pread() into the loader's own
+// At open each shard's header is checked against its size, and every token against the
+// vocabulary (one pass over the shard): a bad shard stops the run at startup, not when a
+// batch reaches its bad token. Batches are read with pread() into the loader's own
 // buffer, one shard open at a time, never memory-mapped: a shard truncated while training
 // then fails the read with a message naming it, where a mapping would kill the process with
 // SIGBUS. Only regular files are shards (a FIFO would block the open or the reads forever).
@@ -65,21 +67,23 @@ typedef struct {
 int shard_probe(const char* path, ShardInfo* info, char* err, size_t errlen);
 
 // Opens every shard matching the glob pattern (sorted). Fails with a message when the
-// pattern matches nothing, a shard is malformed, or no shard holds a single window of T+1.
+// pattern matches nothing, a shard is malformed or holds a token id >= vocab_size (naming the
+// shard, the token's position and byte offset, and the id), or no shard holds a single window
+// of T+1.
 int loader_open(DataLoader* dl, const char* pattern, size_t T, int vocab_size, uint64_t seed,
                 int shuffle, char* err, size_t errlen);
 void loader_close(DataLoader* dl);
 
 // Fills inputs[B*T] and targets[B*T] with global windows first, first+1, ..., first+B-1 of
 // the stream (counted from the loader's start, not from its state). Fails (message in err)
-// on a token outside the vocabulary, naming the file and position, and on a shard that has
-// changed size or cannot be read since it was opened (truncated while training).
+// on a shard that has changed size or cannot be read since it was opened (truncated while
+// training), and on a token outside the vocabulary (a shard rewritten in place since).
 int loader_read_windows(DataLoader* dl, uint64_t first, int B, int* inputs, int* targets,
                         char* err, size_t errlen);
 
 // The current global batch (windows_consumed onwards): rank `rank` of `world` at micro-step
 // `micro` reads its B rows. The split depends on W and B, the set of windows does not.
-int loader_read_micro_batch(DataLoader* dl, int micro, int world, int rank, int B,
+int loader_read_micro_batch(DataLoader* dl, uint64_t micro, int world, int rank, int B,
                             int* inputs, int* targets, char* err, size_t errlen);
 // Marks a global batch of `global_seqs` windows as consumed (after an optimizer step).
 void loader_advance(DataLoader* dl, uint64_t global_seqs);

@@ -63,9 +63,9 @@ static int models_cuda(const Kernels* k) { return k->act_bytes != sizeof(float);
 // The cuda kernels' two-pass row reductions (kernels/cuda_common.cuh, row_partition): the
 // blocks of rows whose fp32 partial sums a second kernel adds up.
 static double partial_blocks(int N, int min_rows, int max_blocks) {
-    int rows = (N + max_blocks - 1) / max_blocks;
+    long long rows = ((long long)N + max_blocks - 1) / max_blocks;  // 64-bit: N may be near INT_MAX
     if (rows < min_rows) rows = min_rows;
-    return (double)((N + rows - 1) / rows);
+    return (double)(((long long)N + rows - 1) / rows);
 }
 // Bytes of the partial sums of `cols` columns over N rows: written, then read.
 static double partials_bytes(int N, int cols, int min_rows, int max_blocks) {

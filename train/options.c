@@ -42,10 +42,12 @@ void print_usage(void) {
 "                               llama3:1b/3b/8b: 128256]\n"
 "      --max-seq N              GPT-2: learned positions; Llama: longest sequence [1024; llama3 1b-8b: 8192]\n"
 "  -e, --init-from FILE         start from an llm.c model file (version 3 fp32 or 5 bf16)\n"
-"      --save-model FILE        write an llm.c model file (fp32) at the end\n"
+"      --save-model FILE        write an llm.c model file (fp32) at the end (its directory is\n"
+"                               created and checked writable at startup)\n"
 "      --seed N                 initialisation, sampling and shuffling seed [1337]\n"
 "training\n"
-"  -b, --batch-size N           micro-batch per rank, in sequences [4]\n"
+"  -b, --batch-size N           micro-batch per rank, in sequences; batch x seq-len at most\n"
+"                               2^31-1 [4]\n"
 "  -t, --seq-len N              sequence length [1024]\n"
 "  -d, --total-batch-tokens N   tokens per optimizer step, all ranks; gradient accumulation\n"
 "                               makes up the difference: a multiple of batch x seq-len x world, at\n"
@@ -60,7 +62,8 @@ void print_usage(void) {
 "      --grad-clip F            clip the global gradient norm; 0 disables [1.0]\n"
 "evaluation\n"
 "  -v, --val-every N            validation loss every N steps and at the end; 0 disables [20]\n"
-"      --val-steps N            validation batches (of the training batch size) [20]\n"
+"      --val-steps N            validation batches (of the training batch size), at most as many\n"
+"                               as the validation data holds (more are clamped, said once) [20]\n"
 "  -s, --sample-every N         print a generated sample every N steps; 0 disables [0]\n"
 "  -g, --sample-tokens N        tokens per sample [64]\n"
 "      --top-k N --temperature F   sampling [40, 1.0]\n"
@@ -499,7 +502,12 @@ int check_run_flags(const Options* o, const ModelConfig* c, int world, const cha
     const size_t n = sizeof(e->msg);
     const int plan = device && !strcmp(device, "sim");
     ParseError split;
-    if (world > 0 && check_batch_split(o, world, &split)) {  // the batch split: before anything divides by it
+    const long micro_tokens = (long)o->batch_size * o->seq_len;  // each at most 2^20 (parse_options)
+    if (micro_tokens > INT_MAX) {  // a micro-batch's positions are counted in an int (the kernels' N)
+        snprintf(m, n, "--batch-size %d x --seq-len %d = %ld tokens per micro-batch, more than %d (the kernels count a "
+                 "micro-batch's tokens in an int): use a smaller -b and more accumulation steps (-d)", o->batch_size,
+                 o->seq_len, micro_tokens, INT_MAX);
+    } else if (world > 0 && check_batch_split(o, world, &split)) {  // the batch split: before anything divides by it
         if (plan) snprintf(m, n, "--plan at world size %d: %s", world, split.msg);
         else snprintf(m, n, "%s", split.msg);
     } else if (o->seq_len > c->max_seq_len) {

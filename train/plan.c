@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "util/regular_file.h"
+
 // ---------------------------------------------------------------------------------------
 // Device profiles. Compute, memory and link figures are the vendors' datasheets (dense, no
 // sparsity; NVLink's "GB/s" is both directions together, so per direction it is half; the
@@ -103,44 +105,65 @@ static int cpu_measure(SimProfile* p, char* err, size_t errlen) {
 
 const char* plan_profile_names(void) { return "a100-40, a100-80, h100, h200, b200, cpu"; }
 
-static int positive(const char* s, double* out) {
+// A profile file or a calibration log is read only when it is a regular file (a FIFO or
+// /dev/zero given by mistake would block or never end; util/regular_file.h), of at most
+// these sizes: a profile is a few lines, a log a run's output.
+#define PLAN_PROFILE_MAX_BYTES ((size_t)1 << 20)
+#define PLAN_LOG_MAX_BYTES ((size_t)1 << 28)
+
+// A number in [min, max] (the whole string, finite). 0, or 1.
+static int in_range(const char* s, double min, double max, double* out) {
     char* end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v <= 0) return 1;
+    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) return 1;
     *out = v;
     return 0;
 }
 
 // A profile file: lines KEY=VALUE, '#' comments, blank lines. like=NAME starts from a
 // built-in profile; without it tflops, hbm_gbs and mem_gib are required and the rest take
-// the GPU defaults above.
-static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* err, size_t errlen) {
+// the GPU defaults above. Every number must lie in its key's range: wide enough for any
+// device from a laptop CPU to GPUs well past today's, narrow enough that a typo (1e300
+// TFLOP/s, a latency of 1e-300 us) is refused instead of planning steps of 300 digits.
+static int read_profile_text(const char* path, char* text, size_t len, SimProfile* p, char* err, size_t errlen) {
     static const SimProfile gpu = {"", 0, 0, 0, 0, 300.0, 25.0, GPU_DEFAULTS};
     *p = gpu;
     const char* base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     snprintf(p->name, sizeof(p->name), "%s", base);
-    struct { const char* key; double* v; } keys[] = {
-        {"tflops", &p->tflops}, {"hbm_gbs", &p->hbm_gbs}, {"mem_gib", &p->mem_gib}, {"nvlink_gbs", &p->nvlink_gbs},
-        {"ib_gbs", &p->ib_gbs}, {"host_link_gbs", &p->host_link_gbs}, {"host_mem_gbs", &p->host_mem_gbs},
-        {"nvlink_latency_us", &p->nvlink_latency_us}, {"ib_latency_us", &p->ib_latency_us},
-        {"launch_us", &p->launch_us}, {"matmul_eff", &p->matmul_eff}, {"attention_eff", &p->attention_eff},
-        {"vector_eff", &p->vector_eff}, {"mem_eff", &p->mem_eff},
-        {"matmul_time_scale", &p->time_scale[SIM_GROUP_MATMUL]}, {"attention_time_scale", &p->time_scale[SIM_GROUP_ATTENTION]},
-        {"vector_time_scale", &p->time_scale[SIM_GROUP_VECTOR]}, {"optimizer_time_scale", &p->time_scale[SIM_GROUP_OPTIMIZER]}};
+    if (strlen(text) != len) {
+        snprintf(err, errlen, "--sim-device %s: not a text file (a NUL byte at offset %zu)", path, strlen(text));
+        return 1;
+    }
+    const struct { const char* key; double* v; double min, max; const char* unit; } keys[] = {
+        {"tflops", &p->tflops, 1e-4, 1e5, "TFLOP/s"}, {"hbm_gbs", &p->hbm_gbs, 1e-2, 1e6, "GB/s"},
+        {"mem_gib", &p->mem_gib, 1e-2, 1e6, "GiB"}, {"nvlink_gbs", &p->nvlink_gbs, 1e-3, 1e6, "GB/s"},
+        {"ib_gbs", &p->ib_gbs, 1e-3, 1e6, "GB/s"}, {"host_link_gbs", &p->host_link_gbs, 1e-3, 1e6, "GB/s"},
+        {"host_mem_gbs", &p->host_mem_gbs, 1e-3, 1e6, "GB/s"},
+        {"nvlink_latency_us", &p->nvlink_latency_us, 1e-3, 1e7, "us"}, {"ib_latency_us", &p->ib_latency_us, 1e-3, 1e7, "us"},
+        {"launch_us", &p->launch_us, 1e-3, 1e6, "us"}, {"matmul_eff", &p->matmul_eff, 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff", &p->attention_eff, 1e-4, 1.0, "a fraction of the peak"},
+        {"vector_eff", &p->vector_eff, 1e-4, 1.0, "a fraction of the peak"},
+        {"mem_eff", &p->mem_eff, 1e-4, 1.0, "a fraction of the peak"},
+        {"matmul_time_scale", &p->time_scale[SIM_GROUP_MATMUL], 1e-4, 1e4, "a factor"},
+        {"attention_time_scale", &p->time_scale[SIM_GROUP_ATTENTION], 1e-4, 1e4, "a factor"},
+        {"vector_time_scale", &p->time_scale[SIM_GROUP_VECTOR], 1e-4, 1e4, "a factor"},
+        {"optimizer_time_scale", &p->time_scale[SIM_GROUP_OPTIMIZER], 1e-4, 1e4, "a factor"}};
     const int n_keys = (int)(sizeof(keys) / sizeof(keys[0]));
     int seen_required = 0, liked = 0;
-    char line[512];
-    for (int lineno = 1; fgets(line, sizeof(line), fp); lineno++) {
-        char* s = line;
+    char* next = text;
+    for (int lineno = 1; next && *next; lineno++) {
+        char* s = next;
+        next = strchr(s, '\n');
+        if (next) *next++ = '\0';
         char* hash = strchr(s, '#');
         if (hash) *hash = '\0';
         while (isspace((unsigned char)*s)) s++;
-        size_t len = strlen(s);
-        while (len > 0 && isspace((unsigned char)s[len - 1])) s[--len] = '\0';
+        size_t n = strlen(s);
+        while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
         if (!*s) continue;
         char* eq = strchr(s, '=');
-        if (!eq) { snprintf(err, errlen, "--sim-device %s:%d: expected KEY=VALUE, got '%s'", path, lineno, s); return 1; }
+        if (!eq) { snprintf(err, errlen, "--sim-device %s:%d: expected KEY=VALUE, got '%.80s'", path, lineno, s); return 1; }
         *eq = '\0';
         char *key = s, *val = eq + 1;
         size_t kl = strlen(key);
@@ -175,17 +198,13 @@ static int read_profile_file(const char* path, FILE* fp, SimProfile* p, char* er
                      path, lineno, key);
             return 1;
         }
-        if (positive(val, keys[k].v)) {
-            snprintf(err, errlen, "--sim-device %s:%d: %s: expected a positive number, got '%s'", path, lineno, key, val);
-            return 1;
-        }
-        if ((strstr(key, "_eff") && *keys[k].v > 1.0)) {
-            snprintf(err, errlen, "--sim-device %s:%d: %s: an efficiency is a fraction in (0, 1], got '%s'", path, lineno, key, val);
+        if (in_range(val, keys[k].min, keys[k].max, keys[k].v)) {
+            snprintf(err, errlen, "--sim-device %s:%d: %s: expected a number in [%g, %g] (%s), got '%.80s'", path, lineno, key,
+                     keys[k].min, keys[k].max, keys[k].unit, val);
             return 1;
         }
         if (k < 3) seen_required |= 1 << k;
     }
-    if (ferror(fp)) { snprintf(err, errlen, "--sim-device %s: read error", path); return 1; }
     if (!liked && seen_required != 7) {
         snprintf(err, errlen, "--sim-device %s: needs tflops, hbm_gbs and mem_gib (or like=NAME)", path);
         return 1;
@@ -199,14 +218,16 @@ int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errl
         *p = builtin[i];
         return p->tflops > 0 ? 0 : cpu_measure(p, err, errlen);
     }
-    FILE* fp = fopen(name_or_file, "r");
-    if (!fp) {
+    char why[1200];
+    size_t len;
+    char* text = read_regular_file(name_or_file, PLAN_PROFILE_MAX_BYTES, &len, why, sizeof(why));
+    if (!text) {
         snprintf(err, errlen, "--sim-device '%s': not a built-in device (%s) nor a readable profile file (%s)", name_or_file,
-                 plan_profile_names(), strerror(errno));
+                 plan_profile_names(), why);
         return 1;
     }
-    int rc = read_profile_file(name_or_file, fp, p, err, errlen);
-    fclose(fp);
+    int rc = read_profile_text(name_or_file, text, len, p, err, errlen);
+    free(text);
     return rc;
 }
 
@@ -340,12 +361,15 @@ static const struct { const char* row; int group; } profile_rows[] = {
 static const char* const group_key[SIM_GROUPS] = {"matmul", "attention", "vector", "optimizer"};
 
 int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p, char* err, size_t errlen) {
-    FILE* fp = fopen(log_path, "r");
-    if (!fp) { snprintf(err, errlen, "--calibrate-from %s: %s", log_path, strerror(errno)); return 1; }
+    char why[1200];
+    char* text = read_regular_file(log_path, PLAN_LOG_MAX_BYTES, NULL, why, sizeof(why));
+    if (!text) { snprintf(err, errlen, "--calibrate-from %s", why); return 1; }
     double measured[SIM_GROUPS] = {0};
-    int in_table = 0, tables = 0, step = 0;
-    char line[1024];
-    while (fgets(line, sizeof(line), fp)) {
+    int in_table = 0, tables = 0, step = 0, lineno = 0, bad = 0;
+    for (char *line = text, *next; line && *line && !bad; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
         if (!strncmp(line, "profile of step ", 16)) {
             in_table = 1;
             tables++;
@@ -362,13 +386,23 @@ int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p
             if (!ms) break;
             const char* num = ms;
             while (num > line + 2 + n && (isdigit((unsigned char)num[-1]) || num[-1] == '.')) num--;
-            measured[profile_rows[i].group] += strtod(num, NULL);
+            // A kernel group's time in a step: at most a day (a 1e300 typed into a log would
+            // otherwise scale the profile to times of 300 digits).
+            char* end;
+            errno = 0;
+            const double v = strtod(num, &end);
+            if (end != ms || errno || !isfinite(v) || v < 0.0 || v > 864e5) {
+                snprintf(err, errlen, "--calibrate-from %s:%d: %s: expected a time in [0, 86400000] ms, got '%.60s'", log_path,
+                         lineno, profile_rows[i].row, line + 2 + n);
+                bad = 1;
+                break;
+            }
+            measured[profile_rows[i].group] += v;
             break;
         }
     }
-    const int read_error = ferror(fp);
-    fclose(fp);
-    if (read_error) { snprintf(err, errlen, "--calibrate-from %s: read error", log_path); return 1; }
+    free(text);
+    if (bad) return 1;
     if (tables == 0) {
         snprintf(err, errlen, "--calibrate-from %s: no --profile-step table in it (run train_gpt with --profile-step N and keep its output)", log_path);
         return 1;
@@ -377,6 +411,13 @@ int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p
     for (int g = 0; g < SIM_GROUPS; g++) {
         const double old = p->time_scale[g] > 0 ? p->time_scale[g] : 1.0, planned = row->group_time[g] * 1e3;
         scale[g] = measured[g] > 0 && planned > 0 ? old * measured[g] / planned : old;
+        // The profile printed below must read back (read_profile_text's range for a factor).
+        if (scale[g] < 1e-4 || scale[g] > 1e4) {
+            snprintf(err, errlen, "--calibrate-from %s: %s measured %.6g ms against %.6g ms planned: a time scale of %.3g, "
+                     "outside [0.0001, 10000] (is the log from a run of the same flags?)", log_path, group_key[g], measured[g],
+                     planned, scale[g]);
+            return 1;
+        }
     }
     printf("# %s calibrated from the --profile-step table of step %d in %s (train_gpt --plan --calibrate-from):\n",
            p->name, step, log_path);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "util/atomic_file.h"
 
 // What the lock file says about its holder, on one line ("pid 12 host n1 since ..."), or a
 // note when it says nothing yet (the holder is between its flock and its write).
@@ -80,6 +81,29 @@ static int lock_dir(const char* flag, const char* dir, const struct stat* held, 
     return 0;
 }
 
+// Whether a file can be written as `path` now, at startup, rather than at the first checkpoint
+// or the end of training: its directory is created if missing (as the write would need it),
+// then a temporary file of atomic_file's, with this pid in its name, is created there and
+// removed. `what` and `shown` name the flag and its value for the message. 0, or 1 with one
+// line in err.
+static int probe_write(const char* what, const char* shown, const char* path, char* err, size_t errlen) {
+    char dir[1100], why[1400];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash && slash != dir) *slash = '\0';
+    if (slash && ckpt_mkdir_p(dir) != 0) {
+        snprintf(err, errlen, "%s %s: cannot create its directory %s: %s", what, shown, dir, strerror(errno));
+        return 1;
+    }
+    AtomicFile f;
+    if (atomic_file_open(&f, path, ATOMIC_TMP_PID, why, sizeof(why))) {
+        snprintf(err, errlen, "%s %s: cannot be written (%s)", what, shown, why);
+        return 1;
+    }
+    atomic_file_abort(&f);
+    return 0;
+}
+
 int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_dir, char* err, size_t errlen) {
     memset(l, 0, sizeof(*l));
     const char* flags[2] = {"-o", "checkpoint directory"};  // ckpt_dir may come from -o
@@ -94,15 +118,29 @@ int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_
             return 1;
         }
         if (fd >= 0) l->fd[l->n++] = fd;
+        // The lock file may be an earlier run's: files must still be creatable beside it (the
+        // checkpoints' step directories, metrics.jsonl).
+        char probe[1100];
+        snprintf(probe, sizeof(probe), "%s/%s", dirs[i], RUN_LOCK_FILE);
+        if (probe_write(flags[i], dirs[i], probe, err, errlen)) {
+            run_lock_release(l);
+            return 1;
+        }
     }
     return 0;
 }
 
-int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir,
+int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir, const char* save_model,
                      char* err, size_t errlen) {
     memset(l, 0, sizeof(*l));
     int32_t failed = 0;
-    if (pg->rank == 0) failed = run_lock_acquire_local(l, output_dir, ckpt_dir, err, errlen) != 0;
+    if (pg->rank == 0) {
+        failed = run_lock_acquire_local(l, output_dir, ckpt_dir, err, errlen) != 0;
+        if (!failed && save_model && probe_write("--save-model", save_model, save_model, err, errlen)) {
+            run_lock_release(l);
+            failed = 1;
+        }
+    }
     if (pg->world > 1) comm_all_reduce_i32(pg->world_comm, &failed, 1, COMM_MAX);
     if (failed && pg->rank != 0) snprintf(err, errlen, "rank 0 could not lock the run directory");
     return failed;

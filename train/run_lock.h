@@ -27,15 +27,19 @@ typedef struct {
 } RunLock;
 
 // Locks output_dir and ckpt_dir (the checkpoint root: --ckpt-dir, or the one under -o; either
-// may be NULL; each is created if missing, as the run would create it) in this process. 0,
-// or non-zero with one line in err naming the directory ("-o DIR: ..." or "checkpoint
-// directory DIR: ...") and, when another process holds it, that process; nothing is held then.
+// may be NULL; each is created if missing, as the run would create it) in this process, and
+// checks that files can be created in each (a probe file is created and removed: a lock file
+// left by an earlier run proves nothing). 0, or non-zero with one line in err naming the
+// directory ("-o DIR: ..." or "checkpoint directory DIR: ...") and, when another process holds
+// it, that process; nothing is held then.
 int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_dir, char* err, size_t errlen);
 
-// Collective over pg's world: rank 0 takes the locks, every rank gets its verdict (0, or
-// non-zero on every rank, the message in rank 0's err). Call before anything is read from or
-// written to those directories.
-int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir,
+// Collective over pg's world: rank 0 takes the locks and checks that --save-model's file
+// (save_model, or NULL) could be written, creating its directory if missing; every rank gets
+// the verdict (0, or non-zero on every rank, the message in rank 0's err: "--save-model PATH:
+// ..."). Call before anything is read from or written to those directories, so that an
+// unwritable output stops the run at startup, not after training.
+int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir, const char* save_model,
                      char* err, size_t errlen);
 
 // Drops the locks (the lock files stay: their content is only informative). A no-op for an

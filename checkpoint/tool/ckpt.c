@@ -35,6 +35,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/state.h"
+#include "util/regular_file.h"
 
 // Messages name files, some two of them.
 #define ERRLEN (2 * PATH_MAX + 1024)
@@ -418,9 +419,16 @@ static void load_directory(const char* path, Weights* w, int heads) {
     snprintf(index_path, sizeof(index_path), "%s/model.safetensors.index.json", path);
     snprintf(single, sizeof(single), "%s/model.safetensors", path);
     struct stat st;
-    if (stat(index_path, &st) == 0) load_hf(index_path, 1, w, heads);
-    else if (stat(single, &st) == 0) load_source(single, w, heads);
-    else fail("%s: a directory without model.safetensors.index.json or model.safetensors", path);
+    if (stat(index_path, &st) == 0) { load_hf(index_path, 1, w, heads); return; }
+    if (errno != ENOENT) fail("%s: cannot open: %s", index_path, path_error(errno));
+    if (stat(single, &st) != 0) {
+        if (errno != ENOENT) fail("%s: cannot open: %s", single, path_error(errno));
+        fail("%s: a directory without model.safetensors.index.json or model.safetensors", path);
+    }
+    // One level only: a model.safetensors that is a directory (a symlink to "." would send
+    // load_source back here until the path loops) is refused, not looked into.
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file (%s)", single, file_kind(st.st_mode));
+    load_source(single, w, heads);
 }
 
 // Reads SRC, an llm.c model file or a safetensors file (GPT-2 or Hugging Face Llama), recognised by
@@ -428,9 +436,9 @@ static void load_directory(const char* path, Weights* w, int heads) {
 // form.
 static void load_source(const char* path, Weights* w, int heads) {
     struct stat st;
-    if (stat(path, &st) != 0) fail("%s: cannot open: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) fail("%s: cannot open: %s", path, path_error(errno));
     if (S_ISDIR(st.st_mode)) { load_directory(path, w, heads); return; }
-    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file", path);
+    if (!S_ISREG(st.st_mode)) fail("%s: not a regular file (%s)", path, file_kind(st.st_mode));
     const size_t len = strlen(path);
     if (len >= 5 && !strcmp(path + len - 5, ".json")) { load_hf(path, 1, w, heads); return; }
     int fd = open(path, O_RDONLY);

@@ -197,6 +197,24 @@ if $A/ckpt_asan import "$out/cfg_untied/model.safetensors" "$out/imp_cfg_untied"
     ok "asan: ckpt import of a GPT-2 with tie_word_embeddings false and lm_head.weight = wte.weight (a note)"
 else not_ok "asan: ckpt import of an untied GPT-2 whose head is wte: $(tail -n 2 "$out/imp_cfg_untied.log" | tr '\n' ' ')"; fi
 
+# Profiles and calibration logs read whole (util/regular_file): a NUL byte, a value of 1e300,
+# a line past any fixed buffer, a time of 301 digits; a symlink loop as model.safetensors.
+printf 'like=h100\n\0tflops=1\n' >"$out/nul.prof"
+printf 'like=h100\ntflops=1e300\n' >"$out/huge.prof"
+{ printf 'like=h100\nname='; head -c 100000 /dev/zero | tr '\0' x; printf '\n'; } >"$out/long.prof"
+{ echo "profile of step 2 (rank 0, cpu device; the stream's time between marks): 1.00 ms, 1.00 ms on the host clock"
+  printf '  %-30s %-8s 1%0300d.000 ms 100.0%%      1 interval(s)\n' "attention" "forward" 0; } >"$out/huge.log"
+expect_error "asan: --plan --sim-device with a NUL byte" "nul.prof: not a text file" $A/train_gpt_asan --plan --sim-device "$out/nul.prof"
+expect_error "asan: --plan --sim-device tflops=1e300" "huge.prof:2: tflops: expected a number" $A/train_gpt_asan --plan --sim-device "$out/huge.prof"
+expect_error "asan: --plan --calibrate-from a time of 301 digits" "huge.log:2: attention: expected a time" \
+    $A/train_gpt_asan --plan --calibrate-from "$out/huge.log"
+if $A/train_gpt_asan --plan -m d1 -b 1 -t 64 --sim-device "$out/long.prof" > "$out/long.log" 2>&1 && grep -q "^step " "$out/long.log"; then
+    ok "asan: --plan with a 100000-byte profile line (the name kept short)"
+else not_ok "asan: --plan with a 100000-byte profile line: $(tail -n 2 "$out/long.log" | tr '\n' ' ' | head -c 300)"; fi
+mkdir -p "$out/st_loop" && ln -sfn model.safetensors "$out/st_loop/model.safetensors"
+expect_error "asan: ckpt import of a model.safetensors symlink loop" "st_loop/model.safetensors: cannot open: a symlink loop" \
+    $A/ckpt_asan import "$out/st_loop" "$out/imp_loop" --world 2
+
 # 4. The tokenizer's tests (its bad inputs among them) with tokenize_text_asan.
 case $A in /*) tt=$A/tokenize_text_asan ;; *) tt=$PWD/$A/tokenize_text_asan ;; esac
 TOKENIZE_TEXT=$tt bash dev/test/test_tokenizer.sh > "$out/tokenizer.log" 2>&1

@@ -293,6 +293,17 @@ expect_error "import: bad --compress"     "--compress: expected none, zstd or zs
     $CK import "$out/a.bin" "$out/imp_x" --world 2 --compress lz4
 expect_error "import: bad zstd level"     "zstd:LEVEL: 99 is out of range"       $CK import "$out/a.bin" "$out/imp_x" --world 2 --compress zstd:99
 expect_error "import: missing source"     "nope.bin: cannot open"                $CK import "$out/nope.bin" "$out/imp_x" --world 2
+# A model.safetensors symlink to its own directory, or in a loop: named as what it is (the first
+# recursed until ELOOP and was reported as a directory without model.safetensors).
+mkdir -p "$out/st_dot" "$out/st_loop"
+ln -sfn . "$out/st_dot/model.safetensors"
+ln -sfn model.safetensors "$out/st_loop/model.safetensors"
+expect_error "import: model.safetensors -> ." "st_dot/model.safetensors: not a regular file \(a directory\)" \
+    $CK import "$out/st_dot" "$out/imp_x" --world 2
+expect_error "import: a model.safetensors symlink loop" "st_loop/model.safetensors: cannot open: a symlink loop \(Too many levels of symbolic links\)" \
+    $CK import "$out/st_loop" "$out/imp_x" --world 2
+expect_error "import: a symlink loop named as SRC" "st_loop/model.safetensors: cannot open: a symlink loop" \
+    $CK import "$out/st_loop/model.safetensors" "$out/imp_x" --world 2
 expect_error "import: neither llm.c nor safetensors" "junk.bin: not an llm.c model file .* nor a safetensors file" \
     $CK import "$out/junk.bin" "$out/imp_x" --world 2
 expect_error "import: truncated llm.c file" "short.bin: (truncated header|3000 bytes)" $CK import "$out/short.bin" "$out/imp_x" --world 2

@@ -14,6 +14,9 @@
 #   - malformed JSONL lines, a missing or non-string field, bad gzip / zstd data, a framed
 #     stream cut short and bad flags are refused in one line naming the file, line and field,
 #     leaving no temporary or partial shard;
+#   - prepare.py: a truncated .zst or corrupt .gz input, a missing pyarrow and an unwritable
+#     -o each give one line (the pip command for the module) and no "run the same command
+#     again" hint where a rerun cannot help;
 #   - --progress: documents, tokens, MB/s, and on a terminal the share done and an ETA.
 # Run from the repository root; prints `ok - ...` / `not ok - ...: why` lines.
 set -u
@@ -240,7 +243,7 @@ check_bad() {  # NAME PATTERN: tokenize_text on $B/bad.jsonl must fail with PATT
     local name=$1 pattern=$2 out rc
     rm -f "$B/out"/*
     out=$($TOOL -q --jsonl-field text --shard-tokens 2000 -o "$B/out/c" "$B/bad.jsonl" 2>&1); rc=$?
-    if [[ $rc == 1 && $(wc -l <<<"$out") == 1 ]] && grep -qE -- "$pattern" <<<"$out" && no_tmp "$B/out" && shards_complete "$B/out"; then
+    if [[ $rc == 2 && $(wc -l <<<"$out") == 1 ]] && grep -qE -- "$pattern" <<<"$out" && no_tmp "$B/out" && shards_complete "$B/out"; then
         ok "$name ($out)"
     else
         not_ok "$name: rc $rc, $(head -c 300 <<<"$out"), want /$pattern/; left: $(ls "$B/out" | tail -n 2 | tr '\n' ' ')"
@@ -297,6 +300,37 @@ out=$($PREP --preset fineweb10B --out-dir "$B/fw" 2>&1); rc=$?
 [[ $rc == 1 && $(grep -c . <<<"$out") == 1 && $out == *"HuggingFaceFW/fineweb (sample-10BT), split train: cannot open the dataset: "* && ! -e $B/fw ]] \
     && ok "prepare.py --preset fineweb10B without network: one line naming the dataset, nothing written" \
     || not_ok "--preset fineweb10B offline: rc $rc: $(head -c 300 <<<"$out")"
+
+# prepare.py: bad input, a missing optional module, an unwritable -o. One line on stderr and
+# status 1, never a traceback; no resume hint where a rerun would fail the same way (bad input:
+# tokenize_text's status 2).
+prep_one_line() {  # NAME PATTERN CMD...: status 1, stderr one line matching PATTERN, no resume hint
+    local name=$1 pattern=$2 rc; shift 2
+    "$@" >"$B/prep.out" 2>"$B/prep.err"; rc=$?
+    if [[ $rc == 1 && $(grep -c . "$B/prep.err") == 1 ]] && grep -qE -- "$pattern" "$B/prep.err" &&
+       ! grep -q "run the same command again\|Traceback" "$B/prep.out" "$B/prep.err"; then
+        ok "$name ($(cat "$B/prep.err"))"
+    else
+        not_ok "$name: rc $rc: $(head -c 400 "$B/prep.err" | tr '\n' '|') / $(tail -n 2 "$B/prep.out" | tr '\n' '|')"
+    fi
+}
+prep_one_line "prepare.py: a truncated .zst, no resume hint" "^tokenize_text: .*cut.jsonl.zst: zstd data ends early \(truncated file\?\)" \
+    $PREP "$B/cut.jsonl.zst" -o "$B/p7/c" --shard-tokens $SH
+prep_one_line "prepare.py: corrupt gzip data, no resume hint" "^tokenize_text: .*corrupt.jsonl.gz: bad gzip data near byte [0-9]+" \
+    $PREP "$B/corrupt.jsonl.gz" -o "$B/p8/c" --shard-tokens $SH
+# pyarrow made unimportable in this Python (sys.modules[...] = None is how Python hides one)
+prep_one_line "prepare.py: Parquet input without pyarrow names the pip command" \
+    "^prepare.py: Parquet input needs the Python module 'pyarrow', which .* cannot import .*: .* -m pip install pyarrow$" \
+    "$PYTHON" -c 'import runpy, sys; sys.modules["pyarrow"] = None; sys.argv = ["data/prepare.py"] + sys.argv[1:]
+runpy.run_path("data/prepare.py", run_name="__main__")' --tokenize-text "$TOOL" "$C/a.parquet" -o "$B/p9/c"
+# /sys refuses new files and directories even to root; a file where the directory should be
+prep_one_line "prepare.py: -o in a directory where nothing can be written" "^prepare.py: -o /sys/fsdp_prep: cannot write there \(/sys/fsdp_prep.probe.[0-9]+: Permission denied\)" \
+    $PREP "$C/corpus.jsonl" -o /sys/fsdp_prep
+prep_one_line "prepare.py: -o in a directory that cannot be created" "^prepare.py: -o /sys/fsdp_dir/c: cannot write there \(/sys/fsdp_dir: (Permission denied|Operation not permitted)\)" \
+    $PREP "$C/corpus.jsonl" -o /sys/fsdp_dir/c
+touch "$B/a_file"
+prep_one_line "prepare.py: -o under a plain file" "^prepare.py: -o $B/a_file/c: $B/a_file is not a directory$" \
+    $PREP "$C/corpus.jsonl" -o "$B/a_file/c"
 
 # ---- progress ---------------------------------------------------------------------------------
 out=$($TOOL -q --progress --jsonl-field text --shard-tokens $SH -o "$B/out/p" "$C/corpus.jsonl.gz" 2>&1 >/dev/null)

@@ -31,6 +31,8 @@ shard("count_too_big.bin", count=1000)
 shard("trailing_bytes.bin", extra=b"\0\0\0\0")
 shard("token_out_of_range.bin", tokens=[1, 2, 3] + [60000] * 50)
 shard("too_short.bin", tokens=range(5))
+shard("tail_out_of_range.bin", tokens=list(range(1000)) + [50257])  # past the last window
+shard("short_val.bin", tokens=range(40))
 with open(f"{d}/truncated_header.bin", "wb") as f:
     f.write(struct.pack("<10i", 20240520, 1, 5, *([0] * 7)))
 # llm.c model files
@@ -51,7 +53,16 @@ expect_error "bad shard version"         "bad_version.bin: unsupported version 2
 expect_error "shard count > file"        "count_too_big.bin: header says 1000 tokens" "${T[@]}" -i "$out/count_too_big.bin"
 expect_error "shard with trailing bytes" "trailing_bytes.bin: .* more than"     "${T[@]}" -i "$out/trailing_bytes.bin"
 expect_error "truncated shard header"    "truncated_header.bin: truncated header" "${T[@]}" -i "$out/truncated_header.bin"
-expect_error "token out of vocabulary"   "token_out_of_range.bin: token 60000 at position 3 is outside the vocabulary" "${T[@]}" -i "$out/token_out_of_range.bin"
+expect_error "token out of vocabulary"   "token_out_of_range.bin: token 60000 at position 3 \(byte offset 1030\) is outside the vocabulary" "${T[@]}" -i "$out/token_out_of_range.bin"
+# Every token is checked when the shard is opened, not when a batch reaches it: this one is
+# the shard's last, which no window of 16+1 reads, and its validation shard is refused at
+# startup too (before step 1).
+expect_error "token out of vocabulary, where no batch reads" "tail_out_of_range.bin: token 50257 at position 1000 \(byte offset 3024\)" \
+    "${T[@]}" -i "$out/tail_out_of_range.bin"
+o=$("${T[@]}" -i "$TRAIN_SHARD" -j "$out/tail_out_of_range.bin" -v 1 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q -- "--val-data: .*tail_out_of_range.bin: token 50257 at position 1000" <<<"$o" && ! grep -q "^step" <<<"$o"; then
+    ok "a validation shard's bad token stops the run before step 1"
+else not_ok "a validation shard's bad token: status $rc: $(tail -n 2 <<<"$o" | tr '\n' ' ')"; fi
 expect_error "shard shorter than T+1"    "no shard holds 17 tokens"             "${T[@]}" -i "$out/too_short.bin"
 mkdir -p "$out/unreadable.bin"
 expect_error "a directory as a shard"    "unreadable.bin: not a regular file \(a directory\)" "${T[@]}" -i "$out/unreadable.bin"
@@ -83,6 +94,40 @@ expect_error "cuda device absent"        "--device cuda: "                     "
 expect_error "bad lr decay"              "--lr-decay: expected cosine, linear or constant" "${T[@]}" --lr-decay step
 expect_error "stray argument"            "unexpected argument 'extra'"         "${T[@]}" extra
 expect_error "output dir not creatable"  "-o /proc/nope: cannot create"        "${T[@]}" -i "$TRAIN_SHARD" -o /proc/nope
+# --val-steps beyond the validation data: clamped to the micro-batches it holds, said once
+# (2^20 read 2^20 batches before step 1); fewer than one micro-batch is refused.
+o=$(timeout 120 "${T[@]}" -b 8 -t 32 -i "$TRAIN_SHARD" -j "$VAL_SHARD" -v 1 --val-steps 1048576 2>&1); rc=$?
+if [ $rc = 0 ] && grep -qE -- "^--val-steps 1048576: the validation data holds [0-9]+ sequences of 32\+1 tokens, [0-9]+ micro-batch\(es\) of 8 x 1 rank\(s\): validating on those" <<<"$o" &&
+   [ "$(grep -c '^val loss' <<<"$o")" = 2 ]; then
+    ok "--val-steps 2^20: clamped to the validation data ($(grep -m1 -o 'holds .* of 8' <<<"$o"))"
+else not_ok "--val-steps 2^20: status $rc: $(grep -m1 -- --val-steps <<<"$o") $(tail -n 2 <<<"$o" | tr '\n' ' ')"; fi
+expect_error "validation data under one micro-batch" \
+    "--val-data $out/short_val.bin: 2 sequence\(s\) of 16\+1 tokens, fewer than one micro-batch on every rank \(--batch-size 8 x 1 rank\(s\)\)" \
+    "${T[@]}" -b 8 -i "$TRAIN_SHARD" -j "$out/short_val.bin" -v 1
+# Outputs checked writable at startup, before any step (--save-model to an unwritable path
+# failed after training): /sys refuses new files even to root.
+for flag in --save-model -o; do
+    case $flag in --save-model) path=/sys/fsdp_model.bin; want="--save-model /sys/fsdp_model.bin: cannot be written .*(Permission denied|Read-only)";;
+                  -o) path=/proc/fsdp_out; want="-o /proc/fsdp_out: cannot create";; esac
+    o=$("${T[@]}" -x 1000 -i "$TRAIN_SHARD" $flag "$path" 2>&1); rc=$?
+    if [ $rc = 1 ] && grep -qE -- "$want" <<<"$o" && ! grep -q "^step" <<<"$o"; then ok "$flag $path: refused before step 1 ($(grep -m1 -oE -- "$want" <<<"$o"))"
+    else not_ok "$flag $path: status $rc: $(tail -n 2 <<<"$o" | tr '\n' ' ')"; fi
+done
+expect_error "--save-model in a directory that cannot be created" "--save-model /proc/nope/m.bin: cannot create its directory /proc/nope" \
+    "${T[@]}" -i "$TRAIN_SHARD" --save-model /proc/nope/m.bin
+mkdir -p "$out/save_dir"
+expect_error "--save-model naming a directory" "--save-model $out/save_dir: cannot be written" "${T[@]}" -i "$TRAIN_SHARD" --save-model "$out/save_dir"
+# A run directory whose lock file (an earlier run's) can be opened but where no new file can be
+# created: refused at startup. Needs a user other than root (root may write anywhere).
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    chmod 711 "$out"  # mktemp's 0700 would keep that user out of the test's directory
+    mkdir -p "$out/ro_run" && chmod 755 "$out/ro_run" && : >"$out/ro_run/train_gpt.lock" && chmod 666 "$out/ro_run/train_gpt.lock"
+    as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+    if "${as_nobody[@]}" test -r "$TRAIN_SHARD" -a -x "$TRAIN_GPT" -a -w "$out/ro_run/train_gpt.lock" 2>/dev/null; then
+        expect_error "-o DIR with an earlier lock file but no room for new files" "-o $out/ro_run: cannot be written .*Permission denied" \
+            "${as_nobody[@]}" "${T[@]}" -i "$TRAIN_SHARD" -o "$out/ro_run"
+    else ok "-o unwritable beside an earlier lock file # skip user nobody cannot read the test's files"; fi
+else ok "-o unwritable beside an earlier lock file # skip needs root and setpriv to run as another user"; fi
 touch "$out/plain_file"
 expect_error "output dir is a file"      "-o $out/plain_file: cannot create: Not a directory" "${T[@]}" -i "$TRAIN_SHARD" -o "$out/plain_file"
 expect_error "checkpoint dir is a file"  "$out/plain_file: cannot create: Not a directory" \

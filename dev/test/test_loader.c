@@ -1,7 +1,8 @@
 // Data loader: exact batches from hand-made shards, independence from world size and
 // micro-batch, epoch wrap-around, shuffling as a permutation, state save/restore, the
-// 32-bit token format, malformed shards, non-regular files (a FIFO, a directory) and shards
-// truncated while training. usage: test_loader TMPDIR
+// 32-bit token format, token ids checked against the vocabulary at open (every token) and at
+// read (a shard rewritten since), malformed shards, non-regular files (a FIFO, a directory), a
+// symlink loop and shards truncated while training. usage: test_loader TMPDIR
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -165,9 +166,29 @@ int main(int argc, char** argv) {
     check(rc == 0 && x[0] == 70004 && y[3] == 70008, "uint32 shards (magic 20240801, version 7)", err);
     if (rc == 0) loader_close(&big);
     rc = loader_open(&big, path, T, 50257, 0, 0, err, sizeof(err));
-    int bad = rc == 0 && loader_read_windows(&big, 0, 1, x, y, err, sizeof(err)) != 0;
-    check(bad && strstr(err, "token 70000 at position 0 is outside the vocabulary") != NULL, "tokens beyond the vocabulary are refused", err);
+    check(rc != 0 && strstr(err, "big_vocab.bin: token 70000 at position 0 (byte offset 1024) is outside the vocabulary (size 50257)"),
+          "tokens beyond the vocabulary are refused when the shard is opened", err);
     if (rc == 0) loader_close(&big);
+
+    // Every token is checked at open, not only those a batch reads: here the one bad id is in
+    // the second shard's tail, past its last window (41 tokens: windows end at token 40), which
+    // no batch would ever read.
+    snprintf(path, sizeof(path), "%s/vocab_a.bin", dir); write_shard(path, 41, 0, 1000, 2);
+    snprintf(path, sizeof(path), "%s/vocab_b.bin", dir); write_shard(path, 42, 959, 1001, 2);
+    snprintf(pattern, sizeof(pattern), "%s/vocab_*.bin", dir);
+    rc = loader_open(&big, pattern, T, 1000, 0, 0, err, sizeof(err));
+    check(rc != 0 && strstr(err, "vocab_b.bin: token 1000 at position 41 (byte offset 1106) is outside the vocabulary (size 1000)"),
+          "a bad token anywhere in any shard stops loader_open, naming the shard, position, offset and id", err);
+    if (rc == 0) loader_close(&big);
+    // A shard rewritten in place after the open, its size unchanged: the open's checks cannot
+    // see it, the read's does (an id past the vocabulary would index outside the embeddings).
+    rc = loader_open(&big, pattern, T, 1001, 0, 0, err, sizeof(err));
+    int opened = rc == 0;
+    snprintf(path, sizeof(path), "%s/vocab_a.bin", dir); write_shard(path, 41, 998, 5000, 2);
+    int bad = opened && loader_read_windows(&big, 0, 1, x, y, err, sizeof(err)) != 0;
+    check(bad && strstr(err, "vocab_a.bin: token 1001 at position 3 (byte offset 1030) is outside the vocabulary (size 1001)"),
+          "a token made bad after the open is refused when its batch is read", opened ? err : "the clean shards were refused");
+    if (opened) loader_close(&big);
 
     // Probe errors, each naming the file.
     snprintf(path, sizeof(path), "%s/does_not_exist.bin", dir);
@@ -191,6 +212,15 @@ int main(int argc, char** argv) {
     mkdir(path, 0700);
     rc = shard_probe(path, &info, err, sizeof(err));
     check(rc != 0 && strstr(err, "dir.bin: not a regular file (a directory)") != NULL, "a directory given as a shard is refused", err);
+    // A symlink loop is named as one (ELOOP's own words read like a missing file).
+    char other[1024];
+    snprintf(path, sizeof(path), "%s/loop_a.bin", dir);
+    snprintf(other, sizeof(other), "%s/loop_b.bin", dir);
+    unlink(path); unlink(other);
+    if (symlink(other, path) != 0 || symlink(path, other) != 0) perror("symlink");
+    rc = loader_open(&big, path, T, 50257, 0, 0, err, sizeof(err));
+    check(rc != 0 && strstr(err, "loop_a.bin: cannot open: a symlink loop (Too many levels of symbolic links)") != NULL,
+          "a symlink loop given as a shard is named as one", err);
 
     // Shards truncated while training: reads are pread()s into the loader's buffer, so a
     // shrunken file is an error naming it, not a SIGBUS (which a mapping of it would raise).

@@ -152,10 +152,33 @@ printf 'tflops=100\n' >"$out/incomplete.prof"
 printf 'like=h100\nmatmul_eff=1.5\n' >"$out/bad_eff.prof"
 one_line_error "unknown --sim-device name"  "^error: --sim-device 'h300': not a built-in device" $TG --plan --sim-device h300
 one_line_error "profile: unknown key"       "bad_key.prof:2: unknown key 'bogus_key'" $TG --plan --sim-device "$out/bad_key.prof"
-one_line_error "profile: bad value"         "bad_value.prof:2: hbm_gbs: expected a positive number, got 'fast'" $TG --plan --sim-device "$out/bad_value.prof"
+one_line_error "profile: bad value"         "bad_value.prof:2: hbm_gbs: expected a number in \\[0.01, 1e\\+06\\] \\(GB/s\\), got 'fast'" $TG --plan --sim-device "$out/bad_value.prof"
 one_line_error "profile: no KEY=VALUE"      "no_equals.prof:1: expected KEY=VALUE" $TG --plan --sim-device "$out/no_equals.prof"
 one_line_error "profile: missing keys"      "incomplete.prof: needs tflops, hbm_gbs and mem_gib" $TG --plan --sim-device "$out/incomplete.prof"
-one_line_error "profile: efficiency > 1"    "bad_eff.prof:2: matmul_eff: an efficiency is a fraction" $TG --plan --sim-device "$out/bad_eff.prof"
+one_line_error "profile: efficiency > 1"    "bad_eff.prof:2: matmul_eff: expected a number in \\[0.0001, 1\\] \\(a fraction of the peak\\), got '1.5'" \
+    $TG --plan --sim-device "$out/bad_eff.prof"
+# Values far outside a device's range (they planned steps of 300 digits), and files that are
+# not a profile's: a FIFO or /dev/zero (they blocked or never ended: timeout makes a hang a
+# failure), a directory, a file over 1 MiB, a NUL byte.
+printf 'like=h100\ntflops=1e300\n' >"$out/huge.prof"
+printf 'like=h100\nnvlink_latency_us=1e-300\n' >"$out/tiny.prof"
+printf 'like=h100\nlaunch_us=inf\n' >"$out/inf.prof"
+printf 'like=h100\n\0tflops=1\n' >"$out/nul.prof"
+truncate -s 2M "$out/big.prof"
+rm -f "$out/fifo.prof"; mkfifo "$out/fifo.prof"
+one_line_error "profile: tflops=1e300"      "huge.prof:2: tflops: expected a number in \\[0.0001, 100000\\] \\(TFLOP/s\\), got '1e300'" \
+    $TG --plan --sim-device "$out/huge.prof"
+one_line_error "profile: a latency of 1e-300" "tiny.prof:2: nvlink_latency_us: expected a number in \\[0.001, 1e\\+07\\] \\(us\\), got '1e-300'" \
+    $TG --plan --sim-device "$out/tiny.prof"
+one_line_error "profile: inf"               "inf.prof:2: launch_us: expected a number in .*, got 'inf'" $TG --plan --sim-device "$out/inf.prof"
+one_line_error "profile: a NUL byte"        "nul.prof: not a text file \\(a NUL byte at offset 10\\)" $TG --plan --sim-device "$out/nul.prof"
+one_line_error "profile: over 1 MiB"        "big.prof: 2097152 bytes, more than the 1048576 read here" $TG --plan --sim-device "$out/big.prof"
+one_line_error "profile: a FIFO"            "fifo.prof: not a regular file \\(a FIFO\\)" timeout 20 $TG --plan --sim-device "$out/fifo.prof"
+one_line_error "profile: /dev/zero"         "/dev/zero: not a regular file \\(a character device\\)" timeout 20 $TG --plan --sim-device /dev/zero
+one_line_error "profile: a directory"       "'$out': not a built-in device .*not a regular file \\(a directory\\)" $TG --plan --sim-device "$out"
+# B x T over an int: the kernels' N overflowed (the plan printed "matmul 0.00 ms" and an MFU).
+one_line_error "--plan: B x T over 2^31"    "^error: --batch-size 65536 x --seq-len 65536 = 4294967296 tokens per micro-batch, more than 2147483647" \
+    $TG --plan --layers 1 --channels 64 --heads 1 --max-seq 65536 -b 65536 -t 65536
 one_line_error "--plan-world not a number"  "^error: --plan-world: expected a comma-separated list" $TG --plan --plan-world 8,x
 one_line_error "--plan-world 0"             "^error: --plan-world: expected a comma-separated list" $TG --plan --plan-world 0
 one_line_error "--plan-world trailing comma" "^error: --plan-world: a trailing comma" $TG --plan --plan-world 8,
@@ -167,7 +190,21 @@ printf 'like=h100\ndtype=fp32\n' >"$out/fp32.prof"
 one_line_error "--offload on an fp32 profile" "offload optimizer: this device's state is in host memory already" \
     $TG --plan --sim-device "$out/fp32.prof" --offload optimizer
 one_line_error "--calibrate-from no table"  "no --profile-step table in it" $TG --plan --calibrate-from "$out/bad_eff.prof"
-one_line_error "--calibrate-from missing"   "^error: --calibrate-from $out/none.log: No such file" $TG --plan --calibrate-from "$out/none.log"
+one_line_error "--calibrate-from missing"   "^error: --calibrate-from $out/none.log: cannot open: No such file" $TG --plan --calibrate-from "$out/none.log"
+one_line_error "--calibrate-from a FIFO"    "^error: --calibrate-from $out/fifo.prof: not a regular file \\(a FIFO\\)" \
+    timeout 20 $TG --plan --calibrate-from "$out/fifo.prof"
+one_line_error "--calibrate-from /dev/zero" "^error: --calibrate-from /dev/zero: not a regular file \\(a character device\\)" \
+    timeout 20 $TG --plan --calibrate-from /dev/zero
+{ echo "profile of step 2 (rank 0, cpu device; the stream's time between marks): 1.00 ms, 1.00 ms on the host clock"
+  printf '  %-30s %-8s 1%0300d.000 ms 100.0%%      1 interval(s)\n' "attention" "forward" 0; } >"$out/huge.log"
+one_line_error "--calibrate-from: a time of 301 digits" "huge.log:2: attention: expected a time in \\[0, 86400000\\] ms" \
+    $TG --plan --calibrate-from "$out/huge.log"
+# A time that would scale the profile below what it reads back (a log of other flags).
+{ echo "profile of step 2 (rank 0, cpu device; the stream's time between marks): 1.00 ms, 1.00 ms on the host clock"
+  printf '  %-30s %-8s 0.0000001 ms 100.0%%      1 interval(s)\n' "attention" "forward"; } >"$out/tiny.log"
+one_line_error "--calibrate-from: a time scale outside a profile's range" \
+    "tiny.log: attention measured 1e-07 ms against .* ms planned: a time scale of .*, outside \\[0.0001, 10000\\]" \
+    $TG --plan --calibrate-from "$out/tiny.log"
 
 # 5. Calibration: a real cpu run's --profile-step table, turned into a profile file by
 #    --calibrate-from, makes the plan of the same flags reproduce the measured kernel groups
