@@ -41,3 +41,8 @@ void signals_install(void) { install(on_stop_in_setup, 0); }
 void signals_enter_training(void) { install(on_stop_in_training, SA_RESTART); }
 
 int signals_stop_requested(void) { return stop_signal; }
+
+void signals_watch_collectives(CommWorld* w, int on) {
+    double timeout = comm_timeout(w), wait_s = timeout > 0 && timeout / 4 < 10.0 ? timeout / 4 : 10.0;
+    comm_set_stop_watch(w, on ? signals_stop_requested : NULL, wait_s);
+}

@@ -155,6 +155,33 @@ else
     not_ok "Slurm np=3 tcp: stalled rank 1: status $rc after $secs s, $named of 3 ranks name rank 1: $(grep '^error' "$out.log" | tr '\n' ' ' | head -c 600)"
 fi
 
+# 3b. A stop signal while a rank is blocked in a collective: rank 1 hangs before step 3 and
+#     every rank gets SIGTERM, as srun sends it when it ends a step whose rank died. The rank
+#     waiting for rank 1 must not wait for the launcher's SIGKILL (Slurm's KillWait) nor for
+#     --comm-timeout (12 s): after a quarter of it (3 s) in the collective it exits, naming the
+#     signal and the operation.
+stop_blocked() {  # stop_blocked NAME LAUNCH...
+    local name=$1; shift
+    local out="$TEST_TMP/stopblk_$name" pids t0 rc secs
+    FSDP_TEST_STALL=1:3 "$@" "${TINY[@]}" -x 50 --comm-timeout 12 -o "$out" > "$out.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 200); do grep -q "step    1/" "$out.log" 2>/dev/null && break; sleep 0.05; done
+    sleep 0.5
+    pids=$(pgrep -f "^\./train_gpt .*$out")
+    t0=$(date +%s.%N)
+    kill -TERM $pids
+    wait $pid; rc=$?; secs=$(echo "$(date +%s.%N) - $t0" | bc)
+    local line; line=$(grep -m1 -oE "stop signal \(SIGTERM\) while blocked in [^(]*\([0-9]+ s\)" "$out.log")
+    if [ $rc -ne 0 ] && [ -n "$line" ] && [ "$(echo "$secs < 8" | bc)" = 1 ]; then
+        ok "$name: SIGTERM while rank 0 waits for a stalled rank 1: it exits $(printf %.1f "$secs") s later (status $rc): $line"
+    else
+        not_ok "$name: SIGTERM while blocked: status $rc after $secs s: $(grep -v '^step' "$out.log" | tail -n 3 | tr '\n' ' ')"
+    fi
+}
+stop_blocked "mpirun np=2" run_np 2 ./train_gpt
+job=$((job + 1))
+stop_blocked "Slurm np=2 tcp" env SLURM_JOB_ID=$job timeout 120 "$SRUN" -n 2 --kill-on-bad-exit=1 ./train_gpt --rendezvous "file:$TEST_TMP/rdv"
+
 # 4. Non-finite steps: skipped (no update) and logged; --max-bad-steps in a row abort.
 out="$TEST_TMP/nan"
 FSDP_TEST_NAN_LOSS_STEPS=3 FSDP_TEST_NAN_GRAD_STEPS=6 run_np 2 ./train_gpt "${TINY[@]}" -x 12 -o "$out" > "$out.log" 2>&1
