@@ -856,6 +856,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
+    // A rank whose launcher dies exits at once (and run_ckpt_open's commits need the launcher).
+    if (signals_watch_launcher(pg.launcher_pid, pg.rank)) fatal(&pg, "cannot start the launcher watch thread");
     int threads = set_threads(&opt, pg.local_world);
 
     Run* r = (Run*)calloc(1, sizeof(Run));

@@ -12,7 +12,7 @@
 //             reads it once per step, they agree on it through that step's loss reduction,
 //             save a checkpoint and exit with status EXIT_PREEMPTED (train_gpt.cu).
 //
-// What the training phase adds, so that a stop never waits for the launcher's SIGKILL:
+// Two things the training phase adds, so that a stop never waits for the launcher's SIGKILL:
 //
 //   collectives  (signals_watch_collectives): once a stop signal has come, a collective this
 //             rank has waited in for a quarter of --comm-timeout, at most 10 s (well inside
@@ -21,6 +21,12 @@
 //             step's waits are far shorter, so the first signal still ends in a checkpoint;
 //             train_gpt.cu turns the watch off around a save, whose waits are for the slowest
 //             rank's writes (--comm-timeout still bounds them).
+//   the launcher (signals_watch_launcher): a rank that mpirun, mpiexec, srun or
+//             scripts/launch_local.sh started polls its parent process every 0.1 s; when the
+//             launcher is gone (killed: the rank has been re-parented) the rank exits at once
+//             with one line. Every file a run writes is committed by a rename, so exiting
+//             anywhere leaves nothing half-written; rank 0 also asks before a checkpoint's
+//             rename (ckpt_writer_launcher), so a save in flight is not committed.
 //
 // The recorded signal is the program's only global mutable state: a signal handler can reach
 // nothing else. The phase is not a second one: it is which handler the kernel has installed.
@@ -45,6 +51,9 @@ void signals_enter_training(void);
 int signals_stop_requested(void);
 // Turns the stop watch on w's collectives on or off (see above).
 void signals_watch_collectives(CommWorld* w, int on);
+// Watches the launcher (the parent process, launcher_pid > 0) from a thread; this process is
+// rank `rank` (for its line). Non-zero when the thread cannot start (nothing is watched).
+int signals_watch_launcher(long launcher_pid, int rank);
 
 #ifdef __cplusplus
 }
