@@ -34,7 +34,7 @@ done
 [ -x ./train_gpt ] || { not_ok "./train_gpt is not built"; exit 1; }
 
 D=$TEST_TMP/slurm
-mkdir -p "$D/state" "$D/spool"
+mkdir -p "$D/state" "$D/spool" "$D/tmp"
 chmod 755 "$TEST_TMP" "$D"   # munged wants its socket's directories searchable by all
 read -r ctld_port d_port < <("$PYTHON" -c '
 import socket
@@ -54,6 +54,9 @@ AuthInfo=socket=$D/munge.sock
 CredType=cred/munge
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool
+# PMIx makes its per-step directories here, not in /tmp: job ids start again at 1 with each
+# fresh state directory, and an earlier run's leftover directory would fail the step
+TmpFS=$D/tmp
 SlurmctldPidFile=$D/slurmctld.pid
 SlurmdPidFile=$D/slurmd.pid
 SlurmctldLogFile=$D/slurmctld.log
@@ -202,12 +205,14 @@ else
         --heads 2 --max-seq 64 -b 2 -t 64 -v 0 --threads 1 -i "$TRAIN_SHARD" -x 2000 -o "$out" > "$out.log" 2>&1 &
     pid=$!
     if wait_until 60 grep -q "step    3/" "$out.log" && grep -q "2 rank(s) via slurm (mpi)" "$out.log"; then
-        victim=$(pgrep -n -f "^\./train_gpt .*$out")
+        # (srun starts the ranks by their full path: the first word ends in train_gpt; srun's is srun)
+        victim=$(pgrep -n -f "^[^ ]*train_gpt .*$out")
         t0=$(date +%s.%N)
-        kill -9 "$victim"
+        [ -n "$victim" ] && kill -9 "$victim"
         wait $pid; rc=$?; secs=$(echo "$(date +%s.%N) - $t0" | bc)
         line=$(grep -m1 -o "stop signal (SIGTERM) while blocked in .*" "$out.log")
-        if [ -n "$line" ] && [ "$(echo "$secs < 20" | bc)" = 1 ]; then
+        if [ -z "$victim" ]; then not_ok "srun --mpi=pmix, a rank killed: no rank process found to kill"
+        elif [ -n "$line" ] && [ "$(echo "$secs < 20" | bc)" = 1 ]; then
             ok "srun --mpi=pmix, a rank killed: the other rank left $(printf %.1f "$secs") s later (KillWait 30 s): $line"
         else not_ok "srun --mpi=pmix, a rank killed: srun status $rc after $secs s: $(grep -v '^step' "$out.log" | tail -n 4 | tr '\n' ' ')"; fi
     else
