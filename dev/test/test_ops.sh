@@ -200,10 +200,13 @@ launcher_killed() {  # launcher_killed NAME WHEN(save|step) LAUNCH...
         sleep 0.05
     done
     [ "$when" = save ] && sleep 0.3
-    before=$(committed "$out")
     t0=$(date +%s.%N)
     kill -9 $pid
     { wait $pid; } 2> /dev/null   # (bash's "Killed" notice)
+    # What was committed once the launcher is gone (reaped: its ranks have been re-parented);
+    # until then a commit is still legitimate (a busy machine may fit one between the loop and
+    # the kill).
+    before=$(committed "$out")
     for _ in $(seq 1 40); do pgrep -f "^\./train_gpt .*$out" > /dev/null || break; sleep 0.05; done
     secs=$(echo "$(date +%s.%N) - $t0" | bc)
     left=$(pgrep -f "^\./train_gpt .*$out" | tr '\n' ' ')
