@@ -24,9 +24,10 @@
 //   the launcher (signals_watch_launcher): a rank that mpirun, mpiexec, srun or
 //             scripts/launch_local.sh started polls its parent process every 0.1 s; when the
 //             launcher is gone (killed: the rank has been re-parented) the rank exits at once
-//             with one line. Every file a run writes is committed by a rename, so exiting
-//             anywhere leaves nothing half-written; rank 0 also asks before a checkpoint's
-//             rename (ckpt_writer_launcher), so a save in flight is not committed.
+//             with one line. Checkpoints and model files are committed by a rename and
+//             metrics.jsonl gets whole lines (one flushed write each), so exiting anywhere
+//             leaves nothing half-written; rank 0 also asks before a checkpoint's rename
+//             (ckpt_writer_launcher), so a save in flight is not committed.
 //
 // The recorded signal is the program's only global mutable state: a signal handler can reach
 // nothing else. The phase is not a second one: it is which handler the kernel has installed.
