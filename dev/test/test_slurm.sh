@@ -77,13 +77,15 @@ PartitionName=low Nodes=$host Default=YES MaxTime=INFINITE State=UP PriorityTier
 PartitionName=high Nodes=$host MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
 export SLURM_CONF=$D/slurm.conf
+# The daemons' pids, read once they are up: slurmd removes its pid file when it starts to shut
+# down, before it has exited (and may not finish once the test's directory is gone).
+daemon_pids=""
 cleanup() {
     scancel --full --quiet --partition=low,high 2> /dev/null
     scontrol shutdown > /dev/null 2>&1
-    local f pid
-    for f in slurmctld slurmd munged; do
-        pid=$(cat "$D/$f.pid" 2> /dev/null) || continue
-        for _ in $(seq 1 50); do kill -0 "$pid" 2> /dev/null || break; [ "$f" = munged ] && kill "$pid"; sleep 0.1; done
+    local pid
+    for pid in ${daemon_pids:-$(cat "$D/slurmctld.pid" "$D/slurmd.pid" "$D/munged.pid" 2> /dev/null)}; do
+        for _ in $(seq 1 30); do kill -0 "$pid" 2> /dev/null || break; kill "$pid" 2> /dev/null; sleep 0.1; done
         kill -9 "$pid" 2> /dev/null
     done
 }
@@ -94,6 +96,7 @@ slurmctld -i -f "$D/slurm.conf" || skip "slurmctld does not start: $(tail -n 1 "
 slurmd -f "$D/slurm.conf" || skip "slurmd does not start: $(tail -n 1 "$D/slurmd.log" 2>&1)"
 for _ in $(seq 1 300); do [ "$(sinfo -h -p low -o %t 2> /dev/null)" = idle ] && break; sleep 0.1; done
 [ "$(sinfo -h -p low -o %t 2> /dev/null)" = idle ] || skip "the node did not come up within 30 s: $(tail -n 2 "$D/slurmd.log" 2>&1 | tr '\n' ' ')"
+daemon_pids=$(cat "$D/slurmctld.pid" "$D/slurmd.pid" "$D/munged.pid" 2> /dev/null)
 ok "slurmctld and slurmd $(slurmctld -V | awk '{ print $2 }') up on $host (private ports $ctld_port, $d_port)"
 
 G=scripts/slurm/train_gpt2.sbatch
