@@ -858,6 +858,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
+    // A rank whose launcher dies exits at once (and run_ckpt_open's commits need the launcher).
+    if (signals_watch_launcher(pg.launcher_pid, pg.rank)) fatal(&pg, "cannot start the launcher watch thread");
     int threads = set_threads(&opt, pg.local_world);
 
     Run* r = (Run*)calloc(1, sizeof(Run));
@@ -969,6 +971,7 @@ int main(int argc, char** argv) {
     memset(&pending, 0, sizeof(pending));
     double run_t0 = now_seconds();
     signals_enter_training();  // a stop signal now ends the run after a step, with a checkpoint
+    signals_watch_collectives(pg.comm, 1);  // ... or, when a peer is gone, within seconds without one
     for (int step = start_step; step <= r->max_steps; step++) {
         int last = step == r->max_steps;
         int val_now = r->have_val && (step % opt.val_every == 0 || last);
@@ -982,13 +985,16 @@ int main(int argc, char** argv) {
         int stop_now = train_step(r, step, &pending);
         int completed = step + 1;
         if (stop_now || checkpoint_due(r, completed)) finish_step(r, &pending);
+        signals_watch_collectives(pg.comm, 0);  // a save's waits are for the slowest rank's writes
         maybe_checkpoint(r, completed, stop_now);
+        signals_watch_collectives(pg.comm, 1);
         if (stop_now) {
             // Without a checkpoint a requeued job would start over: that is a failure, not a pause.
             exit_code = r->ckpt.writer ? EXIT_PREEMPTED : 1;
             break;
         }
     }
+    signals_watch_collectives(pg.comm, 0);
     finish_step(r, &pending);
     profile_free(&r->profile);
     if (r->ckpt.writer) run_ckpt_close(&r->ckpt, &pg, opt.ckpt.async, run_t0);

@@ -243,11 +243,12 @@ static void prune(const char* root, long committed, int keep) {
 }
 
 // The commit, after every rank file is written and synced (one process: rank 0, or the
-// offline writer). abandon_above: see move_aside_abandoned. Returns 0, 1 (nothing committed;
-// earlier checkpoints untouched) or CKPT_SAVED_NO_LATEST.
+// offline writer). launcher_pid: see ckpt_writer_launcher (0: none); abandon_above: see
+// move_aside_abandoned. Returns 0, 1 (nothing committed; earlier checkpoints untouched) or
+// CKPT_SAVED_NO_LATEST.
 static int commit(const char* root, long step, int world, const CkptTensor* tensors, int n_tensors,
-                  const CkptChunk* chunks, int n_chunks, cJSON* state, int keep, long abandon_above, int resumed,
-                  char* err, size_t errlen) {
+                  const CkptChunk* chunks, int n_chunks, cJSON* state, int keep, long launcher_pid, long abandon_above,
+                  int resumed, char* err, size_t errlen) {
     char tmp_dir[1100], final_dir[1100], path[1200];
     step_dir_name(tmp_dir, sizeof(tmp_dir), root, step, 1);
     step_dir_name(final_dir, sizeof(final_dir), root, step, 0);
@@ -291,12 +292,15 @@ static int commit(const char* root, long step, int world, const CkptTensor* tens
     // The rank files are complete and synced; make their directory entries durable, then the
     // manifest, then move the abandoned timeline aside (before the new step appears: a crash
     // in between leaves the step this run resumed from as the newest complete one), then the
-    // directory's name, then `latest`.
+    // directory's name, then `latest`. Nothing is committed once the launcher is gone: a
+    // relaunch may already be starting from the previous checkpoint.
     int rc = 1;
     snprintf(path, sizeof(path), "%s/manifest.json", tmp_dir);
     if (fsync_dir(tmp_dir, err, errlen) != 0) { /* message set */ }
     else if (atomic_write_file(path, text, strlen(text), ATOMIC_TMP, err, errlen) != 0) { /* message set */ }
     else if (move_aside_abandoned(root, step, abandon_above, resumed, err, errlen) != 0) { /* message set */ }
+    else if (launcher_pid > 0 && (long)getppid() != launcher_pid)
+        set_err(err, errlen, "%s: not committed: the launcher that started this job (pid %ld) is gone", final_dir, launcher_pid);
     else if (rename(tmp_dir, final_dir) != 0) set_err(err, errlen, "%s: rename failed: %s", final_dir, strerror(errno));
     else if (fsync_dir(root, err, errlen) != 0) { /* message set */ }
     else {
@@ -474,6 +478,7 @@ struct CkptWriter {
     int thread_rc;
     char thread_err[1024];
     long resumed_from;          // ckpt_writer_resumed_from, until the first commit (-1: none)
+    long launcher_pid;          // ckpt_writer_launcher (0: none)
 };
 
 CkptWriter* ckpt_writer_create(const CkptOptions* opt, Comm* comm) {
@@ -489,6 +494,7 @@ CkptWriter* ckpt_writer_create(const CkptOptions* opt, Comm* comm) {
 }
 
 void ckpt_writer_resumed_from(CkptWriter* w, long step) { w->resumed_from = step; }
+void ckpt_writer_launcher(CkptWriter* w, long launcher_pid) { w->launcher_pid = launcher_pid; }
 
 int ckpt_writer_reserve(CkptWriter* w, size_t floats) {
     if (!w->opt.async || floats <= w->snapshot_cap) return 0;
@@ -561,7 +567,7 @@ static int finish_save(CkptWriter* w, int local_rc, const char* local_err, char*
             cJSON_Delete(w->state);
         } else if (w->rank == 0)
             commit_rc = commit(w->root, w->step, w->world, w->tensors, w->n_tensors, all, (int)(total / sizeof(CkptChunk)),
-                               w->state, w->opt.keep, above, resumed, commit_err, sizeof(commit_err));
+                               w->state, w->opt.keep, w->launcher_pid, above, resumed, commit_err, sizeof(commit_err));
         else
             cJSON_Delete(w->state);
         w->state = NULL;
@@ -727,7 +733,7 @@ int ckpt_write_offline(const char* root_dir, long step, int world, const CkptTen
         total += cw.n_chunks;
     }
     // Offline (an import): only an existing step_N is moved aside; other steps are left alone.
-    if (!rc) { rc = commit(root_dir, step, world, tensors, n_tensors, all, total, state, opt->keep, LONG_MAX, 0, err, errlen); state = NULL; }
+    if (!rc) { rc = commit(root_dir, step, world, tensors, n_tensors, all, total, state, opt->keep, 0, LONG_MAX, 0, err, errlen); state = NULL; }
     if (rc && rc != CKPT_SAVED_NO_LATEST) { cJSON_Delete(state); remove_tree(tmp_dir); }
     free(all);
     chunk_writer_free(&cw);

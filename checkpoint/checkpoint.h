@@ -106,6 +106,11 @@ typedef struct CkptWriter CkptWriter;
 int ckpt_mkdir_p(const char* dir);
 
 CkptWriter* ckpt_writer_create(const CkptOptions* opt, Comm* comm);
+// Commits happen only while the process launcher_pid (> 0) is this one's parent: once the
+// launcher is gone (killed; a relaunch may be starting from the previous checkpoint), a save
+// in flight is not committed: rank 0 removes step_N.tmp instead of renaming it, and the save
+// fails saying so.
+void ckpt_writer_launcher(CkptWriter* w, long launcher_pid);
 // Saves checkpoint `step` under root_dir (created if missing). tensors: the full tensor
 // table (same on every rank). pieces: what this rank owns. state: a JSON object stored as
 // the manifest's "state" (rank 0's is used; the call takes ownership on every rank).

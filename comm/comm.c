@@ -5,7 +5,10 @@
 // The transport-independent half of comm.h: each call goes to the world's transport.
 #include "comm/comm_impl.h"
 
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 const char* comm_transport(const CommWorld* w) { return w->ops->name; }
 Comm* comm_world(CommWorld* w) { return w->world; }
@@ -21,6 +24,35 @@ void comm_register_group(CommWorld* w, Comm* c) {
         w->groups = (Comm**)realloc(w->groups, (size_t)w->cap_groups * sizeof(Comm*));
     }
     w->groups[w->n_groups++] = c;
+}
+
+void comm_set_stop_watch(CommWorld* w, int (*stop_requested)(void), double wait_s) {
+    __atomic_store(&w->stop_wait_s, &wait_s, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->stop_requested, stop_requested, __ATOMIC_RELEASE);  // the seconds first
+}
+
+void comm_stop_check(CommWorld* w, int rank, const char* transport, const char* op, int group_size, double waited_s) {
+    int (*stop_requested)(void) = __atomic_load_n(&w->stop_requested, __ATOMIC_ACQUIRE);
+    double wait_s;
+    __atomic_load(&w->stop_wait_s, &wait_s, __ATOMIC_RELAXED);
+    if (!stop_requested || waited_s < wait_s) return;
+    int sig = stop_requested();
+    if (!sig) return;
+    // Not exit(): another thread may be inside the transport. stdout's buffered lines go out
+    // first unless another thread holds its lock.
+    if (ftrylockfile(stdout) == 0) {
+        fflush_unlocked(stdout);
+        funlockfile(stdout);
+    }
+    char line[400];
+    int n = snprintf(line, sizeof(line),
+                     "error: [rank %d] comm %s: stop signal (%s) while blocked in %s on a group of %d ranks (%.0f s): "
+                     "exiting without a checkpoint (a rank it waits for is gone or stuck)\n",
+                     rank, transport, sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal", op, group_size,
+                     waited_s);
+    ssize_t k = write(STDERR_FILENO, line, (size_t)n);
+    (void)k;
+    _exit(128 + sig);
 }
 
 void comm_finalize(CommWorld* w) { w->ops->finalize(w); }

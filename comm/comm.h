@@ -63,6 +63,14 @@ void comm_finalize(CommWorld* w);
 // peers fail their next operation) and exits with status code.
 void comm_abort(CommWorld* w, int code) __attribute__((noreturn));
 
+// The stop watch: while stop_requested is set and returns a signal number (a stop signal has
+// come, train/signals.h), a collective this rank has waited in for wait_s seconds (mpi: since
+// the call began, checked once a second by the watchdog, so only with a timeout > 0; tcp:
+// since its last byte moved) ends the process with one line naming the signal, the operation
+// and the group, status 128 + signal: a rank blocked on a peer that is gone leaves within
+// seconds instead of at the launcher's SIGKILL. NULL turns it off.
+void comm_set_stop_watch(CommWorld* w, int (*stop_requested)(void), double wait_s);
+
 // Collective over c: ranks with the same color form a group, ordered by key.
 Comm* comm_split(Comm* c, int color, int key);
 int comm_rank(const Comm* c);

@@ -34,6 +34,10 @@ struct CommWorld {
     Comm** groups;          // every group made by comm_split, freed at finalize
     int n_groups, cap_groups;
     void* impl;             // the transport's own state
+    // The stop watch (comm_set_stop_watch): read by the transports' own threads, so set and
+    // read atomically (comm_stop_check).
+    int (*stop_requested)(void);
+    double stop_wait_s;
 };
 
 struct Comm {
@@ -44,6 +48,10 @@ struct Comm {
 
 // Registers a group made by a transport's split so that comm_finalize frees it.
 void comm_register_group(CommWorld* w, Comm* c);
+// The stop watch's check, from any thread: when a stop signal has come and this rank has
+// waited waited_s >= the watch's seconds in `op` on a group of group_size ranks, prints the
+// line (rank `rank`, transport `transport`) and _exit(128 + signal)s. Otherwise returns.
+void comm_stop_check(CommWorld* w, int rank, const char* transport, const char* op, int group_size, double waited_s);
 
 #ifdef __cplusplus
 }

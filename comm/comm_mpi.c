@@ -2,7 +2,9 @@
 // communicator. A watchdog thread bounds every blocking call and every wait: MPI itself
 // would wait forever for a rank that is alive but stuck (a dead rank is noticed by the
 // launcher, which ends the job). The watchdog never calls MPI: it prints and exits, and the
-// launcher (mpirun, srun --kill-on-bad-exit) tears the job down.
+// launcher (mpirun, srun --kill-on-bad-exit) tears the job down. It also keeps the stop
+// watch: srun ends a step whose rank died with SIGTERM to the others, which sit in a
+// collective with the dead rank and would otherwise wait for Slurm's SIGKILL (KillWait).
 #include "comm/comm_impl.h"
 
 #include <limits.h>
@@ -65,6 +67,7 @@ static void* watchdog_main(void* arg) {
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 1;
         pthread_cond_timedwait(&m->cv, &m->mu, &until);
+        if (m->blocked_in) comm_stop_check(w, m->rank, "mpi", m->blocked_in, m->blocked_group_size, now_s() - m->blocked_since);
         if (m->blocked_in && now_s() - m->blocked_since > w->timeout_s) {
             fprintf(stderr, "error: [rank %d] comm mpi: %s on a group of %d ranks did not complete within "
                             "--comm-timeout %.0f s (a rank is stalled or dead); ending the job\n",

@@ -427,7 +427,10 @@ static void exchange(Run* r, Xfer* xs, int n) {
             tcp_die(t, "%s on a group of %d ranks made no progress for %g s waiting for rank %d "
                     "(stalled or dead, or itself waiting for another rank)", r->op->name, r->size, t->timeout_s + grace, waiting_for);
         }
-        if (poll(t->pfds, (nfds_t)k, poll_ms(last + limit, 0)) < 0 && errno != EINTR)
+        // The stop watch (comm_set_stop_watch) counts from the last byte moved, too; the poll
+        // wakes once a second to look.
+        comm_stop_check(r->op->c->w, t->rank, "tcp", r->op->name, r->size, now_s() - last);
+        if (poll(t->pfds, (nfds_t)k, poll_ms(last + limit, 1.0)) < 0 && errno != EINTR)
             tcp_die(t, "%s: poll: %s", r->op->name, strerror(errno));
     }
     r->step++;

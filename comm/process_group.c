@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int env_int(const char* name, int* out) {
     const char* s = getenv(name);
@@ -62,6 +63,7 @@ int process_group_init(ProcessGroup* pg, int* argc, char*** argv, const ProcessG
     memset(pg, 0, sizeof(*pg));
     int env_rank, env_world, mpi_launched;
     pg->launcher = launcher_env(&env_rank, &env_world, &mpi_launched);
+    pg->launcher_pid = strcmp(pg->launcher, "single") ? (long)getppid() : 0;
 
     // Which transport: an explicit rendezvous wins; else MPI when an MPI launcher started us
     // (or nobody did: a single rank); else the TCP rendezvous the environment names.

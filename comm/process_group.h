@@ -23,6 +23,8 @@ typedef struct {
     int rank, world;            // global
     int local_rank, local_world;// within this node (for picking a GPU)
     const char* launcher;       // "openmpi", "mpich", "slurm", "torchrun", "single"
+    long launcher_pid;          // the parent process when a launcher started us (mpirun, mpiexec's
+                                // proxy, slurmstepd, launch_local.sh), read before MPI_Init; else 0
     const char* transport;      // "mpi" or "tcp"
     // Sharding: ranks are split into groups of shard_size consecutive ranks (one node, usually).
     // Parameters are sharded inside a group and replicated across groups (HSDP). With

@@ -155,7 +155,10 @@ void print_usage(void) {
 "      SIGUSR1 or SIGTERM: every rank finishes the current step, a checkpoint is saved (needs -o or\n"
 "      --ckpt-dir), and the job exits with status 75; rerun with --resume auto to continue. Before\n"
 "      the first step (setup: nothing to save yet) either ends the process at once, with status\n"
-"      128 + the signal (143 for SIGTERM, 138 for SIGUSR1).\n"
+"      128 + the signal (143 for SIGTERM, 138 for SIGUSR1). So does a rank that a stop signal finds\n"
+"      blocked in a collective, once it has waited there a quarter of --comm-timeout (at most 10 s:\n"
+"      its peer is gone). A rank whose launcher (mpirun, srun, launch_local.sh) dies exits at once\n"
+"      and commits nothing more.\n"
 "  -h, --help                   this text\n");
 }
 

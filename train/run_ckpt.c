@@ -9,6 +9,7 @@ void run_ckpt_open(RunCkpt* c, const CkptOptions* o, const ProcessGroup* pg, con
     c->writer = ckpt_writer_create(o, pg->world_comm);
     if (!c->writer) fatal(pg, "checkpoint: out of memory");
     if (resumed_step >= 0) ckpt_writer_resumed_from(c->writer, resumed_step);
+    ckpt_writer_launcher(c->writer, pg->launcher_pid);  // nothing is committed once the launcher is gone
     float* const arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
     if (model_checkpoint_tables(layout, f->pieces, f->n_pieces, arenas, pg->replicate_rank == 0, &c->tables))
         fatal(pg, "checkpoint: out of memory for the checkpoint tables");

@@ -155,6 +155,78 @@ else
     not_ok "Slurm np=3 tcp: stalled rank 1: status $rc after $secs s, $named of 3 ranks name rank 1: $(grep '^error' "$out.log" | tr '\n' ' ' | head -c 600)"
 fi
 
+# 3b. A stop signal while a rank is blocked in a collective: rank 1 hangs before step 3 and
+#     every rank gets SIGTERM, as srun sends it when it ends a step whose rank died. The rank
+#     waiting for rank 1 must not wait for the launcher's SIGKILL (Slurm's KillWait) nor for
+#     --comm-timeout (12 s): after a quarter of it (3 s) in the collective it exits, naming the
+#     signal and the operation.
+stop_blocked() {  # stop_blocked NAME LAUNCH...
+    local name=$1; shift
+    local out="$TEST_TMP/stopblk_$name" pids t0 rc secs
+    FSDP_TEST_STALL=1:3 "$@" "${TINY[@]}" -x 50 --comm-timeout 12 -o "$out" > "$out.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 200); do grep -q "step    1/" "$out.log" 2>/dev/null && break; sleep 0.05; done
+    sleep 0.5
+    pids=$(pgrep -f "^\./train_gpt .*$out")
+    t0=$(date +%s.%N)
+    kill -TERM $pids
+    wait $pid; rc=$?; secs=$(echo "$(date +%s.%N) - $t0" | bc)
+    local line; line=$(grep -m1 -oE "stop signal \(SIGTERM\) while blocked in [^(]*\([0-9]+ s\)" "$out.log")
+    if [ $rc -ne 0 ] && [ -n "$line" ] && [ "$(echo "$secs < 8" | bc)" = 1 ]; then
+        ok "$name: SIGTERM while rank 0 waits for a stalled rank 1: it exits $(printf %.1f "$secs") s later (status $rc): $line"
+    else
+        not_ok "$name: SIGTERM while blocked: status $rc after $secs s: $(grep -v '^step' "$out.log" | tail -n 3 | tr '\n' ' ')"
+    fi
+}
+stop_blocked "mpirun np=2" run_np 2 ./train_gpt
+job=$((job + 1))
+stop_blocked "Slurm np=2 tcp" env SLURM_JOB_ID=$job timeout 120 "$SRUN" -n 2 --kill-on-bad-exit=1 ./train_gpt --rendezvous "file:$TEST_TMP/rdv"
+
+# 3c. A killed launcher stops the job: mpirun (or scripts/launch_local.sh) killed with SIGKILL
+#     while rank 0 commits checkpoint step 2 (zstd:9 makes the save last about 2 s), or between
+#     saves (checkpoints every 2 steps): within 2 s no rank is left, and no checkpoint newer
+#     than those committed at the kill appears (the save in flight is not committed).
+committed() { ls "$1/ckpt" 2>/dev/null | grep -E '^step_[0-9]+$' | tr '\n' ' '; }
+launcher_killed() {  # launcher_killed NAME WHEN(save|step) LAUNCH...
+    local name=$1 when=$2; shift 2
+    local out="$TEST_TMP/lkill_$name" extra=() before after left secs t0 reached=0
+    [ "$when" = save ] && extra=(--ckpt-compress zstd:9)
+    "$@" "${TINY[@]}" -x 400 --ckpt-every 2 "${extra[@]}" -o "$out" > "$out.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 1 400); do
+        if [ "$when" = save ]; then [ -d "$out/ckpt/step_00000002.tmp" ] && reached=1
+        else [ -d "$out/ckpt/step_00000002" ] && grep -q "step    3/" "$out.log" 2>/dev/null && reached=1; fi
+        [ $reached = 1 ] && break
+        sleep 0.05
+    done
+    [ "$when" = save ] && sleep 0.3
+    t0=$(date +%s.%N)
+    kill -9 $pid
+    { wait $pid; } 2> /dev/null   # (bash's "Killed" notice)
+    # What was committed once the launcher is gone (reaped: its ranks have been re-parented);
+    # until then a commit is still legitimate (a busy machine may fit one between the loop and
+    # the kill).
+    before=$(committed "$out")
+    for _ in $(seq 1 40); do pgrep -f "^\./train_gpt .*$out" > /dev/null || break; sleep 0.05; done
+    secs=$(echo "$(date +%s.%N) - $t0" | bc)
+    left=$(pgrep -f "^\./train_gpt .*$out" | tr '\n' ' ')
+    [ -n "$left" ] && kill -9 $left
+    sleep 0.5
+    after=$(committed "$out")
+    if [ $reached = 0 ]; then
+        not_ok "$name: launcher killed during a $when: the run never reached it within 20 s: $(tail -n 2 "$out.log" | tr '\n' ' ')"
+    elif [ -z "$left" ] && [ "$after" = "$before" ] && { [ "$when" = step ] || [[ "$after" != *step_00000002* ]]; }; then
+        ok "$name: the launcher killed during a $when: every rank gone $(printf %.2f "$secs") s later, no checkpoint after the kill (committed: ${after:-none})"
+    else
+        not_ok "$name: launcher killed during a $when: ranks left after 2 s: '${left}', committed at the kill: '${before}', after: '${after}'"
+    fi
+}
+# (mpirun itself, not run_np: the pid killed must be mpirun's)
+mpirun_np2=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 ./train_gpt)
+launcher_killed "mpirun np=2" save "${mpirun_np2[@]}"
+launcher_killed "mpirun np=2" step "${mpirun_np2[@]}"
+launcher_killed "launch_local.sh np=2" step scripts/launch_local.sh -n 2 ./train_gpt
+
 # 4. Non-finite steps: skipped (no update) and logged; --max-bad-steps in a row abort.
 out="$TEST_TMP/nan"
 FSDP_TEST_NAN_LOSS_STEPS=3 FSDP_TEST_NAN_GRAD_STEPS=6 run_np 2 ./train_gpt "${TINY[@]}" -x 12 -o "$out" > "$out.log" 2>&1

@@ -63,13 +63,18 @@ for f in scripts/slurm/*.sbatch; do
     header=$(awk '/^[ \t]*$/ || /^#/ { if (/^#SBATCH/) print; next } { exit }' "$f")
     late=$(awk 'seen && /^#SBATCH/ { print FILENAME ":" FNR } !/^[ \t]*$/ && !/^#/ { seen = 1 }' "$f")
     missing=""
-    for want in --nodes= --ntasks-per-node=8 --gpus-per-node=8 --cpus-per-task= --signal=B:USR1@ \
+    for want in --nodes= --ntasks-per-node=8 --cpus-per-task= --signal=B:USR1@ \
                 --requeue --open-mode=append --output= --time=; do
         grep -q -- "^#SBATCH $want" <<<"$header" || missing+="$want "
     done
+    # GPUs: the model wrappers ask for 8 per node; the generic script asks for none, so that
+    # sbatch takes it on a cluster without GPU GRES (it refuses any GPU request there).
+    gpus=$(grep -c -- "^#SBATCH --gpus-per-node=8\|^#SBATCH --gres\|^#SBATCH --gpus" <<<"$header")
+    if [ "$f" = scripts/slurm/train_gpt2.sbatch ]; then want_gpus=0; else want_gpus=1; fi
     if [ -n "$late" ]; then not_ok "$f: #SBATCH after the first command, ignored by sbatch: $late"
     elif [ -n "$missing" ]; then not_ok "$f: #SBATCH lines missing: $missing"
-    else ok "$f: #SBATCH header complete ($(wc -l <<<"$header") lines)"; fi
+    elif [ "$gpus" != "$want_gpus" ]; then not_ok "$f: $gpus GPU request line(s) in the #SBATCH header, want $want_gpus"
+    else ok "$f: #SBATCH header complete ($(wc -l <<<"$header") lines; GPU request: $([ $want_gpus = 1 ] && echo "--gpus-per-node=8" || echo none))"; fi
 done
 
 # ---------------------------------------------------------------------------------------
@@ -108,88 +113,176 @@ else kill $pid; not_ok "fake srun SIGUSR1: the tasks did not start"; fi
 
 # ---------------------------------------------------------------------------------------
 # 3. The sbatch scripts, through the fake srun, with a stub train_gpt: it writes its arguments
-#    (one per line) to args.RANK and then, by STUB: exits 0 (ok); rank 1 exits 3 (fail); waits
-#    for SIGUSR1/SIGTERM and exits 75 a second later, as train_gpt does after its checkpoint
-#    (preempt); exits 137 on SIGUSR1 (killed). scontrol is a stub that logs its arguments.
+#    (one per line) to args.RANK and its pid to pid.RANK, and then, by STUB: exits 0 (ok); rank
+#    1 exits 3 (fail); waits for SIGUSR1/SIGTERM, then rank 0 commits checkpoint step 5 in
+#    --ckpt-dir's directory and both exit 75 a second later, as train_gpt does (preempt); the
+#    same, but exiting 137 (killed: as real srun reports a rank that --kill-on-bad-exit killed
+#    after another's 75); exits 128 + signal with nothing saved, as train_gpt does during setup
+#    (setup). scontrol is a stub: `show job` prints PreemptTime=$PREEMPT_TIME (None unless set),
+#    anything else (requeue) is logged to scontrol.log and exits $SCONTROL_STATUS.
+#    The signals are sent as Slurm 22.05 sends them (measured on a real one, README: Slurm):
+#    scancel, the time limit and a preemption without GraceTime: SIGTERM to the tasks and the
+#    batch shell; a preemption with GraceTime: to the tasks only (PreemptTime set), then to both
+#    when the grace ends; --signal=B:USR1: SIGUSR1 to the batch shell only.
 mkdir -p "$T/bin"
 cat >"$T/bin/train_gpt" <<'EOF'
 #!/bin/bash
 d=$STUB_DIR
 printf '%s\n' "$@" >"$d/args.$SLURM_PROCID"
+echo $$ >"$d/pid.$SLURM_PROCID"
+ckpt=$(awk 'p { print; exit } $0 == "--ckpt-dir" { p = 1 }' "$d/args.$SLURM_PROCID")
+commit() {   # rank 0 commits step 5 as checkpoint/ does: step_N.tmp, its manifest, the rename
+    [ "$SLURM_PROCID" = 0 ] || return 0
+    mkdir -p "$ckpt/step_00000005.tmp" && echo '{}' >"$ckpt/step_00000005.tmp/manifest.json" &&
+        mv "$ckpt/step_00000005.tmp" "$ckpt/step_00000005"
+}
 case "$STUB" in
     ok) exit 0 ;;
     fail) [ "$SLURM_PROCID" = 1 ] && exit 3; sleep 20; exit 0 ;;
-    preempt)
-        trap 'echo USR1 >"$d/signal.$SLURM_PROCID"; sleep 1; exit 75' USR1
-        trap 'echo TERM >"$d/signal.$SLURM_PROCID"; sleep 1; exit 75' TERM
+    preempt|killed)
+        [ "$STUB" = killed ] && status=137 || status=75
+        trap 'echo USR1 >>"$d/signal.$SLURM_PROCID"; commit; sleep 1; exit $status' USR1
+        trap 'echo TERM >>"$d/signal.$SLURM_PROCID"; commit; sleep 1; exit $status' TERM
         touch "$d/ready.$SLURM_PROCID"
         sleep 30 & wait; exit 0 ;;
-    killed)   # as real srun reports a rank killed by --kill-on-bad-exit after another's 75
-        trap 'exit 137' USR1
+    setup)
+        trap 'exit 138' USR1
+        trap 'exit 143' TERM
         touch "$d/ready.$SLURM_PROCID"
         sleep 30 & wait; exit 0 ;;
 esac
 EOF
 cat >"$T/bin/scontrol" <<'EOF'
 #!/bin/bash
+if [ "$1" = show ]; then
+    echo "JobId=${4:-?} JobName=test JobState=RUNNING Requeue=1 Restarts=0 PreemptEligibleTime=2026-12-06T08:40:00 PreemptTime=${PREEMPT_TIME:-None} SuspendTime=None"
+    exit 0
+fi
 echo "$*" >>"$STUB_DIR/scontrol.log"
 exit "${SCONTROL_STATUS:-0}"
 EOF
 chmod +x "$T/bin/train_gpt" "$T/bin/scontrol"
 TINY_ARGS="--device cpu --layers 2 --channels 64 --heads 2 --max-seq 64 -b 2 -t 64 -x 5"
 # sbatch_run NAME SCRIPT [VAR=VALUE...]: runs the batch script as Slurm would start it (one job
-# of 2 tasks), in the background; its pid in $job_pid, its output in $T/NAME/log.
+# of 2 tasks), in the background; its pid in $job_pid, its output in $T/NAME/log. With
+# seed_step=N set, checkpoint step N is there before the job starts (an earlier attempt's).
 sbatch_run() {
     local name=$1 script=$2; shift 2
     rm -rf "${T:?}/$name"; mkdir -p "$T/$name"
+    if [ -n "${seed_step:-}" ]; then
+        mkdir -p "$T/$name/run/ckpt/step_0000000$seed_step" && echo '{}' >"$T/$name/run/ckpt/step_0000000$seed_step/manifest.json"
+    fi
     env SLURM_JOB_ID=4242 SLURM_NTASKS=2 SLURM_JOB_NAME=test SRUN="$SRUN" TRAIN_GPT="$T/bin/train_gpt" \
         SCONTROL="$T/bin/scontrol" STUB_DIR="$T/$name" STUB=ok RUN_DIR="$T/$name/run" \
         TRAIN="$TRAIN_SHARD" VAL="$VAL_SHARD" "$@" bash "$script" >"$T/$name/log" 2>&1 &
     job_pid=$!
 }
 sbatch_wait() { wait "$job_pid"; }
+requeues() { tr '\n' ' ' <"$T/$1/scontrol.log" 2>/dev/null; }   # what the job asked scontrol to do
+logtail() { tail -n 3 "$T/$1/log" | tr '\n' ' '; }
 G=scripts/slurm/train_gpt2.sbatch
 
 sbatch_run mpi $G MODEL_ARGS="$TINY_ARGS"; sbatch_wait; rc=$?
 if [ $rc = 0 ] && has_seq "$T/mpi/args.1" --device cpu --layers 2 && has_seq "$T/mpi/args.1" -x 5 -i "$TRAIN_SHARD" -j "$VAL_SHARD" \
-        -o "$T/mpi/run" --ckpt-every 500 --resume auto && ! grep -q -- --rendezvous "$T/mpi/args.1" \
+        -o "$T/mpi/run" --ckpt-every 500 --resume auto --ckpt-dir "$T/mpi/run/ckpt" && ! grep -q -- --rendezvous "$T/mpi/args.1" \
         && grep -q -- "--kill-on-bad-exit=1 --mpi=pmix" "$T/mpi/log" && [ ! -e "$T/mpi/scontrol.log" ]; then
-    ok "sbatch (RENDEZVOUS=mpi): srun --kill-on-bad-exit=1 --mpi=pmix train_gpt MODEL_ARGS -i -j -o --ckpt-every --resume auto; status 0, no requeue"
-else not_ok "sbatch (mpi): status $rc, args: $(tr '\n' ' ' <"$T/mpi/args.1" 2>&1), log: $(tail -n 3 "$T/mpi/log" | tr '\n' ' ')"; fi
+    ok "sbatch (RENDEZVOUS=mpi): srun --kill-on-bad-exit=1 --mpi=pmix train_gpt MODEL_ARGS -i -j -o --ckpt-every --resume auto --ckpt-dir RUN_DIR/ckpt; status 0, no requeue"
+else not_ok "sbatch (mpi): status $rc, args: $(tr '\n' ' ' <"$T/mpi/args.1" 2>&1), log: $(logtail mpi)"; fi
 
 sbatch_run file $G MODEL_ARGS="$TINY_ARGS" RENDEZVOUS=file EXTRA_ARGS="--comm-timeout 30"; sbatch_wait; rc=$?
 if [ $rc = 0 ] && has_seq "$T/file/args.0" --rendezvous "file:$T/file/run/rendezvous" --comm-timeout 30 \
         && [ -d "$T/file/run/rendezvous" ] && grep -q -- "--mpi=none" "$T/file/log"; then
     ok "sbatch (RENDEZVOUS=file): srun --mpi=none, train_gpt --rendezvous file:RUN_DIR/rendezvous (made), EXTRA_ARGS last"
-else not_ok "sbatch (file): status $rc, args: $(tr '\n' ' ' <"$T/file/args.0" 2>&1), log: $(tail -n 3 "$T/file/log" | tr '\n' ' ')"; fi
+else not_ok "sbatch (file): status $rc, args: $(tr '\n' ' ' <"$T/file/args.0" 2>&1), log: $(logtail file)"; fi
 
 sbatch_run fail $G MODEL_ARGS="$TINY_ARGS" STUB=fail; sbatch_wait; rc=$?
 [ $rc = 3 ] && [ ! -e "$T/fail/scontrol.log" ] && ok "sbatch: a rank exiting 3 ends the job with status 3 (the others killed), no requeue" \
-    || not_ok "sbatch with a failing rank: status $rc (want 3), scontrol: $(cat "$T/fail/scontrol.log" 2>&1)"
+    || not_ok "sbatch with a failing rank: status $rc (want 3), scontrol: $(requeues fail)"
 
-for sig in USR1 TERM; do
-    sbatch_run preempt_$sig $G MODEL_ARGS="$TINY_ARGS" STUB=preempt
-    if wait_for 2 "$T/preempt_$sig/ready.*"; then
-        kill -s $sig $job_pid; sbatch_wait; rc=$?
-        got=$(cat "$T/preempt_$sig"/signal.* 2>/dev/null | tr '\n' ' ')
-        if [ $rc = 0 ] && [ "$got" = "$sig $sig " ] && [ "$(cat "$T/preempt_$sig/scontrol.log" 2>&1)" = "requeue 4242" ]; then
-            ok "sbatch: SIG$sig to the batch shell reaches both tasks via srun; their status 75 -> scontrol requeue 4242, status 0"
-        else not_ok "sbatch SIG$sig: status $rc (want 0), tasks got '$got', scontrol: $(cat "$T/preempt_$sig/scontrol.log" 2>&1), log: $(tail -n 3 "$T/preempt_$sig/log" | tr '\n' ' ')"; fi
-    else kill $job_pid; not_ok "sbatch SIG$sig: the tasks did not start: $(tail -n 3 "$T/preempt_$sig/log" | tr '\n' ' ')"; fi
-done
-sbatch_run killed $G MODEL_ARGS="$TINY_ARGS" STUB=killed
-if wait_for 2 "$T/killed/ready.*"; then
-    kill -USR1 $job_pid; sbatch_wait; rc=$?
-    [ $rc = 0 ] && [ "$(cat "$T/killed/scontrol.log" 2>&1)" = "requeue 4242" ] \
-        && ok "sbatch: after a forwarded SIGUSR1, srun status 137 (a rank killed on its way out) also requeues" \
-        || not_ok "sbatch SIGUSR1 then status 137: status $rc (want 0), scontrol: $(cat "$T/killed/scontrol.log" 2>&1)"
-else kill $job_pid; not_ok "sbatch SIGUSR1 then 137: the tasks did not start"; fi
-sbatch_run requeue_fails $G MODEL_ARGS="$TINY_ARGS" STUB=preempt SCONTROL_STATUS=1
-if wait_for 2 "$T/requeue_fails/ready.*"; then
-    kill -USR1 $job_pid; sbatch_wait; rc=$?
+# stop_case NAME STUB WHO SIGNAL [VAR=VALUE...]: starts the job, waits for both tasks, sends
+# SIGNAL to WHO (batch: the batch shell; tasks: both tasks, not the shell; both) and leaves
+# the job running (pid in $job_pid). Status 1 when the tasks did not start.
+stop_case() {
+    local name=$1 stub=$2 who=$3 sig=$4; shift 4
+    sbatch_run "$name" $G MODEL_ARGS="$TINY_ARGS" STUB="$stub" "$@"
+    if ! wait_for 2 "$T/$name/ready.*"; then
+        kill $job_pid; not_ok "sbatch $name: the tasks did not start: $(logtail "$name")"; return 1
+    fi
+    [ "$who" = batch ] || kill -s "$sig" "$(cat "$T/$name/pid.0")" "$(cat "$T/$name/pid.1")"
+    [ "$who" = tasks ] || kill -s "$sig" $job_pid
+    return 0
+}
+signals_got() { cat "$T/$1"/signal.* 2>/dev/null | sort | uniq -c | awk '{ printf "%s x%s ", $2, $1 }'; }
+
+# SIGUSR1 (--signal=B:USR1@120): forwarded to every task, a new checkpoint, requeue.
+if stop_case usr1 preempt batch USR1; then
+    sbatch_wait; rc=$?
+    if [ $rc = 0 ] && [ "$(signals_got usr1)" = "USR1 x2 " ] && [ "$(requeues usr1)" = "requeue 4242 " ] &&
+       grep -q "train_gpt stopped on SIGUSR1 (srun status 75, checkpoint step 5 committed by this attempt): requeueing job 4242 (restart 0)" "$T/usr1/log"; then
+        ok "sbatch: SIGUSR1 to the batch shell reaches both tasks via srun; a new checkpoint (step 5), status 75 -> scontrol requeue 4242, status 0"
+    else not_ok "sbatch SIGUSR1: status $rc (want 0), tasks got '$(signals_got usr1)', scontrol: $(requeues usr1), log: $(logtail usr1)"; fi
+fi
+# scancel JOBID: SIGTERM to the tasks and to the batch shell (which forwards it too); the tasks
+# still checkpoint, but the job is not requeued and ends as cancelled.
+if stop_case scancel preempt both TERM; then
+    sbatch_wait; rc=$?
+    if [ $rc = 143 ] && [ ! -e "$T/scancel/scontrol.log" ] && [ -d "$T/scancel/run/ckpt/step_00000005" ] &&
+       grep -q "job 4242 (restart 0) stopped on SIGTERM (srun status 75, checkpoint step 5 committed by this attempt): not requeueing" "$T/scancel/log"; then
+        ok "sbatch: scancel (SIGTERM to the tasks and the batch shell): the checkpoint is saved, no requeue, status 143 (cancelled)"
+    else not_ok "sbatch scancel: status $rc (want 143), scontrol: $(requeues scancel), log: $(logtail scancel)"; fi
+fi
+# A SIGTERM after the SIGUSR1 (scancel while the pre-timeout checkpoint is being written): cancelled.
+if stop_case usr1_term preempt batch USR1; then
+    sleep 0.3; kill -TERM $job_pid; sbatch_wait; rc=$?
+    [ $rc = 143 ] && [ ! -e "$T/usr1_term/scontrol.log" ] && ok "sbatch: SIGUSR1 then SIGTERM before the tasks end: no requeue, status 143" \
+        || not_ok "sbatch SIGUSR1 then SIGTERM: status $rc (want 143), scontrol: $(requeues usr1_term), log: $(logtail usr1_term)"
+fi
+# No requeue without progress: SIGUSR1 during setup (the tasks exit 138, nothing saved; the
+# newest checkpoint is still the earlier attempt's step 3).
+if seed_step=3 stop_case setup setup batch USR1; then
+    sbatch_wait; rc=$?
+    if [ $rc = 138 ] && [ ! -e "$T/setup/scontrol.log" ] &&
+       grep -q "job 4242 (restart 0) got SIGUSR1 but no checkpoint committed by this attempt (the newest is still step 3) (srun status 138): not requeueing" "$T/setup/log"; then
+        ok "sbatch: SIGUSR1 during setup (nothing saved since the start): no requeue, status 138, the line says why"
+    else not_ok "sbatch SIGUSR1 during setup: status $rc (want 138), scontrol: $(requeues setup), log: $(logtail setup)"; fi
+fi
+if stop_case killed killed batch USR1; then
+    sbatch_wait; rc=$?
+    [ $rc = 0 ] && [ "$(requeues killed)" = "requeue 4242 " ] \
+        && ok "sbatch: after a forwarded SIGUSR1 and a new checkpoint, srun status 137 (a rank killed on its way out) also requeues" \
+        || not_ok "sbatch SIGUSR1 then status 137: status $rc (want 0), scontrol: $(requeues killed), log: $(logtail killed)"
+fi
+if stop_case requeue_fails preempt batch USR1 SCONTROL_STATUS=1; then
+    sbatch_wait; rc=$?
     [ $rc = 75 ] && ok "sbatch: when scontrol requeue fails the job ends with status 75" \
-        || not_ok "sbatch with a failing requeue: status $rc (want 75)"
-else kill $job_pid; not_ok "sbatch requeue failure: the tasks did not start"; fi
+        || not_ok "sbatch with a failing requeue: status $rc (want 75), log: $(logtail requeue_fails)"
+fi
+# A preemption with GraceTime: SIGTERM to the tasks only, PreemptTime set. The tasks stop with
+# a checkpoint; the script must not end the job itself (Slurm would then not requeue it): it
+# waits for Slurm's SIGTERM at the end of the grace, and does not requeue.
+if stop_case grace preempt tasks TERM PREEMPT_TIME=2026-12-06T08:42:59; then
+    wait_for 2 "$T/grace/signal.*"; sleep 1.5
+    if kill -0 $job_pid 2>/dev/null && grep -q "job 4242 (restart 0) is being preempted (PreemptTime 2026-12-06T08:42:59; srun status 75, checkpoint step 5 committed by this attempt): waiting for Slurm to end it" "$T/grace/log"; then
+        kill -TERM $job_pid; sbatch_wait; rc=$?
+        [ $rc = 143 ] && [ ! -e "$T/grace/scontrol.log" ] \
+            && ok "sbatch: preemption with GraceTime (tasks stopped, PreemptTime set): the job waits for Slurm's SIGTERM, then status 143, no requeue by the script" \
+            || not_ok "sbatch preemption with grace: status $rc (want 143), scontrol: $(requeues grace), log: $(logtail grace)"
+    else kill -9 $job_pid; not_ok "sbatch preemption with grace: the job did not wait for Slurm: $(logtail grace)"; fi
+fi
+if stop_case grace_bound preempt tasks TERM PREEMPT_TIME=2026-12-06T08:42:59 PREEMPT_WAIT=1; then
+    sbatch_wait; rc=$?
+    [ $rc = 75 ] && grep -q "Slurm did not end the preempted job within 1 s: exiting with status 75" "$T/grace_bound/log" \
+        && ok "sbatch: preemption with GraceTime, Slurm silent for PREEMPT_WAIT (1 s): the job ends with status 75" \
+        || not_ok "sbatch preemption, PREEMPT_WAIT=1: status $rc (want 75), log: $(logtail grace_bound)"
+fi
+# A signal to the tasks only, no preemption (scancel --signal=TERM JOBID, without --batch): the
+# tasks checkpoint and exit 75, the job ends with 75 and a hint, no requeue.
+if stop_case tasks_only preempt tasks TERM; then
+    sbatch_wait; rc=$?
+    [ $rc = 75 ] && [ ! -e "$T/tasks_only/scontrol.log" ] && grep -q "to checkpoint and requeue a running job: scancel --batch --signal=USR1 4242" "$T/tasks_only/log" \
+        && ok "sbatch: SIGTERM to the tasks only, no preemption: status 75, no requeue, the line says how to requeue" \
+        || not_ok "sbatch tasks-only SIGTERM: status $rc (want 75), scontrol: $(requeues tasks_only), log: $(logtail tasks_only)"
+fi
 
 # Refusals before anything is launched.
 sbatch_run no_model $G MODEL_ARGS=; sbatch_wait; rc=$?
@@ -202,6 +295,10 @@ sbatch_run no_data $G MODEL_ARGS="$TINY_ARGS" TRAIN="$T/none/fineweb_train_*.bin
 sbatch_run bad_rdv $G MODEL_ARGS="$TINY_ARGS" RENDEZVOUS=tcp; sbatch_wait; rc=$?
 [ $rc = 1 ] && grep -q "RENDEZVOUS must be" "$T/bad_rdv/log" && ok "sbatch with RENDEZVOUS=tcp: refused" \
     || not_ok "sbatch with RENDEZVOUS=tcp: status $rc, $(head -n 2 "$T/bad_rdv/log" | tr '\n' ' ')"
+sbatch_run ckpt_dir $G MODEL_ARGS="$TINY_ARGS" EXTRA_ARGS="--ckpt-dir /elsewhere"; sbatch_wait; rc=$?
+[ $rc = 1 ] && grep -q "set CKPT_DIR instead of passing --ckpt-dir" "$T/ckpt_dir/log" && [ ! -e "$T/ckpt_dir/args.0" ] \
+    && ok "sbatch with --ckpt-dir in EXTRA_ARGS: refused (set CKPT_DIR, where the script looks for new checkpoints)" \
+    || not_ok "sbatch with --ckpt-dir in EXTRA_ARGS: status $rc, $(head -n 2 "$T/ckpt_dir/log" | tr '\n' ' ')"
 
 # The wrappers: their model settings reach train_gpt; the micro-batch follows the rank count.
 check_wrapper() {

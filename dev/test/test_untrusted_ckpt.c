@@ -165,6 +165,25 @@ int main(int argc, char** argv) {
     rmdir(path);
     ckpt_writer_free(w);
 
+    // The launcher (ckpt_writer_launcher): while it is this process's parent a save commits;
+    // once it is not (a launcher that died: its ranks were re-parented), the save in flight is
+    // not committed (no step directory, its .tmp removed), the earlier steps and `latest` stay.
+    snprintf(root, sizeof(root), "%s/launcher", dir);
+    w = ckpt_writer_create(&opt, comm);
+    ckpt_writer_launcher(w, (long)getppid());
+    rc = save(w, root, 1, err, sizeof(err));
+    check(rc == 0 && exists(root, "step_00000001/manifest.json"), "launcher alive (the parent): step 1 committed (rc %d)", rc);
+    long gone = (long)getppid() + 1;   // any pid but the parent's: what getppid() no longer returns
+    ckpt_writer_launcher(w, gone);
+    rc = save(w, root, 2, err, sizeof(err));
+    char want[200];
+    snprintf(want, sizeof(want), "not committed: the launcher that started this job (pid %ld) is gone", gone);
+    check(rc != 0 && rc != CKPT_SAVED_NO_LATEST && strstr(err, want) && !exists(root, "step_00000002") &&
+              !exists(root, "step_00000002.tmp") && exists(root, "step_00000001/manifest.json") &&
+              !strcmp(latest_of(root), "step_00000001"),
+          "launcher gone: step 2 not committed, no .tmp left, step 1 still the latest (rc %d): %.200s", rc, err);
+    ckpt_writer_free(w);
+
     // ckpt_resolve: the PATH forms, and refusals with a message (the process goes on).
     char out[1200];
     snprintf(path, sizeof(path), "%s/nolatest/step_00000003", dir);

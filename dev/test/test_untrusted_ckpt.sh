@@ -8,8 +8,8 @@
 # written, the abandoned timeline moved aside, and train_gpt --resume taking the same PATH
 # forms as the ckpt tool; malformed Hugging Face Llama safetensors directories (ckpt import),
 # single-file and sharded (model.safetensors.index.json and its shards).
-# The writer's API (ckpt_writer_resumed_from, CKPT_SAVED_NO_LATEST, ckpt_resolve) is driven
-# directly by build/test_untrusted_ckpt.
+# The writer's API (ckpt_writer_resumed_from, ckpt_writer_launcher, CKPT_SAVED_NO_LATEST,
+# ckpt_resolve) is driven directly by build/test_untrusted_ckpt.
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
