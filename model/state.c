@@ -296,13 +296,15 @@ int model_checkpoint_read_state(const Ckpt* c, ModelConfig* cfg, RunState* rs, c
         snprintf(err, errlen, "%s/manifest.json: state.loader.seed is not a decimal string of a 64-bit number", c->dir);
         return 1;
     }
-    // Counted, never read back (ckpt info shows them): whole numbers all the same.
-    static const char* const counters[2] = {"tokens", "total_batch_tokens"};
-    for (int i = 0; i < 2; i++) {
+    // Recorded, never read back (ckpt info shows them; the world that matters is the
+    // manifest's): whole numbers in range all the same.
+    static const char* const counters[3] = {"tokens", "total_batch_tokens", "world"};
+    static const double counter_max[3] = {CKPT_MAX_INT, CKPT_MAX_INT, CKPT_MAX_WORLD};
+    for (int i = 0; i < 3; i++) {
         char what[64];
         snprintf(what, sizeof(what), "state.%s", counters[i]);
         if (cJSON_GetObjectItemCaseSensitive(c->state, counters[i]) &&
-            state_uint(c, c->state, counters[i], what, CKPT_MAX_INT, &count, err, errlen))
+            state_uint(c, c->state, counters[i], what, counter_max[i], &count, err, errlen))
             return 1;
     }
     rs->step = (long)step;

@@ -73,7 +73,7 @@ int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* 
 // state.step (a whole number in [0, 2^31), equal to the manifest's step), state.seq_len (up to
 // MODEL_MAX_SEQ), state.loader.windows_consumed (a whole number up to 2^53), shuffle (0 or 1),
 // seed (a decimal string of a uint64), state.tokens and .total_batch_tokens when present (whole
-// numbers up to 2^53), and when present state.loss_scaler: scale in [1, 2^24], window a whole
+// numbers up to 2^53), state.world when present (up to CKPT_MAX_WORLD), and when present state.loss_scaler: scale in [1, 2^24], window a whole
 // number up to 2^31-1, good_steps a whole number below the window (0 for a window of 0; below
 // 2^31-1 when no window is recorded). The one set of checks of train_gpt --resume
 // (model_checkpoint_load) and ckpt verify: verify passes exactly what a resume accepts, save

@@ -237,6 +237,7 @@ static int cmd_info(int argc, char** argv) {
     if (cJSON_IsObject(scaler)) {  // an fp16 run's (--param-dtype fp16)
         print_state_number(scaler, "scale", "loss scale");
         print_state_number(scaler, "good_steps", "loss scale steps");
+        print_state_number(scaler, "window", "loss scale window");
     }
 
     uint64_t stored[CKPT_KINDS] = {0}, raw[CKPT_KINDS] = {0};

@@ -153,7 +153,8 @@ for case in "step_neg|state.step = -5|m['state']['step'] = -5" \
             "win_huge|state.loader.windows_consumed = 1e\+30|m['state']['loader']['windows_consumed'] = 1e30" \
             "win_frac|state.loader.windows_consumed = 0\.5|m['state']['loader']['windows_consumed'] = 0.5" \
             "shuffle2|state.loader.shuffle = 2|m['state']['loader']['shuffle'] = 2" \
-            "tokens_neg|state.tokens = -1|m['state']['tokens'] = -1"; do
+            "tokens_neg|state.tokens = -1|m['state']['tokens'] = -1" \
+            "world_huge|state.world = 2097152|m['state']['world'] = 2**21"; do
     IFS='|' read -r name pattern code <<<"$case"
     mutate "$name" "$good" "$code"
     both "$name" "$name is refused" "${M}${pattern} is not a whole number in \[0, [0-9]+\]"
