@@ -731,7 +731,7 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
                                              r->total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
         if (opt->param_fp16) {  // the figures of step `completed` were read (finish_step) before this
             const FsdpStepStats* s = fsdp_step_stats_wait(&r->model.fsdp);
-            model_checkpoint_state_add_loss_scaler(state, s->loss_scale, s->good_steps);
+            model_checkpoint_state_add_loss_scaler(state, s->loss_scale, s->good_steps, s->growth_interval);
         }
         const ModelCkptTables* ct = &r->ckpt.tables;
         int saved = ckpt_save(r->ckpt.writer, r->ckpt_root, completed, ct->tensors, ct->n_tensors, ct->pieces, ct->n_pieces,
@@ -771,23 +771,33 @@ static int maybe_resume(Run* r, int* start_step) {
     double t0 = now_seconds();
     if (model_checkpoint_load(path, &r->model.layout, f->pieces, f->n_pieces, arenas, r->T, &rs, &bytes, err, sizeof(err)))
         fatal(r->pg, "--resume: %s", err);
+    // A NaN or an infinity in the weights or moments would train with every update skipped:
+    // each rank checks what it read, and every rank stops with the first failing one's line.
+    double secs[2] = {now_seconds() - t0, now_seconds()};
+    int bad = model_checkpoint_check_finite(path, &r->model.layout, f->pieces, f->n_pieces, arenas, err, sizeof(err));
+    fatal_agreed_any(r->pg, bad, "--resume: %s", err);
+    secs[1] = now_seconds() - secs[1];
     // The compute-dtype shard is rounded as the optimizer's step `step` rounded it: a resume
     // continues bitwise.
     fsdp_upload_state(f, (int)rs.step);
     if (opt->param_fp16 && rs.loss_scale > 0.0f) {
+        // A count at or over this run's smaller window is clamped to window - 1 there.
         fsdp_set_loss_scaler(f, rs.loss_scale, rs.loss_scale_good_steps);
+        if (opt->loss_scale_window > 0 && rs.loss_scale_good_steps >= opt->loss_scale_window && r->pg->rank == 0)
+            printf("--resume: %d finite steps at loss scale %g, not below --loss-scale-window %d: it doubles after the next one\n",
+                   rs.loss_scale_good_steps, rs.loss_scale, opt->loss_scale_window);
     } else if (opt->param_fp16 && r->pg->rank == 0) {
         printf("--resume: %s has no loss scaler state (saved by a bf16 run): starting at --loss-scale %g\n", path,
                opt->loss_scale);
     }
     LoaderState ls = {rs.windows_consumed, rs.seed, rs.shuffle};
     loader_set_state(&r->train_loader, &ls);
-    double secs = now_seconds() - t0, total_bytes = (double)bytes;
+    double total_bytes = (double)bytes;
     comm_all_reduce_f64(r->pg->world_comm, &total_bytes, 1, COMM_SUM);
-    comm_all_reduce_f64(r->pg->world_comm, &secs, 1, COMM_MAX);
+    comm_all_reduce_f64(r->pg->world_comm, secs, 2, COMM_MAX);
     if (r->pg->rank == 0)
-        printf("resumed from %s (step %ld): loaded %.3f GiB in %.2f s (%.2f GB/s)\n", path, rs.step, total_bytes / (1 << 30), secs,
-               total_bytes / 1e9 / secs);
+        printf("resumed from %s (step %ld): loaded %.3f GiB in %.2f s (%.2f GB/s), every value finite (checked in %.3f s)\n", path,
+               rs.step, total_bytes / (1 << 30), secs[0], total_bytes / 1e9 / secs[0], secs[1]);
     *start_step = (int)rs.step;
     return 1;
 }

@@ -1292,10 +1292,40 @@ static void populate(void* p, size_t bytes) {
 #endif
 }
 
+size_t ckpt_first_nonfinite(const void* values, size_t n) {
+    // Blocks of 4096 values: a branch-free OR over the block (vectorised; the bytes need not be
+    // aligned), and only a block that holds one is searched for it.
+    const unsigned char* b = (const unsigned char*)values;
+    for (size_t at = 0; at < n; at += 4096) {
+        const size_t m = n - at < 4096 ? n - at : 4096;
+        uint32_t any = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t u;
+            memcpy(&u, b + (at + i) * sizeof(float), sizeof(u));
+            any |= (u & 0x7f800000u) == 0x7f800000u;   // exponent all ones: an infinity or a NaN
+        }
+        for (size_t i = 0; any && i < m; i++) {
+            uint32_t u;
+            memcpy(&u, b + (at + i) * sizeof(float), sizeof(u));
+            if ((u & 0x7f800000u) == 0x7f800000u) return at + i;
+        }
+    }
+    return n;
+}
+
+void ckpt_nonfinite_error(char* err, size_t errlen, const char* dir, const char* tensor, int kind, uint64_t element,
+                          const void* value) {
+    float v;
+    memcpy(&v, value, sizeof(v));
+    set_err(err, errlen, "%s: tensor %s (%s): element %" PRIu64 " is %g (not finite)", dir, tensor, CKPT_KIND_NAMES[kind],
+            element, (double)v);
+}
+
 // Checks, decodes and delivers the chunk of job jb, whose stored bytes start at `at` (got:
-// bytes of its span available from there on).
+// bytes of its span available from there on); finite: refuses the chunk's first value that is
+// not finite.
 static int consume_chunk(Ckpt* c, const PipeJob* jb, const unsigned char* at, size_t avail, const PipeTarget* targets,
-                         float* const* dsts, const uint64_t* req_lo, char* err, size_t errlen) {
+                         float* const* dsts, const uint64_t* req_lo, int finite, char* err, size_t errlen) {
     const CkptChunk* ch = &c->chunks[jb->chunk];
     if (avail < ch->bytes) {
         char path[1200];
@@ -1317,6 +1347,11 @@ static int consume_chunk(Ckpt* c, const PipeJob* jb, const unsigned char* at, si
         if (decode_chunk(c, ch, at, c->decoded, c->shuffled, err, errlen)) return 1;
         values = (const unsigned char*)c->decoded;
     }
+    const size_t bad = finite ? ckpt_first_nonfinite(values, (size_t)n) : (size_t)n;
+    if (bad < n) {
+        ckpt_nonfinite_error(err, errlen, c->dir, ch->tensor, ch->kind, ch->lo + bad, values + bad * sizeof(float));
+        return 1;
+    }
     for (int t = 0; t < jb->n_targets; t++) {
         const PipeTarget* tg = &targets[jb->first_target + t];
         memcpy(dsts[tg->req] + (tg->a - req_lo[tg->req]), values + (tg->a - ch->lo) * sizeof(float),
@@ -1326,9 +1361,9 @@ static int consume_chunk(Ckpt* c, const PipeJob* jb, const unsigned char* at, si
 }
 
 // Runs jobs (each one chunk, read once, copied to its targets; sorted by file and offset)
-// through the pipeline.
+// through the pipeline (finite: consume_chunk's).
 static int run_pipe(Ckpt* c, const PipeJob* jobs, int n_jobs, const PipeTarget* targets, float* const* dsts,
-                    const uint64_t* req_lo, char* err, size_t errlen) {
+                    const uint64_t* req_lo, int finite, char* err, size_t errlen) {
     if (n_jobs == 0) return 0;
     Pipe* p = (Pipe*)calloc(1, sizeof(Pipe));
     PipeSpan* spans = (PipeSpan*)calloc((size_t)n_jobs, sizeof(PipeSpan));
@@ -1379,7 +1414,7 @@ static int run_pipe(Ckpt* c, const PipeJob* jobs, int n_jobs, const PipeTarget* 
             const CkptChunk* ch = &c->chunks[jobs[j].chunk];
             uint64_t off = ch->offset - spans[s].start;
             size_t avail = off < p->got[slot] ? p->got[slot] - (size_t)off : 0;
-            rc = consume_chunk(c, &jobs[j], p->buf[slot] + off, avail, targets, dsts, req_lo, err, errlen);
+            rc = consume_chunk(c, &jobs[j], p->buf[slot] + off, avail, targets, dsts, req_lo, finite, err, errlen);
         }
         pthread_mutex_lock(&p->mu);
         p->used = s + 1;
@@ -1493,7 +1528,7 @@ int ckpt_read_batch(Ckpt* c, const CkptRequest* req, int n_req, char* err, size_
             jobs[n_jobs - 1].n_targets++;
         }
     }
-    if (!rc) rc = run_pipe(c, jobs, n_jobs, targets, dsts, req_lo, err, errlen);
+    if (!rc) rc = run_pipe(c, jobs, n_jobs, targets, dsts, req_lo, 0, err, errlen);
     free(items);
     free(jobs);
     free(targets);
@@ -1507,7 +1542,8 @@ int ckpt_read(Ckpt* c, const char* tensor, int kind, uint64_t lo, uint64_t hi, f
     return ckpt_read_batch(c, &r, 1, err, errlen);
 }
 
-int ckpt_verify(Ckpt* c, char* err, size_t errlen) {
+// ckpt_verify, and with finite ckpt_verify_finite.
+static int verify_chunks(Ckpt* c, int finite, char* err, size_t errlen) {
     // Coverage was checked by ckpt_open; here every chunk is read (in file order), checked and
     // decoded.
     PipeItem* items = (PipeItem*)calloc((size_t)c->n_chunks + 1, sizeof(PipeItem));
@@ -1518,12 +1554,15 @@ int ckpt_verify(Ckpt* c, char* err, size_t errlen) {
     if (!rc) {
         qsort(items, (size_t)c->n_chunks, sizeof(PipeItem), item_cmp);
         for (int i = 0; i < c->n_chunks; i++) jobs[i] = (PipeJob){items[i].chunk, 0, 0};
-        rc = run_pipe(c, jobs, c->n_chunks, NULL, NULL, NULL, err, errlen);
+        rc = run_pipe(c, jobs, c->n_chunks, NULL, NULL, NULL, finite, err, errlen);
     }
     free(items);
     free(jobs);
     return rc;
 }
+
+int ckpt_verify(Ckpt* c, char* err, size_t errlen) { return verify_chunks(c, 0, err, errlen); }
+int ckpt_verify_finite(Ckpt* c, char* err, size_t errlen) { return verify_chunks(c, 1, err, errlen); }
 
 void ckpt_sizes(const Ckpt* c, uint64_t* stored, uint64_t* raw) {
     *stored = *raw = 0;

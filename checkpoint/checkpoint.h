@@ -208,6 +208,17 @@ int ckpt_read_batch(Ckpt* c, const CkptRequest* req, int n_req, char* err, size_
 // Reads every chunk (in file order, pipelined) and checks its checksum and decoding. 0 when
 // all are intact.
 int ckpt_verify(Ckpt* c, char* err, size_t errlen);
+// ckpt_verify, and every value of every chunk (parameters, m, v) finite: the first that is not
+// (in file order) is refused with ckpt_nonfinite_error's message. Memory stays bounded (the
+// pipeline's spans and one decoded chunk).
+int ckpt_verify_finite(Ckpt* c, char* err, size_t errlen);
+// The index of the first of n fp32 values (little-endian, any alignment) that is a NaN or an
+// infinity, or n. One branch-free pass (what a resume's check costs: about memory speed).
+size_t ckpt_first_nonfinite(const void* values, size_t n);
+// The one message for such a value (value: its 4 bytes): "DIR: tensor NAME (KIND): element I
+// is nan (not finite)".
+void ckpt_nonfinite_error(char* err, size_t errlen, const char* dir, const char* tensor, int kind, uint64_t element,
+                          const void* value);
 // Total bytes stored in rank files, and what they hold uncompressed.
 void ckpt_sizes(const Ckpt* c, uint64_t* stored, uint64_t* raw);
 void ckpt_close(Ckpt* c);

@@ -199,3 +199,19 @@ void fatal_agreed(const ProcessGroup* pg, const char* fmt, ...) {
     process_group_finalize((ProcessGroup*)pg);
     exit(1);
 }
+
+void fatal_agreed_any(const ProcessGroup* pg, int failed, const char* fmt, ...) {
+    // The lowest failing rank, then its message to every rank.
+    int32_t first = failed ? pg->rank : pg->world;
+    if (pg->world > 1) comm_all_reduce_i32(pg->world_comm, &first, 1, COMM_MIN);
+    if (first == pg->world) return;
+    char msg[1024] = "";
+    if (pg->rank == first) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+    }
+    if (pg->world > 1) comm_broadcast(pg->world_comm, msg, sizeof(msg), first);
+    fatal_agreed(pg, "%s", msg);
+}

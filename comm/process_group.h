@@ -63,6 +63,11 @@ void fatal(const ProcessGroup* pg, const char* fmt, ...) __attribute__((format(p
 // and every rank exits with status 1 after closing the transport.
 void fatal_agreed(const ProcessGroup* pg, const char* fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
+// For a check each rank makes of its own part (failed: this rank's verdict); every rank calls
+// it. When no rank failed it returns; else every rank ends as fatal_agreed does, with the
+// message of the lowest failing rank (formatted there; rank 0 prints it once).
+void fatal_agreed_any(const ProcessGroup* pg, int failed, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #ifdef __cplusplus
 }
 #endif

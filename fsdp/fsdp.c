@@ -645,8 +645,12 @@ void fsdp_set_loss_scaler(Fsdp* f, float scale, int good_steps) {
     FsdpStepStats s;
     memset(&s, 0, sizeof(s));
     s.loss_scale = s.step_loss_scale = scale;
-    s.good_steps = good_steps;
     s.growth_interval = f->cfg.loss_scale > 0.0f ? f->cfg.loss_scale_growth_interval : 0;
+    // Below the window, so that the decision's ++ never overflows: a count at or over it (saved
+    // by a run with a larger window) becomes window - 1, and the next finite step doubles the
+    // scale. A fixed scale counts nothing.
+    const int top = s.growth_interval > 0 ? s.growth_interval - 1 : 0;
+    s.good_steps = good_steps < 0 ? 0 : good_steps > top ? top : good_steps;
     // Fused, the device's copy is the state (the host's is a fetched copy, and the planner's
     // host memory is not real); else they are one.
     if (f->fused) f->be.copy_to_device(f->be.ctx, f->stats, &s, sizeof(s));

@@ -388,9 +388,10 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
 void fsdp_step_stats_fetch(Fsdp* f);
 const FsdpStepStats* fsdp_step_stats_wait(Fsdp* f);
 // Loss scaling (cfg.loss_scale > 0): sets the scaler's state (a resumed run's; fsdp_init sets
-// cfg.loss_scale and 0). The current state is in fsdp_step_stats_wait's figures (loss_scale,
-// good_steps). fsdp_loss_scale_device: where the backward reads the scale (device memory),
-// or NULL without loss scaling.
+// cfg.loss_scale and 0); good_steps is clamped to [0, growth interval - 1] (0 for a fixed
+// scale). The current state is in fsdp_step_stats_wait's figures (loss_scale, good_steps).
+// fsdp_loss_scale_device: where the backward reads the scale (device memory), or NULL
+// without loss scaling.
 void fsdp_set_loss_scaler(Fsdp* f, float scale, int good_steps);
 const float* fsdp_loss_scale_device(const Fsdp* f);
 // Test hooks: this rank's loss sum becomes NaN; or its first gradient-shard element does, and

@@ -57,7 +57,10 @@ static inline int min_int(int a, int b) { return a < b ? a : b; }
 // exponent bits. Max error 1 ulp (8.5e-8 relative; every float in [-87, 88] was checked
 // against double exp). Inputs are clamped to [-87, 88] so that 2^n stays a normal float;
 // anything below -87 returns 0 (including -inf), which is what softmax-style callers
-// want. NaN also returns 0 (callers only pass NaN when their inputs already are NaN).
+// want. NaN returns NaN, as CUDA's expf does: a NaN weight makes the loss NaN (so the step is
+// skipped) instead of vanishing from a softmax. The exponent arithmetic is unsigned: t's bits
+// minus the magic's are small for every number, but a NaN's (n + 127) << 23 overflowed an int
+// (undefined behaviour; the result is discarded, but UBSan and the optimiser may not).
 
 static inline float bits_to_float(int32_t i) { float f; memcpy(&f, &i, sizeof f); return f; }
 static inline int32_t float_to_bits(float f) { int32_t i; memcpy(&i, &f, sizeof i); return i; }
@@ -81,7 +84,7 @@ static inline float fast_expf(float x) {
     // t's low mantissa bits hold round(xc * log2(e)); n is that integer as a float.
     const float t = xc * LOG2E + ROUND_MAGIC;
     const float n = t - ROUND_MAGIC;
-    const int32_t ni = float_to_bits(t) - float_to_bits(ROUND_MAGIC);
+    const uint32_t ni = (uint32_t)float_to_bits(t) - (uint32_t)float_to_bits(ROUND_MAGIC);
     float r = xc - n * LN2_HI;
     r = r - n * LN2_LO;
     float p = 1.9875691500e-4f;
@@ -91,9 +94,13 @@ static inline float fast_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float y = p * (r * r) + r + 1.0f;
-    const float e = y * bits_to_float((ni + 127) << 23);
-    return select_f(x >= -87.0f, e, 0.0f);
+    const uint32_t scale_bits = (ni + 127u) << 23;  // 2^n (n in [-126, 127]: a normal float)
+    float scale;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    return select_f(x < -87.0f, 0.0f, y * scale);   // NaN compares false: it stays NaN
 }
+
+float cpu_fast_expf(float x) { return fast_expf(x); }
 
 // ----------------------------------------------------------------------------
 // Encoder

@@ -86,6 +86,11 @@ void adamw_update(float* param, float* m, float* v, const float* grad, size_t n,
 // Sum of squares of x in double (for the global gradient norm), deterministic.
 double sum_squares(const float* x, size_t n);
 
+// The kernels' exp (softmax, attention, GELU): within 1 ulp of expf on [-87, 88]; 0 below
+// -87 and for -inf; exp(88) for anything above 88 and +inf; NaN for NaN (as CUDA's expf).
+// Inlined where the kernels call it; this copy is for the tests.
+float cpu_fast_expf(float x);
+
 #ifdef __cplusplus
 }
 #endif

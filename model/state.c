@@ -135,10 +135,11 @@ cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int 
     return s;
 }
 
-void model_checkpoint_state_add_loss_scaler(cJSON* state, float scale, int good_steps) {
+void model_checkpoint_state_add_loss_scaler(cJSON* state, float scale, int good_steps, int window) {
     cJSON* l = cJSON_AddObjectToObject(state, "loss_scaler");
     cJSON_AddNumberToObject(l, "scale", scale);
     cJSON_AddNumberToObject(l, "good_steps", good_steps);
+    cJSON_AddNumberToObject(l, "window", window);
 }
 
 // obj[key] as a whole number in [0, max], or a message naming the manifest and the field
@@ -153,6 +154,8 @@ static int state_uint(const Ckpt* c, const cJSON* obj, const char* key, const ch
         snprintf(shown, sizeof(shown), "%.*g", prec, v->valuedouble);
         if (strtod(shown, NULL) == v->valuedouble) break;
     }
+    if (v && cJSON_IsNumber(v) && fabs(v->valuedouble) < 1e16 && v->valuedouble == floor(v->valuedouble))
+        snprintf(shown, sizeof(shown), "%.0f", v->valuedouble);   // a whole number in full (1000, not 1e+03)
     if (!v) snprintf(err, errlen, "%s/manifest.json: %s is missing", c->dir, what);
     else if (cJSON_IsNumber(v))
         snprintf(err, errlen, "%s/manifest.json: %s = %s is not a whole number in [0, %.0f]", c->dir, what, shown, max);
@@ -233,13 +236,94 @@ int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* 
     return 0;
 }
 
+// The scaler doubles its scale when good_steps reaches the window and restarts the count, so a
+// count is below the window of the run that saved it (state.loss_scaler.window; 0: a fixed
+// scale, which counts nothing). Checkpoints from before the window was stored: below the
+// largest --loss-scale-window, 2^31-1, so that the next finite step's ++ cannot overflow.
+#define MAX_LOSS_SCALE_WINDOW 2147483647.0
+
+static int read_loss_scaler(const Ckpt* c, const cJSON* scaler, RunState* rs, char* err, size_t errlen) {
+    const cJSON* sv = cJSON_IsObject(scaler) ? cJSON_GetObjectItemCaseSensitive(scaler, "scale") : NULL;
+    if (!cJSON_IsNumber(sv) || !(sv->valuedouble >= 1.0 && sv->valuedouble <= 16777216.0)) {
+        snprintf(err, errlen, "%s/manifest.json: state.loss_scaler.scale is not a number in [1, 2^24]", c->dir);
+        return 1;
+    }
+    uint64_t window = 0, good;
+    const int has_window = cJSON_GetObjectItemCaseSensitive(scaler, "window") != NULL;
+    if (has_window && state_uint(c, scaler, "window", "state.loss_scaler.window", MAX_LOSS_SCALE_WINDOW, &window, err, errlen))
+        return 1;
+    const double below = has_window ? (double)window : MAX_LOSS_SCALE_WINDOW;
+    if (state_uint(c, scaler, "good_steps", "state.loss_scaler.good_steps", below > 0 ? below - 1 : 0, &good, err, errlen)) {
+        const size_t len = strlen(err);
+        if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(scaler, "good_steps")) && has_window)
+            snprintf(err + len, errlen - len, " (finite steps at the scale: below state.loss_scaler.window = %llu%s)",
+                     (unsigned long long)window, window ? "" : ", a fixed scale");
+        else if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(scaler, "good_steps")))
+            snprintf(err + len, errlen - len, " (finite steps at the scale: below the largest --loss-scale-window)");
+        return 1;
+    }
+    rs->loss_scale = (float)sv->valuedouble;
+    rs->loss_scale_good_steps = (int)good;
+    return 0;
+}
+
+int model_checkpoint_read_state(const Ckpt* c, ModelConfig* cfg, RunState* rs, char* err, size_t errlen) {
+    if (model_checkpoint_config(c, cfg, err, errlen) || model_checkpoint_check_tensors(c, cfg, err, errlen)) return 1;
+    // Where the run stood: every field checked (a negative, fractional or huge step would
+    // train from the wrong step, a bad data position on other data). The bounds are where
+    // each is used: the step is an int, the data position a uint64 counter of windows that
+    // grows by a step's windows (up to 2^53, what a JSON number holds exactly).
+    memset(rs, 0, sizeof(*rs));
+    const cJSON* loader = cJSON_GetObjectItemCaseSensitive(c->state, "loader");
+    const cJSON* seed = cJSON_IsObject(loader) ? cJSON_GetObjectItemCaseSensitive(loader, "seed") : NULL;
+    uint64_t step, seq_len, windows, shuffle, count;
+    if (state_uint(c, c->state, "step", "state.step", INT32_MAX, &step, err, errlen) ||
+        state_uint(c, c->state, "seq_len", "state.seq_len", MODEL_MAX_SEQ, &seq_len, err, errlen) ||
+        state_uint(c, loader, "windows_consumed", "state.loader.windows_consumed", CKPT_MAX_INT, &windows, err, errlen) ||
+        state_uint(c, loader, "shuffle", "state.loader.shuffle", 1, &shuffle, err, errlen))
+        return 1;
+    if ((long)step != c->step) {
+        snprintf(err, errlen, "%s/manifest.json: state.step = %llu disagrees with the manifest's step %ld", c->dir,
+                 (unsigned long long)step, c->step);
+        return 1;
+    }
+    // The seed is a decimal string (a JSON number cannot hold every uint64).
+    const char* seed_text = cJSON_IsString(seed) ? seed->valuestring : "";
+    char* seed_end;
+    errno = 0;
+    unsigned long long seed_value = strtoull(seed_text, &seed_end, 10);
+    if (!seed_text[0] || strspn(seed_text, "0123456789") != strlen(seed_text) || errno == ERANGE || *seed_end) {
+        snprintf(err, errlen, "%s/manifest.json: state.loader.seed is not a decimal string of a 64-bit number", c->dir);
+        return 1;
+    }
+    // Recorded, never read back (ckpt info shows them; the world that matters is the
+    // manifest's): whole numbers in range all the same.
+    static const char* const counters[3] = {"tokens", "total_batch_tokens", "world"};
+    static const double counter_max[3] = {CKPT_MAX_INT, CKPT_MAX_INT, CKPT_MAX_WORLD};
+    for (int i = 0; i < 3; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "state.%s", counters[i]);
+        if (cJSON_GetObjectItemCaseSensitive(c->state, counters[i]) &&
+            state_uint(c, c->state, counters[i], what, counter_max[i], &count, err, errlen))
+            return 1;
+    }
+    rs->step = (long)step;
+    rs->seq_len = (long)seq_len;
+    rs->windows_consumed = windows;
+    rs->seed = (uint64_t)seed_value;
+    rs->shuffle = (int)shuffle;
+    // The fp16 loss scaler's state, when the run that saved it had one.
+    const cJSON* scaler = cJSON_GetObjectItemCaseSensitive(c->state, "loss_scaler");
+    return scaler ? read_loss_scaler(c, scaler, rs, err, errlen) : 0;
+}
+
 int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
                          float* const arenas[CKPT_KINDS], int T, RunState* rs, uint64_t* bytes_read,
                          char* err, size_t errlen) {
     Ckpt c;
     if (ckpt_open(&c, dir, err, errlen)) return 1;
     ModelConfig saved;
-    if (model_checkpoint_config(&c, &saved, err, errlen) || model_checkpoint_check_tensors(&c, &saved, err, errlen)) {
+    if (model_checkpoint_read_state(&c, &saved, rs, err, errlen)) {
         ckpt_close(&c);
         return 1;
     }
@@ -276,56 +360,7 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
         ckpt_close(&c);
         return 1;
     }
-    // Where the run stood: every field checked (a negative, fractional or huge step would
-    // train from the wrong step, a bad data position on other data).
-    const cJSON* loader = cJSON_GetObjectItemCaseSensitive(c.state, "loader");
-    const cJSON* seed = cJSON_IsObject(loader) ? cJSON_GetObjectItemCaseSensitive(loader, "seed") : NULL;
-    uint64_t step, seq_len, windows, shuffle;
-    if (state_uint(&c, c.state, "step", "state.step", INT32_MAX, &step, err, errlen) ||
-        state_uint(&c, c.state, "seq_len", "state.seq_len", MODEL_MAX_SEQ, &seq_len, err, errlen) ||
-        state_uint(&c, loader, "windows_consumed", "state.loader.windows_consumed", CKPT_MAX_INT, &windows, err, errlen) ||
-        state_uint(&c, loader, "shuffle", "state.loader.shuffle", 1, &shuffle, err, errlen)) {
-        ckpt_close(&c);
-        return 1;
-    }
-    if ((long)step != c.step) {
-        snprintf(err, errlen, "%s/manifest.json: state.step = %llu disagrees with the manifest's step %ld", dir,
-                 (unsigned long long)step, c.step);
-        ckpt_close(&c);
-        return 1;
-    }
-    // The seed is a decimal string (a JSON number cannot hold every uint64).
-    const char* seed_text = cJSON_IsString(seed) ? seed->valuestring : "";
-    char* seed_end;
-    errno = 0;
-    unsigned long long seed_value = strtoull(seed_text, &seed_end, 10);
-    if (!seed_text[0] || strspn(seed_text, "0123456789") != strlen(seed_text) || errno == ERANGE || *seed_end) {
-        snprintf(err, errlen, "%s/manifest.json: state.loader.seed is not a decimal string of a 64-bit number", dir);
-        ckpt_close(&c);
-        return 1;
-    }
-    rs->step = (long)step;
-    rs->seq_len = (long)seq_len;
-    // The fp16 loss scaler's state, when the run that saved it had one.
-    rs->loss_scale = 0.0f;
-    rs->loss_scale_good_steps = 0;
-    const cJSON* scaler = cJSON_GetObjectItemCaseSensitive(c.state, "loss_scaler");
-    if (scaler) {
-        const cJSON* sv = cJSON_IsObject(scaler) ? cJSON_GetObjectItemCaseSensitive(scaler, "scale") : NULL;
-        uint64_t good;
-        if (!cJSON_IsNumber(sv) || !(sv->valuedouble >= 1.0 && sv->valuedouble <= 16777216.0)) {
-            snprintf(err, errlen, "%s/manifest.json: state.loss_scaler.scale is not a number in [1, 2^24]", dir);
-            ckpt_close(&c);
-            return 1;
-        }
-        if (state_uint(&c, scaler, "good_steps", "state.loss_scaler.good_steps", INT32_MAX, &good, err, errlen)) {
-            ckpt_close(&c);
-            return 1;
-        }
-        rs->loss_scale = (float)sv->valuedouble;
-        rs->loss_scale_good_steps = (int)good;
-    }
-    if (rs->seq_len != T && windows != 0) {  // an imported checkpoint has consumed no data yet
+    if (rs->seq_len != T && rs->windows_consumed != 0) {  // an imported checkpoint has consumed no data yet
         snprintf(err, errlen, "%s/manifest.json: saved with --seq-len %ld, this run has %d (the data position counts windows of T)",
                  dir, rs->seq_len, T);
         ckpt_close(&c);
@@ -344,10 +379,21 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
     }
     int rc = ckpt_read_batch(&c, req, n_pieces * CKPT_KINDS, err, errlen);
     free(req);
-    if (rc) { ckpt_close(&c); return 1; }
-    rs->windows_consumed = windows;
-    rs->seed = (uint64_t)seed_value;
-    rs->shuffle = (int)shuffle;
     ckpt_close(&c);
+    return rc;
+}
+
+int model_checkpoint_check_finite(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
+                                  float* const arenas[CKPT_KINDS], char* err, size_t errlen) {
+    for (int i = 0; i < n_pieces; i++) {
+        const FlatPiece* p = &pieces[i];
+        for (int k = 0; k < CKPT_KINDS; k++) {
+            const float* x = arenas[k] + p->at;
+            const size_t bad = ckpt_first_nonfinite(x, p->hi - p->lo);
+            if (bad == p->hi - p->lo) continue;
+            ckpt_nonfinite_error(err, errlen, dir, m->units[p->unit].tensors[p->tensor].name, k, p->lo + bad, x + bad);
+            return 1;
+        }
+    }
     return 0;
 }

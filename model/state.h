@@ -57,26 +57,40 @@ typedef struct {
     uint64_t seed;
     int shuffle;
     float loss_scale;            // state.loss_scaler.scale (fp16 runs); 0: the checkpoint has none
-    int loss_scale_good_steps;   // state.loss_scaler.good_steps
+    int loss_scale_good_steps;   // state.loss_scaler.good_steps (below the saving run's window)
 } RunState;
 struct cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int seq_len,
                                     long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle);
-// An fp16 run's loss scaler (the next step's scale, finite steps in a row at it) into state.
-void model_checkpoint_state_add_loss_scaler(struct cJSON* state, float scale, int good_steps);
+// An fp16 run's loss scaler (the next step's scale, finite steps in a row at it, and the
+// window of such steps that doubles it: --loss-scale-window, 0 for a fixed scale) into state.
+void model_checkpoint_state_add_loss_scaler(struct cJSON* state, float scale, int good_steps, int window);
 // The model config in an open checkpoint's state, checked (model_config_check).
 int model_checkpoint_config(const Ckpt* c, ModelConfig* cfg, char* err, size_t errlen);
 // Every tensor of cfg is in the checkpoint's manifest, with its shape.
 int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* err, size_t errlen);
-// train_gpt --resume: checks that the checkpoint in dir is this model (and, once data was
-// consumed, this sequence length), reads this rank's pieces into the arenas, and returns
-// where the run stood. Every state field is checked before use, naming it: state.step (a
-// whole number in [0, 2^31), equal to the manifest's step), state.seq_len,
-// state.loader.windows_consumed (a whole number up to 2^53), shuffle (0 or 1), seed (a decimal
-// string of a uint64), and when present state.loss_scaler.scale (in [1, 2^24]) and
-// .good_steps (a whole number).
+// The state of an open checkpoint, every field checked before use, naming it: the model config
+// (model_checkpoint_config) and its tensors in the manifest (model_checkpoint_check_tensors);
+// state.step (a whole number in [0, 2^31), equal to the manifest's step), state.seq_len (up to
+// MODEL_MAX_SEQ), state.loader.windows_consumed (a whole number up to 2^53), shuffle (0 or 1),
+// seed (a decimal string of a uint64), state.tokens and .total_batch_tokens when present (whole
+// numbers up to 2^53), state.world when present (up to CKPT_MAX_WORLD), and when present state.loss_scaler: scale in [1, 2^24], window a whole
+// number up to 2^31-1, good_steps a whole number below the window (0 for a window of 0; below
+// 2^31-1 when no window is recorded). The one set of checks of train_gpt --resume
+// (model_checkpoint_load) and ckpt verify: verify passes exactly what a resume accepts, save
+// what depends on the resuming run (its model and --seq-len). Fills cfg and rs; 1 with the
+// message in err.
+int model_checkpoint_read_state(const Ckpt* c, ModelConfig* cfg, RunState* rs, char* err, size_t errlen);
+// train_gpt --resume: model_checkpoint_read_state; then checks that the checkpoint in dir is
+// this model (and, once data was consumed, this sequence length), reads this rank's pieces into
+// the arenas, and returns where the run stood.
 int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
                          float* const arenas[CKPT_KINDS], int T, RunState* rs, uint64_t* bytes_read,
                          char* err, size_t errlen);
+// After a load: every value of this rank's pieces (parameters, m and v) is finite, one pass
+// over what was read. 1 with ckpt_nonfinite_error's message (dir, the tensor, the kind, the
+// element) at the first that is not: a resume from it would skip every update.
+int model_checkpoint_check_finite(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
+                                  float* const arenas[CKPT_KINDS], char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

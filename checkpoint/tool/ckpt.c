@@ -3,7 +3,7 @@
 // model/safetensors.h, the checkpoint itself checkpoint/checkpoint.h).
 //
 //   ckpt info   PATH
-//   ckpt verify PATH
+//   ckpt verify PATH [--finite]
 //   ckpt export PATH --llmc OUT.bin [--dtype fp32|bf16]
 //   ckpt export PATH --safetensors OUT.safetensors
 //   ckpt import SRC OUT_ROOT --world W [--step N] [--compress none|zstd[:L]] [--heads N]
@@ -44,7 +44,10 @@ static const char* USAGE =
 "usage: ckpt COMMAND ...\n"
 "\n"
 "  ckpt info PATH                  format, step, tokens, ranks at save, model, sizes, codec\n"
-"  ckpt verify PATH                read every chunk and check its checksum; exit 1 on damage\n"
+"  ckpt verify PATH [--finite]     check the state as train_gpt --resume does (same messages),\n"
+"                                  read every chunk and check its checksum; --finite: and every\n"
+"                                  value (parameters, Adam m and v) finite, naming the first\n"
+"                                  that is not; exit 1 on damage\n"
 "  ckpt export PATH --llmc OUT.bin [--dtype fp32|bf16]\n"
 "                                  one llm.c model file (version 3 fp32 [default] or 5 bf16)\n"
 "  ckpt export PATH --safetensors OUT.safetensors\n"
@@ -101,11 +104,12 @@ static void* xcalloc(size_t n, size_t size) {
 
 typedef struct {
     const char* name;   // "--dtype"
-    const char** value; // where its value goes
+    const char** value; // where its value goes; NULL: a switch, which takes none
+    int* on;            // a switch: set to 1 when given
 } Flag;
 
 // Splits argv[first..] into positional arguments and the given --flags (each takes a value,
-// as "--flag V" or "--flag=V"). Unknown flags and missing values are errors.
+// as "--flag V" or "--flag=V", except switches). Unknown flags and missing values are errors.
 static int parse_args(const char* cmd, int argc, char** argv, int first, const Flag* flags, int n_flags,
                       const char** pos, int max_pos) {
     int n_pos = 0;
@@ -118,7 +122,10 @@ static int parse_args(const char* cmd, int argc, char** argv, int first, const F
             for (int f = 0; f < n_flags; f++) {
                 if (strlen(flags[f].name) != len || strncmp(flags[f].name, a, len) != 0) continue;
                 found = 1;
-                if (eq) *flags[f].value = eq + 1;
+                if (!flags[f].value) {
+                    if (eq) fail("%s: %s takes no value", cmd, flags[f].name);
+                    *flags[f].on = 1;
+                } else if (eq) *flags[f].value = eq + 1;
                 else if (i + 1 < argc) *flags[f].value = argv[++i];
                 else fail("%s: %s needs a value", cmd, flags[f].name);
                 break;
@@ -234,6 +241,7 @@ static int cmd_info(int argc, char** argv) {
     if (cJSON_IsObject(scaler)) {  // an fp16 run's (--param-dtype fp16)
         print_state_number(scaler, "scale", "loss scale");
         print_state_number(scaler, "good_steps", "loss scale steps");
+        print_state_number(scaler, "window", "loss scale window");
     }
 
     uint64_t stored[CKPT_KINDS] = {0}, raw[CKPT_KINDS] = {0};
@@ -268,13 +276,20 @@ static int cmd_info(int argc, char** argv) {
 // ---------------------------------------------------------------------------------------
 // verify
 
+// The manifest (ckpt_open), the state as train_gpt --resume checks it (model_checkpoint_read_state:
+// the same messages), then every chunk's checksum, and with --finite every value.
 static int cmd_verify(int argc, char** argv) {
+    int finite = 0;
+    Flag flags[] = {{"--finite", NULL, &finite}};
     const char* pos[1];
-    if (parse_args("verify", argc, argv, 2, NULL, 0, pos, 1) != 1) fail("verify: expected PATH (see ckpt --help)");
+    if (parse_args("verify", argc, argv, 2, flags, 1, pos, 1) != 1) fail("verify: expected PATH (see ckpt --help)");
     Ckpt c;
     open_ckpt(pos[0], &c);
     char err[ERRLEN];
-    int rc = ckpt_verify(&c, err, sizeof(err));
+    ModelConfig cfg;
+    RunState rs;
+    int rc = model_checkpoint_read_state(&c, &cfg, &rs, err, sizeof(err)) ||
+             (finite ? ckpt_verify_finite : ckpt_verify)(&c, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "ckpt: verify failed: %s\n", err);
         ckpt_close(&c);
@@ -282,7 +297,8 @@ static int cmd_verify(int argc, char** argv) {
     }
     uint64_t stored = 0, raw = 0;
     ckpt_sizes(&c, &stored, &raw);
-    printf("ok: %s: %d chunks in %d rank files, %" PRIu64 " bytes, checksums match\n", c.dir, c.n_chunks, c.world, stored);
+    printf("ok: %s: %d chunks in %d rank files, %" PRIu64 " bytes, checksums match, state valid%s\n", c.dir, c.n_chunks,
+           c.world, stored, finite ? ", every value finite" : "");
     ckpt_close(&c);
     return 0;
 }
@@ -345,7 +361,7 @@ static void export_safetensors(Ckpt* c, const ModelConfig* cfg, const char* out)
 
 static int cmd_export(int argc, char** argv) {
     const char *llmc = NULL, *st = NULL, *dtype = NULL;
-    Flag flags[] = {{"--llmc", &llmc}, {"--safetensors", &st}, {"--dtype", &dtype}};
+    Flag flags[] = {{"--llmc", &llmc, NULL}, {"--safetensors", &st, NULL}, {"--dtype", &dtype, NULL}};
     const char* pos[1];
     if (parse_args("export", argc, argv, 2, flags, 3, pos, 1) != 1) fail("export: expected PATH (see ckpt --help)");
     if (!llmc && !st) fail("export: give --llmc OUT.bin or --safetensors OUT.safetensors");
@@ -458,8 +474,9 @@ static void load_source(const char* path, Weights* w, int heads) {
 static int cmd_import(int argc, char** argv) {
     const char *world_s = NULL, *step_s = NULL, *compress = NULL, *heads_s = NULL, *seq_s = NULL, *seed_s = NULL,
                *shuffle_s = NULL;
-    Flag flags[] = {{"--world", &world_s}, {"--step", &step_s}, {"--compress", &compress}, {"--heads", &heads_s},
-                    {"--seq-len", &seq_s}, {"--seed", &seed_s}, {"--shuffle", &shuffle_s}};
+    Flag flags[] = {{"--world", &world_s, NULL}, {"--step", &step_s, NULL}, {"--compress", &compress, NULL},
+                    {"--heads", &heads_s, NULL}, {"--seq-len", &seq_s, NULL}, {"--seed", &seed_s, NULL},
+                    {"--shuffle", &shuffle_s, NULL}};
     const char* pos[2];
     if (parse_args("import", argc, argv, 2, flags, 7, pos, 2) != 2) fail("import: expected SRC OUT_ROOT (see ckpt --help)");
     if (!world_s) fail("import: --world W is required (the number of ranks the checkpoint is for)");

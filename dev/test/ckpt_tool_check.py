@@ -12,6 +12,10 @@
     ckpt_tool_check.py flip STEP_DIR RANK
         Flips one byte in the middle of the first parameter chunk that rank file RANK holds
         (found through manifest.json) and prints the chunk's tensor name.
+    ckpt_tool_check.py poison STEP_DIR TENSOR KIND ELEMENT VALUE
+        Writes VALUE (nan, inf, -inf, or a number) as element ELEMENT of TENSOR's KIND (param,
+        m, v) into the raw chunk that holds it and rewrites that chunk's XXH64 in manifest.json:
+        the checksums match, only the value is wrong. Used by test_untrusted_ckpt and test_asan.
     ckpt_tool_check.py variants ST DIR
         Writes variants of the safetensors file ST into DIR: malformed ones (st_*.safetensors)
         and two valid ones an importer must accept: hf.safetensors, named as a Hugging Face
@@ -175,6 +179,30 @@ def flip(step_dir, rank):
         b = f.read(1)
         f.seek(at)
         f.write(bytes([b[0] ^ 0x5A]))
+
+
+def poison(step_dir, tensor, kind, element, value):
+    import ctypes
+    xx = ctypes.CDLL("libxxhash.so.0")   # what the C reader checks with
+    xx.XXH64.restype = ctypes.c_uint64
+    xx.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+    path = os.path.join(step_dir, "manifest.json")
+    with open(path) as f:
+        man = json.load(f)
+    fields = man["chunk_fields"].split(",")
+    col = fields.index
+    row = next(r for r in man["chunks"] if r[col("tensor")] == tensor and r[col("kind")] == kind
+               and int(r[col("lo")]) <= element < int(r[col("hi")]))
+    assert row[col("codec")] == "raw", row
+    rank_file = os.path.join(step_dir, "rank_%05d.bin" % int(row[col("file")]))
+    with open(rank_file, "r+b") as f:
+        f.seek(int(row[col("offset")]) + 4 * (element - int(row[col("lo")])))
+        f.write(struct.pack("<f", float(value)))
+        f.seek(int(row[col("offset")]))
+        stored = f.read(int(row[col("bytes")]))
+    row[col("xxh64")] = "%016x" % xx.XXH64(stored, len(stored), 0)
+    with open(path, "w") as f:
+        json.dump(man, f)
 
 
 def safetensors_variants(src, d):
@@ -396,6 +424,8 @@ def main(argv):
         check_safetensors(argv[2], argv[3], argv[4])
     elif len(argv) == 4 and argv[1] == "flip":
         flip(argv[2], int(argv[3]))
+    elif len(argv) == 7 and argv[1] == "poison":
+        poison(argv[2], argv[3], argv[4], int(argv[5]), argv[6])
     elif len(argv) == 4 and argv[1] == "variants":
         safetensors_variants(argv[2], argv[3])
     elif len(argv) == 3 and argv[1] == "config":

@@ -8,8 +8,10 @@
 #   2. corrupt checkpoints: ckpt_asan verify and train_gpt_asan --resume on a checkpoint with a
 #      flipped byte, a truncated or missing rank file, and manifests whose numbers are out of
 #      range (file index 2^31, 2^32-1, -1; bytes beyond the chunk; lo/hi of 2^64; world 1e300;
-#      state.step -5; windows_consumed -1 and 1e30; overlapping chunks hiding a gap; `latest`
-#      naming ..);
+#      state.step -5; windows_consumed -1 and 1e30; loss_scaler.good_steps 2^31-1; overlapping
+#      chunks hiding a gap; `latest` naming ..); a NaN in the parameters (checksums matching):
+#      verify --finite and --resume refuse it; and NaN weights through the kernels (--init-from a
+#      model file holding one: fast_expf's exponent arithmetic overflowed on a NaN, undefined);
 #   3. model files and safetensors that are lies (ckpt_asan import, train_gpt_asan -e);
 #   4. dev/test/test_tokenizer.sh with tokenize_text_asan.
 # Builds build/asan/ first when needed (about a minute on 2 cores, once).
@@ -64,13 +66,12 @@ for k, v in getattr(sys.modules[__name__], "raw", {}).items(): text = text.repla
 open(path, "w").write(text)
 PY
 }
-# both NAME LABEL PATTERN: ckpt verify and train_gpt --resume of the damaged checkpoint
-# $out/bad/NAME must fail with a message matching PATTERN, exit non-zero and not die of a
-# signal (or a sanitizer).
+# both NAME LABEL PATTERN: ckpt verify (--finite: every value read) and train_gpt --resume of
+# the damaged checkpoint $out/bad/NAME must fail with a message matching PATTERN, exit non-zero
+# and not die of a signal (or a sanitizer).
 both() {
     local name=$1 label=$2 pattern=$3 dir=$out/bad/$1/ckpt/step_00000002
-    # (the loader's position is train_gpt's to check: ckpt verify checks the chunks)
-    case $name in wneg|whuge) ;; *) expect_error "asan: ckpt verify: $label" "$pattern" $A/ckpt_asan verify "$dir" ;; esac
+    expect_error "asan: ckpt verify --finite: $label" "$pattern" $A/ckpt_asan verify --finite "$dir"
     expect_error "asan: train_gpt --resume: $label" "$pattern" $A/train_gpt_asan "${tiny[@]}" -x 3 -o "$out/resume_$name" --resume "$dir"
 }
 bad flip; manifest flip '
@@ -110,6 +111,27 @@ bad wneg; manifest wneg 'm["state"]["loader"]["windows_consumed"] = -1'
 both wneg "windows_consumed -1" "manifest\\.json.*(windows_consumed)|(windows_consumed).*manifest\\.json"
 bad whuge; manifest whuge 'm["state"]["loader"]["windows_consumed"] = 1e30'
 both whuge "windows_consumed 1e30" "manifest\\.json.*(windows_consumed)|(windows_consumed).*manifest\\.json"
+bad good_steps; manifest good_steps 'm["state"]["loss_scaler"] = {"scale": 1024, "good_steps": 2**31 - 1}'
+both good_steps "loss_scaler.good_steps 2^31-1" "manifest\\.json: state\\.loss_scaler\\.good_steps = 2147483647 is not"
+# A NaN parameter, checksums matching (it passed verify, and --resume trained on it).
+bad nan; $PYTHON dev/test/ckpt_tool_check.py poison "$out/bad/nan/ckpt/step_00000002" wpe param 5 nan
+both nan "a NaN parameter" "step_00000002: tensor wpe \\(param\\): element 5 is nan \\(not finite\\)"
+# NaN weights reaching the kernels: wpe's row 0 NaN in an llm.c model file (--init-from checks
+# no values), so every attention score is NaN. The losses are NaN (fast_expf returns NaN: the
+# cross-entropy no longer drops a NaN logit), each step is skipped, --max-bad-steps ends it.
+$A/ckpt_asan export "$good" --llmc "$out/nan_model.bin" > "$out/nan_export.log" 2>&1
+$PYTHON - "$out/nan_model.bin" <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    hdr = struct.unpack("<256i", f.read(1024))
+    Vp, C = hdr[7], hdr[6]
+    f.seek(1024 + 4 * Vp * C)                  # wpe follows wte
+    f.write(struct.pack("<f", float("nan")) * C)
+PY
+expect_error "asan: NaN weights through the kernels (softmax, attention, GELU): no UB, the steps skipped" \
+    "step [0-9]+: 2 step\\(s\\) in a row with a non-finite loss or gradient norm \\(--max-bad-steps 2\\)" \
+    $A/train_gpt_asan --device cpu -b 2 -t 16 -x 3 -v 0 --threads 1 -i "$TRAIN_SHARD" --init-from "$out/nan_model.bin" \
+    --max-bad-steps 2
 # Two chunks over [0, 512) of wpe's parameters and none over [512, 1024): the element count
 # adds up (1024), the coverage does not. Checksums match what each chunk names.
 bad overlap

@@ -69,6 +69,9 @@ else
 fi
 check "verify a good np=1 checkpoint (step directory)" bash -c "$CK verify '$step1' | grep -q '^ok'"
 check "verify a good np=2 checkpoint (checkpoint root)" bash -c "$CK verify '$out/run2/ckpt' | grep -q '^ok'"
+check "verify --finite of the np=1 and np=2 checkpoints: every value finite" \
+    bash -c "$CK verify --finite '$step1' | grep -q 'state valid, every value finite$' &&
+             $CK verify '$out/run2' --finite | grep -q 'state valid, every value finite$'"
 
 # Damage: a flipped byte, a truncated and a missing rank file. Each is found and named.
 tensor_re='(wte|wpe|ln_f\.(weight|bias)|h\.[0-9]+\.[a-z_.0-9]+)'
@@ -122,6 +125,8 @@ if grep -qE '^codec +zstd_shuffle$' "$out/info16.txt" && grep -qE '^step +7$' "$
 else
     not_ok "info on the zstd import: $(grep -E '^(codec|compression|step)' "$out/info16.txt" | tr '\n' ' ')"
 fi
+check "verify --finite of a zstd_shuffle checkpoint (values checked as decoded)" \
+    bash -c "$CK verify --finite '$out/imp16' | grep -q 'every value finite$'"
 # bf16 export: version 5 header, fp32 rounded to nearest even (the np=1 weights, against numpy)
 $CK export "$step1" --llmc "$out/a1_16.bin" --dtype bf16 > /dev/null 2>&1
 $PYTHON - "$out/a.bin" "$out/a1_16.bin" <<'PY'
@@ -282,6 +287,7 @@ expect_error "info: step_N.tmp without a manifest" "step_00000008.tmp: not a com
 expect_error "info: a corrupt manifest"   "badmanifest/manifest.json: not valid JSON" $CK info "$out/badmanifest"
 expect_error "info: extra argument"       "unexpected argument 'extra'"          $CK info "$step1" extra
 expect_error "verify: unknown option"     "unknown option '--fast'"              $CK verify --fast "$step1"
+expect_error "verify: --finite takes no value" "verify: --finite takes no value"   $CK verify --finite=1 "$step1"
 expect_error "export: no output"          "give --llmc OUT.bin or --safetensors" $CK export "$step1"
 expect_error "export: --llmc needs a value" "--llmc needs a value"               $CK export "$step1" --llmc
 expect_error "export: bad --dtype"        "--dtype: expected fp32 or bf16, got 'fp16'" $CK export "$step1" --llmc "$out/x.bin" --dtype fp16
@@ -383,7 +389,7 @@ expect_error "import: no config.json and an lm_head.weight that is not wte" \
     $CK import "$gcfg/st_head_diff.safetensors" "$out/imp_x" --world 2 --heads 4
 if [ -e "$out/imp_x" ] && [ -n "$(ls -A "$out/imp_x" 2>/dev/null)" ]; then not_ok "failed imports leave nothing in OUT_ROOT: $(ls "$out/imp_x")"
 else ok "failed imports leave nothing in OUT_ROOT"; fi
-if $CK --help | grep -q 'ckpt import SRC OUT_ROOT'; then ok "ckpt --help"; else not_ok "ckpt --help: no usage"; fi
+if $CK --help | grep -q 'ckpt import SRC OUT_ROOT' && $CK --help | grep -q 'ckpt verify PATH \[--finite\]'; then ok "ckpt --help (verify --finite listed)"; else not_ok "ckpt --help: no usage"; fi
 
 # 7. Llama 3 (grouped-query attention: 2 kv heads for 4 heads, SwiGLU width 96): info and verify,
 #    --llmc refused, export to Hugging Face LlamaForCausalLM safetensors + config.json, import

@@ -1051,6 +1051,83 @@ static void test_sum_squares(void) {
 }
 
 // ----------------------------------------------------------------------------
+// fast_expf (the kernels' exp): NaN-safe without changing any finite result
+
+// fast_expf as it was before issue 35, the oracle for every non-NaN input: its one change is
+// unsigned exponent arithmetic (this one's signed (n + 127) << 23 overflowed for a NaN, which
+// UBSan reports, so it is never called with one here) and NaN in, NaN out (it returned 0).
+static float expf_before_35(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    const float t = xc * 1.44269504088896341f + 12582912.0f;
+    const float n = t - 12582912.0f;
+    int32_t ti, mi, bits;
+    const float magic = 12582912.0f;
+    memcpy(&ti, &t, 4);
+    memcpy(&mi, &magic, 4);
+    const int32_t ni = ti - mi;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * (r * r) + r + 1.0f;
+    bits = (ni + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return x >= -87.0f ? y * scale : 0.0f;
+}
+
+static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static void test_fast_expf(void) {
+    // A stride through all 2^32 bit patterns (every exponent, both signs, subnormals), a finer
+    // one through [-90, 90] (where results are neither 0 nor clamped: 37M values), the edges.
+    uint64_t tried = 0, differ = 0;
+    uint32_t first_bad = 0;
+    const float edges[] = {0.0f, -0.0f, 1.0f, -1.0f, -87.0f, 88.0f, -87.00001f, 88.00001f, 87.99999f, -86.99999f,
+                           1e-45f, -1e-45f, 3.4028235e38f, -3.4028235e38f, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        tried++;
+        if (to_bits(cpu_fast_expf(edges[i])) != to_bits(expf_before_35(edges[i])) && !differ++) first_bad = to_bits(edges[i]);
+    }
+    for (uint64_t u = 0; u < ((uint64_t)1 << 32); u += 65537) {
+        const float x = from_bits((uint32_t)u);
+        if (isnan(x)) continue;
+        tried++;
+        if (to_bits(cpu_fast_expf(x)) != to_bits(expf_before_35(x)) && !differ++) first_bad = (uint32_t)u;
+    }
+    for (uint32_t u = 0; u <= to_bits(90.0f); u += 61)
+        for (int sign = 0; sign < 2; sign++) {
+            const float x = from_bits(u | (uint32_t)sign << 31);
+            tried++;
+            if (to_bits(cpu_fast_expf(x)) != to_bits(expf_before_35(x)) && !differ++) first_bad = to_bits(x);
+        }
+    report(differ == 0, "fast_expf: bitwise the former fast_expf on every non-NaN input tried",
+           "%llu of %llu differ, first at %a", (unsigned long long)differ, (unsigned long long)tried,
+           (double)from_bits(first_bad));
+    report(cpu_fast_expf(-INFINITY) == 0.0f && cpu_fast_expf(-88.0f) == 0.0f && cpu_fast_expf(INFINITY) == cpu_fast_expf(88.0f),
+           "fast_expf: -inf and below -87 give 0, +inf gives exp(88)", "exp(-inf) %g, exp(inf) %g", (double)cpu_fast_expf(-INFINITY),
+           (double)cpu_fast_expf(INFINITY));
+    // NaN in, NaN out: quiet and signalling, either sign, any payload (the bits that made the
+    // former exponent arithmetic overflow).
+    const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0xffffffffu, 0x7fa5a5a5u};
+    int all_nan = 1;
+    for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) all_nan &= isnan(cpu_fast_expf(from_bits(nans[i])));
+    report(all_nan, "fast_expf: NaN gives NaN (quiet, signalling, negative, any payload)", "a NaN gave a number");
+    // What callers need of it: a NaN logit makes the loss NaN (it gave a finite loss that
+    // ignored it), so the step is skipped; a NaN score reaches attention's output.
+    float logits[8] = {0.5f, -1.0f, 2.0f, NAN, 0.0f, 1.0f, 0.0f, 0.0f}, loss;
+    const int target = 0;
+    crossentropy_softmax_fused(logits, &loss, &target, 1, 6, 8, 0.0f);
+    report(isnan(loss), "fast_expf: a NaN logit gives a NaN cross-entropy loss", "loss %g", (double)loss);
+}
+
+// ----------------------------------------------------------------------------
 
 int main(void) {
     if (omp_get_max_threads() < 2) omp_set_num_threads(2);
@@ -1099,6 +1176,7 @@ int main(void) {
 
     test_adamw();
     test_sum_squares();
+    test_fast_expf();
 
     printf("# test_kernels_cpu: %d checks passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;

@@ -626,7 +626,7 @@ if good nccl_fp16_grow; then
 fi
 if good nccl_fp16_grow nccl_fp16_save nccl_fp16_resume; then
     man="$TMP/nccl_fp16_split/ckpt/step_00000002/manifest.json"
-    if grep -q '"loss_scaler":{"scale":262144,"good_steps":0}' "$man" && [ "$(scales nccl_fp16_split)" = "$(scales nccl_fp16_grow)" ]; then
+    if grep -q '"loss_scaler":{"scale":262144,"good_steps":0,"window":1}' "$man" && [ "$(scales nccl_fp16_split)" = "$(scales nccl_fp16_grow)" ]; then
         compare "fp16: save at step 2 + resume == uninterrupted (bitwise; the scaler's state, 262144, in the manifest)" \
             "$TMP/nccl_fp16_grow/metrics.jsonl" "$TMP/nccl_fp16_split/metrics.jsonl" --exact --from-step 3
     else

@@ -138,24 +138,33 @@ rm "$out/bad/fifo_rank/rank_00000.bin"; mkfifo "$out/bad/fifo_rank/rank_00000.bi
 expect_error "a FIFO as a rank file is refused at once" "fifo_rank/rank_00000\.bin: not a regular file" \
     timeout 20 $CK verify "$out/bad/fifo_rank"
 
-# ---- state: step and the data position validated, naming the field (train_gpt --resume reads them)
+# ---- state: step, the data position and the loss scaler validated, naming the field. ckpt
+# verify and train_gpt --resume run the same checks (model_checkpoint_read_state): `both` wants
+# the same message from each.
+both() {
+    local name=$1 label=$2 pattern=$3
+    expect_error "$label (ckpt verify)" "$pattern" $CK verify "$out/bad/$name"
+    expect_error "$label (train_gpt --resume)" "$pattern" resume "$name"
+}
 for case in "step_neg|state.step = -5|m['state']['step'] = -5" \
             "step_huge|state.step = 1e\+30|m['state']['step'] = 1e30" \
             "step_frac|state.step = 2\.5|m['state']['step'] = 2.5" \
             "win_neg|state.loader.windows_consumed = -1|m['state']['loader']['windows_consumed'] = -1" \
             "win_huge|state.loader.windows_consumed = 1e\+30|m['state']['loader']['windows_consumed'] = 1e30" \
-            "win_frac|state.loader.windows_consumed = 0\.5|m['state']['loader']['windows_consumed'] = 0.5"; do
+            "win_frac|state.loader.windows_consumed = 0\.5|m['state']['loader']['windows_consumed'] = 0.5" \
+            "shuffle2|state.loader.shuffle = 2|m['state']['loader']['shuffle'] = 2" \
+            "tokens_neg|state.tokens = -1|m['state']['tokens'] = -1" \
+            "world_huge|state.world = 2097152|m['state']['world'] = 2**21"; do
     IFS='|' read -r name pattern code <<<"$case"
     mutate "$name" "$good" "$code"
-    expect_error "$name is refused" "${M}${pattern} is not a whole number in \[0, [0-9]+\]" resume "$name"
+    both "$name" "$name is refused" "${M}${pattern} is not a whole number in \[0, [0-9]+\]"
 done
 mutate step_other "$good" 'm["state"]["step"] = 3'
-expect_error "state.step disagreeing with the manifest's step is refused" "${M}state.step = 3 disagrees with the manifest's step 2" \
-    resume step_other
+both step_other "state.step disagreeing with the manifest's step is refused" "${M}state.step = 3 disagrees with the manifest's step 2"
 mutate seed_junk "$good" 'm["state"]["loader"]["seed"] = "12abc"'
-expect_error "a loader seed that is not a decimal string is refused" "${M}state.loader.seed is not a decimal string" resume seed_junk
+both seed_junk "a loader seed that is not a decimal string is refused" "${M}state.loader.seed is not a decimal string"
 mutate no_windows "$good" 'del m["state"]["loader"]["windows_consumed"]'
-expect_error "a missing data position is refused, naming it" "${M}state.loader.windows_consumed is missing" resume no_windows
+both no_windows "a missing data position is refused, naming it" "${M}state.loader.windows_consumed is missing"
 # The fp16 loss scaler's state (--param-dtype fp16 runs write it; every resume checks it).
 for case in "scaler_zero|m['state']['loss_scaler'] = {'scale': 0, 'good_steps': 0}" \
             "scaler_str|m['state']['loss_scaler'] = {'scale': 'x', 'good_steps': 0}" \
@@ -163,11 +172,67 @@ for case in "scaler_zero|m['state']['loss_scaler'] = {'scale': 0, 'good_steps': 
             "scaler_num|m['state']['loss_scaler'] = 5"; do
     IFS='|' read -r name code <<<"$case"
     mutate "$name" "$good" "$code"
-    expect_error "$name is refused" "${M}state.loss_scaler.scale is not a number in \[1, 2\^24\]" resume "$name"
+    both "$name" "$name is refused" "${M}state.loss_scaler.scale is not a number in \[1, 2\^24\]"
 done
-mutate scaler_good_neg "$good" 'm["state"]["loss_scaler"] = {"scale": 1024, "good_steps": -1}'
-expect_error "a negative loss scaler step count is refused" \
-    "${M}state.loss_scaler.good_steps = -1 is not a whole number in \[0, [0-9]+\]" resume scaler_good_neg
+# good_steps counts finite steps at the scale and is below the window that doubles it (it
+# overflowed at 2^31-1, after which the scale never grew): bounded by the saved window, 0 for a
+# fixed scale, and by the largest --loss-scale-window when no window is recorded.
+G='state\.loss_scaler\.good_steps'
+for case in "good_int_max|2147483647|{'scale': 1024, 'good_steps': 2**31 - 1}|$G = 2147483647 is not a whole number in \[0, 2147483646\] \(finite steps at the scale: below the largest --loss-scale-window\)" \
+            "good_neg|-1|{'scale': 1024, 'good_steps': -1, 'window': 1000}|$G = -1 is not a whole number in \[0, 999\]" \
+            "good_frac|2.5|{'scale': 1024, 'good_steps': 2.5, 'window': 1000}|$G = 2\.5 is not a whole number in \[0, 999\]" \
+            "good_window|1000|{'scale': 1024, 'good_steps': 1000, 'window': 1000}|$G = 1000 is not a whole number in \[0, 999\] \(finite steps at the scale: below state\.loss_scaler\.window = 1000\)" \
+            "good_fixed|1|{'scale': 1024, 'good_steps': 1, 'window': 0}|$G = 1 is not a whole number in \[0, 0\] \(finite steps at the scale: below state\.loss_scaler\.window = 0, a fixed scale\)" \
+            "window_huge|0|{'scale': 1024, 'good_steps': 0, 'window': 2**31}|state\.loss_scaler\.window = 2147483648 is not a whole number in \[0, 2147483647\]"; do
+    IFS='|' read -r name what scaler pattern <<<"$case"
+    mutate "$name" "$good" "m['state']['loss_scaler'] = $scaler"
+    both "$name" "loss_scaler.good_steps $what ($name) is refused" "${M}${pattern}"
+done
+# The control: a scaler at the edge of its window passes both (a bf16 resume ignores it).
+mutate good_edge "$good" "m['state']['loss_scaler'] = {'scale': 1024, 'good_steps': 999, 'window': 1000}"
+if $CK verify "$out/bad/good_edge" > "$out/edge.log" 2>&1 && resume good_edge >> "$out/edge.log" 2>&1; then
+    ok "loss_scaler.good_steps = window - 1 passes ckpt verify and --resume"
+else
+    not_ok "loss_scaler.good_steps = window - 1: $(why "$out/edge.log")"
+fi
+
+# ---- non-finite weights and Adam moments (checksums recomputed: only the value is wrong). They
+# passed verify and --resume trained with every update skipped, exit 0. ckpt verify --finite reads
+# every value and names the first that is not finite; --resume checks what each rank read.
+poison() { rm -rf "$out/bad/$1"; cp -a "$2" "$out/bad/$1"; $PYTHON dev/test/ckpt_tool_check.py poison "$out/bad/$1" "${@:3}" ||
+           not_ok "test bug: poison $1 failed"; }
+for case in "nan_param|h.0.attn.c_attn.weight|param|100|nan" "nan_m|wpe|m|7|nan" "inf_v|h.0.mlp.c_proj.bias|v|3|inf" \
+            "ninf_param|ln_f.bias|param|31|-inf"; do
+    IFS='|' read -r name tensor kind element value <<<"$case"
+    poison "$name" "$good" "$tensor" "$kind" "$element" "$value"
+    t=${tensor//./\\.}
+    if $CK verify "$out/bad/$name" > "$out/$name.log" 2>&1; then ok "$name: plain verify passes (checksums match; values are --finite's)"
+    else not_ok "$name: plain verify: $(why "$out/$name.log")"; fi
+    expect_error "$name: verify --finite names the tensor, kind and element" \
+        "verify failed: .*/bad/$name: tensor $t \($kind\): element $element is -?$value \(not finite\)" $CK verify --finite "$out/bad/$name"
+    expect_error "$name: --resume refuses it, naming the tensor" \
+        "error: --resume: .*/bad/$name: tensor $t \($kind\): element $element is -?$value \(not finite\)" resume "$name"
+done
+resume nan_param > "$out/nan_resume.log" 2>&1
+if ls -d "$out/resumed_nan_param/ckpt/step_"* > /dev/null 2>&1 || grep -q '^step' "$out/nan_resume.log"; then
+    not_ok "a refused resume trained or saved: $(ls "$out/resumed_nan_param/ckpt") $(grep -m2 '^step' "$out/nan_resume.log" | tr '\n' ' ')"
+else ok "a refused resume trains and saves nothing"; fi
+# Two ranks: the value is in rank 1's half of the root unit (wpe), so only rank 1 finds it; both
+# exit 1 with its line, printed once (agreed: no MPI_Abort, no rank prefix).
+poison nan_rank1 "$good" wpe param 1000 nan
+run_np 2 "${T[@]}" -x 3 -o "$out/resumed_np2" --resume "$out/bad/nan_rank1" > "$out/np2.log" 2>&1; rc=$?
+if [ $rc -eq 1 ] && [ "$(grep -c '^error:' "$out/np2.log")" -eq 1 ] &&
+   grep -q '^error: --resume: .*/bad/nan_rank1: tensor wpe (param): element 1000 is nan (not finite)$' "$out/np2.log" &&
+   ! grep -qE 'MPI_ABORT|\[rank' "$out/np2.log"; then
+    ok "np=2: a NaN only rank 1 loads: every rank exits 1 with its message, printed once"
+else
+    not_ok "np=2 NaN on rank 1: exit $rc: $(head -c 400 "$out/np2.log" | tr '\n' '|')"
+fi
+for d in "$good" "$good2"; do
+    if $CK verify --finite "$d" > "$out/finite.log" 2>&1 && grep -q "checksums match, state valid, every value finite$" "$out/finite.log"; then
+        ok "a fresh checkpoint verifies clean with --finite ($(basename "$(dirname "$d")"))"
+    else not_ok "verify --finite of a fresh checkpoint: $(why "$out/finite.log")"; fi
+done
 
 # ---- model config in the state, and llm.c model headers: bounded before any layout or allocation
 mutate cfg_L1e8 "$good" 'm["state"]["config"]["num_layers"] = 10**8'
