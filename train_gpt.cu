@@ -280,12 +280,13 @@ static void norm_forward(Model* model, void* residual, void* out, float* mean, f
                          const void* weight, const void* bias, int N) {
     Kernels* k = &model->dev.kernels;
     const int C = model->config.channels;
+    const float eps = model->config.norm_eps;
     if (model->family->norm == NORM_RMSNORM) {
-        if (b) kernel_residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C);
-        else kernel_rmsnorm_forward(k, out, rstd, a, weight, N, C);
+        if (b) kernel_residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C, eps);
+        else kernel_rmsnorm_forward(k, out, rstd, a, weight, N, C, eps);
     } else {
-        if (b) kernel_residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C);
-        else kernel_layernorm_forward(k, out, mean, rstd, a, weight, bias, N, C);
+        if (b) kernel_residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
+        else kernel_layernorm_forward(k, out, mean, rstd, a, weight, bias, N, C, eps);
     }
 }
 static void norm_backward(Model* model, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,

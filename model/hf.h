@@ -26,11 +26,12 @@
 //   ln_f.bias; also GPT2LMHeadModel's (the same under "transformer.", attn.bias buffers and the
 //   tied lm_head.weight skipped). The head count is not in the tensors: --heads, the file's
 //   __metadata__ n_head, or n_head of the config.json beside it (save_pretrained's), never
-//   guessed; metadata n_layer, n_head, n_embd, n_positions, vocab_size, padded_vocab_size.
+//   guessed; metadata n_layer, n_head, n_embd, n_positions, vocab_size, padded_vocab_size,
+//   layer_norm_epsilon (read back, config.json's layer_norm_epsilon first).
 // - Llama 3 (Hugging Face LlamaForCausalLM): model.embed_tokens.weight [V, C],
 //   model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
-//   mlp.{gate,up,down}_proj}.weight, model.norm.weight, lm_head.weight [V, C]. The head counts
-//   and RoPE are not in the tensors: export writes them to a config.json beside the file
+//   mlp.{gate,up,down}_proj}.weight, model.norm.weight, lm_head.weight [V, C]. The head counts,
+//   positions, RoPE and the RMSNorms' epsilon are not in the tensors: export writes them to a config.json beside the file
 //   (save_pretrained's keys), import requires that config.json; read one file or a shard index.
 #ifndef FSDP_MODEL_HF_H
 #define FSDP_MODEL_HF_H
