@@ -88,13 +88,16 @@ static void gpt2_describe(const ModelConfig* c, int terse, char* out, size_t n) 
 }
 
 // ---- Hugging Face (model/hf.h): GPT2Model's names, Conv1D layout and order are the table's
-// hf_* columns; what no tensor says is the head count and the LayerNorms' epsilon.
+// hf_* columns; what no tensor says is the head count, the LayerNorms' epsilon and the fields of
+// transformers' config that change the math (the config.json beside the file: read, checked
+// against what this GPT-2 computes, and written by the export).
 
-// GPT2LMHeadModel's files also hold each block's attention-mask buffers and the head, which is
-// wte (tied).
+// GPT2LMHeadModel's files also hold each block's attention-mask buffers and may hold the head,
+// lm_head.weight (at the top level: never under "transformer."). The head is no tensor of the
+// table (it is wte): gpt2_hf_head compares it with wte before it is skipped here.
 static int gpt2_hf_ignorable(const char* key) {
+    if (!strcmp(key, "lm_head.weight")) return 1;
     const char* k = strncmp(key, "transformer.", 12) == 0 ? key + 12 : key;
-    if (!strcmp(k, "lm_head.weight")) return 1;
     const size_t n = strlen(k);
     const char* suffix[2] = {".attn.bias", ".attn.masked_bias"};
     for (int i = 0; i < 2; i++) {
@@ -183,9 +186,106 @@ static int gpt2_hf_eps(const HfImport* im, ModelConfig* c, char* err, size_t err
     return 0;
 }
 
+// transformers' GPT-2 config fields that change the math, each against what this GPT-2 computes; an
+// absent key is transformers' default, which is this GPT-2. *tie: tie_word_embeddings.
+// - activation_function: the MLP's GELU is the tanh approximation (kernels' gelu_forward,
+//   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))): "gelu_new", and "gelu_pytorch_tanh" and
+//   "gelu_fast", the same function written another way; "gelu" (erf), "relu", ... refused.
+// - n_inner: the MLP's width, null (4 n_embd) or 4 n_embd.
+// - scale_attn_weights true (scores / sqrt(head size)), scale_attn_by_inverse_layer_idx false
+//   (no further / (layer + 1)), add_cross_attention false (no encoder to attend to).
+// - reorder_and_upcast_attn: either, once it is true or false: true makes transformers fold the
+//   scale into q k^T and compute the scores and softmax in fp32 under fp16/bf16 autocast, the
+//   same attention with other rounding (fsdp.c's attention kernels take scores and softmax in
+//   fp32 whatever the parameter dtype).
+// - tie_word_embeddings (true): the head is wte; gpt2_hf_head holds a file's lm_head.weight to it.
+static int gpt2_hf_math(const HfImport* im, const ModelConfig* c, int* tie, char* err, size_t errlen) {
+    const cJSON* j = im->config_json;
+    const char* path = im->config_path;
+    char text[80];
+    const cJSON* act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
+    if (act) {
+        const char* tanh_gelu[3] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"};
+        int ok = 0;
+        for (int i = 0; i < 3 && cJSON_IsString(act); i++) ok |= !strcmp(act->valuestring, tanh_gelu[i]);
+        if (!ok) {
+            hf_json_text(act, text, sizeof(text));
+            snprintf(err, errlen, "%s: activation_function = %s: fsdp.c's GPT-2 MLP is GELU's tanh approximation, "
+                     "\"gelu_new\" (or \"gelu_pytorch_tanh\" or \"gelu_fast\", the same)", path, text);
+            return 1;
+        }
+    }
+    const cJSON* inner = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
+    uint64_t width;
+    if (inner && !cJSON_IsNull(inner) && !(ckpt_json_uint(inner, 1 << 30, &width) && width == 4 * (uint64_t)c->channels)) {
+        hf_json_text(inner, text, sizeof(text));
+        snprintf(err, errlen, "%s: n_inner = %s: fsdp.c's GPT-2 MLP is 4 x n_embd = %d wide (n_inner null or %d)", path, text,
+                 4 * c->channels, 4 * c->channels);
+        return 1;
+    }
+    // Each key, the value this GPT-2 computes with (transformers' default), and what it means.
+    const struct { const char* key; int want; const char* why; } flags[] = {
+        {"scale_attn_weights", 1, "fsdp.c's GPT-2 divides the attention scores by sqrt(head size)"},
+        {"scale_attn_by_inverse_layer_idx", 0, "fsdp.c's GPT-2 does not divide layer i's attention scores by i + 1"},
+        {"add_cross_attention", 0, "fsdp.c's GPT-2 is a decoder alone (no cross-attention)"},
+    };
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+        const int v = hf_config_bool(im, flags[i].key, flags[i].want, err, errlen);
+        if (v < 0) return 1;
+        if (v != flags[i].want) {
+            snprintf(err, errlen, "%s: %s = %s: %s", path, flags[i].key, v ? "true" : "false", flags[i].why);
+            return 1;
+        }
+    }
+    return hf_config_bool(im, "reorder_and_upcast_attn", 0, err, errlen) < 0 ||
+           (*tie = hf_config_bool(im, "tie_word_embeddings", 1, err, errlen)) < 0;
+}
+
+// The head a GPT2LMHeadModel file may hold (lm_head.weight) against wte: this GPT-2's head is wte,
+// so a file's head is imported only when it is wte, whatever tie_word_embeddings says (a note when
+// that says false); a head that differs is refused (no untied GPT-2 here), and so is an untied
+// head the file lacks (transformers would start it at random).
+static int gpt2_hf_head(HfImport* im, const StTensor* wte, const char* wte_name, int tie, char* err, size_t errlen) {
+    const char* head_name = "lm_head.weight";
+    const int said = im->config_json && cJSON_GetObjectItemCaseSensitive(im->config_json, "tie_word_embeddings");
+    StTensor head;
+    int found;
+    if (st_tensor(&im->set, head_name, head_name, &head, &found, err, errlen)) return 1;
+    if (!found && !tie) {
+        snprintf(err, errlen, "%s: tie_word_embeddings = false, but %s holds no %s: the untied head is not in the file",
+                 im->config_path, im->set.path, head_name);
+        return 1;
+    }
+    if (!found) return 0;
+    if (hf_expect_shape(im, head_name, &head, 2, wte->shape[0], wte->shape[1], err, errlen)) return 1;
+    const size_t n = (size_t)(wte->shape[0] * wte->shape[1]);
+    float* a = (float*)malloc(n * sizeof(float) + 1);
+    float* b = (float*)malloc(n * sizeof(float) + 1);
+    int rc = !a || !b;
+    if (rc) snprintf(err, errlen, "%s: out of memory (%zu bytes) comparing %s with %s", im->set.path, 2 * n * sizeof(float),
+                     head_name, wte_name);
+    else rc = st_read(&im->set, wte, a, err, errlen) || st_read(&im->set, &head, b, err, errlen);
+    const int same = !rc && memcmp(a, b, n * sizeof(float)) == 0;
+    free(a);
+    free(b);
+    if (rc) return 1;
+    if (same && !tie)
+        snprintf(im->note, sizeof(im->note), "note: %s says tie_word_embeddings = false, but %s equals %s: imported as GPT-2's "
+                 "head, which is %s", im->config_path, head_name, wte_name, wte_name);
+    if (same) return 0;
+    if (said)
+        snprintf(err, errlen, "%s: tie_word_embeddings = %s, and %s differs from %s: fsdp.c's GPT-2 has no head of its own "
+                 "(it is %s)", im->config_path, tie ? "true" : "false", head_name, wte_name, wte_name);
+    else
+        snprintf(err, errlen, "%s: %s differs from %s: fsdp.c's GPT-2 has no head of its own (it is %s; tie_word_embeddings "
+                 "is true when no config.json says otherwise)", im->set.path, head_name, wte_name, wte_name);
+    return 1;
+}
+
 // The shape from the tensors (V and C from wte, maxT from wpe, L from the blocks' names), the head
 // count from --heads, the metadata's n_head or config.json's n_head: never guessed (channels / 64
-// is wrong for any other head size), and sources that disagree are refused.
+// is wrong for any other head size), and sources that disagree are refused; config.json's fields
+// that change the math checked (gpt2_hf_math), and a head the file holds (gpt2_hf_head).
 static int gpt2_hf_config(HfImport* im, ModelConfig* c, char* err, size_t errlen) {
     const ModelFamily* f = im->family;
     const char* path = im->set.path;
@@ -238,8 +338,10 @@ static int gpt2_hf_config(HfImport* im, ModelConfig* c, char* err, size_t errlen
     snprintf(wpe_rows, sizeof(wpe_rows), "%s's rows", wpe_name);
     snprintf(wte_rows, sizeof(wte_rows), "%s's rows", wte_name);
     const char* from[4] = {wte_cols, blocks, wpe_rows, wte_rows};
+    int tie = 1;
     if (hf_read_config_json(im, err, errlen) ||
-        (im->config_json && gpt2_config_json_heads(im, c, from, &cfg_heads, err, errlen)))
+        (im->config_json && (gpt2_config_json_heads(im, c, from, &cfg_heads, err, errlen) ||
+                             gpt2_hf_math(im, c, &tie, err, errlen))))
         return 1;
     const char* cfg_path = im->config_path;
     if (meta_heads && cfg_heads && meta_heads != cfg_heads) {
@@ -269,6 +371,7 @@ static int gpt2_hf_config(HfImport* im, ModelConfig* c, char* err, size_t errlen
     if (gpt2_hf_eps(im, c, err, errlen)) return 1;
     const char* bad = model_config_check(c);
     if (bad) { snprintf(err, errlen, "%s: inconsistent model (%s)", path, bad); return 1; }
+    if (gpt2_hf_head(im, &wte, wte_name, tie, err, errlen)) return 1;
     snprintf(im->what, sizeof(im->what), "safetensors");
     snprintf(im->from, sizeof(im->from), " (heads from %s)", heads_from);
     return 0;
@@ -283,6 +386,50 @@ static void gpt2_hf_metadata(const ModelConfig* c, cJSON* meta) {
     hf_meta_int(meta, "vocab_size", c->vocab_size);
     hf_meta_int(meta, "padded_vocab_size", c->padded_vocab_size);
     hf_meta_float(meta, "layer_norm_epsilon", c->norm_eps);
+}
+
+// The keys transformers' save_pretrained writes for a GPT-2 (sorted, as it writes them), with the
+// values this GPT-2 computes with, which are transformers' defaults: GPT2LMHeadModel.from_pretrained
+// of the directory loads the export (it finds GPT2Model's names under its "transformer." prefix
+// and ties lm_head to wte), and the import reads it back. Dropouts are transformers' defaults
+// (fsdp.c trains without dropout; they act only in a transformers training).
+static cJSON* gpt2_hf_config_json(const ModelConfig* c) {
+    cJSON* j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+    cJSON* arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    hf_json_float(j, "attn_pdrop", 0.1f);
+    // <|endoftext|> in GPT-2's vocabulary; in another, null rather than transformers' default
+    // 50256, which would be some other token there (or none).
+    if (c->vocab_size == GPT2_VOCAB) cJSON_AddNumberToObject(j, "bos_token_id", GPT2_EOT);
+    else cJSON_AddNullToObject(j, "bos_token_id");
+    hf_json_float(j, "embd_pdrop", 0.1f);
+    if (c->vocab_size == GPT2_VOCAB) cJSON_AddNumberToObject(j, "eos_token_id", GPT2_EOT);
+    else cJSON_AddNullToObject(j, "eos_token_id");
+    hf_json_float(j, "initializer_range", 0.02f);
+    hf_json_float(j, "layer_norm_epsilon", c->norm_eps);
+    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);   // (older transformers' name of n_positions, in OpenAI's files)
+    cJSON_AddNumberToObject(j, "n_embd", c->channels);
+    cJSON_AddNumberToObject(j, "n_head", c->num_heads);
+    cJSON_AddNullToObject(j, "n_inner");
+    cJSON_AddNumberToObject(j, "n_layer", c->num_layers);
+    cJSON_AddNumberToObject(j, "n_positions", c->max_seq_len);
+    cJSON_AddFalseToObject(j, "reorder_and_upcast_attn");
+    hf_json_float(j, "resid_pdrop", 0.1f);
+    cJSON_AddFalseToObject(j, "scale_attn_by_inverse_layer_idx");
+    cJSON_AddTrueToObject(j, "scale_attn_weights");
+    cJSON_AddNullToObject(j, "summary_activation");   // (the summary_* keys: GPT2DoubleHeadsModel's head, not ours)
+    hf_json_float(j, "summary_first_dropout", 0.1f);
+    cJSON_AddTrueToObject(j, "summary_proj_to_labels");
+    cJSON_AddStringToObject(j, "summary_type", "cls_index");
+    cJSON_AddTrueToObject(j, "summary_use_proj");
+    cJSON_AddTrueToObject(j, "tie_word_embeddings");
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    cJSON_AddTrueToObject(j, "use_cache");
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+    return j;
 }
 
 const ModelFamily gpt2_family = {
@@ -309,5 +456,5 @@ const ModelFamily gpt2_family = {
     .hf_ignorable = gpt2_hf_ignorable,
     .hf_config = gpt2_hf_config,
     .hf_metadata = gpt2_hf_metadata,
-    .hf_config_json = NULL,
+    .hf_config_json = gpt2_hf_config_json,
 };

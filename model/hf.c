@@ -308,6 +308,30 @@ int hf_read_config_json(HfImport* im, char* err, size_t errlen) {
     return 0;
 }
 
+int hf_config_bool(const HfImport* im, const char* key, int dflt, char* err, size_t errlen) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(im->config_json, key);
+    if (!v || cJSON_IsNull(v)) return dflt;
+    if (cJSON_IsBool(v)) return cJSON_IsTrue(v);
+    char text[80];
+    hf_json_text(v, text, sizeof(text));
+    snprintf(err, errlen, "%s: %s = %s is not true or false", im->config_path, key, text);
+    return -1;
+}
+
+void hf_json_text(const cJSON* v, char* out, size_t n) {
+    char* text = cJSON_PrintUnformatted(v);   // (escapes a string's control characters)
+    if (!text) { snprintf(out, n, "(a JSON value)"); return; }
+    size_t len = strlen(text);
+    if (len > 60) {   // cut at a character's start (not inside a UTF-8 sequence)
+        len = 56;
+        while (len > 0 && ((unsigned char)text[len] & 0xC0) == 0x80) len--;
+        snprintf(out, n, "%.*s ...", (int)len, text);
+    } else {
+        snprintf(out, n, "%s", text);
+    }
+    free(text);
+}
+
 int hf_expect_shape(const HfImport* im, const char* name, const StTensor* t, int ndim, uint64_t d0, uint64_t d1,
                     char* err, size_t errlen) {
     if (t->ndim == ndim && t->shape[0] == d0 && (ndim == 1 || t->shape[1] == d1)) return 0;

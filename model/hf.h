@@ -23,11 +23,13 @@
 // tensors' shapes, its config.json, its __metadata__, --heads), the names its files may hold
 // beside its tensors, the metadata and config.json its export writes. The two forms:
 // - GPT-2 (Hugging Face GPT2Model): wte.weight [V, C], wpe.weight, h.N.ln_1.weight, ...,
-//   ln_f.bias; also GPT2LMHeadModel's (the same under "transformer.", attn.bias buffers and the
-//   tied lm_head.weight skipped). The head count is not in the tensors: --heads, the file's
-//   __metadata__ n_head, or n_head of the config.json beside it (save_pretrained's), never
-//   guessed; metadata n_layer, n_head, n_embd, n_positions, vocab_size, padded_vocab_size,
-//   layer_norm_epsilon (read back, config.json's layer_norm_epsilon first).
+//   ln_f.bias; also GPT2LMHeadModel's (the same under "transformer.", attn.bias buffers skipped,
+//   an lm_head.weight imported only when it equals wte). The head count is not in the tensors:
+//   --heads, the file's __metadata__ n_head, or n_head of the config.json beside it
+//   (save_pretrained's), never guessed; that config.json's fields that change the math are
+//   checked (model/gpt2.c says which), its layer_norm_epsilon read (else the metadata's). Export:
+//   metadata n_layer, n_head, n_embd, n_positions, vocab_size, padded_vocab_size,
+//   layer_norm_epsilon, and a config.json for GPT2LMHeadModel.from_pretrained.
 // - Llama 3 (Hugging Face LlamaForCausalLM): model.embed_tokens.weight [V, C],
 //   model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
 //   mlp.{gate,up,down}_proj}.weight, model.norm.weight, lm_head.weight [V, C]. The head counts,
@@ -113,6 +115,12 @@ int hf_layers(const HfImport* im);
 // config_path either way); refused when it is not a regular file of at most 1 MiB holding a
 // JSON object.
 int hf_read_config_json(HfImport* im, char* err, size_t errlen);
+// config.json's `key` as true or false: absent or null is dflt (transformers' default), another
+// value is refused ("PATH: KEY = VALUE is not true or false"); the value, or -1 with a message.
+int hf_config_bool(const HfImport* im, const char* key, int dflt, char* err, size_t errlen);
+// A JSON value of an untrusted file as one short line for a message: as JSON (a string quoted,
+// control characters escaped), cut to about 60 characters.
+void hf_json_text(const struct cJSON* v, char* out, size_t n);
 // "%s: tensor %s has shape [a, b], expected [c, d]" unless t is ndim-D of shape d0 (x d1).
 int hf_expect_shape(const HfImport* im, const char* name, const StTensor* t, int ndim, uint64_t d0, uint64_t d1,
                     char* err, size_t errlen);

@@ -9,14 +9,6 @@
 #include "model/hf.h"
 #include "model/llmc.h"
 
-// The lowest free descriptor: what a reader opens and forgets shows up as a higher one.
-static int lowest_free_fd(void) {
-    int fd = open("/dev/null", O_RDONLY);
-    if (fd < 0) abort();
-    close(fd);
-    return fd;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     char path[600], err[8192];
     snprintf(path, sizeof(path), "%s/model.safetensors", fuzz_dir());

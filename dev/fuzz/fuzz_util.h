@@ -50,4 +50,12 @@ static void fuzz_write(const char* path, const uint8_t* data, size_t size) {
     close(fd);
 }
 
+// The lowest free descriptor: what a reader opens and forgets shows up as a higher one.
+static int lowest_free_fd(void) {
+    int fd = open("/dev/null", O_RDONLY);
+    if (fd < 0) abort();
+    close(fd);
+    return fd;
+}
+
 #endif

@@ -19,12 +19,28 @@
         lm_head.weight, no n_head metadata), and bf16.safetensors (BF16, rounded to nearest even).
         Also save_pretrained-style directories DIR/hf_dir*/model.safetensors (hf.safetensors)
         with the config.json transformers writes (hf_dir), one with a wrong n_embd, one with
-        n_head 0, one without config.json, and one whose metadata n_head disagrees with it.
+        n_head 0, one without config.json, and one whose metadata n_head disagrees with it;
+        and DIR/hf_cfg_*/ with config.json fields that change the math (transformers' GPT-2 config), each
+        either what fsdp.c computes (imported) or not (refused): see CFG_VARIANTS.
+    ckpt_tool_check.py config DIR
+        DIR/config.json (a GPT-2 `ckpt export --safetensors DIR/model.safetensors`) holds exactly
+        the keys and values transformers' save_pretrained writes for a GPT-2 of that shape
+        (REFERENCE_CONFIG, written down from transformers 4.39), plus n_ctx and
+        tie_word_embeddings.
+    ckpt_tool_check.py transformers load DIR LLMC STATE | save DIR | same HF_ST OUR_ST
+        With Hugging Face transformers importable (else one `ok - ... # skip` line):
+        load: GPT2LMHeadModel.from_pretrained(DIR) loads the export with no missing, unexpected
+        or mismatched tensor, lm_head tied to wte, and gives the C model's logits (STATE, as
+        `safetensors` above). save: writes DIR/tied and DIR/untied, save_pretrained of a small
+        random GPT2LMHeadModel (tie_word_embeddings true; false with a head of its own).
+        same: the tensors of HF_ST (transformers') and OUR_ST (an export) are equal, names
+        compared without "transformer.".
 
 Prints `ok - ...` / `not ok - ...` lines; exits 1 if a check failed.
 """
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -235,7 +251,6 @@ def safetensors_variants(src, d):
               "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
               "torch_dtype": "float32", "transformers_version": "4.46.3", "use_cache": True,
               "vocab_size": int(meta["vocab_size"])}
-    import shutil
     for sub, edit in (("hf_dir", {}), ("hf_dir_badembd", {"n_embd": 2 * C}), ("hf_dir_nhead0", {"n_head": 0}),
                       ("hf_dir_noconfig", None)):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
@@ -258,6 +273,130 @@ def safetensors_variants(src, d):
         with open(os.path.join(d, sub, "config.json"), "w") as f:
             json.dump(dict(config, layer_norm_epsilon=eps), f, indent=2)
     write("st_badjson.safetensors", None, data, raw_header=b'{"wte.weight": {"dtype": "F32", ')
+    # The config fields that change the math (model/gpt2.c's gpt2_hf_math and gpt2_hf_head).
+    # A head of its own: lm_head.weight one element away from wte.weight.
+    head = hf["lm_head.weight"].copy()
+    head[7, 3] += 1e-3
+    save_file(dict(hf, **{"lm_head.weight": head}), os.path.join(d, "st_head_diff.safetensors"), metadata={"format": "pt"})
+    nohead = {k: v for k, v in hf.items() if k != "lm_head.weight"}
+    for sub, edit, weights in CFG_VARIANTS:
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+        cfg = {"model_type": "gpt2", "n_head": config["n_head"]} if edit == "minimal" else dict(config, **edit)
+        for k, v in list(cfg.items()):
+            if v == "4C":
+                cfg[k] = 4 * C
+            if v is DELETE:
+                del cfg[k]
+        with open(os.path.join(d, sub, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        path = os.path.join(d, sub, "model.safetensors")
+        if weights == "hf":
+            shutil.copy(os.path.join(d, "hf.safetensors"), path)
+        elif weights == "head_diff":
+            shutil.copy(os.path.join(d, "st_head_diff.safetensors"), path)
+        else:
+            save_file(nohead, path, metadata={"format": "pt"})
+
+
+DELETE = object()
+# (directory, config.json edit, weights): "minimal" is a config.json of model_type and n_head
+# alone (every other key transformers' default); weights "hf" is hf.safetensors (lm_head.weight =
+# wte.weight), "head_diff" its head one element off, "nohead" without lm_head.weight. The ones
+# test_ckpt_tool.sh expects imported, then refused.
+CFG_VARIANTS = (
+    ("hf_cfg_minimal", "minimal", "hf"),
+    ("hf_cfg_tanh", {"activation_function": "gelu_pytorch_tanh", "n_inner": "4C", "reorder_and_upcast_attn": True}, "hf"),
+    ("hf_cfg_untied_same", {"tie_word_embeddings": False}, "hf"),
+    ("hf_cfg_act", {"activation_function": "gelu"}, "hf"),
+    ("hf_cfg_inner", {"n_inner": 100}, "hf"),
+    ("hf_cfg_scale", {"scale_attn_weights": False}, "hf"),
+    ("hf_cfg_layeridx", {"scale_attn_by_inverse_layer_idx": True}, "hf"),
+    ("hf_cfg_cross", {"add_cross_attention": True}, "hf"),
+    ("hf_cfg_bool", {"scale_attn_weights": "yes"}, "hf"),
+    ("hf_cfg_untied_diff", {"tie_word_embeddings": False}, "head_diff"),
+    ("hf_cfg_tied_diff", {"tie_word_embeddings": True}, "head_diff"),
+    ("hf_cfg_untied_nohead", {"tie_word_embeddings": False}, "nohead"),
+)
+
+# What transformers 4.39's save_pretrained writes for a GPT-2 of this shape (the
+# defaults: what fsdp.c's GPT-2 computes), with transformers_version left out; the export adds
+# n_ctx (OpenAI's files' name of n_positions) and tie_word_embeddings (save_pretrained leaves
+# out a value equal to PretrainedConfig's default).
+def reference_config(L, C, NH, maxT, V):
+    return {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+            "bos_token_id": 50256 if V == 50257 else None, "embd_pdrop": 0.1,
+            "eos_token_id": 50256 if V == 50257 else None, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05,
+            "model_type": "gpt2", "n_embd": C, "n_head": NH, "n_inner": None, "n_layer": L, "n_positions": maxT,
+            "reorder_and_upcast_attn": False, "resid_pdrop": 0.1, "scale_attn_by_inverse_layer_idx": False,
+            "scale_attn_weights": True, "summary_activation": None, "summary_first_dropout": 0.1,
+            "summary_proj_to_labels": True, "summary_type": "cls_index", "summary_use_proj": True,
+            "torch_dtype": "float32", "use_cache": True, "vocab_size": V}
+
+
+def check_config(d):
+    import safetensors
+    with safetensors.safe_open(os.path.join(d, "model.safetensors"), "np") as f:
+        meta = f.metadata()
+    L, C, NH, maxT, V = (int(meta[k]) for k in ("n_layer", "n_embd", "n_head", "n_positions", "vocab_size"))
+    with open(os.path.join(d, "config.json")) as f:
+        got = json.load(f)
+    want = dict(reference_config(L, C, NH, maxT, V), n_ctx=maxT, tie_word_embeddings=True)
+    # equal values of equal JSON types (True is not 1, 0.1 not "0.1")
+    bad = sorted(k for k in set(got) | set(want)
+                 if k not in got or k not in want or got[k] != want[k] or type(got[k]) is not type(want[k]))
+    report(not bad, f"config.json of the GPT-2 export: the {len(want)} keys of transformers' save_pretrained "
+           f"(L={L} C={C} NH={NH} maxT={maxT} V={V})", "; ".join(f"{k}: {got.get(k, '(absent)')!r}, expected "
+                                                            f"{want.get(k, '(absent)')!r}" for k in bad[:4]))
+
+
+def transformers_check(argv):
+    try:
+        import torch
+        import transformers
+        from transformers import AutoConfig, GPT2LMHeadModel
+    except Exception as e:  # absent, or too old for this torch
+        what = {"load": "GPT2LMHeadModel.from_pretrained of the GPT-2 export and its logits",
+                "save": "the import of transformers' save_pretrained (tied, untied)"}.get(argv[0], argv[0])
+        print(f"ok - transformers: {what} # skip transformers cannot be imported ({type(e).__name__}: {e})"[:300])
+        return
+    transformers.logging.set_verbosity_error()
+    if argv[0] == "load" and len(argv) == 4:
+        import torch_gpt2 as tg
+        import torch_reference as tr
+        d, llmc_path, state_path = argv[1:]
+        m, info = GPT2LMHeadModel.from_pretrained(d, output_loading_info=True)
+        m.eval()
+        bad = {k: v for k, v in info.items() if v}
+        tied = m.lm_head.weight.data_ptr() == m.transformer.wte.weight.data_ptr()
+        report(not bad and tied, f"transformers {transformers.__version__}: GPT2LMHeadModel.from_pretrained loads "
+               f"the export (config.json + GPT2Model names), every tensor, lm_head tied to wte",
+               f"loading info {bad}, lm_head tied: {tied}")
+        cfg, _ = tg.read_model_file(llmc_path)
+        state = tr.read_state(state_path, cfg)
+        x = torch.from_numpy(state["x"].astype(np.int64)).view(state["B"], state["T"])
+        with torch.no_grad():
+            ref = m(x).logits.double().numpy()
+        c = state["logits"].astype(np.float64).reshape(state["B"], state["T"], cfg.Vp)[:, :, :cfg.V]
+        diff = float(np.abs(c - ref).max())
+        tol = tr.LOGITS_RTOL * float(np.abs(ref).max()) + tr.LOGITS_ATOL
+        report(diff <= tol, f"transformers' logits on the export = train_gpt's [{state['B']}x{state['T']}x{cfg.V}]",
+               f"max|diff| {diff:.3g} {'<=' if diff <= tol else '>'} tol {tol:.3g}")
+    elif argv[0] == "save" and len(argv) == 2:
+        torch.manual_seed(0)
+        for sub, tie in (("tied", True), ("untied", False)):
+            c = AutoConfig.for_model("gpt2", n_layer=2, n_head=4, n_embd=64, n_positions=64, tie_word_embeddings=tie)
+            GPT2LMHeadModel(c).save_pretrained(os.path.join(argv[1], sub))
+        print(f"ok - transformers {transformers.__version__}: save_pretrained of a tied and an untied GPT2LMHeadModel")
+    elif argv[0] == "same" and len(argv) == 3:
+        from safetensors.numpy import load_file
+        a = {k.removeprefix("transformer."): v for k, v in load_file(argv[1]).items()}
+        b = load_file(argv[2])
+        differ = sorted(k for k in set(a) | set(b) if k not in a or k not in b or not np.array_equal(a[k], b[k]))
+        report(not differ, f"the import of transformers' save_pretrained exports its {len(b)} tensors bitwise",
+               f"differ: {differ[:4]}")
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
 
 
 def main(argv):
@@ -267,6 +406,10 @@ def main(argv):
         flip(argv[2], int(argv[3]))
     elif len(argv) == 4 and argv[1] == "variants":
         safetensors_variants(argv[2], argv[3])
+    elif len(argv) == 3 and argv[1] == "config":
+        check_config(argv[2])
+    elif len(argv) >= 3 and argv[1] == "transformers":
+        transformers_check(argv[2:])
     else:
         print(__doc__, file=sys.stderr)
         return 2

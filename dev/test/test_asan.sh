@@ -149,21 +149,32 @@ for k, s in {"ln_1.weight": [C], "ln_1.bias": [C], "attn.c_attn.weight": [C, 3 *
              "attn.c_proj.weight": [C, C], "attn.c_proj.bias": [C], "ln_2.weight": [C], "ln_2.bias": [C],
              "mlp.c_fc.weight": [C, 4 * C], "mlp.c_fc.bias": [4 * C], "mlp.c_proj.weight": [4 * C, C], "mlp.c_proj.bias": [C]}.items():
     shapes["h.0." + k] = s
-def st(name, overlap=False, n_head=None):
-    header, off = {}, 0
-    for k, s in shapes.items():
+def st(name, overlap=False, n_head=None, head=None, config=None):
+    # head: GPT2LMHeadModel's lm_head.weight, zeros as wte ("same") or ones ("diff"); config: a
+    # config.json beside it (name is then DIR/model.safetensors)
+    header, off, data = {}, 0, b""
+    for k, s in dict(shapes, **({"lm_head.weight": [V, C]} if head else {})).items():
         n = 4
         for x in s: n *= x
         begin = 0 if overlap and k == "wpe.weight" else off
         header[k] = {"dtype": "F32", "shape": s, "data_offsets": [begin, begin + n]}
+        data += struct.pack("<f", 1.0) * (n // 4) if k == "lm_head.weight" and head == "diff" else b"\0" * n
         off += n
     if n_head is not None: header["__metadata__"] = {"n_head": n_head}
     h = json.dumps(header).encode(); h += b" " * (-len(h) % 8)
+    if config is not None:
+        import os
+        os.makedirs(os.path.dirname(f"{d}/{name}"), exist_ok=True)
+        with open(os.path.join(d, os.path.dirname(name), "config.json"), "w") as f: json.dump(config, f)
     with open(f"{d}/{name}", "wb") as f:
-        f.write(struct.pack("<Q", len(h))); f.write(h); f.write(b"\0" * off)
+        f.write(struct.pack("<Q", len(h))); f.write(h); f.write(data)
 st("st_overlap.safetensors", overlap=True, n_head="2")
 st("st_nhead0.safetensors", n_head="0")
 st("st_ok.safetensors", n_head="2")
+# GPT-2 config fields that change the math (model/gpt2.c): a head compared with wte, config.json refusals
+st("st_head_diff.safetensors", n_head="2", head="diff")
+st("cfg_act/model.safetensors", head="same", config={"n_head": 2, "activation_function": "relu"})
+st("cfg_untied/model.safetensors", head="same", config={"n_head": 2, "tie_word_embeddings": False})
 PY
 for m in model_L_int_max model_L_1e8 model_C_0 model_NH_0 model_Vp_small; do
     expect_error "asan: ckpt import of $m.bin" "$m\.bin" $A/ckpt_asan import "$out/$m.bin" "$out/imp_$m" --world 2
@@ -177,6 +188,14 @@ expect_error "asan: ckpt import of safetensors with n_head \"0\"" "st_nhead0\.sa
 if $A/ckpt_asan import "$out/st_ok.safetensors" "$out/imp_ok" --world 2 > "$out/imp_ok.log" 2>&1; then
     ok "asan: ckpt import of a good safetensors file (the control)"
 else not_ok "asan: ckpt import of a good safetensors file: $(tail -n 2 "$out/imp_ok.log" | tr '\n' ' ')"; fi
+expect_error "asan: ckpt import of a GPT-2 whose lm_head.weight is not wte" "st_head_diff\.safetensors: lm_head\.weight differs" \
+    $A/ckpt_asan import "$out/st_head_diff.safetensors" "$out/imp_head_diff" --world 2
+expect_error "asan: ckpt import of a GPT-2 config.json with activation_function relu" "cfg_act/config\.json: activation_function" \
+    $A/ckpt_asan import "$out/cfg_act/model.safetensors" "$out/imp_cfg_act" --world 2
+if $A/ckpt_asan import "$out/cfg_untied/model.safetensors" "$out/imp_cfg_untied" --world 2 > "$out/imp_cfg_untied.log" 2>&1 &&
+   grep -q "^note: .*tie_word_embeddings = false, but lm_head.weight equals wte.weight" "$out/imp_cfg_untied.log"; then
+    ok "asan: ckpt import of a GPT-2 with tie_word_embeddings false and lm_head.weight = wte.weight (a note)"
+else not_ok "asan: ckpt import of an untied GPT-2 whose head is wte: $(tail -n 2 "$out/imp_cfg_untied.log" | tr '\n' ' ')"; fi
 
 # 4. The tokenizer's tests (its bad inputs among them) with tokenize_text_asan.
 case $A in /*) tt=$A/tokenize_text_asan ;; *) tt=$PWD/$A/tokenize_text_asan ;; esac

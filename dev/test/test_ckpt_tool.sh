@@ -21,6 +21,17 @@ common=(--device cpu -b 2 -t 32 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 1)
 why() { tail -n 3 "$@" 2>/dev/null | tr '\n' ' ' | head -c 400; }
 # first val_loss in a metrics file
 first_val() { grep -oE '"val_loss":[-0-9.e+]+' "$1/metrics.jsonl" 2>/dev/null | head -n 1 | cut -d: -f2; }
+# ck_py PYTHON ARGS...: the ok/not ok lines of `PYTHON ckpt_tool_check.py ARGS`, or a not ok
+# naming it when it failed without one
+ck_py() {
+    local py=$1 res rc; shift
+    res=$($py dev/test/ckpt_tool_check.py "$@" 2>&1); rc=$?
+    grep -E '^(not )?ok - ' <<<"$res"
+    if [ $rc -ne 0 ] && ! grep -q '^not ok - ' <<<"$res"; then not_ok "ckpt_tool_check.py $1: $(tail -n 2 <<<"$res" | tr '\n' ' ')"; fi
+}
+# The transformers checks run with TRANSFORMERS_PYTHON (a Python that has transformers), else
+# $PYTHON, which has none: they then print one skip line each.
+TF_PYTHON=${TRANSFORMERS_PYTHON:-$PYTHON}
 # ok/not ok on a command's status
 check() {
     local name=$1; shift
@@ -170,6 +181,61 @@ if $CK import "$out/bad/hf_dir/model.safetensors" "$out/imphfdir" --world 2 > "$
 else
     not_ok "import with config.json: $(why "$out/hfdir.log") $(cmp "$out/a.bin" "$out/hfdir.bin" 2>&1)"
 fi
+# GPT-2's config.json: the export writes the keys transformers' save_pretrained writes (against
+# a copy of its output), its directory imports with no --heads and exports again byte-identical,
+# config.json too; beside a file without n_head metadata it gives the head count.
+mkdir -p "$out/gst" "$out/gst2" "$out/gsthf"
+if $CK export "$step1" --safetensors "$out/gst/model.safetensors" > "$out/gst.log" 2>&1 &&
+   grep -q "^wrote $out/gst/config.json" "$out/gst.log" &&
+   $CK import "$out/gst" "$out/gstimp" --world 2 >> "$out/gst.log" 2>&1 &&
+   $CK export "$out/gstimp" --safetensors "$out/gst2/model.safetensors" >> "$out/gst.log" 2>&1 &&
+   cmp -s "$out/gst/model.safetensors" "$out/gst2/model.safetensors" && cmp -s "$out/gst/config.json" "$out/gst2/config.json"; then
+    ok "GPT-2 safetensors export writes config.json; its directory imports with no --heads and exports byte-identical, config.json too"
+else
+    not_ok "GPT-2 export with config.json, round trip: $(why "$out/gst.log") $(cmp "$out/gst/config.json" "$out/gst2/config.json" 2>&1)"
+fi
+ck_py "$PYTHON" config "$out/gst"
+cp "$out/bad/hf.safetensors" "$out/gsthf/model.safetensors"
+cp "$out/gst/config.json" "$out/gsthf/config.json"
+if $CK import "$out/gsthf/model.safetensors" "$out/gsthfimp" --world 1 > "$out/gsthf.log" 2>&1 &&
+   grep -q "heads from .*gsthf/config.json n_head" "$out/gsthf.log" &&
+   $CK export "$out/gsthfimp" --llmc "$out/gsthf.bin" >> "$out/gsthf.log" 2>&1 && cmp -s "$out/a.bin" "$out/gsthf.bin"; then
+    ok "the export's config.json beside a GPT2LMHeadModel-style file (no n_head metadata) gives its 4 heads; same weights"
+else
+    not_ok "the export's config.json beside a GPT2LMHeadModel-style file: $(why "$out/gsthf.log") $(cmp "$out/a.bin" "$out/gsthf.bin" 2>&1)"
+fi
+# config.json fields that change the math, set to what fsdp.c computes (or absent: transformers'
+# defaults): imported, the same weights. (Each other value is refused: section 6.)
+for vd in "hf_cfg_minimal|model_type and n_head alone: transformers' defaults" \
+          "hf_cfg_tanh|gelu_pytorch_tanh, n_inner 4 x n_embd, reorder_and_upcast_attn true" \
+          "hf_cfg_untied_same|tie_word_embeddings false, lm_head.weight = wte.weight: a note"; do
+    v=${vd%%|*}
+    if $CK import "$out/bad/$v/model.safetensors" "$out/imp_$v" --world 1 > "$out/$v.log" 2>&1 &&
+       $CK export "$out/imp_$v" --llmc "$out/$v.bin" >> "$out/$v.log" 2>&1 && cmp -s "$out/a.bin" "$out/$v.bin" &&
+       { [ $v != hf_cfg_untied_same ] ||
+         grep -q "^note: .*hf_cfg_untied_same/config.json says tie_word_embeddings = false, but lm_head.weight equals wte.weight" "$out/$v.log"; }; then
+        ok "import of $v (${vd#*|}): same weights"
+    else
+        not_ok "import of $v: $(why "$out/$v.log") $(cmp "$out/a.bin" "$out/$v.bin" 2>&1)"
+    fi
+done
+# transformers itself (TRANSFORMERS_PYTHON): GPT2LMHeadModel.from_pretrained loads the export and
+# gives train_gpt's logits; its save_pretrained imports (tied: the same tensors; untied: refused).
+ck_py "$TF_PYTHON" transformers load "$out/gst" "$out/a.bin" "$out/state.bin"
+saved=$(ck_py "$TF_PYTHON" transformers save "$out/tf")
+echo "$saved"
+if ! grep -q '# skip' <<<"$saved" && [ -f "$out/tf/tied/model.safetensors" ]; then
+    mkdir -p "$out/tfexp"
+    if $CK import "$out/tf/tied" "$out/tfimp" --world 1 > "$out/tf.log" 2>&1 &&
+       $CK export "$out/tfimp" --safetensors "$out/tfexp/model.safetensors" >> "$out/tf.log" 2>&1; then
+        ck_py "$TF_PYTHON" transformers same "$out/tf/tied/model.safetensors" "$out/tfexp/model.safetensors"
+    else
+        not_ok "import of transformers' save_pretrained (tied): $(why "$out/tf.log")"
+    fi
+    expect_error "import of transformers' save_pretrained with tie_word_embeddings=False (a head of its own)" \
+        "tf/untied/config.json: tie_word_embeddings = false, and lm_head.weight differs from wte.weight" \
+        $CK import "$out/tf/untied" "$out/imp_x" --world 1
+fi
 if $CK import "$out/bad/bf16.safetensors" "$out/impbf" --world 1 > "$out/bf.log" 2>&1 &&
    $CK export "$out/impbf" --llmc "$out/bf.bin" --dtype bf16 >> "$out/bf.log" 2>&1 && cmp -s "$out/a1_16.bin" "$out/bf.bin"; then
     ok "import of a BF16 safetensors file equals the bf16 llm.c export"
@@ -315,6 +381,40 @@ expect_error "import: config.json with n_head 0" "hf_dir_nhead0/config.json: n_h
 expect_error "import: metadata n_head disagreeing with config.json" \
     "hf_dir_disagree/model.safetensors: __metadata__ n_head 2 disagrees with .*hf_dir_disagree/config.json's n_head 4" \
     $CK import "$out/bad/hf_dir_disagree/model.safetensors" "$out/imp_x" --world 2
+# transformers' GPT-2 config fields that change the math, set to what fsdp.c does not compute;
+# a head that is not wte (tie_word_embeddings false or true: no untied GPT-2 here), or an untied
+# head missing.
+gcfg="$out/bad"
+expect_error "import: config.json activation_function \"gelu\" (erf, not tanh)" \
+    "hf_cfg_act/config.json: activation_function = \"gelu\": fsdp.c's GPT-2 MLP is GELU's tanh approximation" \
+    $CK import "$gcfg/hf_cfg_act/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: config.json n_inner 100 (not 4 x n_embd)" \
+    "hf_cfg_inner/config.json: n_inner = 100: fsdp.c's GPT-2 MLP is 4 x n_embd = 256 wide" \
+    $CK import "$gcfg/hf_cfg_inner/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: config.json scale_attn_weights false" \
+    "hf_cfg_scale/config.json: scale_attn_weights = false: fsdp.c's GPT-2 divides the attention scores by sqrt\(head size\)" \
+    $CK import "$gcfg/hf_cfg_scale/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: config.json scale_attn_by_inverse_layer_idx true" \
+    "hf_cfg_layeridx/config.json: scale_attn_by_inverse_layer_idx = true: " \
+    $CK import "$gcfg/hf_cfg_layeridx/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: config.json add_cross_attention true" \
+    "hf_cfg_cross/config.json: add_cross_attention = true: fsdp.c's GPT-2 is a decoder alone" \
+    $CK import "$gcfg/hf_cfg_cross/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: config.json scale_attn_weights \"yes\"" \
+    "hf_cfg_bool/config.json: scale_attn_weights = \"yes\" is not true or false" \
+    $CK import "$gcfg/hf_cfg_bool/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: tie_word_embeddings false and an lm_head.weight that is not wte" \
+    "hf_cfg_untied_diff/config.json: tie_word_embeddings = false, and lm_head.weight differs from wte.weight" \
+    $CK import "$gcfg/hf_cfg_untied_diff/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: tie_word_embeddings true and an lm_head.weight that is not wte" \
+    "hf_cfg_tied_diff/config.json: tie_word_embeddings = true, and lm_head.weight differs from wte.weight" \
+    $CK import "$gcfg/hf_cfg_tied_diff/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: tie_word_embeddings false and no lm_head.weight" \
+    "hf_cfg_untied_nohead/config.json: tie_word_embeddings = false, but .*hf_cfg_untied_nohead/model.safetensors holds no lm_head.weight" \
+    $CK import "$gcfg/hf_cfg_untied_nohead/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: no config.json and an lm_head.weight that is not wte" \
+    "st_head_diff.safetensors: lm_head.weight differs from wte.weight: fsdp.c's GPT-2 has no head of its own" \
+    $CK import "$gcfg/st_head_diff.safetensors" "$out/imp_x" --world 2 --heads 4
 if [ -e "$out/imp_x" ] && [ -n "$(ls -A "$out/imp_x" 2>/dev/null)" ]; then not_ok "failed imports leave nothing in OUT_ROOT: $(ls "$out/imp_x")"
 else ok "failed imports leave nothing in OUT_ROOT"; fi
 if $CK --help | grep -q 'ckpt import SRC OUT_ROOT'; then ok "ckpt --help"; else not_ok "ckpt --help: no usage"; fi
