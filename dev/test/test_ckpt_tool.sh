@@ -593,6 +593,23 @@ sys.exit(any(a[k] != b[k] for k in keys))' "$out/lvar/custom/config.json" "$out/
 else
     not_ok "--resume of the custom Llama import without model flags: $(grep -m1 -E '^error|^model' "$out/lcustom_run.log" || why "$out/lcustom_run.log")"
 fi
+# The same custom Llama as Hugging Face's sharded form, 2 shards + index: imported into the single
+# file's rank files, resumed with no model flags, trained the same 2 steps and exported to the
+# single file's export, byte for byte (weights and config.json).
+mkdir -p "$out/lcsh_exp"
+if $PYTHON "$HF" shard "$out/lvar/custom/model.safetensors" "$out/lcsh" 2 > "$out/lcsh.log" 2>&1 &&
+   $CK import "$out/lcsh/model.safetensors.index.json" "$out/lcshimp" --world 2 >> "$out/lcsh.log" 2>&1 &&
+   grep -q 'safetensors in 2 shards (Hugging Face Llama), L=2 NH=4 KVH=2 C=64 F=96 maxT=2097152 V=50257 Vp=50304 eps=1e-06' "$out/lcsh.log" &&
+   cmp -s "$out/lcustom/step_00000000/rank_00000.bin" "$out/lcshimp/step_00000000/rank_00000.bin" &&
+   cmp -s "$out/lcustom/step_00000000/rank_00001.bin" "$out/lcshimp/step_00000000/rank_00001.bin" &&
+   ./train_gpt "${common[@]}" "${lval[@]}" -x 2 --ckpt-every 2 --resume "$out/lcshimp" -o "$out/lcsh_run" >> "$out/lcsh.log" 2>&1 &&
+   $CK export "$out/lcsh_run" --safetensors "$out/lcsh_exp/model.safetensors" >> "$out/lcsh.log" 2>&1 &&
+   cmp -s "$out/lcustom_exp/model.safetensors" "$out/lcsh_exp/model.safetensors" &&
+   cmp -s "$out/lcustom_exp/config.json" "$out/lcsh_exp/config.json"; then
+    ok "the custom Llama in 2 shards + index: import = the single file's rank files; resume (no model flags), 2 steps, export = the single file's export, byte for byte"
+else
+    not_ok "the custom Llama in 2 shards: $(why "$out/lcsh.log") $(cmp "$out/lcustom_exp/model.safetensors" "$out/lcsh_exp/model.safetensors" 2>&1)"
+fi
 expect_error "import of a Llama safetensors with --heads disagreeing with config.json" \
     "--heads 2 disagrees with .*lhf/config.json's num_attention_heads 4" \
     $CK import "$out/lhf/model.safetensors" "$out/limp_x" --world 2 --heads 2
