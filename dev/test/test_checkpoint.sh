@@ -279,6 +279,15 @@ fi
 expect_error "-m d2 on a 3-layer checkpoint: the preset's fields named" \
     "the checkpoint's model has --layers 3 \(given 2 by -m d2\), --channels 64 \(given 128 by -m d2\), --max-seq 64 \(given 1024 by -m d2\)" \
     "${noshape[@]}" -b 12 --stop-at-step 11 -o "$out/bad_preset" --resume "$src" -m d2
+# --plan --resume plans the checkpoint's model (no model flags given), and refuses a conflict.
+if plan=$("${noshape[@]}" -b 6 --plan --plan-world 2 --resume "$src" 2>&1) &&
+   grep -qxF -- "--plan: the model of $src" <<<"$plan" && grep -q '^model: GPT-2, 3 layers, 2 heads, 64 channels, max_seq 64,' <<<"$plan"; then
+    ok "--plan --resume without model flags plans the checkpoint's model"
+else
+    not_ok "--plan --resume without model flags: $(grep -E '^(error|model|--plan)' <<<"$plan" | tr '\n' ' ')"
+fi
+expect_error "--plan --resume with a conflicting flag" "--resume .*$s10: the checkpoint's model has --layers 3 \(given 5\)" \
+    "${noshape[@]}" -b 6 --plan --plan-world 2 --resume "$src" --layers 5
 # A checkpoint from before the norm's epsilon was a config key (no state.config.norm_eps):
 # resumed as 1e-5, bitwise like the same checkpoint with the key.
 bad noeps
