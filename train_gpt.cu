@@ -280,12 +280,13 @@ static void norm_forward(Model* model, void* residual, void* out, float* mean, f
                          const void* weight, const void* bias, int N) {
     Kernels* k = &model->dev.kernels;
     const int C = model->config.channels;
+    const float eps = model->config.norm_eps;
     if (model->family->norm == NORM_RMSNORM) {
-        if (b) kernel_residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C);
-        else kernel_rmsnorm_forward(k, out, rstd, a, weight, N, C);
+        if (b) kernel_residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C, eps);
+        else kernel_rmsnorm_forward(k, out, rstd, a, weight, N, C, eps);
     } else {
-        if (b) kernel_residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C);
-        else kernel_layernorm_forward(k, out, mean, rstd, a, weight, bias, N, C);
+        if (b) kernel_residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
+        else kernel_layernorm_forward(k, out, mean, rstd, a, weight, bias, N, C, eps);
     }
 }
 static void norm_backward(Model* model, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -520,6 +521,7 @@ typedef struct {
     int bad_in_a_row;                 // steps skipped for a non-finite loss or gradient norm
     // checkpoints
     char ckpt_root[1100];
+    char resume_path[1100];           // the checkpoint --resume loads (every rank's the same), or ""
     RunCkpt ckpt;                     // the writer, whenever there is a checkpoint directory
     StepProfile profile;
     Metrics metrics;
@@ -752,18 +754,41 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
     }
 }
 
-// --resume: loads this rank's pieces of the checkpoint and the data position, and sets the
-// step to continue from. 0 when there is nothing to resume (a fresh start).
+// --resume: the model of the run is the checkpoint's. Rank 0 finds the checkpoint and reads its
+// model, the flags checked against it (or, with auto and none yet, the flags' model, as a fresh
+// run's); every rank gets its answer, so that all build the same model and load the same step
+// (a checkpoint committed meanwhile cannot split them), before anything is sized. An error is
+// one line from rank 0.
+static void resume_model(Run* r, ModelConfig* config, int* file_version, char* notes, size_t notes_len) {
+    struct {
+        int rc, file_version;
+        char path[sizeof(r->resume_path)];
+        ModelConfig config;
+        char notes[1024];
+        ParseError e;
+    } found;
+    memset(&found, 0, sizeof(found));
+    if (r->pg->rank == 0)
+        found.rc = resume_config(r->opt, found.path, sizeof(found.path), &found.config, &found.file_version, found.notes,
+                                 sizeof(found.notes), &found.e);
+    comm_broadcast(r->pg->world_comm, &found, sizeof(found), 0);
+    if (found.rc) fatal_agreed(r->pg, "%s (see --help)", found.e.msg);
+    if (!found.path[0] && r->pg->rank == 0) printf("--resume auto: no checkpoint in %s, starting fresh\n", r->ckpt_root);
+    snprintf(r->resume_path, sizeof(r->resume_path), "%s", found.path);
+    *config = found.config;
+    *file_version = found.file_version;
+    snprintf(notes, notes_len, "%s", found.notes);
+}
+
+// --resume: loads this rank's pieces of the checkpoint resume_model found and the data
+// position, and sets the step to continue from. 0 when there is nothing to resume (a fresh
+// start).
 static int maybe_resume(Run* r, int* start_step) {
     const Options* opt = r->opt;
-    char path[1100] = "", err[1024];
+    const char* path = r->resume_path;
+    char err[1024];
     *start_step = 0;
-    if (!opt->resume) return 0;
-    if (strcmp(opt->resume, "auto") != 0) { if (ckpt_resolve(opt->resume, path, sizeof(path), err, sizeof(err))) fatal(r->pg, "--resume: %s", err); }
-    else if (!ckpt_find_latest(r->ckpt_root, path, sizeof(path))) {
-        if (r->pg->rank == 0) printf("--resume auto: no checkpoint in %s, starting fresh\n", r->ckpt_root);
-        return 0;
-    }
+    if (!path[0]) return 0;
     Fsdp* f = &r->model.fsdp;
     float* const arenas[CKPT_KINDS] = {f->host_master, f->host_m, f->host_v};
     RunState rs;
@@ -844,14 +869,24 @@ int main(int argc, char** argv) {
     ParseError pe;
     ModelConfig config;
     int file_version = 0;
+    char notes[1024] = "", resume_path[1100];  // notes: what the flags changed of a loaded model
     int rc = parse_options(argc, argv, &opt, &pe);
     if (rc == 2) { if (launcher_rank() == 0) print_usage(); return 0; }
-    if (rc == 0) rc = resolve_config(&opt, &config, &file_version, &pe);
+    // The model: the flags' or an --init-from file's; a resumed run's is its checkpoint's, read
+    // once the run holds the checkpoint directory (resume_model), or here by --plan, which
+    // writes nothing.
+    if (rc == 0 && (!opt.resume || opt.plan))
+        rc = opt.resume ? resume_config(&opt, resume_path, sizeof(resume_path), &config, &file_version, notes, sizeof(notes), &pe)
+                        : resolve_config(&opt, &config, &file_version, notes, sizeof(notes), &pe);
     if (rc) {
         if (launcher_rank() == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         return 1;
     }
-    if (opt.plan) return plan_main(&opt, &config, &plan_model_ops);  // no ranks, data or device: the sim
+    if (opt.plan) {  // no ranks, data or device: the sim
+        printf("%s", notes);
+        if (opt.resume) printf("--plan: the model of %s\n", resume_path[0] ? resume_path : "a fresh start (no checkpoint yet)");
+        return plan_main(&opt, &config, &plan_model_ops);
+    }
 
     ProcessGroup pg;
     char err[1024];
@@ -862,7 +897,7 @@ int main(int argc, char** argv) {
     }
     char why[256] = "";
     const char* device = choose_device(opt.device, why, sizeof(why));
-    if (check_run_flags(&opt, &config, pg.world, device, why, &pe)) {
+    if (!opt.resume && check_run_flags(&opt, &config, pg.world, device, why, &pe)) {  // (a resumed run's: below)
         if (pg.rank == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         process_group_finalize(&pg);
         return 1;
@@ -878,21 +913,25 @@ int main(int argc, char** argv) {
     r->pg = &pg;
     r->B = opt.batch_size;
     r->T = opt.seq_len;
-    batch_split(&opt, pg.world, &r->total_tokens, &r->grad_accum);
-    r->global_seqs = r->total_tokens / r->T;
     test_hooks_read(&r->test);
 
     // Checkpoints: where. One job per run directory: rank 0 locks -o's and the checkpoint
     // directory (train_gpt.lock) until it exits, so a relaunch cannot race the ranks of an
     // earlier attempt that live on; nothing is read or written there before. Those directories
     // and --save-model's file are checked writable now, not when the first write comes.
-    if (opt.ckpt_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s", opt.ckpt_dir);
-    else if (opt.output_dir) snprintf(r->ckpt_root, sizeof(r->ckpt_root), "%s/ckpt", opt.output_dir);
+    run_ckpt_root(&opt, r->ckpt_root, sizeof(r->ckpt_root));
     if ((opt.ckpt_every > 0 || (opt.resume && !strcmp(opt.resume, "auto"))) && !r->ckpt_root[0])
         fatal(&pg, "--ckpt-every and --resume auto need -o DIR or --ckpt-dir DIR");
     RunLock run_lock;  // run_lock_acquire initialises it on every rank
     if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model, err, sizeof(err)))
         fatal_agreed(&pg, "%s", err);
+    if (opt.resume) {  // the checkpoint's model, and the flags checked against it
+        resume_model(r, &config, &file_version, notes, sizeof(notes));
+        if (check_run_flags(&opt, &config, pg.world, device, why, &pe)) fatal_agreed(&pg, "%s (see --help)", pe.msg);
+    }
+    if (pg.rank == 0) printf("%s", notes);
+    batch_split(&opt, pg.world, &r->total_tokens, &r->grad_accum);
+    r->global_seqs = r->total_tokens / r->T;
 
     // Data
     r->have_val = opt.val_every > 0 && opt.val_data && opt.val_data[0];
@@ -933,7 +972,7 @@ int main(int argc, char** argv) {
     model_build(model, &config, opt.unit_layers, &pg, &fcfg, &dopt, r->B, r->T);
     // fp16: the backward's loss scale is read where the engine's scaler keeps it.
     model->dev.kernels.loss_scale = fsdp_loss_scale_device(&model->fsdp);
-    if (opt.init_from) {
+    if (opt.init_from && !r->resume_path[0]) {  // (resumed: the checkpoint's weights replace the file's)
         if (model_load_weights(model, opt.init_from, file_version, err, sizeof(err))) fatal(&pg, "%s", err);
     } else {
         model_init_weights(model, opt.seed);

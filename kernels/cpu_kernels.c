@@ -45,7 +45,6 @@ _Static_assert(ATT_KEYS % ATT_Q == 0 && ATT_BWD_KEYS % ATT_Q == 0,
 // Chunks of sum_squares: partial sums live on the stack and are added in a fixed order.
 #define SUMSQ_CHUNKS 256
 
-#define LAYERNORM_EPS 1e-5f
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrt(2/pi)
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
@@ -165,7 +164,7 @@ void encoder_backward(float* restrict dwte, float* restrict dwpe, const float* r
 
 void layernorm_forward(float* restrict out, float* restrict mean, float* restrict rstd,
                        const float* restrict inp, const float* restrict weight,
-                       const float* restrict bias, int N, int C) {
+                       const float* restrict bias, int N, int C, float eps) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
@@ -178,7 +177,7 @@ void layernorm_forward(float* restrict out, float* restrict mean, float* restric
         float var = 0.0f;
         #pragma omp simd reduction(+:var)
         for (int c = 0; c < C; c++) { float d = x[c] - m; var += d * d; }
-        const float s = 1.0f / sqrtf(var / C + LAYERNORM_EPS);
+        const float s = 1.0f / sqrtf(var / C + eps);
         for (int c = 0; c < C; c++) o[c] = ((x[c] - m) * s) * weight[c] + bias[c];
         mean[n] = m;
         rstd[n] = s;

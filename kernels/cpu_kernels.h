@@ -24,10 +24,10 @@ void encoder_forward(float* out, const int* inp, const float* wte, const float* 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
                       int B, int T, int C);
 
-// out = (inp - mean) * rstd * weight + bias per row of C; mean, rstd are [N] (saved for backward).
-// eps = 1e-5 (as GPT-2 / PyTorch's default).
+// out = (inp - mean) * rstd * weight + bias per row of C, rstd = 1 / sqrt(var + eps); mean, rstd
+// are [N] (saved for backward). eps: the model's norm_eps (GPT-2's, PyTorch's default: 1e-5).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C);
+                       const float* weight, const float* bias, int N, int C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C);

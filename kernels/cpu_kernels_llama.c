@@ -8,7 +8,7 @@
 #define COL_TILE 64  // columns per task of a parameter-gradient reduction (fixed order)
 
 void rmsnorm_forward(float* restrict out, float* restrict rstd, const float* restrict inp,
-                     const float* restrict weight, int N, int C) {
+                     const float* restrict weight, int N, int C, float eps) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
@@ -16,7 +16,7 @@ void rmsnorm_forward(float* restrict out, float* restrict rstd, const float* res
         float ss = 0.0f;
         #pragma omp simd reduction(+:ss)
         for (int c = 0; c < C; c++) ss += x[c] * x[c];
-        const float s = 1.0f / sqrtf(ss / C + RMSNORM_EPS);
+        const float s = 1.0f / sqrtf(ss / C + eps);
         for (int c = 0; c < C; c++) y[c] = x[c] * s * weight[c];
         rstd[n] = s;
     }

@@ -13,10 +13,9 @@
 extern "C" {
 #endif
 
-#define RMSNORM_EPS 1e-5f  // Llama 3's norm_eps
-
-// out = inp * rstd * weight per row of C, rstd = 1 / sqrt(mean(inp^2) + eps), saved [N].
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C);
+// out = inp * rstd * weight per row of C, rstd = 1 / sqrt(mean(inp^2) + eps), saved [N]. eps: the
+// model's norm_eps (Llama 3's: 1e-5).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
 // dinp += d/dinp, dweight += sum over rows of dout * inp * rstd.
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int N, int C);

@@ -17,7 +17,8 @@
 //                               x and dout; C <= 8192)
 //                               scratch: layernorm_backward_scratch_bytes(N, C)
 //                               (2 * G * C floats, G = row blocks <= 512)
-//   rmsnorm_forward_cuda        out = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps) [N] fp32.
+//   rmsnorm_forward_cuda        out = x rstd w, rstd = 1 / sqrt(mean(x^2) + eps) [N] fp32 (eps: the
+//                               model's norm_eps, as LayerNorm's; a kernel argument).
 //                               One warp per row, 8 rows per block of 256 threads.
 //                               Reads N C e (x) + C e (w); writes N C e + 4 N.   no scratch
 //   fused_residual_rmsnorm_forward_cuda
@@ -37,10 +38,8 @@
 
 #include <math.h>
 
-#include "kernels/cpu_kernels_llama.h"  // RMSNORM_EPS
 #include "kernels/cuda_common.cuh"
 
-static constexpr float kLayerNormEps = 1e-5f;                // as the CPU twin
 static constexpr int kLayerNormFwdWarps = 8;                 // rows (warps) per block
 static constexpr int kLayerNormBwdMaxBlocks = 512;
 static constexpr int kLayerNormBwdMinRows = 16;
@@ -56,7 +55,7 @@ static __global__ void __launch_bounds__(kLayerNormFwdWarps * 32)
 layernorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict__ mean,
                          float* __restrict__ rstd, const T16* a, const T16* b,
                          const T16* __restrict__ weight, const T16* __restrict__ bias,
-                         int N, int C) {
+                         int N, int C, float eps) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * kLayerNormFwdWarps + (threadIdx.x >> 5);
     if (row >= N) return;  // whole warp
@@ -91,7 +90,7 @@ layernorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict
 #pragma unroll
         for (int k = 0; k < 8; k++) { const float d = v[k] - m; var += d * d; }
     }
-    const float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + kLayerNormEps);
+    const float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + eps);
 
     for (int p = lane; p < C8; p += 32) {
         float v[8], w[8], bb[8];
@@ -115,15 +114,16 @@ static inline void layernorm_check(const char* what, const void* out, const void
                  "%s: tensors must be 16-byte aligned", what);
 }
 
-// out[N,C] = (inp - mean) * rstd * weight + bias; mean, rstd [N] fp32 (NULL: not stored).
+// out[N,C] = (inp - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps); mean, rstd [N]
+// fp32 (NULL: not stored).
 template <class T16>
 static inline void layernorm_forward_cuda(T16* out, float* mean, float* rstd, const T16* inp,
-                                          const T16* weight, const T16* bias, int N, int C,
+                                          const T16* weight, const T16* bias, int N, int C, float eps,
                                           cudaStream_t stream) {
     layernorm_check("layernorm_forward_cuda", out, inp, weight, bias, N, C);
     if (N == 0) return;
     layernorm_forward_kernel<false, T16><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
-        NULL, out, mean, rstd, inp, NULL, weight, bias, N, C);
+        NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, eps);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -132,12 +132,12 @@ template <class T16>
 static inline void fused_residual_layernorm_forward_cuda(T16* residual, T16* out, float* mean,
                                                          float* rstd, const T16* a, const T16* b,
                                                          const T16* weight, const T16* bias,
-                                                         int N, int C, cudaStream_t stream) {
+                                                         int N, int C, float eps, cudaStream_t stream) {
     layernorm_check("fused_residual_layernorm_forward_cuda", out, a, weight, bias, N, C);
     CUDA_REQUIRE(is_aligned16(residual) && is_aligned16(b), "residual and b must be 16-byte aligned");
     if (N == 0) return;
     layernorm_forward_kernel<true, T16><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
-        residual, out, mean, rstd, a, b, weight, bias, N, C);
+        residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -350,7 +350,7 @@ __device__ __forceinline__ Packed128<T16> load_pack(const T16* p, int cnt) {
 template <bool FUSED, bool VEC, class T16>
 static __global__ void __launch_bounds__(kLayerNormFwdWarps * 32)
 rmsnorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict__ rstd, const T16* a, const T16* b,
-                       const T16* __restrict__ weight, int N, int C) {
+                       const T16* __restrict__ weight, int N, int C, float eps) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * kLayerNormFwdWarps + (threadIdx.x >> 5);
     if (row >= N) return;  // whole warp
@@ -375,7 +375,7 @@ rmsnorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict__
 #pragma unroll
         for (int k = 0; k < 8; k++) ss += v[k] * v[k];
     }
-    const float s = 1.0f / sqrtf(warp_reduce_sum(ss) / C + RMSNORM_EPS);
+    const float s = 1.0f / sqrtf(warp_reduce_sum(ss) / C + eps);
 
     // The lane reads back only the residual packs it wrote itself.
     for (int p = lane; p < npacks; p += 32) {
@@ -392,33 +392,33 @@ rmsnorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict__
 
 template <bool FUSED, class T16>
 static inline void rmsnorm_forward_launch(T16* residual, T16* out, float* rstd, const T16* a, const T16* b,
-                                          const T16* weight, int N, int C, cudaStream_t stream) {
+                                          const T16* weight, int N, int C, float eps, cudaStream_t stream) {
     CUDA_REQUIRE(N >= 0 && C > 0, "need N >= 0 and C > 0 (N=%d C=%d)", N, C);
     if (N == 0) return;
     const unsigned grid = ceil_div(N, kLayerNormFwdWarps);
     const bool vec = C % 8 == 0 && all_aligned16(residual, out, a, b, weight);
     if (vec)
         rmsnorm_forward_kernel<FUSED, true><<<grid, kLayerNormFwdWarps * 32, 0, stream>>>(residual, out, rstd, a, b,
-                                                                                         weight, N, C);
+                                                                                         weight, N, C, eps);
     else
         rmsnorm_forward_kernel<FUSED, false><<<grid, kLayerNormFwdWarps * 32, 0, stream>>>(residual, out, rstd, a, b,
-                                                                                          weight, N, C);
+                                                                                          weight, N, C, eps);
     CUDA_LAUNCH_CHECK();
 }
 
-// out[N,C] = inp * rstd * weight; rstd [N] fp32 (NULL: not stored). eps = RMSNORM_EPS.
+// out[N,C] = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps) [N] fp32 (NULL: not stored).
 template <class T16>
 static inline void rmsnorm_forward_cuda(T16* out, float* rstd, const T16* inp, const T16* weight, int N, int C,
-                                        cudaStream_t stream) {
-    rmsnorm_forward_launch<false, T16>(NULL, out, rstd, inp, NULL, weight, N, C, stream);
+                                        float eps, cudaStream_t stream) {
+    rmsnorm_forward_launch<false, T16>(NULL, out, rstd, inp, NULL, weight, N, C, eps, stream);
 }
 
 // residual[N,C] = a + b (T16, may alias a or b); out = rmsnorm(residual) as above.
 template <class T16>
 static inline void fused_residual_rmsnorm_forward_cuda(T16* residual, T16* out, float* rstd, const T16* a,
                                                        const T16* b, const T16* weight, int N, int C,
-                                                       cudaStream_t stream) {
-    rmsnorm_forward_launch<true, T16>(residual, out, rstd, a, b, weight, N, C, stream);
+                                                       float eps, cudaStream_t stream) {
+    rmsnorm_forward_launch<true, T16>(residual, out, rstd, a, b, weight, N, C, eps, stream);
 }
 
 // ----------------------------------------------------------------------------

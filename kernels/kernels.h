@@ -55,11 +55,13 @@ struct Kernels {
     void (*encoder_forward)(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C);
     void (*encoder_backward)(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
                              int accumulate);
+    // eps: the model's norm_eps (every norm forward takes it; the backwards use the saved rstd)
     void (*layernorm_forward)(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
-                              const void* weight, const void* bias, int N, int C);
+                              const void* weight, const void* bias, int N, int C, float eps);
     // residual = a + b, then out = layernorm(residual)
     void (*residual_layernorm_forward)(Kernels* k, void* residual, void* out, float* mean, float* rstd,
-                                       const void* a, const void* b, const void* weight, const void* bias, int N, int C);
+                                       const void* a, const void* b, const void* weight, const void* bias, int N, int C,
+                                       float eps);
     void (*layernorm_backward)(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate);
     void (*matmul_forward)(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
@@ -73,9 +75,9 @@ struct Kernels {
     // The Llama family (kernels/cpu_kernels_llama.h): RMSNorm (rstd [N] fp32), the fused
     // residual add + RMSNorm, rotary embeddings on qkv [B,T,(NH + 2 KVH) hs], and SwiGLU on
     // the fused gate|up projection [N, 2F] -> [N, F].
-    void (*rmsnorm_forward)(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C);
+    void (*rmsnorm_forward)(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C, float eps);
     void (*residual_rmsnorm_forward)(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
-                                     const void* weight, int N, int C);
+                                     const void* weight, int N, int C, float eps);
     void (*rmsnorm_backward)(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
                              const float* rstd, int N, int C, int accumulate);
     void (*rope)(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse);
@@ -126,15 +128,15 @@ static inline void kernel_encoder_backward(Kernels* k, void* dwte, void* dwpe, c
     k->encoder_backward(k, dwte, dwpe, dout, inp, B, T, C, accumulate);
 }
 static inline void kernel_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
-                                            const void* weight, const void* bias, int N, int C) {
+                                            const void* weight, const void* bias, int N, int C, float eps) {
     kernel_starts(k, KERNEL_LAYERNORM, 0);
-    k->layernorm_forward(k, out, mean, rstd, inp, weight, bias, N, C);
+    k->layernorm_forward(k, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 static inline void kernel_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd,
                                                      const void* a, const void* b, const void* weight, const void* bias,
-                                                     int N, int C) {
+                                                     int N, int C, float eps) {
     kernel_starts(k, KERNEL_LAYERNORM, 0);
-    k->residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C);
+    k->residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
 }
 static inline void kernel_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout,
                                              const void* inp, const void* weight, const float* mean, const float* rstd,
@@ -168,14 +170,15 @@ static inline void kernel_crossentropy(Kernels* k, void* logits, float* losses, 
     kernel_starts(k, KERNEL_LOSS, 0);
     k->crossentropy(k, logits, losses, targets, N, V, Vp, dloss);
 }
-static inline void kernel_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+static inline void kernel_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                                          float eps) {
     kernel_starts(k, KERNEL_LAYERNORM, 0);
-    k->rmsnorm_forward(k, out, rstd, inp, weight, N, C);
+    k->rmsnorm_forward(k, out, rstd, inp, weight, N, C, eps);
 }
 static inline void kernel_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a,
-                                                   const void* b, const void* weight, int N, int C) {
+                                                   const void* b, const void* weight, int N, int C, float eps) {
     kernel_starts(k, KERNEL_LAYERNORM, 0);
-    k->residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C);
+    k->residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C, eps);
 }
 static inline void kernel_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp,
                                            const void* weight, const float* rstd, int N, int C, int accumulate) {

@@ -19,13 +19,13 @@ static void cpu_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const vo
     encoder_backward((float*)dwte, (float*)dwpe, (const float*)dout, inp, B, T, C);
 }
 static void cpu_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
-                                  const void* weight, const void* bias, int N, int C) {
-    layernorm_forward((float*)out, mean, rstd, (const float*)inp, (const float*)weight, (const float*)bias, N, C);
+                                  const void* weight, const void* bias, int N, int C, float eps) {
+    layernorm_forward((float*)out, mean, rstd, (const float*)inp, (const float*)weight, (const float*)bias, N, C, eps);
 }
 static void cpu_op_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd, const void* a,
-                                           const void* b, const void* weight, const void* bias, int N, int C) {
+                                           const void* b, const void* weight, const void* bias, int N, int C, float eps) {
     residual_forward((float*)residual, (const float*)a, (const float*)b, (size_t)N * C);
-    layernorm_forward((float*)out, mean, rstd, (const float*)residual, (const float*)weight, (const float*)bias, N, C);
+    layernorm_forward((float*)out, mean, rstd, (const float*)residual, (const float*)weight, (const float*)bias, N, C, eps);
 }
 // accumulate 0 (a fresh gradient buffer): the CPU kernels add, so they start from zero.
 static void cpu_op_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -83,13 +83,14 @@ static const int* cpu_op_tokens(Kernels* k, int slot, const int* host, size_t n)
 static void cpu_op_to_host_async(Kernels* k, void* dst, const void* src, size_t bytes) { if (dst != src) memcpy(dst, src, bytes); }
 static void cpu_op_act_to_host_f32(Kernels* k, float* dst, const void* src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 static void cpu_op_synchronize(Kernels* k) {}
-static void cpu_op_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
-    rmsnorm_forward((float*)out, rstd, (const float*)inp, (const float*)weight, N, C);
+static void cpu_op_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                                   float eps) {
+    rmsnorm_forward((float*)out, rstd, (const float*)inp, (const float*)weight, N, C, eps);
 }
 static void cpu_op_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
-                                            const void* weight, int N, int C) {
+                                            const void* weight, int N, int C, float eps) {
     residual_forward((float*)residual, (const float*)a, (const float*)b, (size_t)N * C);
-    rmsnorm_forward((float*)out, rstd, (const float*)residual, (const float*)weight, N, C);
+    rmsnorm_forward((float*)out, rstd, (const float*)residual, (const float*)weight, N, C, eps);
 }
 static void cpu_op_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp,
                                     const void* weight, const float* rstd, int N, int C, int accumulate) {

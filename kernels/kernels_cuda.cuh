@@ -63,14 +63,14 @@ static void cuda_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const v
 }
 template <class T16>
 static void cuda_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
-                                   const void* weight, const void* bias, int N, int C) {
-    layernorm_forward_cuda(BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C, cuda_of(k)->stream);
+                                   const void* weight, const void* bias, int N, int C, float eps) {
+    layernorm_forward_cuda(BF(out), mean, rstd, CBF(inp), CBF(weight), CBF(bias), N, C, eps, cuda_of(k)->stream);
 }
 template <class T16>
 static void cuda_op_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd, const void* a,
-                                            const void* b, const void* weight, const void* bias, int N, int C) {
+                                            const void* b, const void* weight, const void* bias, int N, int C, float eps) {
     fused_residual_layernorm_forward_cuda(BF(residual), BF(out), mean, rstd, CBF(a), CBF(b), CBF(weight), CBF(bias), N, C,
-                                          cuda_of(k)->stream);
+                                          eps, cuda_of(k)->stream);
 }
 template <class T16>
 static void cuda_op_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
@@ -115,13 +115,15 @@ static void cuda_op_crossentropy(Kernels* k, void* logits, float* losses, const 
     crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, k->loss_scale, cuda_of(k)->stream);
 }
 template <class T16>
-static void cuda_op_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
-    rmsnorm_forward_cuda(BF(out), rstd, CBF(inp), CBF(weight), N, C, cuda_of(k)->stream);
+static void cuda_op_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                                    float eps) {
+    rmsnorm_forward_cuda(BF(out), rstd, CBF(inp), CBF(weight), N, C, eps, cuda_of(k)->stream);
 }
 template <class T16>
 static void cuda_op_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
-                                             const void* weight, int N, int C) {
-    fused_residual_rmsnorm_forward_cuda(BF(residual), BF(out), rstd, CBF(a), CBF(b), CBF(weight), N, C, cuda_of(k)->stream);
+                                             const void* weight, int N, int C, float eps) {
+    fused_residual_rmsnorm_forward_cuda(BF(residual), BF(out), rstd, CBF(a), CBF(b), CBF(weight), N, C, eps,
+                                        cuda_of(k)->stream);
 }
 template <class T16>
 static void cuda_op_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp,

@@ -91,12 +91,12 @@ static void sim_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void*
     sim_kernel(clk(k), SIM_WORK_VECTOR, 2 * BTC, bytes);
 }
 static void sim_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp, const void* weight,
-                                  const void* bias, int N, int C) {
+                                  const void* bias, int N, int C, float eps) {
     double e = (double)k->act_bytes, NC = (double)N * C;
     sim_kernel(clk(k), SIM_WORK_VECTOR, 8 * NC, 2 * NC * e + 8.0 * N + 2.0 * C * e);
 }
 static void sim_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd, const void* a,
-                                           const void* b, const void* weight, const void* bias, int N, int C) {
+                                           const void* b, const void* weight, const void* bias, int N, int C, float eps) {
     double e = (double)k->act_bytes, NC = (double)N * C;
     sim_kernel(clk(k), SIM_WORK_VECTOR, 9 * NC, 4 * NC * e + 8.0 * N + 2.0 * C * e);
 }
@@ -195,12 +195,13 @@ static void sim_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
 // output and rstd; the backward is LayerNorm's without the bias (the same fp32 partial sums
 // per block of rows on cuda); rope reads and writes the q and k heads; SwiGLU reads gate|up
 // and writes the product, its backward reads dout and gate|up and writes both gradients.
-static void sim_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+static void sim_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                                float eps) {
     double e = (double)k->act_bytes, NC = (double)N * C;
     sim_kernel(clk(k), SIM_WORK_VECTOR, 4 * NC, 2 * NC * e + 4.0 * N + C * e);
 }
 static void sim_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
-                                         const void* weight, int N, int C) {
+                                         const void* weight, int N, int C, float eps) {
     double e = (double)k->act_bytes, NC = (double)N * C;
     sim_kernel(clk(k), SIM_WORK_VECTOR, 5 * NC, 4 * NC * e + 4.0 * N + C * e);
 }

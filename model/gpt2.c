@@ -62,6 +62,7 @@ static int gpt2_preset(const char* name, ModelConfig* c) {
     c->vocab_size = GPT2_VOCAB;
     c->padded_vocab_size = pad_vocab(GPT2_VOCAB);
     c->max_seq_len = 1024;
+    c->norm_eps = MODEL_DEFAULT_NORM_EPS;   // GPT-2's layer_norm_epsilon
     c->num_layers = (int)depth;
     c->num_heads = (int)depth;
     c->channels = (int)depth * 64;
@@ -72,6 +73,12 @@ static int gpt2_preset(const char* name, ModelConfig* c) {
     return 1;
 }
 
+// The manifest's key beyond the common six: the LayerNorms' epsilon (written exactly: a float
+// is a double exactly), which came later: a manifest without it is 1e-5.
+static const ConfigKey gpt2_config_keys[] = {
+    {"norm_eps", offsetof(ModelConfig, norm_eps), 1, MODEL_DEFAULT_NORM_EPS},
+};
+
 static void gpt2_describe(const ModelConfig* c, int terse, char* out, size_t n) {
     if (terse)
         snprintf(out, n, "L=%d NH=%d C=%d maxT=%d V=%d Vp=%d", c->num_layers, c->num_heads, c->channels, c->max_seq_len,
@@ -81,9 +88,9 @@ static void gpt2_describe(const ModelConfig* c, int terse, char* out, size_t n) 
 }
 
 // ---- Hugging Face (model/hf.h): GPT2Model's names, Conv1D layout and order are the table's
-// hf_* columns; what no tensor says is the head count and the fields of transformers' config
-// that change the math (the config.json beside the file: read, checked against what this GPT-2
-// computes, and written by the export).
+// hf_* columns; what no tensor says is the head count, the LayerNorms' epsilon and the fields of
+// transformers' config that change the math (the config.json beside the file: read, checked
+// against what this GPT-2 computes, and written by the export).
 
 // GPT2LMHeadModel's files also hold each block's attention-mask buffers and may hold the head,
 // lm_head.weight (at the top level: never under "transformer."). The head is no tensor of the
@@ -142,6 +149,40 @@ static int gpt2_config_json_heads(const HfImport* im, const ModelConfig* c, cons
         return 1;
     }
     *heads = (int)n;
+    return 0;
+}
+
+// The LayerNorms' epsilon: layer_norm_epsilon of the config.json beside the file, else of the
+// file's __metadata__ (our export's, a string), else transformers' default 1e-5; refused when
+// the two disagree or it is outside model_config_check's range.
+static int gpt2_hf_eps(const HfImport* im, ModelConfig* c, char* err, size_t errlen) {
+    const cJSON* meta = cJSON_GetObjectItemCaseSensitive(im->set.files[0].header, "__metadata__");
+    const cJSON* m = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, "layer_norm_epsilon") : NULL;
+    const cJSON* j = im->config_json ? cJSON_GetObjectItemCaseSensitive(im->config_json, "layer_norm_epsilon") : NULL;
+    if (cJSON_IsNull(j)) j = NULL;
+    double meta_eps = 0.0, eps = MODEL_DEFAULT_NORM_EPS;
+    char* end = NULL;
+    if (m && cJSON_IsString(m)) meta_eps = strtod(m->valuestring, &end);
+    if (m && (!end || end == m->valuestring || *end)) {
+        snprintf(err, errlen, "%s: __metadata__ layer_norm_epsilon is not a number (written as a string)", im->set.path);
+        return 1;
+    }
+    if (j && !cJSON_IsNumber(j)) {
+        snprintf(err, errlen, "%s: layer_norm_epsilon is not a number", im->config_path);
+        return 1;
+    }
+    if (m && j && (float)meta_eps != (float)j->valuedouble) {
+        snprintf(err, errlen, "%s: __metadata__ layer_norm_epsilon %g disagrees with %s's %g", im->set.path, meta_eps,
+                 im->config_path, j->valuedouble);
+        return 1;
+    }
+    if (j) eps = j->valuedouble;
+    else if (m) eps = meta_eps;
+    if (!(eps >= MODEL_MIN_NORM_EPS && eps <= MODEL_MAX_NORM_EPS)) {
+        snprintf(err, errlen, "%s: layer_norm_epsilon = %g is not in [1e-30, 1]", j ? im->config_path : im->set.path, eps);
+        return 1;
+    }
+    c->norm_eps = (float)eps;
     return 0;
 }
 
@@ -327,6 +368,7 @@ static int gpt2_hf_config(HfImport* im, ModelConfig* c, char* err, size_t errlen
                  meta_heads ? "metadata n_head" : cfg_path);
         return 1;
     }
+    if (gpt2_hf_eps(im, c, err, errlen)) return 1;
     const char* bad = model_config_check(c);
     if (bad) { snprintf(err, errlen, "%s: inconsistent model (%s)", path, bad); return 1; }
     if (gpt2_hf_head(im, &wte, wte_name, tie, err, errlen)) return 1;
@@ -343,6 +385,7 @@ static void gpt2_hf_metadata(const ModelConfig* c, cJSON* meta) {
     hf_meta_int(meta, "n_positions", c->max_seq_len);
     hf_meta_int(meta, "vocab_size", c->vocab_size);
     hf_meta_int(meta, "padded_vocab_size", c->padded_vocab_size);
+    hf_meta_float(meta, "layer_norm_epsilon", c->norm_eps);
 }
 
 // The keys transformers' save_pretrained writes for a GPT-2 (sorted, as it writes them), with the
@@ -365,7 +408,7 @@ static cJSON* gpt2_hf_config_json(const ModelConfig* c) {
     if (c->vocab_size == GPT2_VOCAB) cJSON_AddNumberToObject(j, "eos_token_id", GPT2_EOT);
     else cJSON_AddNullToObject(j, "eos_token_id");
     hf_json_float(j, "initializer_range", 0.02f);
-    cJSON_AddRawToObject(j, "layer_norm_epsilon", "1e-05");   // LAYERNORM_EPS (kernels/cpu_kernels.c): until eps is model config
+    hf_json_float(j, "layer_norm_epsilon", c->norm_eps);
     cJSON_AddStringToObject(j, "model_type", "gpt2");
     cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);   // (older transformers' name of n_positions, in OpenAI's files)
     cJSON_AddNumberToObject(j, "n_embd", c->channels);
@@ -404,9 +447,8 @@ const ModelFamily gpt2_family = {
     .preset = gpt2_preset,
     .default_preset = "d12",
     .check = NULL,
-    .config_keys = NULL,
-    .n_config_keys = 0,
-    .config_key_applies = NULL,
+    .config_keys = gpt2_config_keys,
+    .n_config_keys = sizeof(gpt2_config_keys) / sizeof(gpt2_config_keys[0]),
     .describe = gpt2_describe,
     .hf_export_what = "Hugging Face GPT2Model names, F32",
     .hf_alias_prefix = "transformer.",

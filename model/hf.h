@@ -27,12 +27,13 @@
 //   an lm_head.weight imported only when it equals wte). The head count is not in the tensors:
 //   --heads, the file's __metadata__ n_head, or n_head of the config.json beside it
 //   (save_pretrained's), never guessed; that config.json's fields that change the math are
-//   checked (model/gpt2.c says which). Export: metadata n_layer, n_head, n_embd, n_positions,
-//   vocab_size, padded_vocab_size, and a config.json for GPT2LMHeadModel.from_pretrained.
+//   checked (model/gpt2.c says which), its layer_norm_epsilon read (else the metadata's). Export:
+//   metadata n_layer, n_head, n_embd, n_positions, vocab_size, padded_vocab_size,
+//   layer_norm_epsilon, and a config.json for GPT2LMHeadModel.from_pretrained.
 // - Llama 3 (Hugging Face LlamaForCausalLM): model.embed_tokens.weight [V, C],
 //   model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
-//   mlp.{gate,up,down}_proj}.weight, model.norm.weight, lm_head.weight [V, C]. The head counts
-//   and RoPE are not in the tensors: export writes them to a config.json beside the file
+//   mlp.{gate,up,down}_proj}.weight, model.norm.weight, lm_head.weight [V, C]. The head counts,
+//   positions, RoPE and the RMSNorms' epsilon are not in the tensors: export writes them to a config.json beside the file
 //   (save_pretrained's keys), import requires that config.json; read one file or a shard index.
 #ifndef FSDP_MODEL_HF_H
 #define FSDP_MODEL_HF_H

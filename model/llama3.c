@@ -72,6 +72,7 @@ static int llama3_preset(const char* name, ModelConfig* c) {
         c->rope_low_freq_factor = 1.0f;
         c->rope_high_freq_factor = 4.0f;
         c->rope_original_max_pos = 8192;
+        c->norm_eps = MODEL_DEFAULT_NORM_EPS;   // Meta's norm_eps
         const int tiny = i == 0;
         c->vocab_size = tiny ? GPT2_VOCAB : LLAMA3_VOCAB;
         c->padded_vocab_size = pad_vocab(c->vocab_size);
@@ -96,28 +97,18 @@ static const char* llama3_check(const ModelConfig* c) {
     return NULL;
 }
 
-// The manifest's keys beyond the common six: whole numbers, then the RoPE floats (written
-// exactly: a float is a double exactly).
+// The manifest's keys beyond the common six: whole numbers, then the floats (written exactly: a
+// float is a double exactly). norm_eps came later: a manifest without it is 1e-5.
 static const ConfigKey llama3_config_keys[] = {
-    {"num_kv_heads", offsetof(ModelConfig, num_kv_heads), 0},
-    {"ffn_dim", offsetof(ModelConfig, ffn_dim), 0},
-    {"rope_original_max_pos", offsetof(ModelConfig, rope_original_max_pos), 0},
-    {"rope_theta", offsetof(ModelConfig, rope_theta), 1},
-    {"rope_factor", offsetof(ModelConfig, rope_factor), 1},
-    {"rope_low_freq_factor", offsetof(ModelConfig, rope_low_freq_factor), 1},
-    {"rope_high_freq_factor", offsetof(ModelConfig, rope_high_freq_factor), 1},
+    {"num_kv_heads", offsetof(ModelConfig, num_kv_heads), 0, 0.0f},
+    {"ffn_dim", offsetof(ModelConfig, ffn_dim), 0, 0.0f},
+    {"rope_original_max_pos", offsetof(ModelConfig, rope_original_max_pos), 0, 0.0f},
+    {"rope_theta", offsetof(ModelConfig, rope_theta), 1, 0.0f},
+    {"rope_factor", offsetof(ModelConfig, rope_factor), 1, 0.0f},
+    {"rope_low_freq_factor", offsetof(ModelConfig, rope_low_freq_factor), 1, 0.0f},
+    {"rope_high_freq_factor", offsetof(ModelConfig, rope_high_freq_factor), 1, 0.0f},
+    {"norm_eps", offsetof(ModelConfig, norm_eps), 1, MODEL_DEFAULT_NORM_EPS},
 };
-
-// Without RoPE scaling (factor <= 1 in both) the scaling's other parameters mean nothing: a
-// resume does not compare them.
-static int llama3_config_key_applies(const ModelConfig* saved, const ModelConfig* run, const ConfigKey* k) {
-    const int scaled = saved->rope_factor > 1.0f || run->rope_factor > 1.0f;
-    const int scaling_key = k->offset == offsetof(ModelConfig, rope_original_max_pos) ||
-                            k->offset == offsetof(ModelConfig, rope_factor) ||
-                            k->offset == offsetof(ModelConfig, rope_low_freq_factor) ||
-                            k->offset == offsetof(ModelConfig, rope_high_freq_factor);
-    return scaled || !scaling_key;
-}
 
 static void llama3_describe(const ModelConfig* c, int terse, char* out, size_t n) {
     if (terse) {
@@ -261,7 +252,7 @@ static int llama3_hf_rope(const HfImport* im, ModelConfig* c, char* err, size_t 
 }
 
 // What config.json says that the tensors cannot, refused where fsdp.c's Llama differs: the MLP's
-// activation, biases, the norm's epsilon; the head counts, positions, RoPE and a tied head.
+// activation, biases; the head counts, positions, RoPE, the norm's epsilon and a tied head.
 static int llama3_hf_settings(HfImport* im, ModelConfig* c, uint64_t* nh, uint64_t* kvh, char* err, size_t errlen) {
     const cJSON* j = im->config_json;
     const char* cfg_path = im->config_path;
@@ -283,11 +274,11 @@ static int llama3_hf_settings(HfImport* im, ModelConfig* c, uint64_t* nh, uint64
         snprintf(err, errlen, "%s: attention_bias or mlp_bias is true: fsdp.c's Llama has no biases", cfg_path);
         return 1;
     }
-    double eps;
-    const int have_eps = cfg_number(im, j, "rms_norm_eps", "rms_norm_eps", 0, &eps, err, errlen);
-    if (have_eps < 0) return 1;
-    if (have_eps && (float)eps != 1e-5f) {
-        snprintf(err, errlen, "%s: rms_norm_eps = %g, but fsdp.c's RMSNorm adds 1e-05 (Llama 3's)", cfg_path, eps);
+    // rms_norm_eps: missing, transformers' LlamaConfig default (1e-6; Meta's Llama 3 uses 1e-5).
+    double eps = 1e-6;
+    if (cfg_number(im, j, "rms_norm_eps", "rms_norm_eps", 0, &eps, err, errlen) < 0) return 1;
+    if (!(eps >= MODEL_MIN_NORM_EPS && eps <= MODEL_MAX_NORM_EPS)) {
+        snprintf(err, errlen, "%s: rms_norm_eps = %g is not in [1e-30, 1]", cfg_path, eps);
         return 1;
     }
     im->tie = cfg_bool(im, "tie_word_embeddings", 0, err, errlen);
@@ -299,6 +290,7 @@ static int llama3_hf_settings(HfImport* im, ModelConfig* c, uint64_t* nh, uint64
     memset(c, 0, sizeof(*c));
     c->arch = ARCH_LLAMA3;
     c->max_seq_len = (int)max_pos;
+    c->norm_eps = (float)eps;
     return llama3_hf_rope(im, c, err, errlen);
 }
 
@@ -413,7 +405,7 @@ static void llama3_hf_metadata(const ModelConfig* c, cJSON* meta) {
         hf_meta_float(meta, "rope_high_freq_factor", c->rope_high_freq_factor);
         hf_meta_int(meta, "rope_original_max_position_embeddings", c->rope_original_max_pos);
     }
-    cJSON_AddStringToObject(meta, "rms_norm_eps", "1e-05");
+    hf_meta_float(meta, "rms_norm_eps", c->norm_eps);
 }
 
 // The bos and eos tokens of the two vocabularies fsdp.c knows (Llama 3's, GPT-2's), for the
@@ -450,7 +442,7 @@ static cJSON* llama3_hf_config_json(const ModelConfig* c) {
     cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_layers);
     cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_kv_heads);
     cJSON_AddNumberToObject(j, "pretraining_tp", 1);
-    cJSON_AddRawToObject(j, "rms_norm_eps", "1e-05");   // RMSNORM_EPS (kernels/cpu_kernels_llama.h)
+    hf_json_float(j, "rms_norm_eps", c->norm_eps);
     if (c->rope_factor > 1.0f) {
         cJSON* rs = cJSON_AddObjectToObject(j, "rope_scaling");
         hf_json_float(rs, "factor", c->rope_factor);
@@ -486,7 +478,6 @@ const ModelFamily llama3_family = {
     .check = llama3_check,
     .config_keys = llama3_config_keys,
     .n_config_keys = sizeof(llama3_config_keys) / sizeof(llama3_config_keys[0]),
-    .config_key_applies = llama3_config_key_applies,
     .describe = llama3_describe,
     .hf_export_what = "Hugging Face LlamaForCausalLM names, q/k permuted for rotate_half, F32",
     .hf_alias_prefix = NULL,

@@ -59,6 +59,7 @@ int read_model_header(const char* path, ModelConfig* c, int* version, char* err,
     c->arch = ARCH_GPT2;
     c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4];
     c->num_heads = h[5]; c->channels = h[6]; c->padded_vocab_size = h[7];
+    c->norm_eps = MODEL_DEFAULT_NORM_EPS;  // llm.c's GPT-2 (its header has no field for it)
     const char* bad = model_config_check(c);
     if (bad) {
         snprintf(err, errlen, "%s: inconsistent config (%s: maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, bad,
@@ -163,6 +164,11 @@ int llmc_file_create(LlmcFileWriter* w, const char* path, const ModelConfig* c, 
     memset(w, 0, sizeof(*w));  // a zeroed AtomicFile is closed: llmc_file_abort is a no-op
     if (!llmc_has_layout(c)) {  // llm.c's kinds and offsets are GPT-2's
         snprintf(err, errlen, "%s: llm.c model files hold GPT-2 only, not a %s model", path, model_family(c)->title);
+        return 1;
+    }
+    if (c->norm_eps != MODEL_DEFAULT_NORM_EPS) {  // a reader would take 1e-5: refused, not silently changed
+        snprintf(err, errlen, "%s: llm.c model files have no field for the norm epsilon, and this model's is %g (not "
+                 "1e-5): use --safetensors", path, (double)c->norm_eps);
         return 1;
     }
     w->config = *c;

@@ -36,6 +36,25 @@ int family_has_config(const ModelFamily* f, size_t offset) {
     return 0;
 }
 
+// Whether a row of the table has a dimension of size d.
+static int table_uses(const TensorSpec* table, int n, Dim d) {
+    for (int i = 0; i < n; i++)
+        if (table[i].rows == d || table[i].cols == d) return 1;
+    return 0;
+}
+
+int model_config_fixed(const ModelFamily* f, size_t offset) {
+    static const size_t settings[] = {offsetof(ModelConfig, norm_eps), offsetof(ModelConfig, rope_theta),
+                                      offsetof(ModelConfig, rope_factor), offsetof(ModelConfig, rope_low_freq_factor),
+                                      offsetof(ModelConfig, rope_high_freq_factor),
+                                      offsetof(ModelConfig, rope_original_max_pos)};
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
+        if (offset == settings[i]) return 0;
+    if (offset == offsetof(ModelConfig, max_seq_len))
+        return table_uses(f->root, f->n_root, DIM_POSITIONS) || table_uses(f->block, f->n_block, DIM_POSITIONS);
+    return 1;
+}
+
 static const TensorSpec* find_role(const TensorSpec* table, int n, int role) {
     for (int i = 0; i < n; i++)
         if (table[i].role == role) return &table[i];
@@ -140,6 +159,8 @@ const char* model_config_check(const ModelConfig* c) {
         return "vocab_size is implausibly large (> 2^26)";
     if (c->channels % c->num_heads != 0) return "channels is not a multiple of num_heads";
     if (c->padded_vocab_size < c->vocab_size) return "padded_vocab_size < vocab_size";
+    // (written so that a NaN fails it)
+    if (!(c->norm_eps >= MODEL_MIN_NORM_EPS && c->norm_eps <= MODEL_MAX_NORM_EPS)) return "norm_eps is not in [1e-30, 1]";
     const ModelFamily* f = model_family(c);
     if (!f) return "unknown architecture";
     const char* bad = f->check ? f->check(c) : NULL;
@@ -170,8 +191,11 @@ size_t model_num_parameters(const ModelConfig* c) {
 
 void model_describe(const ModelConfig* c, int terse, char* out, size_t n) {
     const ModelFamily* f = model_family(c);
-    if (f) f->describe(c, terse, out, n);
-    else snprintf(out, n, "unknown model family %d", c->arch);
+    if (!f) { snprintf(out, n, "unknown model family %d", c->arch); return; }
+    f->describe(c, terse, out, n);
+    const size_t at = strlen(out);
+    if (c->norm_eps != MODEL_DEFAULT_NORM_EPS && at < n)
+        snprintf(out + at, n - at, terse ? " eps=%g" : ", norm eps %g", (double)c->norm_eps);
 }
 
 void model_rope_text(const ModelConfig* c, char* out, size_t n) {

@@ -40,6 +40,11 @@ extern "C" {
 #define MODEL_MAX_BLOCK_TENSORS 12   // the most tensors a family's block has (GPT-2's)
 #define MODEL_MAX_LAYERS_PER_UNIT (FLAT_UNIT_MAX_TENSORS / MODEL_MAX_BLOCK_TENSORS)
 #define LLAMA_MAX_FFN (1 << 20)
+// The norms' epsilon: what GPT-2's and Llama 3's presets, llm.c model files and checkpoints from
+// before it was a config key say; model_config_check's range for it.
+#define MODEL_DEFAULT_NORM_EPS 1e-5f
+#define MODEL_MIN_NORM_EPS 1e-30
+#define MODEL_MAX_NORM_EPS 1.0
 
 // The families, in model_families' order (ModelConfig.arch indexes it).
 enum { ARCH_GPT2 = 0, ARCH_LLAMA3 = 1, NUM_ARCHS };
@@ -52,6 +57,7 @@ typedef struct {
     int num_heads;
     int channels;
     int arch;           // the family: ARCH_GPT2, ARCH_LLAMA3
+    float norm_eps;     // every norm's epsilon (LayerNorm's, RMSNorm's): x / sqrt(var + eps)
     // Read only by the families whose config keys name them (zero otherwise):
     int num_kv_heads;   // grouped-query attention: heads of k and v (divides num_heads)
     int ffn_dim;        // the gated MLP's hidden width F
@@ -147,6 +153,9 @@ typedef struct {
     const char* key;
     size_t offset;           // offsetof(ModelConfig, field)
     int is_float;
+    // What a manifest without the key (written before the key existed) means: 0, nothing (the
+    // key is required); else the value every model had then (norm_eps: 1e-5).
+    float absent;
 } ConfigKey;
 
 typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
@@ -177,8 +186,6 @@ typedef struct ModelFamily {
     // The manifest's state.config keys beyond the common six.
     const ConfigKey* config_keys;
     int n_config_keys;
-    // Whether config key k is compared when a checkpoint is resumed (NULL: always).
-    int (*config_key_applies)(const ModelConfig* saved, const ModelConfig* run, const ConfigKey* k);
     // "Llama 3, 4 layers, 4 heads (2 kv heads), 256 channels, SwiGLU 768, RoPE theta 500000"
     // (the model line of train_gpt and --plan, before the sequence and vocabulary), or terse
     // "L=4 NH=4 KVH=2 C=256 F=768 maxT=1024 V=50257 Vp=50304" (the ckpt tool's).
@@ -215,6 +222,11 @@ void model_family_names(int quote, char* out, size_t n);
 // Whether the family's config keys include the field at `offset` (offsetof(ModelConfig, f)):
 // the flags that set a field apply to the families that have it.
 int family_has_config(const ModelFamily* f, size_t offset);
+// Whether a config field (its offset) is fixed by the model's weights: the family, layers,
+// widths, heads, vocabulary, and the positions of a family with learned positions (a tensor of
+// DIM_POSITIONS rows); else it is a setting a resumed run may change (RoPE's, the norm's
+// epsilon, the longest sequence of a RoPE family).
+int model_config_fixed(const ModelFamily* f, size_t offset);
 // A table row's role, or NULL when the family has no tensor of that role.
 const TensorSpec* family_root_role(const ModelFamily* f, int role);
 const TensorSpec* family_block_role(const ModelFamily* f, int role);
@@ -245,15 +257,17 @@ size_t model_tensor_offset(const ModelConfig* c, int i);
 int pad_vocab(int v);
 // NULL when the config is one a model can be built from, else what is wrong with it: an unknown
 // family, a dimension < 1 or above the MODEL_MAX_* bounds, heads not dividing channels, padded
-// vocabulary below the vocabulary, more than MODEL_MAX_PARAMETERS in all, or the family's own
-// checks. Safe on any values.
+// vocabulary below the vocabulary, norm_eps outside [MODEL_MIN_NORM_EPS, MODEL_MAX_NORM_EPS],
+// more than MODEL_MAX_PARAMETERS in all, or the family's own checks. Safe on any values.
 const char* model_config_check(const ModelConfig* c);
 // A preset of any family (model/gpt2.c, model/llama3.c say which): the whole config. Non-zero
 // for an unknown name.
 int preset_config(const char* name, ModelConfig* c);
 // Every parameter, padded vocabulary rows included.
 size_t model_num_parameters(const ModelConfig* c);
-// The family's describe (an unknown family: "unknown model family N").
+// The family's describe (an unknown family: "unknown model family N"), then ", norm eps 1e-06"
+// (terse: " eps=1e-06") when norm_eps is not MODEL_DEFAULT_NORM_EPS (the default left unsaid, so
+// that the lines of default models read as before it was a setting).
 void model_describe(const ModelConfig* c, int terse, char* out, size_t n);
 // A RoPE family's positions: "theta 500000, no scaling", or "theta 500000, llama3 scaling:
 // factor 8, low_freq_factor 1, high_freq_factor 4, original_max_pos 8192" (Llama 3.1's).

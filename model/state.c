@@ -200,6 +200,10 @@ int model_checkpoint_config(const Ckpt* c, ModelConfig* cfg, char* err, size_t e
             continue;
         }
         const cJSON* v = cJSON_GetObjectItemCaseSensitive(conf, k->key);
+        if (!v && k->absent != 0.0f) {   // written before the key existed
+            *config_float(cfg, k) = k->absent;
+            continue;
+        }
         if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) < 1e30)) {
             snprintf(err, errlen, "%s/manifest.json: %s is missing or not a finite number", c->dir, what);
             return 1;
@@ -327,6 +331,9 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
         ckpt_close(&c);
         return 1;
     }
+    // The run built the checkpoint's model (train_gpt reads its config first): what the weights
+    // fix must still agree (a checkpoint replaced since would not); the settings (RoPE's, the
+    // norm's epsilon, a RoPE family's positions) may be the run's own (model_config_fixed).
     ModelConfig mine = m->config;
     int *a[CONFIG_KEYS], *b[CONFIG_KEYS];
     config_fields(&saved, a);
@@ -337,18 +344,18 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
         ckpt_close(&c);
         return 1;
     }
+    const ModelFamily* fam = model_family(&mine);
     for (int i = 0; i < CONFIG_KEYS; i++)
-        if (*a[i] != *b[i]) {
+        if (*a[i] != *b[i] && model_config_fixed(fam, (size_t)((char*)a[i] - (char*)&saved))) {
             snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d "
                      "(saved: %d layers, %d heads, %d channels, %d positions)",
                      dir, config_keys[i], *a[i], *b[i], saved.num_layers, saved.num_heads, saved.channels, saved.max_seq_len);
             ckpt_close(&c);
             return 1;
         }
-    const ModelFamily* fam = model_family(&mine);
     for (int i = 0; i < fam->n_config_keys; i++) {
         const ConfigKey* k = &fam->config_keys[i];
-        if (fam->config_key_applies && !fam->config_key_applies(&saved, &mine, k)) continue;
+        if (!model_config_fixed(fam, k->offset)) continue;
         if (!k->is_float && *config_int(&saved, k) != *config_int(&mine, k))
             snprintf(err, errlen, "%s/manifest.json: the checkpoint's model has %s = %d, this run's has %d", dir, k->key,
                      *config_int(&saved, k), *config_int(&mine, k));

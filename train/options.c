@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "model/llmc.h"
+#include "model/state.h"
 #include "train/plan.h"
 
 void print_usage(void) {
@@ -35,12 +36,22 @@ void print_usage(void) {
 "      --layers N --channels N --heads N   any other shape (override the preset)\n"
 "      --kv-heads N --ffn-dim N --rope-theta F   Llama: k/v heads (grouped-query attention;\n"
 "                               divides --heads), the SwiGLU's width, the RoPE base [llama3:tiny's]\n"
-"      --rope-factor F          Llama: > 1 turns on Llama 3.1's RoPE frequency scaling by F (low 1,\n"
-"                               high 4, original 8192 positions); 0: plain RoPE [the preset's: tiny 0,\n"
-"                               1b/3b 32, 8b 8]\n"
+"      --rope-factor F          Llama: > 1 turns on Llama 3.1's RoPE frequency scaling by F, with the\n"
+"                               three below; 0: plain RoPE [the preset's: tiny 0, 1b/3b 32, 8b 8]\n"
+"      --rope-low-freq-factor F --rope-high-freq-factor F --rope-original-max-pos N   Llama, with\n"
+"                               --rope-factor > 1: the scaling's bounds (0 < low < high) and the\n"
+"                               context it was trained for [1, 4, 8192]\n"
+"      --norm-eps F             the norms' epsilon, x / sqrt(var + F): GPT-2's LayerNorm, Llama's\n"
+"                               RMSNorm, in [1e-30, 1] [1e-5]\n"
 "      --vocab N                vocabulary size (padded to a multiple of 128) [GPT-2's 50257;\n"
 "                               llama3:1b/3b/8b: 128256]\n"
-"      --max-seq N              GPT-2: learned positions; Llama: longest sequence [1024; llama3 1b-8b: 8192]\n"
+"      --max-seq N              GPT-2: learned positions; Llama: longest sequence, up to 2^24 [1024;\n"
+"                               llama3 1b-8b: 8192]\n"
+"                               With --resume or --init-from the model is the checkpoint's or the\n"
+"                               file's: these flags may be left out; one that differs is refused\n"
+"                               where the weights fix it (the family, shape, vocabulary, GPT-2's\n"
+"                               positions; every conflict named at once), and changes the model\n"
+"                               where they do not (RoPE's flags, --norm-eps, Llama's --max-seq)\n"
 "  -e, --init-from FILE         start from an llm.c model file (version 3 fp32 or 5 bf16)\n"
 "      --save-model FILE        write an llm.c model file (fp32) at the end (its directory is\n"
 "                               created and checked writable at startup)\n"
@@ -85,6 +96,7 @@ void print_usage(void) {
 "      --ckpt-async 0|1         copy the shards to host buffers and write them in a thread [0]\n"
 "      --resume auto|PATH       auto: the newest complete checkpoint in the checkpoint directory, or a\n"
 "                               fresh start when there is none; PATH: that step directory. Any rank count.\n"
+"                               The model is the checkpoint's (see --max-seq); --plan reads it too\n"
 "      --stop-at-step N         stop after step N (the schedule still spans --max-steps), saving a\n"
 "                               checkpoint first when --ckpt-every is set: splits a run into jobs\n"
 "system\n"
@@ -199,7 +211,8 @@ enum {
     OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_OFFLOAD, OPT_MATMUL_AUTOTUNE,
     OPT_PARAM_DTYPE, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
-    OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB, OPT_ROPE_FACTOR,
+    OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB, OPT_ROPE_FACTOR, OPT_ROPE_LOW, OPT_ROPE_HIGH,
+    OPT_ROPE_ORIGINAL, OPT_NORM_EPS,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
@@ -225,7 +238,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
     o->loss_scale = 65536.0f; o->loss_scale_window = 1000;
     o->sim_device = "h100"; o->gpus_per_node = 8;
-    o->rope_factor = -1.0f;
+    o->rope_theta = o->rope_factor = o->rope_low_freq_factor = o->rope_high_freq_factor = o->norm_eps = -1.0f;
 
     static const struct option longopts[] = {
         {"train-data", required_argument, 0, 'i'}, {"val-data", required_argument, 0, 'j'},
@@ -235,6 +248,10 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"arch", required_argument, 0, OPT_ARCH}, {"kv-heads", required_argument, 0, OPT_KV_HEADS},
         {"ffn-dim", required_argument, 0, OPT_FFN_DIM}, {"rope-theta", required_argument, 0, OPT_ROPE_THETA},
         {"vocab", required_argument, 0, OPT_VOCAB}, {"rope-factor", required_argument, 0, OPT_ROPE_FACTOR},
+        {"rope-low-freq-factor", required_argument, 0, OPT_ROPE_LOW},
+        {"rope-high-freq-factor", required_argument, 0, OPT_ROPE_HIGH},
+        {"rope-original-max-pos", required_argument, 0, OPT_ROPE_ORIGINAL},
+        {"norm-eps", required_argument, 0, OPT_NORM_EPS},
         {"init-from", required_argument, 0, 'e'}, {"save-model", required_argument, 0, OPT_SAVE_MODEL},
         {"seed", required_argument, 0, OPT_SEED},
         {"batch-size", required_argument, 0, 'b'}, {"seq-len", required_argument, 0, 't'},
@@ -290,7 +307,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_LAYERS: r = parse_int("--layers", optarg, 1, 1000, &o->layers, e); break;
         case OPT_CHANNELS: r = parse_int("--channels", optarg, 1, 1 << 16, &o->channels, e); break;
         case OPT_HEADS: r = parse_int("--heads", optarg, 1, 1024, &o->heads, e); break;
-        case OPT_MAX_SEQ: r = parse_int("--max-seq", optarg, 1, 1 << 20, &o->max_seq, e); break;
+        case OPT_MAX_SEQ: r = parse_int("--max-seq", optarg, 1, MODEL_MAX_SEQ, &o->max_seq, e); break;
         case OPT_ARCH:
             if (!model_family_named(optarg)) {
                 char names[128];
@@ -304,6 +321,14 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_FFN_DIM: r = parse_int("--ffn-dim", optarg, 1, LLAMA_MAX_FFN, &o->ffn_dim, e); break;
         case OPT_ROPE_THETA: r = parse_float("--rope-theta", optarg, 1.0001, 1e12, &o->rope_theta, e); break;
         case OPT_ROPE_FACTOR: r = parse_float("--rope-factor", optarg, 0.0, 1e5, &o->rope_factor, e); break;
+        case OPT_ROPE_LOW: r = parse_float("--rope-low-freq-factor", optarg, 1e-6, 1e5, &o->rope_low_freq_factor, e); break;
+        case OPT_ROPE_HIGH: r = parse_float("--rope-high-freq-factor", optarg, 1e-6, 1e5, &o->rope_high_freq_factor, e); break;
+        case OPT_ROPE_ORIGINAL:
+            r = parse_int("--rope-original-max-pos", optarg, 1, MODEL_MAX_SEQ, &o->rope_original_max_pos, e);
+            break;
+        case OPT_NORM_EPS:
+            r = parse_float("--norm-eps", optarg, MODEL_MIN_NORM_EPS, MODEL_MAX_NORM_EPS, &o->norm_eps, e);
+            break;
         case OPT_VOCAB: r = parse_int("--vocab", optarg, 1, MODEL_MAX_VOCAB - VOCAB_PAD_MULTIPLE, &o->vocab, e); break;
         case 'e': o->init_from = optarg; break;
         case OPT_SAVE_MODEL: o->save_model = optarg; break;
@@ -530,6 +555,10 @@ int check_run_flags(const Options* o, const ModelConfig* c, int world, const cha
         snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no %s layout: keep a %s "
                  "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)", model_family(c)->title,
                  model_family(c)->title);
+    } else if (o->save_model && c->norm_eps != MODEL_DEFAULT_NORM_EPS) {
+        snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no field for the norm epsilon, and this "
+                 "model's is %g (not 1e-5): keep it with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)",
+                 (double)c->norm_eps);
     } else {
         return 0;
     }
@@ -560,63 +589,277 @@ int set_threads(const Options* o, int local_world) {
     return threads;
 }
 
-int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseError* e) {
+// ---- the model: the flags', or that of what a run loads (a checkpoint, an --init-from file)
+
+// The model flags: each sets one field of the config (its place in Options and in ModelConfig).
+// A whole number not given is 0, a float not given < 0 (parse_options' defaults). In the order
+// messages name them.
+typedef struct {
+    const char* flag;
+    size_t opt, cfg;
+    int is_float;
+} ModelFlag;
+static const ModelFlag model_flags[] = {
+    {"--layers", offsetof(Options, layers), offsetof(ModelConfig, num_layers), 0},
+    {"--channels", offsetof(Options, channels), offsetof(ModelConfig, channels), 0},
+    {"--heads", offsetof(Options, heads), offsetof(ModelConfig, num_heads), 0},
+    {"--kv-heads", offsetof(Options, kv_heads), offsetof(ModelConfig, num_kv_heads), 0},
+    {"--ffn-dim", offsetof(Options, ffn_dim), offsetof(ModelConfig, ffn_dim), 0},
+    {"--vocab", offsetof(Options, vocab), offsetof(ModelConfig, vocab_size), 0},
+    {"--max-seq", offsetof(Options, max_seq), offsetof(ModelConfig, max_seq_len), 0},
+    {"--rope-theta", offsetof(Options, rope_theta), offsetof(ModelConfig, rope_theta), 1},
+    {"--rope-factor", offsetof(Options, rope_factor), offsetof(ModelConfig, rope_factor), 1},
+    {"--rope-low-freq-factor", offsetof(Options, rope_low_freq_factor), offsetof(ModelConfig, rope_low_freq_factor), 1},
+    {"--rope-high-freq-factor", offsetof(Options, rope_high_freq_factor), offsetof(ModelConfig, rope_high_freq_factor), 1},
+    {"--rope-original-max-pos", offsetof(Options, rope_original_max_pos), offsetof(ModelConfig, rope_original_max_pos), 0},
+    {"--norm-eps", offsetof(Options, norm_eps), offsetof(ModelConfig, norm_eps), 1},
+};
+#define N_MODEL_FLAGS ((int)(sizeof(model_flags) / sizeof(model_flags[0])))
+
+// Whether flag f was given, and its value (a double holds every int and float exactly).
+static int flag_given(const Options* o, const ModelFlag* f, double* v) {
+    const char* p = (const char*)o + f->opt;
+    *v = f->is_float ? (double)*(const float*)p : (double)*(const int*)p;
+    return f->is_float ? *v >= 0.0 : *v != 0.0;
+}
+static double config_get(const ModelConfig* c, const ModelFlag* f) {
+    const char* p = (const char*)c + f->cfg;
+    return f->is_float ? (double)*(const float*)p : (double)*(const int*)p;
+}
+static void config_set(ModelConfig* c, const ModelFlag* f, double v) {
+    char* p = (char*)c + f->cfg;
+    if (f->is_float) *(float*)p = (float)v;
+    else *(int*)p = (int)v;
+}
+// A field's value as a message shows it.
+static void value_text(const ModelFlag* f, double v, char* out, size_t n) {
+    if (f->is_float) snprintf(out, n, "%g", v);
+    else snprintf(out, n, "%.0f", v);
+}
+// Whether a family's model has the field: the common ones, or one of its config keys.
+static int family_has_field(const ModelFamily* fam, size_t cfg) {
+    return cfg == offsetof(ModelConfig, num_layers) || cfg == offsetof(ModelConfig, channels) ||
+           cfg == offsetof(ModelConfig, num_heads) || cfg == offsetof(ModelConfig, vocab_size) ||
+           cfg == offsetof(ModelConfig, max_seq_len) || family_has_config(fam, cfg);
+}
+
+// A preset by name (-m), or an error naming the presets.
+static int flag_preset(const char* name, ModelConfig* c, ParseError* e) {
+    if (!preset_config(name, c)) return 0;
+    snprintf(e->msg, sizeof(e->msg), "--model: unknown preset '%s' (expected d1 ... d48, e.g. d12, or llama3:tiny, "
+             "llama3:1b, llama3:3b, llama3:8b)", name);
+    return 1;
+}
+
+// What the flags say of a config that do not fit each other (the same checks whatever the
+// model came from): heads, kv heads, RoPE's pairs, the RoPE scaling flags (which mean nothing
+// without --rope-factor > 1: `scaling_given` says whether one of them set c), then
+// model_config_check. 0, or 1 with the error in e.
+static int check_model(const Options* o, const ModelConfig* c, int scaling_given, const char* what, ParseError* e) {
+    const ModelFamily* fam = model_family(c);
+    char* m = e->msg;
+    const size_t n = sizeof(e->msg);
+    const char* bad;
+    if (c->channels % c->num_heads != 0)
+        snprintf(m, n, "--channels %d is not a multiple of --heads %d", c->channels, c->num_heads);
+    else if (c->num_kv_heads && c->num_heads % c->num_kv_heads != 0)
+        snprintf(m, n, "--kv-heads %d does not divide --heads %d", c->num_kv_heads, c->num_heads);
+    else if (fam->rope && (c->channels / c->num_heads) % 2 != 0)
+        snprintf(m, n, "--channels %d / --heads %d is an odd head size: RoPE rotates pairs", c->channels, c->num_heads);
+    else if (scaling_given && !(c->rope_factor > 1.0f))
+        snprintf(m, n, "--rope-low-freq-factor, --rope-high-freq-factor and --rope-original-max-pos apply to RoPE scaling "
+                 "(--rope-factor > 1), and this model's factor is %g", (double)c->rope_factor);
+    else if (c->rope_factor > 1.0f && !(c->rope_low_freq_factor < c->rope_high_freq_factor))
+        snprintf(m, n, "RoPE scaling needs --rope-low-freq-factor %g below --rope-high-freq-factor %g",
+                 (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor);
+    else if ((bad = model_config_check(c)) != NULL)
+        snprintf(m, n, "%s: %s", what, bad);
+    else
+        return 0;
+    return 1;
+}
+
+static int is_scaling_flag(const ModelFlag* f) {
+    return f->cfg == offsetof(ModelConfig, rope_low_freq_factor) || f->cfg == offsetof(ModelConfig, rope_high_freq_factor) ||
+           f->cfg == offsetof(ModelConfig, rope_original_max_pos);
+}
+
+int resolve_config(const Options* o, ModelConfig* c, int* file_version, char* notes, size_t notes_len, ParseError* e) {
     memset(c, 0, sizeof(*c));
+    notes[0] = '\0';
     if (o->init_from) {
-        if (o->model || o->layers || o->channels || o->heads || o->max_seq || o->arch || o->kv_heads || o->ffn_dim ||
-            o->rope_theta > 0.0f || o->rope_factor >= 0.0f || o->vocab) {
-            snprintf(e->msg, sizeof(e->msg), "--init-from %s defines the model shape: drop -m/--arch/--layers/--channels/"
-                     "--heads/--kv-heads/--ffn-dim/--rope-theta/--vocab/--max-seq", o->init_from);
-            return 1;
-        }
-        return read_model_header(o->init_from, c, file_version, e->msg, sizeof(e->msg));
+        ModelConfig file;
+        if (read_model_header(o->init_from, &file, file_version, e->msg, sizeof(e->msg))) return 1;
+        char source[PATH_MAX + 16];
+        snprintf(source, sizeof(source), "--init-from %s", o->init_from);
+        return merge_loaded_config(o, &file, source, "the file's", c, notes, notes_len, e);
     }
     // --arch without -m starts from the family's default preset.
     const char* preset = o->model ? o->model : model_family_named(o->arch ? o->arch : "gpt2")->default_preset;
-    if (preset_config(preset, c)) {
-        snprintf(e->msg, sizeof(e->msg), "--model: unknown preset '%s' (expected d1 ... d48, e.g. d12, or llama3:tiny, "
-                 "llama3:1b, llama3:3b, llama3:8b)", preset);
-        return 1;
-    }
+    if (flag_preset(preset, c, e)) return 1;
     const ModelFamily* fam = model_family(c);
     if (o->arch && model_family_named(o->arch) != fam) {
         snprintf(e->msg, sizeof(e->msg), "--arch %s contradicts --model %s (a %s preset)", o->arch, preset, fam->name);
         return 1;
     }
-    // The flags of fields the family does not have.
-    if ((o->kv_heads && !family_has_config(fam, offsetof(ModelConfig, num_kv_heads))) ||
-        (o->ffn_dim && !family_has_config(fam, offsetof(ModelConfig, ffn_dim))) ||
-        ((o->rope_theta > 0.0f || o->rope_factor >= 0.0f) && !fam->rope)) {
-        snprintf(e->msg, sizeof(e->msg), "--kv-heads, --ffn-dim, --rope-theta and --rope-factor are Llama's: give --arch llama3 or a llama3 preset");
-        return 1;
+    int scaling_given = 0;
+    for (int i = 0; i < N_MODEL_FLAGS; i++) {
+        const ModelFlag* f = &model_flags[i];
+        double v;
+        if (!flag_given(o, f, &v)) continue;
+        if (!family_has_field(fam, f->cfg)) {  // a flag of another family's field
+            const ModelFamily* owner = NULL;
+            for (int a = 0; a < NUM_ARCHS && !owner; a++)
+                if (family_has_field(model_family_at(a), f->cfg)) owner = model_family_at(a);
+            snprintf(e->msg, sizeof(e->msg), "%s is not a %s setting: give --arch %s or a %s preset", f->flag, fam->title,
+                     owner->name, owner->name);
+            return 1;
+        }
+        config_set(c, f, v);
+        scaling_given |= is_scaling_flag(f);
     }
-    if (o->layers) c->num_layers = o->layers;
-    if (o->channels) c->channels = o->channels;
-    if (o->heads) c->num_heads = o->heads;
-    if (o->kv_heads) c->num_kv_heads = o->kv_heads;
-    else if (c->num_kv_heads && o->heads && c->num_heads % c->num_kv_heads != 0) c->num_kv_heads = c->num_heads;
-    if (o->ffn_dim) c->ffn_dim = o->ffn_dim;
-    if (o->rope_theta > 0.0f) c->rope_theta = o->rope_theta;
-    if (o->rope_factor >= 0.0f) c->rope_factor = o->rope_factor;
-    if (o->max_seq) c->max_seq_len = o->max_seq;
-    if (o->vocab) c->vocab_size = o->vocab;
+    // Other heads than the preset's, without --kv-heads: plain attention where the preset's
+    // kv heads no longer divide them.
+    if (!o->kv_heads && c->num_kv_heads && o->heads && c->num_heads % c->num_kv_heads != 0) c->num_kv_heads = c->num_heads;
     c->padded_vocab_size = pad_vocab(c->vocab_size);
-    if (c->channels % c->num_heads != 0) {
-        snprintf(e->msg, sizeof(e->msg), "--channels %d is not a multiple of --heads %d", c->channels, c->num_heads);
+    return check_model(o, c, scaling_given, "the model shape", e);
+}
+
+int merge_loaded_config(const Options* o, const ModelConfig* loaded, const char* source, const char* whose, ModelConfig* c,
+                        char* notes, size_t notes_len, ParseError* e) {
+    *c = *loaded;
+    notes[0] = '\0';
+    const ModelFamily* fam = model_family(loaded);
+    // -m names a whole model: its family and, where the loaded model's weights fix a field, the
+    // preset's value, which must be loaded's as a flag's must (a flag given beside it wins).
+    ModelConfig preset;
+    const ModelFamily* preset_fam = NULL;
+    if (o->model) {
+        if (flag_preset(o->model, &preset, e)) return 1;
+        preset_fam = model_family(&preset);
+        if (o->arch && model_family_named(o->arch) != preset_fam) {
+            snprintf(e->msg, sizeof(e->msg), "--arch %s contradicts --model %s (a %s preset)", o->arch, o->model,
+                     preset_fam->name);
+            return 1;
+        }
+    }
+    char conflicts[sizeof(e->msg)] = "", by_preset[128] = "";
+    if (o->model) snprintf(by_preset, sizeof(by_preset), " by -m %s", o->model);
+    size_t at = 0;
+    const ModelFamily* given_fam = o->arch ? model_family_named(o->arch) : preset_fam;
+    if (given_fam && given_fam != fam)
+        at += (size_t)snprintf(conflicts + at, sizeof(conflicts) - at, "--arch %s (given %s%s)", fam->name, given_fam->name,
+                               o->arch ? "" : by_preset);
+    int scaling_changed = 0;
+    for (int i = 0; i < N_MODEL_FLAGS && at < sizeof(conflicts); i++) {
+        const ModelFlag* f = &model_flags[i];
+        double v;
+        const char* by = "";
+        if (!flag_given(o, f, &v)) {
+            if (!preset_fam || !family_has_field(preset_fam, f->cfg) || !family_has_field(fam, f->cfg) ||
+                !model_config_fixed(fam, f->cfg))
+                continue;
+            v = config_get(&preset, f);
+            by = by_preset;
+        }
+        const char* sep = at ? ", " : "";
+        char have[48], want[48];
+        value_text(f, v, want, sizeof(want));
+        if (!family_has_field(fam, f->cfg)) {
+            at += (size_t)snprintf(conflicts + at, sizeof(conflicts) - at, "%s%s %s (not a %s setting)", sep, f->flag, want,
+                                   fam->title);
+            continue;
+        }
+        const double was = config_get(loaded, f);
+        if ((f->is_float ? (double)(float)v : v) == was) continue;   // agrees
+        value_text(f, was, have, sizeof(have));
+        if (model_config_fixed(fam, f->cfg)) {
+            at += (size_t)snprintf(conflicts + at, sizeof(conflicts) - at, "%s%s %s (given %s%s)", sep, f->flag, have, want, by);
+            continue;
+        }
+        // A setting the weights do not fix: the flag changes it, and says so.
+        config_set(c, f, v);
+        scaling_changed |= is_scaling_flag(f);
+        const size_t nat = strlen(notes);
+        snprintf(notes + nat, notes_len - nat, "%s: %s %s replaces %s %s\n", source, f->flag, want, whose, have);
+    }
+    if (conflicts[0]) {
+        snprintf(e->msg, sizeof(e->msg), "%s: %s model has %s", source, whose, conflicts);
         return 1;
     }
-    if (c->num_kv_heads && c->num_heads % c->num_kv_heads != 0) {
-        snprintf(e->msg, sizeof(e->msg), "--kv-heads %d does not divide --heads %d", c->num_kv_heads, c->num_heads);
-        return 1;
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof(what), "%s: %s model with the flags given", source, whose);
+    return check_model(o, c, scaling_changed, what, e);
+}
+
+void run_ckpt_root(const Options* o, char* root, size_t n) {
+    if (o->ckpt_dir) snprintf(root, n, "%s", o->ckpt_dir);
+    else if (o->output_dir) snprintf(root, n, "%s/ckpt", o->output_dir);
+    else root[0] = '\0';
+}
+
+int find_resume_checkpoint(const Options* o, const char* root, char* path, size_t path_len, ModelConfig* saved,
+                           ParseError* e) {
+    char err[sizeof(e->msg) - 16];
+    if (strcmp(o->resume, "auto") != 0) {
+        if (ckpt_resolve(o->resume, path, path_len, err, sizeof(err))) {
+            snprintf(e->msg, sizeof(e->msg), "--resume: %s", err);
+            return -1;
+        }
+    } else if (!root[0]) {
+        snprintf(e->msg, sizeof(e->msg), "--resume auto needs -o DIR or --ckpt-dir DIR");
+        return -1;
+    } else if (!ckpt_find_latest(root, path, path_len)) {
+        return 0;
     }
-    if (fam->rope && (c->channels / c->num_heads) % 2 != 0) {
-        snprintf(e->msg, sizeof(e->msg), "--channels %d / --heads %d is an odd head size: RoPE rotates pairs", c->channels,
-                 c->num_heads);
-        return 1;
+    Ckpt c;
+    int rc = ckpt_open(&c, path, err, sizeof(err));
+    if (!rc) {
+        rc = model_checkpoint_config(&c, saved, err, sizeof(err));
+        ckpt_close(&c);
     }
-    const char* bad = model_config_check(c);
-    if (bad) {
-        snprintf(e->msg, sizeof(e->msg), "the model shape: %s", bad);
+    if (rc) {
+        snprintf(e->msg, sizeof(e->msg), "--resume: %s", err);
+        return -1;
+    }
+    return 1;
+}
+
+// Whether a and b are the same weights: the same family, and every field the weights fix equal.
+static int same_weights(const ModelConfig* a, const ModelConfig* b) {
+    const ModelFamily* fam = model_family(a);
+    if (a->arch != b->arch || a->padded_vocab_size != b->padded_vocab_size) return 0;
+    for (int i = 0; i < N_MODEL_FLAGS; i++) {
+        const ModelFlag* f = &model_flags[i];
+        if (family_has_field(fam, f->cfg) && model_config_fixed(fam, f->cfg) && config_get(a, f) != config_get(b, f)) return 0;
+    }
+    return 1;
+}
+
+int resume_config(const Options* o, char* path, size_t path_len, ModelConfig* c, int* file_version, char* notes,
+                  size_t notes_len, ParseError* e) {
+    char root[PATH_MAX];
+    run_ckpt_root(o, root, sizeof(root));
+    ModelConfig saved;
+    const int found = find_resume_checkpoint(o, root, path, path_len, &saved, e);
+    if (found < 0) return 1;
+    if (!found) {
+        path[0] = '\0';
+        return resolve_config(o, c, file_version, notes, notes_len, e);
+    }
+    char source[PATH_MAX + 16];
+    snprintf(source, sizeof(source), "--resume %s", path);
+    if (merge_loaded_config(o, &saved, source, "the checkpoint's", c, notes, notes_len, e)) return 1;
+    // The run an --init-from file started, resumed: the checkpoint's weights replace the file's,
+    // which must be the same model.
+    ModelConfig file;
+    if (o->init_from && read_model_header(o->init_from, &file, file_version, e->msg, sizeof(e->msg))) return 1;
+    if (o->init_from && !same_weights(&file, c)) {
+        char a[256], b[256];
+        model_describe(&file, 1, a, sizeof(a));
+        model_describe(c, 1, b, sizeof(b));
+        snprintf(e->msg, sizeof(e->msg), "--init-from %s holds %s, not the model of the checkpoint %s (%s) this run resumes",
+                 o->init_from, a, path, b);
         return 1;
     }
     return 0;

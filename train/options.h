@@ -24,10 +24,11 @@ typedef struct {
     const char* val_data;        // NULL or "": no validation
     const char* output_dir;
     const char* model;
+    // The model flags (options.c's model_flags): a whole number not given is 0, a float < 0.
     int layers, channels, heads, max_seq;
     const char* arch;            // --arch: "gpt2" or "llama3" (NULL: the preset's)
-    int kv_heads, ffn_dim, vocab;
-    float rope_theta, rope_factor;   // rope_factor < 0: not given
+    int kv_heads, ffn_dim, vocab, rope_original_max_pos;
+    float rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, norm_eps;
     const char* init_from;
     const char* save_model;
     int batch_size, seq_len;
@@ -74,7 +75,7 @@ typedef struct {
     const char* calibrate_from;  // --calibrate-from: a real run's output with a --profile-step table
 } Options;
 
-typedef struct { char msg[512]; } ParseError;
+typedef struct { char msg[1024]; } ParseError;
 
 void print_usage(void);
 // Returns 0 to run, 1 on an error (message in e), 2 for --help.
@@ -86,9 +87,33 @@ int check_batch_split(const Options* o, int world, ParseError* e);
 // The split itself (after check_batch_split): tokens per optimizer step over all ranks, and
 // the accumulation steps of batch x seq-len per rank that make it up.
 void batch_split(const Options* o, int world, long* total_tokens, int* grad_accum);
-// Resolves the model shape from the flags or the --init-from file (whose version, 3 or 5, it
-// returns). 0 or an error in e.
-int resolve_config(const Options* o, ModelConfig* c, int* file_version, ParseError* e);
+// The model of a run that does not resume a checkpoint: the --init-from file's (whose version, 3
+// or 5, it returns) or the flags' (a preset, changed by the shape flags). 0, or 1 with the error
+// in e. notes: what the flags changed of the file's model (merge_loaded_config), or "".
+int resolve_config(const Options* o, ModelConfig* c, int* file_version, char* notes, size_t notes_len, ParseError* e);
+// The model of a run that loads one (`source`: "--resume DIR", "--init-from FILE"; `whose`: "the
+// checkpoint's", "the file's"): loaded's config, the model flags given checked against it. A
+// flag (or -m's preset) that agrees is fine; one that differs is an error where the weights fix
+// the field (model_config_fixed: the family, layers, widths, heads, vocabulary, learned
+// positions) and a change where they do not (RoPE's flags, --norm-eps, a RoPE family's
+// --max-seq; each said in notes, one line apiece). Every conflict is named in one message: "the
+// checkpoint's model has --layers 4 (given 6), --channels 256 (given 128)". 0, or 1 with the
+// error in e.
+int merge_loaded_config(const Options* o, const ModelConfig* loaded, const char* source, const char* whose, ModelConfig* c,
+                        char* notes, size_t notes_len, ParseError* e);
+// The checkpoint root of a run: --ckpt-dir, else OUTPUT/ckpt with -o, else "" (none).
+void run_ckpt_root(const Options* o, char* root, size_t n);
+// --resume's checkpoint: PATH's step (ckpt_resolve), or with auto the newest complete one under
+// root (none: a fresh start), and its model config (model_checkpoint_config). 1 with the step
+// directory in path and its config, 0 for auto without a checkpoint, -1 with the error in e.
+int find_resume_checkpoint(const Options* o, const char* root, char* path, size_t path_len, ModelConfig* saved,
+                           ParseError* e);
+// The model of a run with --resume: the checkpoint's (find_resume_checkpoint, then
+// merge_loaded_config; with --init-from too, the file must hold the same model, whose weights the
+// checkpoint's replace), or with auto and no checkpoint yet resolve_config's (path then ""). 0,
+// or 1 with the error in e.
+int resume_config(const Options* o, char* path, size_t path_len, ModelConfig* c, int* file_version, char* notes,
+                  size_t notes_len, ParseError* e);
 // The flags checked against the model, the world size and the device: once the ranks of a run
 // have met (device: choose_device's "cpu" or "cuda", or NULL when cuda was asked for and is
 // not usable, why saying why), and by --plan (device "sim") first with world 0 (what does not

@@ -120,18 +120,18 @@ static void audit_encoder_backward(Kernels* k, void* dwte, void* dwpe, const voi
                [&] { g_audit->inner.encoder_backward(k, dwte, dwpe, dout, inp, B, T, C, accumulate); });
 }
 static void audit_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp, const void* weight,
-                                    const void* bias, int N, int C) {
+                                    const void* bias, int N, int C, float eps) {
     AUDIT_SHAPE("N=%d C=%d", N, C);
     audit_call("layernorm_forward", shape,
-               [&] { g_audit->sim.layernorm_forward(&g_audit->sim, out, mean, rstd, inp, weight, bias, N, C); },
-               [&] { g_audit->inner.layernorm_forward(k, out, mean, rstd, inp, weight, bias, N, C); });
+               [&] { g_audit->sim.layernorm_forward(&g_audit->sim, out, mean, rstd, inp, weight, bias, N, C, eps); },
+               [&] { g_audit->inner.layernorm_forward(k, out, mean, rstd, inp, weight, bias, N, C, eps); });
 }
 static void audit_residual_layernorm_forward(Kernels* k, void* residual, void* out, float* mean, float* rstd, const void* a,
-                                             const void* b, const void* weight, const void* bias, int N, int C) {
+                                             const void* b, const void* weight, const void* bias, int N, int C, float eps) {
     AUDIT_SHAPE("N=%d C=%d", N, C);
     audit_call("residual_layernorm_forward", shape,
-               [&] { g_audit->sim.residual_layernorm_forward(&g_audit->sim, residual, out, mean, rstd, a, b, weight, bias, N, C); },
-               [&] { g_audit->inner.residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C); });
+               [&] { g_audit->sim.residual_layernorm_forward(&g_audit->sim, residual, out, mean, rstd, a, b, weight, bias, N, C, eps); },
+               [&] { g_audit->inner.residual_layernorm_forward(k, residual, out, mean, rstd, a, b, weight, bias, N, C, eps); });
 }
 static void audit_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                      const void* weight, const float* mean, const float* rstd, int N, int C, int accumulate) {
@@ -178,17 +178,18 @@ static void audit_gelu_forward(Kernels* k, void* out, const void* inp, size_t n)
     audit_call("gelu_forward", shape, [&] { g_audit->sim.gelu_forward(&g_audit->sim, out, inp, n); },
                [&] { g_audit->inner.gelu_forward(k, out, inp, n); });
 }
-static void audit_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C) {
+static void audit_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                                  float eps) {
     AUDIT_SHAPE("N=%d C=%d", N, C);
-    audit_call("rmsnorm_forward", shape, [&] { g_audit->sim.rmsnorm_forward(&g_audit->sim, out, rstd, inp, weight, N, C); },
-               [&] { g_audit->inner.rmsnorm_forward(k, out, rstd, inp, weight, N, C); });
+    audit_call("rmsnorm_forward", shape, [&] { g_audit->sim.rmsnorm_forward(&g_audit->sim, out, rstd, inp, weight, N, C, eps); },
+               [&] { g_audit->inner.rmsnorm_forward(k, out, rstd, inp, weight, N, C, eps); });
 }
 static void audit_residual_rmsnorm_forward(Kernels* k, void* residual, void* out, float* rstd, const void* a, const void* b,
-                                           const void* weight, int N, int C) {
+                                           const void* weight, int N, int C, float eps) {
     AUDIT_SHAPE("N=%d C=%d", N, C);
     audit_call("residual_rmsnorm_forward", shape,
-               [&] { g_audit->sim.residual_rmsnorm_forward(&g_audit->sim, residual, out, rstd, a, b, weight, N, C); },
-               [&] { g_audit->inner.residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C); });
+               [&] { g_audit->sim.residual_rmsnorm_forward(&g_audit->sim, residual, out, rstd, a, b, weight, N, C, eps); },
+               [&] { g_audit->inner.residual_rmsnorm_forward(k, residual, out, rstd, a, b, weight, N, C, eps); });
 }
 static void audit_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
                                    const float* rstd, int N, int C, int accumulate) {

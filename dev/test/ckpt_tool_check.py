@@ -292,6 +292,14 @@ def safetensors_variants(src, d):
     write(os.path.join("hf_dir_disagree", "model.safetensors"), h, data)
     with open(os.path.join(d, "hf_dir_disagree", "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+    # The LayerNorms' epsilon: layer_norm_epsilon 1e-6 (imported, trained and exported with it), 0
+    # (refused), and our export's metadata (src's: 1e-05) disagreeing with config.json's 1e-6.
+    for sub, eps, weights in (("hf_dir_eps", 1e-6, os.path.join(d, "hf.safetensors")),
+                              ("hf_dir_eps0", 0.0, os.path.join(d, "hf.safetensors")), ("hf_dir_eps_disagree", 1e-6, src)):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+        shutil.copy(weights, os.path.join(d, sub, "model.safetensors"))
+        with open(os.path.join(d, sub, "config.json"), "w") as f:
+            json.dump(dict(config, layer_norm_epsilon=eps), f, indent=2)
     write("st_badjson.safetensors", None, data, raw_header=b'{"wte.weight": {"dtype": "F32", ')
     # The config fields that change the math (model/gpt2.c's gpt2_hf_math and gpt2_hf_head).
     # A head of its own: lm_head.weight one element away from wte.weight.

@@ -30,8 +30,10 @@ h // (heads / kv heads) (Hugging Face's repeat_kv).
     hf_llama_check.py variants ST DIR
         Malformed copies of the save_pretrained directory of ST for the importer's refusals:
         DIR/NAME/model.safetensors (+ config.json). Also DIR/tied (no lm_head.weight,
-        tie_word_embeddings true, lm_head = embed_tokens: imports like ST) and DIR/scaled
-        (rope_scaling llama3 in config.json).
+        tie_word_embeddings true, lm_head = embed_tokens: imports like ST), DIR/scaled
+        (rope_scaling llama3 in config.json) and DIR/custom (RoPE scaling factor 16, low 2, high 8,
+        original 4096; rms_norm_eps 1e-6, transformers' default; 2^21 positions, beyond what
+        --max-seq once took).
     hf_llama_check.py shard ST OUT_DIR N
         OUT_DIR: ST split as save_pretrained shards a large model: N files
         model-0000i-of-0000N.safetensors (consecutive tensors, about as many in each), a
@@ -302,13 +304,16 @@ def variants(st_path, d):
     del c["rope_scaling"]
     make("noscaling", config=c)
     make("yarn", config=dict(cfg, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
-    make("eps", config=dict(cfg, rms_norm_eps=1e-6))
+    make("eps_zero", config=dict(cfg, rms_norm_eps=0.0))
     make("hidden_mismatch", config=dict(cfg, hidden_size=2 * cfg["hidden_size"]))
     t = dict(st)
     t["model.layers.0.self_attn.q_proj.bias"] = np.zeros(cfg["hidden_size"], dtype=np.float32)
     make("extra", tensors=t)
     make("scaled", config=dict(cfg, rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                                                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}))
+    make("custom", config=dict(cfg, rope_scaling={"factor": 16.0, "high_freq_factor": 8.0, "low_freq_factor": 2.0,
+                                                  "original_max_position_embeddings": 4096, "rope_type": "llama3"},
+                               rms_norm_eps=1e-6, max_position_embeddings=1 << 21))
     # overlapping data: the header of a copy rewritten so that two tensors share bytes
     src = os.path.join(d, "extra", "model.safetensors")
     with open(src, "rb") as f:

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sharded checkpoints through train_gpt, with real MPI ranks (oversubscribed):
 #   - 10 steps + save + resume + 10 steps gives bitwise the losses of 20 uninterrupted steps
-#     (np = 1, 2), and matches within the W-equivalence tolerance when the resumed run has
+#     (np = 1, 2), also when the resumed job gives no model flags (the model is the
+#     checkpoint's), and matches within the W-equivalence tolerance when the resumed run has
 #     another number of ranks (saved at 4 -> resumed at 1, 2, 3; saved at 2 -> resumed at 4);
+#   - model flags that differ from the checkpoint's are refused, every one named in one line;
 #   - zstd-compressed and async checkpoints resume bitwise like plain ones (zstd: smaller);
 #   - a rank killed with -9 mid-save leaves the previous checkpoint complete and used by
 #     --resume auto, which also skips step_N.tmp and directories without a manifest;
@@ -86,6 +88,22 @@ for np in 1 2; do
             steps_once "np=$np: metrics.jsonl after resume holds steps 1..20 once each" "$out/split$np/metrics.jsonl" 20
             committed "np=$np: the end of the run saves step 20" "$out/split$np/ckpt" step_00000020
         fi
+    fi
+done
+
+# The model is the checkpoint's: a job resumed with no model flags (no --layers, --channels,
+# --heads, --max-seq) continues the full-flag run bitwise, at np=1 and 2.
+noshape=("${common[@]:0:3}" "${common[@]:11}")
+[ "${common[3]} ${common[9]} ${common[11]}" = "--layers --max-seq -t" ] ||
+    not_ok "test bug: common[3], [9], [11] are ${common[3]} ${common[9]} ${common[11]}, not --layers --max-seq -t"
+for np in 1 2; do
+    [ -d "$out/split$np/ckpt/$s10" ] || continue
+    if timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np $np "${noshape[@]}" -b "$(b_of $np)" \
+            -o "$out/noflags$np" --resume "$out/split$np/ckpt/$s10" > "$out/noflags$np.log" 2>&1; then
+        compare "np=$np: --resume DIR without model flags = the full-flag run (bitwise)" "$out/ref$np/metrics.jsonl" \
+            "$out/noflags$np/metrics.jsonl" --exact --from-step 11
+    else
+        not_ok "np=$np: --resume DIR without model flags: $(tail -n 3 "$out/noflags$np.log" | tr '\n' ' ')"
     fi
 done
 
@@ -247,8 +265,43 @@ expect_error "manifest of another model shape is refused" "manifest\.json|channe
     "${resume1[@]}" -o "$out/bad_shape" --resume "$out/bad/shape"
 common32=("${common[@]}"); common32[6]=32   # --channels 32
 [ "${common[5]}" = --channels ] || not_ok "test bug: common[5] is ${common[5]}, not --channels"
-expect_error "resuming with another --channels is refused" "$s10.*(channels|shape)|(channels|shape).*$s10|manifest\.json" \
+expect_error "resuming with another --channels is refused" "$s10: the checkpoint's model has --channels 64 \(given 32\)" \
     "${common32[@]}" -b 12 --stop-at-step 11 -o "$out/bad_channels" --resume "$src"
+# Every conflicting flag in one line (and -m's preset is held to the checkpoint like flags).
+conflict=$("${noshape[@]}" -b 12 --stop-at-step 11 -o "$out/bad_two" --resume "$src" --layers 4 --channels 32 --heads 2 2>&1)
+rc=$?
+want="--resume $src: the checkpoint's model has --layers 3 (given 4), --channels 64 (given 32) (see --help)"
+if [ $rc -eq 1 ] && [ "$(grep -c '^error' <<<"$conflict")" -eq 1 ] && grep -qxF "error: $want" <<<"$conflict"; then
+    ok "two conflicting model flags on --resume: both named in one line, exit 1 (--heads, which agrees, is not)"
+else
+    not_ok "two conflicting model flags on --resume: exit $rc, want one line 'error: $want', got: $(head -c 400 <<<"$conflict")"
+fi
+expect_error "-m d2 on a 3-layer checkpoint: the preset's fields named" \
+    "the checkpoint's model has --layers 3 \(given 2 by -m d2\), --channels 64 \(given 128 by -m d2\), --max-seq 64 \(given 1024 by -m d2\)" \
+    "${noshape[@]}" -b 12 --stop-at-step 11 -o "$out/bad_preset" --resume "$src" -m d2
+# --plan --resume plans the checkpoint's model (no model flags given), and refuses a conflict.
+if plan=$("${noshape[@]}" -b 6 --plan --plan-world 2 --resume "$src" 2>&1) &&
+   grep -qxF -- "--plan: the model of $src" <<<"$plan" && grep -q '^model: GPT-2, 3 layers, 2 heads, 64 channels, max_seq 64,' <<<"$plan"; then
+    ok "--plan --resume without model flags plans the checkpoint's model"
+else
+    not_ok "--plan --resume without model flags: $(grep -E '^(error|model|--plan)' <<<"$plan" | tr '\n' ' ')"
+fi
+expect_error "--plan --resume with a conflicting flag" "--resume .*$s10: the checkpoint's model has --layers 3 \(given 5\)" \
+    "${noshape[@]}" -b 6 --plan --plan-world 2 --resume "$src" --layers 5
+# A checkpoint from before the norm's epsilon was a config key (no state.config.norm_eps):
+# resumed as 1e-5, bitwise like the same checkpoint with the key.
+bad noeps
+$PYTHON - "$out/bad/noeps/manifest.json" <<'PY'
+import json, sys
+p = sys.argv[1]; m = json.load(open(p))
+del m["state"]["config"]["norm_eps"]
+json.dump(m, open(p, "w"), indent=1)
+PY
+if run eps_key 1 -b 12 --stop-at-step 11 -o "$out/eps_key" --resume "$src" &&
+   run no_eps_key 1 -b 12 --stop-at-step 11 -o "$out/no_eps_key" --resume "$out/bad/noeps"; then
+    compare "a manifest without state.config.norm_eps resumes as 1e-5 (bitwise)" "$out/eps_key/metrics.jsonl" \
+        "$out/no_eps_key/metrics.jsonl" --exact
+fi
 bad version
 $PYTHON - "$out/bad/version/manifest.json" <<'PY'
 import json, sys

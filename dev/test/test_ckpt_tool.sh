@@ -248,6 +248,51 @@ else
     not_ok "import of BF16 safetensors: $(why "$out/bf.log") $(cmp "$out/a1_16.bin" "$out/bf.bin" 2>&1)"
 fi
 
+# 4b. The LayerNorms' epsilon: a save_pretrained directory whose config.json says
+#     layer_norm_epsilon 1e-6 imports with it, resumes with no model flags and trains with it
+#     (its val loss is not that of the same weights at 1e-5, which --norm-eps 1e-5 on the resume
+#     gives back bitwise), exports it in the metadata and re-imports byte-equal; 0, and metadata
+#     disagreeing with config.json, are refused.
+epsrun=(--device cpu -b 2 -t 32 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 1 -v 1 --val-steps 2)
+if $CK import "$out/bad/hf_dir_eps/model.safetensors" "$out/impeps" --world 2 > "$out/eps.log" 2>&1 &&
+   grep -q 'L=2 NH=4 C=64 maxT=64 V=50257 Vp=50304 eps=1e-06' "$out/eps.log"; then
+    ok "import of a GPT-2 with layer_norm_epsilon 1e-6 in config.json: the import says eps=1e-06"
+else
+    not_ok "import of a GPT-2 with layer_norm_epsilon 1e-6: $(why "$out/eps.log")"
+fi
+if ./train_gpt "${epsrun[@]}" -x 0 --resume "$out/imphfdir" -o "$out/eps_ref" > "$out/eps_ref.log" 2>&1 &&
+   ./train_gpt "${epsrun[@]}" -x 2 --ckpt-every 2 --resume "$out/impeps" -o "$out/eps_run" > "$out/eps_run.log" 2>&1 &&
+   ./train_gpt "${epsrun[@]}" -x 0 --norm-eps 1e-5 --resume "$out/impeps" -o "$out/eps_back" > "$out/eps_back.log" 2>&1; then
+    a=$(first_val "$out/eps_ref"); b=$(first_val "$out/eps_run"); c=$(first_val "$out/eps_back")
+    if [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && [ "$c" = "$a" ] && grep -q '^model: GPT-2, .*, norm eps 1e-06' "$out/eps_run.log" &&
+       grep -q -- "--norm-eps 1e-05 replaces the checkpoint's 1e-06" "$out/eps_back.log" && grep -q '"step":2,"loss"' "$out/eps_run/metrics.jsonl"; then
+        ok "GPT-2 at eps 1e-6 resumed without model flags: val loss $b (the same weights at 1e-5: $a, and with --norm-eps 1e-5: $c), 2 steps trained"
+    else
+        not_ok "GPT-2 at eps 1e-6 resumed: val loss ${b:-none}, at 1e-5 ${a:-none}, with --norm-eps 1e-5 ${c:-none}; $(grep -h -E '^model|replaces' "$out/eps_run.log" "$out/eps_back.log" | tr '\n' ' ')"
+    fi
+else
+    not_ok "train_gpt --resume of the eps imports: $(why "$out/eps_ref.log" "$out/eps_run.log" "$out/eps_back.log")"
+fi
+mkdir -p "$out/epsexp" "$out/epsexp2"
+if $CK export "$out/eps_run" --safetensors "$out/epsexp/model.safetensors" > "$out/epsexp.log" 2>&1 &&
+   head -c 4096 "$out/epsexp/model.safetensors" | grep -aq '"layer_norm_epsilon":"1e-06"' &&
+   $CK import "$out/epsexp/model.safetensors" "$out/impeps2" --world 3 >> "$out/epsexp.log" 2>&1 &&
+   grep -q 'eps=1e-06' "$out/epsexp.log" &&
+   $CK export "$out/impeps2" --safetensors "$out/epsexp2/model.safetensors" >> "$out/epsexp.log" 2>&1 &&
+   cmp -s "$out/epsexp/model.safetensors" "$out/epsexp2/model.safetensors"; then
+    ok "GPT-2 at eps 1e-6: export (metadata layer_norm_epsilon 1e-06) -> import -> export byte-identical"
+else
+    not_ok "GPT-2 eps export round trip: $(why "$out/epsexp.log") $(cmp "$out/epsexp/model.safetensors" "$out/epsexp2/model.safetensors" 2>&1)"
+fi
+expect_error "import: layer_norm_epsilon 0" "hf_dir_eps0/config\.json: layer_norm_epsilon = 0 is not in \[1e-30, 1\]" \
+    $CK import "$out/bad/hf_dir_eps0/model.safetensors" "$out/imp_x" --world 2
+expect_error "import: metadata layer_norm_epsilon disagreeing with config.json's" \
+    "hf_dir_eps_disagree/model\.safetensors: __metadata__ layer_norm_epsilon 1e-05 disagrees with .*hf_dir_eps_disagree/config\.json's 1e-06" \
+    $CK import "$out/bad/hf_dir_eps_disagree/model.safetensors" "$out/imp_x" --world 2
+expect_error "export --llmc of a model at eps 1e-6 (llm.c's header has no field for it)" \
+    "llm\.c model files have no field for the norm epsilon, and this model's is 1e-06" \
+    $CK export "$out/impeps" --llmc "$out/eps.bin"
+
 # 5. train_gpt --resume from an import (step 0, Adam moments zero) continues exactly like
 #    --init-from the llm.c file: same val loss at step 0, same losses for two steps, on 3 ranks
 #    (the import's W) and on 1.
@@ -528,6 +573,59 @@ if $CK import "$out/lvar/scaled/model.safetensors" "$out/lscaled" --world 1 > "$
     ok "import of a Llama with rope_scaling llama3 (factor 32): info shows it, export writes it back to config.json"
 else
     not_ok "Llama with rope_scaling: $(why "$out/lscaled.log") $($CK info "$out/lscaled" 2>&1 | grep '^rope')"
+fi
+# Llama 3.1's RoPE scaling with other parameters (factor 16, low 2, high 8, original 4096),
+# transformers' default rms_norm_eps 1e-6 and 2^21 positions (more than --max-seq once took):
+# imported, resumed with no model flags (its val loss = the Hugging Face forward's with that
+# config), trained 2 steps, exported (config.json carries all of it) and re-imported byte-equal.
+mkdir -p "$out/lcustom_exp" "$out/lcustom_exp2"
+if $CK import "$out/lvar/custom/model.safetensors" "$out/lcustom" --world 2 > "$out/lcustom.log" 2>&1 &&
+   grep -qE '^rope +theta 500000, llama3 scaling: factor 16, low_freq_factor 2, high_freq_factor 8, original_max_pos 4096$' \
+        <($CK info "$out/lcustom" 2>&1) &&
+   grep -q 'L=2 NH=4 KVH=2 C=64 F=96 maxT=2097152 V=50257 Vp=50304 eps=1e-06' <($CK info "$out/lcustom" 2>&1); then
+    ok "import of a Llama with RoPE scaling 16/2/8/4096, rms_norm_eps 1e-6 and 2^21 positions: info shows them"
+else
+    not_ok "import of the custom Llama: $(why "$out/lcustom.log") $($CK info "$out/lcustom" 2>&1 | grep -E '^(rope|model)' | tr '\n' ' ')"
+fi
+if ./train_gpt "${common[@]}" "${lval[@]}" -x 2 --ckpt-every 2 --resume "$out/lcustom" -o "$out/lcustom_run" \
+        > "$out/lcustom_run.log" 2>&1 &&
+   grep -q '^model: Llama 3, 2 layers, 4 heads (2 kv heads), 64 channels, SwiGLU 96, RoPE theta 500000 scaled x16, norm eps 1e-06, max_seq 2097152' \
+        "$out/lcustom_run.log" && grep -q '"step":2,"loss"' "$out/lcustom_run/metrics.jsonl"; then
+    a=$(first_val "$out/lcustom_run")
+    py_checks loss "$out/lvar/custom/model.safetensors" "$VAL_SHARD" 2 32 4 "${a:-nan}" "custom RoPE scaling and eps 1e-6"
+    [ -n "$a" ] && [ "$a" != "$lval4" ] || not_ok "the custom Llama's val loss ${a:-none} is the default config's ($lval4): its config unused"
+    if $CK export "$out/lcustom_run" --safetensors "$out/lcustom_exp/model.safetensors" > "$out/lcustom_exp.log" 2>&1 &&
+       $PYTHON -c 'import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+keys = ("rope_scaling", "rms_norm_eps", "max_position_embeddings", "rope_theta")
+sys.exit(any(a[k] != b[k] for k in keys))' "$out/lvar/custom/config.json" "$out/lcustom_exp/config.json" &&
+       $CK import "$out/lcustom_exp/model.safetensors" "$out/lcustom_imp2" --world 1 >> "$out/lcustom_exp.log" 2>&1 &&
+       $CK export "$out/lcustom_imp2" --safetensors "$out/lcustom_exp2/model.safetensors" >> "$out/lcustom_exp.log" 2>&1 &&
+       cmp -s "$out/lcustom_exp/model.safetensors" "$out/lcustom_exp2/model.safetensors" &&
+       cmp -s "$out/lcustom_exp/config.json" "$out/lcustom_exp2/config.json"; then
+        ok "the trained custom Llama exports its RoPE scaling, rms_norm_eps and positions to config.json; re-import -> export byte-identical"
+    else
+        not_ok "custom Llama export round trip: $(why "$out/lcustom_exp.log") $(cmp "$out/lcustom_exp/config.json" "$out/lcustom_exp2/config.json" 2>&1)"
+    fi
+else
+    not_ok "--resume of the custom Llama import without model flags: $(grep -m1 -E '^error|^model' "$out/lcustom_run.log" || why "$out/lcustom_run.log")"
+fi
+# The same custom Llama as Hugging Face's sharded form, 2 shards + index: imported into the single
+# file's rank files, resumed with no model flags, trained the same 2 steps and exported to the
+# single file's export, byte for byte (weights and config.json).
+mkdir -p "$out/lcsh_exp"
+if $PYTHON "$HF" shard "$out/lvar/custom/model.safetensors" "$out/lcsh" 2 > "$out/lcsh.log" 2>&1 &&
+   $CK import "$out/lcsh/model.safetensors.index.json" "$out/lcshimp" --world 2 >> "$out/lcsh.log" 2>&1 &&
+   grep -q 'safetensors in 2 shards (Hugging Face Llama), L=2 NH=4 KVH=2 C=64 F=96 maxT=2097152 V=50257 Vp=50304 eps=1e-06' "$out/lcsh.log" &&
+   cmp -s "$out/lcustom/step_00000000/rank_00000.bin" "$out/lcshimp/step_00000000/rank_00000.bin" &&
+   cmp -s "$out/lcustom/step_00000000/rank_00001.bin" "$out/lcshimp/step_00000000/rank_00001.bin" &&
+   ./train_gpt "${common[@]}" "${lval[@]}" -x 2 --ckpt-every 2 --resume "$out/lcshimp" -o "$out/lcsh_run" >> "$out/lcsh.log" 2>&1 &&
+   $CK export "$out/lcsh_run" --safetensors "$out/lcsh_exp/model.safetensors" >> "$out/lcsh.log" 2>&1 &&
+   cmp -s "$out/lcustom_exp/model.safetensors" "$out/lcsh_exp/model.safetensors" &&
+   cmp -s "$out/lcustom_exp/config.json" "$out/lcsh_exp/config.json"; then
+    ok "the custom Llama in 2 shards + index: import = the single file's rank files; resume (no model flags), 2 steps, export = the single file's export, byte for byte"
+else
+    not_ok "the custom Llama in 2 shards: $(why "$out/lcsh.log") $(cmp "$out/lcustom_exp/model.safetensors" "$out/lcsh_exp/model.safetensors" 2>&1)"
 fi
 expect_error "import of a Llama safetensors with --heads disagreeing with config.json" \
     "--heads 2 disagrees with .*lhf/config.json's num_attention_heads 4" \

@@ -45,6 +45,11 @@ with open(f"{d}/model_truncated.bin", "wb") as f:
 hdr5 = list(hdr); hdr5[1] = 4
 with open(f"{d}/model_bad_version.bin", "wb") as f:
     f.write(struct.pack("<256i", *hdr5))
+# a whole model of zeros (the tiny shape: L 1, C 32, maxT 32, Vp 50304; GPT-2's tensor sizes)
+L, C, maxT, Vp = 1, 32, 32, 50304
+n = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+with open(f"{d}/model_ok.bin", "wb") as f:
+    f.write(struct.pack("<256i", *hdr)); f.write(b"\0" * 4 * n)
 PY
 
 expect_error "missing training data"     "no files match '$out/nothing\*.bin'" "${T[@]}" -i "$out/nothing*.bin"
@@ -75,7 +80,27 @@ expect_error "bad validation shard"      "--val-data: .*bad_magic.bin: bad magic
 
 init=("$TRAIN_GPT" --device cpu -b 2 -t 16 -x 1 -v 0 --threads 1 -i "$TRAIN_SHARD")
 expect_error "missing model file"        "nope.bin: cannot open"               "${init[@]}" --init-from "$out/nope.bin"
-expect_error "--init-from with a shape"  "--init-from .* defines the model shape" "${T[@]}" -i "$TRAIN_SHARD" --init-from "$out/model_truncated.bin"
+# --init-from: the model is the file's; flags that agree are fine, others are refused, every one
+# named in one line; --norm-eps (not in the weights, nor in llm.c's header) changes it.
+if "${T[@]}" -i "$TRAIN_SHARD" --init-from "$out/model_ok.bin" > "$out/init_ok.log" 2>&1; then
+    ok "--init-from with model flags that agree with the file trains"
+else
+    not_ok "--init-from with agreeing model flags: $(tail -n 2 "$out/init_ok.log" | tr '\n' ' ')"
+fi
+expect_error "--init-from with two conflicting flags: both named" \
+    "--init-from .*model_ok\.bin: the file's model has --layers 1 \(given 2\), --channels 32 \(given 64\)" \
+    "${init[@]}" --init-from "$out/model_ok.bin" --layers 2 --channels 64
+if "${init[@]}" --init-from "$out/model_ok.bin" --norm-eps 1e-6 > "$out/init_eps.log" 2>&1 &&
+   grep -q -- "model_ok.bin: --norm-eps 1e-06 replaces the file's 1e-05" "$out/init_eps.log" &&
+   grep -q "^model: GPT-2, 1 layers, 2 heads, 32 channels, norm eps 1e-06" "$out/init_eps.log"; then
+    ok "--init-from with --norm-eps 1e-6: the run says it replaces the file's 1e-5, and trains with it"
+else
+    not_ok "--init-from with --norm-eps 1e-6: $(grep -E 'replaces|^model|error' "$out/init_eps.log" | tr '\n' ' ')"
+fi
+expect_error "--save-model of a model with --norm-eps 1e-6 (llm.c's header has no field for it)" \
+    "--save-model writes llm.c's GPT-2 model file, which has no field for the norm epsilon, and this model's is 1e-06" \
+    "${T[@]}" -i "$TRAIN_SHARD" --norm-eps 1e-6 --save-model "$out/eps_model.bin"
+[ -e "$out/eps_model.bin" ] && not_ok "--save-model refused, yet $out/eps_model.bin was written"
 expect_error "model file bad magic"      "model_bad_magic.bin: bad magic 1"    "${init[@]}" --init-from "$out/model_bad_magic.bin"
 expect_error "model file bad version"    "model_bad_version.bin: unsupported version 4" "${init[@]}" --init-from "$out/model_bad_version.bin"
 expect_error "model file truncated"      "model_truncated.bin: .* bytes, but its header's model needs" "${init[@]}" --init-from "$out/model_truncated.bin"
@@ -85,6 +110,10 @@ expect_error "flag without value"        "-b needs a value|--batch-size needs a 
 expect_error "non-numeric value"         "--batch-size: expected an integer, got 'abc'" "${T[@]}" --batch-size abc
 expect_error "out-of-range value"        "--batch-size: 0 is out of range"     "${T[@]}" -b 0
 expect_error "bad float"                 "--lr: expected a number, got '1e-3x'" "${T[@]}" --lr 1e-3x
+expect_error "--norm-eps 0"              "--norm-eps: 0 is out of range \[1e-30, 1\]" "${T[@]}" --norm-eps 0
+expect_error "--norm-eps not a number"   "--norm-eps: expected a number, got 'small'" "${T[@]}" --norm-eps small
+expect_error "--max-seq above 2^24"      "--max-seq: 16777217 is out of range \[1, 16777216\]" "${T[@]}" --max-seq 16777217
+expect_error "--rope-original-max-pos 0" "--rope-original-max-pos: 0 is out of range" "${T[@]}" --rope-original-max-pos 0
 expect_error "unknown preset"            "--model: unknown preset 'gpt5'"      "$TRAIN_GPT" --device cpu -m gpt5
 expect_error "heads do not divide"       "--channels 30 is not a multiple of --heads 4" "$TRAIN_GPT" --device cpu --layers 1 --channels 30 --heads 4
 expect_error "seq-len above max-seq"     "--seq-len 64 exceeds the model's 32 positions" "${T[@]}" -t 64

@@ -208,7 +208,7 @@ static int run_dump_llama(int argc, char** argv) {
     memset(&c, 0, sizeof(c));
     c.arch = ARCH_LLAMA3;
     c.num_layers = 2; c.channels = 64; c.num_heads = 4; c.num_kv_heads = 2; c.ffn_dim = 96;
-    c.vocab_size = GPT2_VOCAB; c.max_seq_len = 64; c.rope_theta = 500000.0f;
+    c.vocab_size = GPT2_VOCAB; c.max_seq_len = 64; c.rope_theta = 500000.0f; c.norm_eps = MODEL_DEFAULT_NORM_EPS;
     for (int i = 2; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (!strcmp(k, "--tokens")) tokens_path = v;
@@ -331,6 +331,7 @@ static int run_fdcheck(void) {
     ModelConfig c;
     memset(&c, 0, sizeof(c));
     c.max_seq_len = 16; c.vocab_size = 64; c.padded_vocab_size = 128; c.num_layers = 2; c.num_heads = 2; c.channels = 16;
+    c.norm_eps = MODEL_DEFAULT_NORM_EPS;
     const int B = 2, T = 8;
     const float h = 3e-3f;
     const double rel_tol = 5e-3, abs_tol = 1e-5;

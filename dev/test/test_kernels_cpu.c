@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/cpu_kernels_llama.h"
 
 // ----------------------------------------------------------------------------
 // Tolerances
@@ -255,7 +256,7 @@ static void ref_encoder_backward(double* dwte, double* dwpe, const double* dout,
 }
 
 static void ref_layernorm_forward(double* out, double* mean, double* rstd, const double* inp,
-                                  const double* w, const double* bias, int N, int C) {
+                                  const double* w, const double* bias, int N, int C, double eps) {
     for (int n = 0; n < N; n++) {
         const double* x = inp + (size_t)n * C;
         double m = 0.0, v = 0.0;
@@ -263,7 +264,7 @@ static void ref_layernorm_forward(double* out, double* mean, double* rstd, const
         m /= C;
         for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
         v /= C;
-        double s = 1.0 / sqrt(v + 1e-5);
+        double s = 1.0 / sqrt(v + eps);
         for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (x[c] - m) * s * w[c] + bias[c];
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = s;
@@ -480,26 +481,28 @@ static void test_encoder(int B, int T, int C, int vocab) {
 // ----------------------------------------------------------------------------
 // LayerNorm
 
-typedef struct { int N, C; double *inp, *w, *b, *R, *out; } LayerNormCtx;
+typedef struct { int N, C; double eps; double *inp, *w, *b, *R, *out; } LayerNormCtx;
 static double layernorm_loss(void* p) {
     LayerNormCtx* c = p;
-    ref_layernorm_forward(c->out, NULL, NULL, c->inp, c->w, c->b, c->N, c->C);
+    ref_layernorm_forward(c->out, NULL, NULL, c->inp, c->w, c->b, c->N, c->C, c->eps);
     return dot_d(c->out, c->R, (size_t)c->N * c->C);
 }
 
-static void test_layernorm(int N, int C) {
+// eps: the model's norm_eps (1e-5 by default; a large one shows that the kernel adds the eps it
+// is given: these rows' variance is ~1.3, so 0.5 changes rstd by ~15%, 1e-5 would not show).
+static void test_layernorm(int N, int C, float eps) {
     char tag[64], name[256];
-    snprintf(tag, sizeof tag, "N=%d C=%d", N, C);
+    snprintf(tag, sizeof tag, "N=%d C=%d eps=%g", N, C, (double)eps);
     const size_t NC = (size_t)N * C;
     // Rows with a mean well away from 0 exercise the variance computation.
     float* inp = frand(NC, 2.0, 3.0);
     float* w = frand(C, 0.5, 1.0);
     float* b = frand(C, 0.5, 0.0);
     float *out = falloc(NC), *mean = falloc(N), *rstd = falloc(N);
-    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
     double *inp_d = to_double(inp, NC), *w_d = to_double(w, C), *b_d = to_double(b, C);
     double *out_ref = dalloc(NC), *mean_ref = dalloc(N), *rstd_ref = dalloc(N);
-    ref_layernorm_forward(out_ref, mean_ref, rstd_ref, inp_d, w_d, b_d, N, C);
+    ref_layernorm_forward(out_ref, mean_ref, rstd_ref, inp_d, w_d, b_d, N, C, (double)eps);
     snprintf(name, sizeof name, "layernorm_forward %s out matches reference", tag);
     check_close_fd(name, out, out_ref, NC, TOL_REL, TOL_ABS_FRAC);
     snprintf(name, sizeof name, "layernorm_forward %s mean matches reference", tag);
@@ -507,7 +510,7 @@ static void test_layernorm(int N, int C) {
     snprintf(name, sizeof name, "layernorm_forward %s rstd matches reference", tag);
     check_close_fd(name, rstd, rstd_ref, N, TOL_REL, TOL_ABS_FRAC);
     float* out2 = falloc(NC);
-    layernorm_forward(out2, mean, rstd, inp, w, b, N, C);
+    layernorm_forward(out2, mean, rstd, inp, w, b, N, C, eps);
     snprintf(name, sizeof name, "layernorm_forward %s deterministic", tag);
     check_bitwise(name, out, out2, NC);
 
@@ -529,7 +532,7 @@ static void test_layernorm(int N, int C) {
     snprintf(name, sizeof name, "layernorm_backward %s dbias", tag);
     check_grad(name, db, db2, g0b, accb, db_ref, C);
 
-    LayerNormCtx ctx = {N, C, inp_d, w_d, b_d, R_d, dalloc(NC)};
+    LayerNormCtx ctx = {N, C, (double)eps, inp_d, w_d, b_d, R_d, dalloc(NC)};
     snprintf(name, sizeof name, "layernorm_backward %s dinp", tag);
     check_fd(name, layernorm_loss, &ctx, inp_d, NC, 1, dinp_ref, dinp);
     snprintf(name, sizeof name, "layernorm_backward %s dweight", tag);
@@ -542,6 +545,33 @@ static void test_layernorm(int N, int C) {
     free(R_d); free(dinp_ref); free(dw_ref); free(db_ref); free(dinp); free(dw); free(db);
     free(dinp2); free(dw2); free(db2); free(g0i); free(g0w); free(g0b); free(acci); free(accw);
     free(accb);
+}
+
+// ----------------------------------------------------------------------------
+// RMSNorm (Llama's; its backward is checked against PyTorch in test_llama.sh): the forward and
+// its rstd against a float64 reference, at the model's eps (as for LayerNorm, a large eps shows
+// that it is the one added).
+
+static void test_rmsnorm_forward(int N, int C, float eps) {
+    char tag[64], name[256];
+    snprintf(tag, sizeof tag, "N=%d C=%d eps=%g", N, C, (double)eps);
+    const size_t NC = (size_t)N * C;
+    float* inp = frand(NC, 1.0, 0.5);
+    float* w = frand(C, 0.5, 1.0);
+    float *out = falloc(NC), *rstd = falloc(N);
+    rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+    double *out_ref = dalloc(NC), *rstd_ref = dalloc(N);
+    for (int n = 0; n < N; n++) {
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)inp[(size_t)n * C + c] * inp[(size_t)n * C + c];
+        rstd_ref[n] = 1.0 / sqrt(ss / C + (double)eps);
+        for (int c = 0; c < C; c++) out_ref[(size_t)n * C + c] = inp[(size_t)n * C + c] * rstd_ref[n] * w[c];
+    }
+    snprintf(name, sizeof name, "rmsnorm_forward %s out matches reference", tag);
+    check_close_fd(name, out, out_ref, NC, TOL_REL, TOL_ABS_FRAC);
+    snprintf(name, sizeof name, "rmsnorm_forward %s rstd matches reference", tag);
+    check_close_fd(name, rstd, rstd_ref, N, TOL_REL, TOL_ABS_FRAC);
+    free(inp); free(w); free(out); free(rstd); free(out_ref); free(rstd_ref);
 }
 
 // ----------------------------------------------------------------------------
@@ -1136,8 +1166,12 @@ int main(void) {
     test_encoder(2, 7, 12, 5);
     test_encoder(2, 5, 150, 4);  // C above the column tile width (64), ragged last tile
 
-    test_layernorm(13, 12);
-    test_layernorm(5, 150);
+    test_layernorm(13, 12, 1e-5f);
+    test_layernorm(5, 150, 1e-5f);
+    test_layernorm(13, 12, 0.5f);   // another norm_eps
+
+    test_rmsnorm_forward(13, 12, 1e-5f);
+    test_rmsnorm_forward(5, 150, 0.5f);
 
     test_matmul(13, 12, 5);
     test_matmul(13, 12, 150);  // OC above the dbias column tile width

@@ -357,13 +357,19 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
 // ----------------------------------------------------------------------------
 // LayerNorm
 
+// The norms' epsilon of both families' presets (ModelConfig.norm_eps's default); the forward
+// tests also run at kOtherEps, large enough (these rows' variance is ~1) that a kernel adding
+// another eps than the one it is given fails them.
+static constexpr float kNormEps = 1e-5f, kOtherEps = 0.5f;
+
 template <class T16>
-static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alias) {
+static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alias, float eps) {
     const DtypeScope<T16> dtype;
-    char name[200];
-    const char* tag = fused ? (alias ? "fused_residual_layernorm_forward (residual aliases a)"
-                                     : "fused_residual_layernorm_forward")
-                            : "layernorm_forward";
+    char name[240];
+    char tag[160];
+    snprintf(tag, sizeof tag, "%s eps=%g",
+             fused ? (alias ? "fused_residual_layernorm_forward (residual aliases a)" : "fused_residual_layernorm_forward")
+                   : "layernorm_forward", (double)eps);
     // Inputs with a mean far from 0 exercise the two-pass variance.
     std::vector<float> a = rand16<T16>(rng, (size_t)N * C, 1.5f, 3.0f);
     std::vector<float> b = rand16<T16>(rng, (size_t)N * C, 1.0f);
@@ -374,7 +380,7 @@ static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alia
         for (auto& v : x) v = round16<T16>(v);  // the GPU normalises the rounded residual
     }
     std::vector<float> out((size_t)N * C), mean(N), rstd(N);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C, eps);
 
     T16* d_a = dev_upload(to16<T16>(a));
     T16* d_b = dev_upload(to16<T16>(b));
@@ -384,8 +390,8 @@ static void test_layernorm_forward(Rng& rng, int N, int C, bool fused, bool alia
     T16* d_res = alias ? d_a : dev_alloc<T16>((size_t)N * C);
     float* d_mean = dev_alloc<float>(N);
     float* d_rstd = dev_alloc<float>(N);
-    if (fused) fused_residual_layernorm_forward_cuda(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, 0);
-    else layernorm_forward_cuda(d_out, d_mean, d_rstd, d_a, d_w, d_bias, N, C, 0);
+    if (fused) fused_residual_layernorm_forward_cuda(d_res, d_out, d_mean, d_rstd, d_a, d_b, d_w, d_bias, N, C, eps, 0);
+    else layernorm_forward_cuda(d_out, d_mean, d_rstd, d_a, d_w, d_bias, N, C, eps, 0);
 
     if (fused) {
         snprintf(name, sizeof name, "%s residual N=%d C=%d", tag, N, C);
@@ -412,7 +418,7 @@ static void test_layernorm_backward(Rng& rng, int N, int C) {
     std::vector<float> x = rand16<T16>(rng, (size_t)N * C, 1.5f, 2.0f);
     std::vector<float> w = rand16<T16>(rng, C, 0.3f, 1.0f), bias = rand16<T16>(rng, C, 0.2f);
     std::vector<float> out((size_t)N * C), mean(N), rstd(N);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), bias.data(), N, C, kNormEps);
     std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f);
     std::vector<float> dinp0 = rand16<T16>(rng, (size_t)N * C, 0.5f);
     std::vector<float> dw0 = rand16<T16>(rng, C, 1.0f), db0 = rand16<T16>(rng, C, 1.0f);
@@ -1492,11 +1498,13 @@ static void test_encoder_no_positions(Rng& rng, int B, int T, int C, int V) {
 }
 
 template <class T16>
-static void test_rmsnorm_forward(Rng& rng, int N, int C, bool fused, bool alias) {
+static void test_rmsnorm_forward(Rng& rng, int N, int C, bool fused, bool alias, float eps) {
     const DtypeScope<T16> dtype;
-    char name[200];
-    const char* tag = fused ? (alias ? "fused_residual_rmsnorm_forward (residual aliases a)" : "fused_residual_rmsnorm_forward")
-                            : "rmsnorm_forward";
+    char name[240];
+    char tag[160];
+    snprintf(tag, sizeof tag, "%s eps=%g",
+             fused ? (alias ? "fused_residual_rmsnorm_forward (residual aliases a)" : "fused_residual_rmsnorm_forward")
+                   : "rmsnorm_forward", (double)eps);
     std::vector<float> a = rand16<T16>(rng, (size_t)N * C, 1.5f, 0.5f), b = rand16<T16>(rng, (size_t)N * C, 1.0f);
     std::vector<float> w = rand16<T16>(rng, C, 0.3f, 1.0f);
     std::vector<float> x = a, sum((size_t)N * C);  // what the norm sees: the rounded residual when fused
@@ -1505,7 +1513,7 @@ static void test_rmsnorm_forward(Rng& rng, int N, int C, bool fused, bool alias)
         for (size_t i = 0; i < x.size(); i++) x[i] = round16<T16>(sum[i]);
     }
     std::vector<float> out((size_t)N * C), rstd(N);
-    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
 
     T16* d_a = dev_upload(to16<T16>(a));
     T16* d_b = dev_upload(to16<T16>(b));
@@ -1513,8 +1521,8 @@ static void test_rmsnorm_forward(Rng& rng, int N, int C, bool fused, bool alias)
     T16* d_out = dev_alloc<T16>((size_t)N * C);
     T16* d_res = alias ? d_a : dev_alloc<T16>((size_t)N * C);
     float* d_rstd = dev_alloc<float>(N);
-    if (fused) fused_residual_rmsnorm_forward_cuda(d_res, d_out, d_rstd, d_a, d_b, d_w, N, C, 0);
-    else rmsnorm_forward_cuda(d_out, d_rstd, d_a, d_w, N, C, 0);
+    if (fused) fused_residual_rmsnorm_forward_cuda(d_res, d_out, d_rstd, d_a, d_b, d_w, N, C, eps, 0);
+    else rmsnorm_forward_cuda(d_out, d_rstd, d_a, d_w, N, C, eps, 0);
     std::vector<T16> g_out = dev_download(d_out, (size_t)N * C);
     std::vector<float> g_rstd = dev_download(d_rstd, N);
 
@@ -1530,7 +1538,7 @@ static void test_rmsnorm_forward(Rng& rng, int N, int C, bool fused, bool alias)
         // A recompute normalises the stored residual: the fused kernel's output, bit for bit.
         T16* d_out2 = dev_alloc<T16>((size_t)N * C);
         float* d_rstd2 = dev_alloc<float>(N);
-        rmsnorm_forward_cuda(d_out2, d_rstd2, d_res, d_w, N, C, 0);
+        rmsnorm_forward_cuda(d_out2, d_rstd2, d_res, d_w, N, C, eps, 0);
         std::vector<T16> o2 = dev_download(d_out2, (size_t)N * C);
         std::vector<float> r2 = dev_download(d_rstd2, N);
         snprintf(name, sizeof name, "%s = rmsnorm_forward of its residual (out) N=%d C=%d", tag, N, C);
@@ -1549,7 +1557,7 @@ static void test_rmsnorm_backward(Rng& rng, int N, int C) {
     char name[200];
     std::vector<float> x = rand16<T16>(rng, (size_t)N * C, 1.5f, 0.5f), w = rand16<T16>(rng, C, 0.3f, 1.0f);
     std::vector<float> out((size_t)N * C), rstd(N);
-    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, kNormEps);
     std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f), dinp0 = rand16<T16>(rng, (size_t)N * C, 0.5f);
     std::vector<float> dw0 = rand16<T16>(rng, C, 1.0f);
 
@@ -1683,10 +1691,12 @@ static void test_storage_kernels(Rng& rng) {
     // LayerNorm: N = 1; C = 776 (not a multiple of 256); C = 1600 (d48); many row blocks.
     const int ln_shapes[][2] = {{1, 8}, {67, 776}, {130, 1600}};
     for (auto& s : ln_shapes) {
-        test_layernorm_forward<T16>(rng, s[0], s[1], false, false);
-        test_layernorm_forward<T16>(rng, s[0], s[1], true, false);
+        test_layernorm_forward<T16>(rng, s[0], s[1], false, false, kNormEps);
+        test_layernorm_forward<T16>(rng, s[0], s[1], true, false, kNormEps);
     }
-    test_layernorm_forward<T16>(rng, 33, 264, true, true);
+    test_layernorm_forward<T16>(rng, 33, 264, true, true, kNormEps);
+    test_layernorm_forward<T16>(rng, 67, 776, false, false, kOtherEps);   // the model's eps, not 1e-5
+    test_layernorm_forward<T16>(rng, 33, 264, true, false, kOtherEps);
     // Backward (one pass: each thread holds 1, 2 or 4 packs of 8 channels, of 4, 2 or 1 rows
     // at a time): 1 pack (C <= 2048; C = 776: 97 packs on 128 threads), 2 packs (C = 2056:
     // 257 packs on 160 threads, most of them with one), 4 packs (C = 4104: 513 packs on 160
@@ -1736,10 +1746,12 @@ static void test_storage_kernels(Rng& rng) {
     test_encoder_no_positions<T16>(rng, 3, 37, 200, 50);
     const int rms_shapes[][2] = {{1, 8}, {67, 776}, {37, 203}, {130, 1600}};
     for (auto& s : rms_shapes) {
-        test_rmsnorm_forward<T16>(rng, s[0], s[1], false, false);
-        test_rmsnorm_forward<T16>(rng, s[0], s[1], true, false);
+        test_rmsnorm_forward<T16>(rng, s[0], s[1], false, false, kNormEps);
+        test_rmsnorm_forward<T16>(rng, s[0], s[1], true, false, kNormEps);
     }
-    test_rmsnorm_forward<T16>(rng, 33, 264, true, true);
+    test_rmsnorm_forward<T16>(rng, 33, 264, true, true, kNormEps);
+    test_rmsnorm_forward<T16>(rng, 67, 776, false, false, kOtherEps);   // the model's eps, not 1e-5
+    test_rmsnorm_forward<T16>(rng, 37, 203, true, false, kOtherEps);
     const int rmsb_shapes[][2] = {{1, 8}, {67, 776}, {1000, 264}, {37, 203}, {21, 2056}, {9, 2053}, {37, 4104}, {5, 8192}};
     for (auto& s : rmsb_shapes) test_rmsnorm_backward<T16>(rng, s[0], s[1]);
     const RopeParams llama31 = {500000.0f, 8.0f, 1.0f, 4.0f, 8192}, plain = {10000.0f, 1.0f, 1.0f, 1.0f, 0};

@@ -164,11 +164,37 @@ print(("ok - " if last < first - 0.5 else "not ok - ") + f"llama loss falls by m
 PY
 
 # Resume on another rank count: saved after step 5 at np=2, resumed at np=2 (bitwise the
-# uninterrupted np=2 run), np=3 and np=1 (within the W tolerance of it).
+# uninterrupted np=2 run), np=3 and np=1 (within the W tolerance of it). The model is the
+# checkpoint's: the np=2 resume gives no model flags (no --arch, shape, RoPE), as does one saved
+# and resumed at np=1 (bitwise the np=1 run); a Llama's --max-seq is not in its weights, so a
+# resume may raise it (said on a line; the same losses, bitwise).
+noshape=("${common[@]:0:3}" "${common[@]:17}")
+[ "${common[3]} ${common[15]} ${common[17]}" = "--arch --max-seq -t" ] ||
+    not_ok "test bug: common[3], [15], [17] are ${common[3]} ${common[15]} ${common[17]}, not --arch --max-seq -t"
+run_noshape() {  # run_noshape NAME NP ARGS...: as run, without the model flags
+    local name=$1 np=$2; shift 2
+    if ! timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
+            "${noshape[@]}" "$@" > "$out/$name.log" 2>&1; then
+        not_ok "llama $name: run failed: $(tail -n 3 "$out/$name.log" | tr '\n' ' ')"
+        return 1
+    fi
+}
+if run split1 1 -b 12 -o "$out/split1" --ckpt-every 5 --stop-at-step 5; then
+    run_noshape resume1_noflags 1 -b 12 -o "$out/resume1_noflags" --resume "$out/split1/ckpt/step_00000005" &&
+        compare "llama resume without model flags: saved and resumed at np=1 (bitwise)" "$(metrics ref)" \
+            "$(metrics resume1_noflags)" --exact --from-step 6
+    if run_noshape resume1_maxseq 1 -b 12 -o "$out/resume1_maxseq" --resume "$out/split1/ckpt/step_00000005" --max-seq 128; then
+        grep -qF -- "--resume $out/split1/ckpt/step_00000005: --max-seq 128 replaces the checkpoint's 64" "$out/resume1_maxseq.log" ||
+            not_ok "llama resume with --max-seq 128: no line saying it replaces the checkpoint's 64"
+        compare "llama resume with --max-seq 128 (not in a Llama's weights): the same losses (bitwise)" "$(metrics ref)" \
+            "$(metrics resume1_maxseq)" --exact --from-step 6
+    fi
+fi
 if run split2 2 -b 6 -o "$out/split2" --ckpt-every 5 --stop-at-step 5; then
     ck="$out/split2/ckpt/step_00000005"
-    run resume2 2 -b 6 -o "$out/resume2" --resume "$ck" &&
-        compare "llama resume: saved at np=2, resumed at np=2 (bitwise)" "$(metrics np2)" "$(metrics resume2)" --exact --from-step 6
+    run_noshape resume2 2 -b 6 -o "$out/resume2" --resume "$ck" &&
+        compare "llama resume without model flags: saved at np=2, resumed at np=2 (bitwise)" "$(metrics np2)" \
+            "$(metrics resume2)" --exact --from-step 6
     run resume3 3 -b 4 -o "$out/resume3" --resume "$ck" &&
         compare "llama resume: saved at np=2, resumed at np=3" "$(metrics np2)" "$(metrics resume3)" --rtol $RTOL --from-step 6
     run resume1 1 -b 12 -o "$out/resume1" --resume "$ck" &&
@@ -235,10 +261,18 @@ expect_one_error "llama: --kv-heads not dividing --heads" "--kv-heads 3 does not
     "${L[@]}" --channels 64 --heads 4 --kv-heads 3
 expect_one_error "llama: an odd head size" "--channels 36 / --heads 4 is an odd head size" \
     "${L[@]}" --channels 36 --heads 4 --kv-heads 2
-expect_one_error "--kv-heads with a GPT-2 preset" "--kv-heads, --ffn-dim, --rope-theta and --rope-factor are Llama's" \
+expect_one_error "--kv-heads with a GPT-2 preset" "--kv-heads is not a GPT-2 setting: give --arch llama3 or a llama3 preset" \
     "${T[@]}" -m d2 --kv-heads 2
-expect_one_error "--ffn-dim without a Llama model" "--kv-heads, --ffn-dim, --rope-theta and --rope-factor are Llama's" \
+expect_one_error "--ffn-dim without a Llama model" "--ffn-dim is not a GPT-2 setting: give --arch llama3" \
     "${T[@]}" --layers 1 --channels 64 --heads 4 --ffn-dim 96
+expect_one_error "--rope-original-max-pos without a Llama model" "--rope-original-max-pos is not a GPT-2 setting" \
+    "${T[@]}" --layers 1 --channels 64 --heads 4 --rope-original-max-pos 4096
+expect_one_error "llama: RoPE scaling flags without --rope-factor > 1" \
+    "--rope-low-freq-factor, --rope-high-freq-factor and --rope-original-max-pos apply to RoPE scaling \(--rope-factor > 1\), and this model's factor is 0" \
+    "${L[@]}" --channels 64 --heads 4 --kv-heads 2 --rope-low-freq-factor 2
+expect_one_error "llama: --rope-low-freq-factor not below --rope-high-freq-factor" \
+    "RoPE scaling needs --rope-low-freq-factor 8 below --rope-high-freq-factor 4" \
+    "${L[@]}" --channels 64 --heads 4 --kv-heads 2 --rope-factor 8 --rope-low-freq-factor 8
 expect_one_error "--arch gpt2 -m llama3:tiny" "--arch gpt2 contradicts --model llama3:tiny" "${T[@]}" --arch gpt2 -m llama3:tiny
 expect_one_error "llama: --save-model refused before training" "--save-model writes llm.c's GPT-2 model file" \
     "${L[@]}" --channels 64 --heads 4 --kv-heads 2 --save-model "$out/llama_model.bin"
@@ -247,16 +281,20 @@ else ok "llama: --save-model refused: no model file written"; fi
 # Checkpoints across the families: the message names both architectures.
 if run_np 1 ./train_gpt --device cpu --layers 1 --channels 64 --heads 4 --max-seq 32 -b 2 -t 16 -x 1 -v 0 --threads 1 \
         -i "$TRAIN_SHARD" --ckpt-every 1 -o "$out/gpt2ck" > "$out/gpt2ck.log" 2>&1; then
-    expect_one_error "GPT-2 checkpoint resumed into a Llama run" "the checkpoint is a gpt2 model, this run's is llama3" \
+    expect_one_error "GPT-2 checkpoint resumed into a Llama run" \
+        "the checkpoint's model has --arch gpt2 \(given llama3\), --kv-heads 2 \(not a GPT-2 setting\), --ffn-dim 96 \(not a GPT-2 setting\)" \
         "${L[@]}" --channels 64 --heads 4 --kv-heads 2 --resume "$out/gpt2ck/ckpt/step_00000001"
 else
     not_ok "GPT-2 checkpoint for the cross-family resume: run failed: $(tail -n 3 "$out/gpt2ck.log" | tr '\n' ' ')"
 fi
 if [ -d "$out/split2/ckpt/step_00000005" ]; then
     ck=(--resume "$out/split2/ckpt/step_00000005")
-    expect_one_error "Llama checkpoint resumed into a GPT-2 run" "the checkpoint is a llama3 model, this run's is gpt2" \
-        "${T[@]}" --layers 3 --channels 64 --heads 4 --max-seq 64 "${ck[@]}"
-    expect_one_error "Llama checkpoint resumed with other kv heads" "num_kv_heads = $KVH, this run's has 4" \
+    expect_one_error "Llama checkpoint resumed into a GPT-2 run" "the checkpoint's model has --arch llama3 \(given gpt2\)" \
+        "${T[@]}" --arch gpt2 --layers 3 --channels 64 --heads 4 --max-seq 64 "${ck[@]}"
+    expect_one_error "Llama checkpoint resumed with other kv heads" "the checkpoint's model has --kv-heads $KVH \(given 4\)" \
         "${common[@]}" -b 12 --kv-heads 4 "${ck[@]}"
+    expect_one_error "Llama checkpoint resumed with RoPE scaling flags but no scaling" \
+        "--rope-low-freq-factor, --rope-high-freq-factor and --rope-original-max-pos apply to RoPE scaling \(--rope-factor > 1\), and this model's factor is 0" \
+        "${noshape[@]}" -b 12 --rope-high-freq-factor 8 "${ck[@]}"
 fi
 lap "bad input"

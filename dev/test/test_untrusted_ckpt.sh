@@ -412,8 +412,8 @@ if "${lt[@]}" -x 1 -o "$out/llama_run" --ckpt-every 1 > "$out/llama_run.log" 2>&
     expect_error "Llama: no rope_scaling key" "noscaling/config\.json: rope_scaling is missing" limport noscaling
     expect_error "Llama: rope_scaling of another type" \
         "yarn/config\.json: rope_scaling\.rope_type \"yarn\" is not supported" limport yarn
-    expect_error "Llama: rms_norm_eps other than 1e-5" "eps/config\.json: rms_norm_eps = 1e-06, but fsdp\.c's RMSNorm adds 1e-05" \
-        limport eps
+    expect_error "Llama: rms_norm_eps 0 (outside [1e-30, 1])" "eps_zero/config\.json: rms_norm_eps = 0 is not in \[1e-30, 1\]" \
+        limport eps_zero
     expect_error "Llama: hidden_size disagreeing with the tensors" \
         "hidden_mismatch/config\.json: hidden_size = 64, but the safetensors file has 32" limport hidden_mismatch
     expect_error "Llama: a tensor no Llama has" \
