@@ -754,33 +754,7 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
     }
 }
 
-// --resume: the model of the run is the checkpoint's. Rank 0 finds the checkpoint and reads its
-// model, the flags checked against it (or, with auto and none yet, the flags' model, as a fresh
-// run's); every rank gets its answer, so that all build the same model and load the same step
-// (a checkpoint committed meanwhile cannot split them), before anything is sized. An error is
-// one line from rank 0.
-static void resume_model(Run* r, ModelConfig* config, int* file_version, char* notes, size_t notes_len) {
-    struct {
-        int rc, file_version;
-        char path[sizeof(r->resume_path)];
-        ModelConfig config;
-        char notes[1024];
-        ParseError e;
-    } found;
-    memset(&found, 0, sizeof(found));
-    if (r->pg->rank == 0)
-        found.rc = resume_config(r->opt, found.path, sizeof(found.path), &found.config, &found.file_version, found.notes,
-                                 sizeof(found.notes), &found.e);
-    comm_broadcast(r->pg->world_comm, &found, sizeof(found), 0);
-    if (found.rc) fatal_agreed(r->pg, "%s (see --help)", found.e.msg);
-    if (!found.path[0] && r->pg->rank == 0) printf("--resume auto: no checkpoint in %s, starting fresh\n", r->ckpt_root);
-    snprintf(r->resume_path, sizeof(r->resume_path), "%s", found.path);
-    *config = found.config;
-    *file_version = found.file_version;
-    snprintf(notes, notes_len, "%s", found.notes);
-}
-
-// --resume: loads this rank's pieces of the checkpoint resume_model found and the data
+// --resume: loads this rank's pieces of the checkpoint run_resume_model found and the data
 // position, and sets the step to continue from. 0 when there is nothing to resume (a fresh
 // start).
 static int maybe_resume(Run* r, int* start_step) {
@@ -873,7 +847,7 @@ int main(int argc, char** argv) {
     int rc = parse_options(argc, argv, &opt, &pe);
     if (rc == 2) { if (launcher_rank() == 0) print_usage(); return 0; }
     // The model: the flags' or an --init-from file's; a resumed run's is its checkpoint's, read
-    // once the run holds the checkpoint directory (resume_model), or here by --plan, which
+    // once the run holds the checkpoint directory (run_resume_model), or here by --plan, which
     // writes nothing.
     if (rc == 0 && (!opt.resume || opt.plan))
         rc = opt.resume ? resume_config(&opt, resume_path, sizeof(resume_path), &config, &file_version, notes, sizeof(notes), &pe)
@@ -926,7 +900,8 @@ int main(int argc, char** argv) {
     if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model, err, sizeof(err)))
         fatal_agreed(&pg, "%s", err);
     if (opt.resume) {  // the checkpoint's model, and the flags checked against it
-        resume_model(r, &config, &file_version, notes, sizeof(notes));
+        run_resume_model(&pg, &opt, r->ckpt_root, r->resume_path, sizeof(r->resume_path), &config, &file_version, notes,
+                         sizeof(notes));
         if (check_run_flags(&opt, &config, pg.world, device, why, &pe)) fatal_agreed(&pg, "%s (see --help)", pe.msg);
     }
     if (pg.rank == 0) printf("%s", notes);
@@ -939,11 +914,9 @@ int main(int argc, char** argv) {
         fatal(&pg, "--train-data: %s", err);
     if (r->have_val && loader_open(&r->val_loader, opt.val_data, (size_t)r->T, config.vocab_size, opt.seed, 0, err, sizeof(err)))
         fatal(&pg, "--val-data: %s", err);
-    // A validation reads its micro-batches from the validation data's first window on; past
-    // its last the stream wraps around, and more micro-batches would only count the same
-    // windows again (--val-steps 2^20 read 2^20 batches before step 1). So they are clamped to
-    // what the data holds whole, said once; not refused, since the default --val-steps is more
-    // than a small validation set (Tiny Shakespeare's at -t 1024) holds.
+    // A validation reads from the validation data's first window on; past its last the stream
+    // wraps around and would count the same windows again, so --val-steps is clamped to what the
+    // data holds whole (not refused: the default is more than Tiny Shakespeare's holds at -t 1024).
     if (r->have_val) {
         const size_t held = r->val_loader.windows_per_epoch / ((size_t)r->B * (size_t)pg.world);
         r->val_rounds = (long)opt.val_steps * r->grad_accum;

@@ -1,6 +1,7 @@
 #include "train/run_ckpt.h"
 
 #include <stdio.h>
+#include <string.h>
 #include "train/metrics.h"
 
 void run_ckpt_open(RunCkpt* c, const CkptOptions* o, const ProcessGroup* pg, const ModelLayout* layout, const Fsdp* f,
@@ -33,4 +34,26 @@ void run_ckpt_close(RunCkpt* c, const ProcessGroup* pg, int async, double run_t0
     }
     ckpt_writer_free(c->writer);
     model_checkpoint_tables_free(&c->tables);
+}
+
+void run_resume_model(const ProcessGroup* pg, const Options* o, const char* root, char* path, size_t path_len,
+                      ModelConfig* config, int* file_version, char* notes, size_t notes_len) {
+    struct {
+        int rc, file_version;
+        char path[1100];
+        ModelConfig config;
+        char notes[1024];
+        ParseError e;
+    } found;
+    memset(&found, 0, sizeof(found));
+    if (pg->rank == 0)
+        found.rc = resume_config(o, found.path, sizeof(found.path), &found.config, &found.file_version, found.notes,
+                                 sizeof(found.notes), &found.e);
+    comm_broadcast(pg->world_comm, &found, sizeof(found), 0);
+    if (found.rc) fatal_agreed(pg, "%s (see --help)", found.e.msg);
+    if (!found.path[0] && pg->rank == 0) printf("--resume auto: no checkpoint in %s, starting fresh\n", root);
+    snprintf(path, path_len, "%s", found.path);
+    *config = found.config;
+    *file_version = found.file_version;
+    snprintf(notes, notes_len, "%s", found.notes);
 }

@@ -9,6 +9,7 @@
 #include "comm/process_group.h"
 #include "fsdp/fsdp.h"
 #include "model/state.h"
+#include "train/options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,6 +21,16 @@ typedef struct {
     int saves;                // checkpoints this job saved
     long reported;            // the last async commit announced
 } RunCkpt;
+
+// --resume: the model of the run is the checkpoint's. Rank 0 finds the checkpoint under root
+// (find_resume_checkpoint) and reads its model, the flags checked against it (resume_config; or,
+// with auto and none yet, the flags' model, as a fresh run's); every rank gets its answer, so
+// that all build the same model and load the same step (a checkpoint committed meanwhile cannot
+// split them), before anything is sized. path: the step directory to load, "" for a fresh
+// start; notes: what the flags changed of the checkpoint's model. An error ends every rank with
+// rank 0's line.
+void run_resume_model(const ProcessGroup* pg, const Options* o, const char* root, char* path, size_t path_len,
+                      ModelConfig* config, int* file_version, char* notes, size_t notes_len);
 
 // The writer of a run with a checkpoint directory (a stop signal saves even without
 // --ckpt-every), over f's host mirror (HSDP replicas hold the same shards: the first replica
