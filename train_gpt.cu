@@ -961,7 +961,7 @@ int main(int argc, char** argv) {
     Tokenizer* tokenizer = opt.sample_every > 0 ? load_sample_tokenizer(opt.tokenizer_dir, pg.rank) : NULL;
 
     Metrics* mt = &r->metrics;
-    if (metrics_open(mt, pg.rank, opt.output_dir, resumed, err, sizeof(err))) fatal(&pg, "%s", err);
+    if (metrics_open(mt, &pg, &opt, resumed ? start_step : -1, err, sizeof(err))) fatal(&pg, "%s", err);
     mt->max_steps = r->max_steps;
     mt->end_step = opt.stop_at_step && opt.stop_at_step < r->max_steps ? opt.stop_at_step : r->max_steps;
     mt->tokens_per_step = r->total_tokens;

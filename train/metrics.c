@@ -164,16 +164,41 @@ double step_memory_mib(const Device* dev, double* device_max) {
     return *device_max;
 }
 
-int metrics_open(Metrics* mt, int rank, const char* output_dir, int resumed, char* err, size_t errlen) {
-    mt->rank = rank;
+int metrics_open(Metrics* mt, const ProcessGroup* pg, const Options* opt, int resume_step, char* err, size_t errlen) {
+    mt->rank = pg->rank;
+    mt->pg = pg;
     mt->jsonl = NULL;
-    if (rank != 0 || !output_dir) return 0;
-    if (ckpt_mkdir_p(output_dir) != 0) { snprintf(err, errlen, "-o %s: cannot create: %s", output_dir, strerror(errno)); return 1; }
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", output_dir);
-    mt->jsonl = fopen(path, resumed ? "a" : "w");  // a resumed run continues the same log
-    if (!mt->jsonl) { snprintf(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno)); return 1; }
+    mt->tb.fp = NULL;
+    if (pg->rank != 0) return 0;
+    const char* output_dir = opt->output_dir;
+    if (output_dir) {
+        if (ckpt_mkdir_p(output_dir) != 0) { snprintf(err, errlen, "-o %s: cannot create: %s", output_dir, strerror(errno)); return 1; }
+        char path[1100];
+        snprintf(path, sizeof(path), "%s/metrics.jsonl", output_dir);
+        mt->jsonl = fopen(path, resume_step >= 0 ? "a" : "w");  // a resumed run continues the same log
+        if (!mt->jsonl) { snprintf(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno)); return 1; }
+    }
+    char tb_dir[1024];
+    run_tensorboard_dir(opt, tb_dir, sizeof(tb_dir));
+    if (tb_dir[0] && tb_open(&mt->tb, tb_dir, resume_step, err, errlen)) return 1;
     return 0;
+}
+
+// The step's figures as TensorBoard scalars, the same as its JSON object's (less the counts).
+static void tb_step(Metrics* mt, const StepRecord* r, double tok_s) {
+    TbScalar v[9];
+    int n = 0;
+    v[n++] = (TbScalar){"train/loss", (float)r->loss};
+    v[n++] = (TbScalar){"train/lr", r->lr};
+    v[n++] = (TbScalar){"train/grad_norm", r->norm};
+    v[n++] = (TbScalar){"train/step_ms", (float)r->ms};
+    v[n++] = (TbScalar){"train/data_ms", (float)r->data_ms};
+    v[n++] = (TbScalar){"train/tokens_per_s", (float)tok_s};
+    v[n++] = (TbScalar){"train/mem_mib", (float)r->mem_mib};
+    if (mt->peak_flops > 0) v[n++] = (TbScalar){"train/mfu", (float)(tok_s * mt->flops_per_token / mt->peak_flops)};
+    if (r->loss_scale > 0) v[n++] = (TbScalar){"train/loss_scale", r->loss_scale};
+    char err[1600];
+    if (tb_write_scalars(&mt->tb, r->step, v, n, err, sizeof(err))) fatal(mt->pg, "%s", err);
 }
 
 void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic) {
@@ -201,6 +226,7 @@ void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic) 
     printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.1f ms | %.0f tok/s%s | mem %.0f MiB%s | eta %s%s\n",
            r->step, mt->max_steps, r->loss, r->norm, r->lr, r->ms, tok_s, mfu, r->mem_mib, scale, eta, skipped);
     fflush(stdout);
+    tb_step(mt, r, tok_s);
     if (!mt->jsonl) return;
     json_number(loss_s, sizeof(loss_s), "%.9f", r->loss);
     json_number(norm_s, sizeof(norm_s), "%.6f", r->norm);
@@ -219,6 +245,9 @@ void metrics_val(Metrics* mt, int step, double val_loss) {
     if (mt->rank != 0) return;
     printf("val loss %.6f (step %d)\n", val_loss, step);
     if (mt->jsonl) { fprintf(mt->jsonl, "{\"step\":%d,\"val_loss\":%.9f}\n", step, val_loss); fflush(mt->jsonl); }
+    const TbScalar v = {"val/loss", (float)val_loss};
+    char err[1600];
+    if (tb_write_scalars(&mt->tb, step, &v, 1, err, sizeof(err))) fatal(mt->pg, "%s", err);
 }
 
 void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, size_t device_budget,
@@ -253,4 +282,6 @@ void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, s
 void metrics_close(Metrics* mt) {
     if (mt->jsonl) fclose(mt->jsonl);
     mt->jsonl = NULL;
+    char err[1600];
+    if (tb_close(&mt->tb, err, sizeof(err))) fatal(mt->pg, "%s", err);
 }

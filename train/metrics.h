@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "train/device.h"
 #include "train/options.h"
+#include "train/tensorboard.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,7 +78,9 @@ typedef struct {
 
 typedef struct {
     int rank;
+    const ProcessGroup* pg;      // a write error ends the run (fatal) on every rank
     FILE* jsonl;                 // rank 0 with -o: metrics.jsonl (else NULL)
+    TbWriter tb;                 // rank 0 with an event directory (--tensorboard): the same figures
     int max_steps, end_step;     // the schedule's steps; where this job stops
     long tokens_per_step;
     double flops_per_token;      // 6N + 6LCT
@@ -95,11 +98,12 @@ void step_record_decision(StepRecord* r, const FsdpStepStats* s, int loss_scalin
 // its own (cuda), the most in use so far (*device_max, updated).
 double step_memory_mib(const Device* dev, double* device_max);
 
-// Opens OUTPUT/metrics.jsonl on rank 0 when output_dir is set (appending when resumed). 0, or
-// 1 with a message.
-int metrics_open(Metrics* mt, int rank, const char* output_dir, int resumed, char* err, size_t errlen);
+// On rank 0: opens OUTPUT/metrics.jsonl when -o is set (appending when resumed) and a new
+// TensorBoard event file in run_tensorboard_dir's directory when there is one. resume_step:
+// the checkpoint's step a resumed run starts from, else -1. 0, or 1 with a message.
+int metrics_open(Metrics* mt, const ProcessGroup* pg, const Options* opt, int resume_step, char* err, size_t errlen);
 // Counts the step into the averages (traffic: what the step exchanged), prints its line and
-// writes its JSON object.
+// writes its JSON object and its TensorBoard event (a write error: fatal).
 void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic);
 void metrics_val(Metrics* mt, int step, double val_loss);
 // The end of the run: average step time, peak memory (every rank), communication per step

@@ -28,6 +28,8 @@ void print_usage(void) {
 "  -o, --output DIR             write DIR/metrics.jsonl (one JSON object per step); the run holds\n"
 "                               DIR/train_gpt.lock (and its checkpoint directory's) while it lasts:\n"
 "                               a second run on that directory is refused, naming the holder\n"
+"      --tensorboard DIR|none   TensorBoard event files of the step's figures, written by rank 0, a new\n"
+"                               file per start; none: no event files [OUTPUT/tensorboard with -o, else none]\n"
 "model\n"
 "  -m, --model NAME             a preset: GPT-2's dN, N layers (d12 = 124M, d24 = 350M, d36 = 774M,\n"
 "                               d48 = 1558M), or Llama 3's llama3:tiny (4 layers, 256 channels, GPT-2's\n"
@@ -212,7 +214,7 @@ enum {
     OPT_PARAM_DTYPE, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
     OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB, OPT_ROPE_FACTOR, OPT_ROPE_LOW, OPT_ROPE_HIGH,
-    OPT_ROPE_ORIGINAL, OPT_NORM_EPS,
+    OPT_ROPE_ORIGINAL, OPT_NORM_EPS, OPT_TENSORBOARD,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
@@ -253,7 +255,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"rope-original-max-pos", required_argument, 0, OPT_ROPE_ORIGINAL},
         {"norm-eps", required_argument, 0, OPT_NORM_EPS},
         {"init-from", required_argument, 0, 'e'}, {"save-model", required_argument, 0, OPT_SAVE_MODEL},
-        {"seed", required_argument, 0, OPT_SEED},
+        {"seed", required_argument, 0, OPT_SEED}, {"tensorboard", required_argument, 0, OPT_TENSORBOARD},
         {"batch-size", required_argument, 0, 'b'}, {"seq-len", required_argument, 0, 't'},
         {"total-batch-tokens", required_argument, 0, 'd'}, {"max-steps", required_argument, 0, 'x'},
         {"lr", required_argument, 0, 'l'}, {"warmup-steps", required_argument, 0, 'u'},
@@ -303,6 +305,10 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case 'i': o->train_data = optarg; break;
         case 'j': o->val_data = optarg; val_given = 1; break;
         case 'o': o->output_dir = optarg; break;
+        case OPT_TENSORBOARD:
+            o->tensorboard = optarg;
+            if (!optarg[0]) { snprintf(e->msg, sizeof(e->msg), "--tensorboard: a directory, or none"); r = 1; }
+            break;
         case 'm': o->model = optarg; break;
         case OPT_LAYERS: r = parse_int("--layers", optarg, 1, 1000, &o->layers, e); break;
         case OPT_CHANNELS: r = parse_int("--channels", optarg, 1, 1 << 16, &o->channels, e); break;
@@ -790,6 +796,12 @@ int merge_loaded_config(const Options* o, const ModelConfig* loaded, const char*
     char what[PATH_MAX + 64];
     snprintf(what, sizeof(what), "%s: %s model with the flags given", source, whose);
     return check_model(o, c, scaling_changed, what, e);
+}
+
+void run_tensorboard_dir(const Options* o, char* dir, size_t n) {
+    if (o->tensorboard) snprintf(dir, n, "%s", strcmp(o->tensorboard, "none") ? o->tensorboard : "");
+    else if (o->output_dir) snprintf(dir, n, "%s/tensorboard", o->output_dir);
+    else dir[0] = '\0';
 }
 
 void run_ckpt_root(const Options* o, char* root, size_t n) {

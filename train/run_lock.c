@@ -146,6 +146,12 @@ int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir,
     return failed;
 }
 
+int run_dir_writable(const char* flag, const char* dir, char* err, size_t errlen) {
+    char probe[1100];
+    snprintf(probe, sizeof(probe), "%s/.write_probe", dir);  // (only its temporary is created)
+    return probe_write(flag, dir, probe, err, errlen);
+}
+
 void run_lock_release(RunLock* l) {
     // Closing the descriptor drops its flock; the file stays for the next holder to rewrite.
     for (int i = 0; i < l->n; i++)

@@ -42,6 +42,11 @@ int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_
 int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir, const char* save_model,
                      char* err, size_t errlen);
 
+// Whether files can be created in dir (another output of rank 0's, as --tensorboard's), checked
+// the way the locked directories are: dir is created if missing, a temporary file created in it
+// and removed. 0, or 1 with one line in err: "FLAG DIR: ...".
+int run_dir_writable(const char* flag, const char* dir, char* err, size_t errlen);
+
 // Drops the locks (the lock files stay: their content is only informative). A no-op for an
 // empty lock, so every rank may call it.
 void run_lock_release(RunLock* l);
