@@ -1,6 +1,8 @@
 #include "train/tensorboard.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,7 +94,7 @@ size_t tb_encode_event(uint8_t* out, size_t cap, double wall_time, int64_t step,
     if (file_version) pb_string(&b, 3, file_version, strlen(file_version));
     if (session_start) {
         const uint8_t session_log[2] = {0x08, 0x01};  // status (field 1, varint) = START
-        pb_string(&b, 6, session_log, sizeof(session_log));
+        pb_string(&b, 7, session_log, sizeof(session_log));  // (6 is the deprecated log_message)
     }
     if (n > 0) {
         // Summary's length comes first: encode it into its own buffer, then copy it in.
@@ -137,6 +139,23 @@ static int write_event(TbWriter* w, const uint8_t* event, size_t n, char* err, s
     return 0;
 }
 
+// The seconds of a new event file's name: now, or past the newest file already in dir. TensorBoard
+// reads a directory's files in name order, so a resumed run's file (its START event) must sort
+// after the interrupted run's even when both started within the same second.
+static long long event_file_time(const char* dir) {
+    long long t = (long long)time(NULL);
+    DIR* d = opendir(dir);
+    if (!d) return t;
+    const char* prefix = "events.out.tfevents.";
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+        long long seen = strtoll(e->d_name + strlen(prefix), NULL, 10);
+        if (seen >= t) t = seen + 1;
+    }
+    closedir(d);
+    return t;
+}
+
 int tb_open(TbWriter* w, const char* dir, int resume_step, char* err, size_t errlen) {
     w->fp = NULL;
     w->path[0] = '\0';
@@ -148,7 +167,7 @@ int tb_open(TbWriter* w, const char* dir, int resume_step, char* err, size_t err
     host[sizeof(host) - 1] = '\0';
     for (char* c = host; *c; c++)
         if (*c == '/') *c = '_';
-    snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%ld", dir, (long long)time(NULL), host,
+    snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s.%ld", dir, event_file_time(dir), host,
              (long)getpid());
     // "x": a new file per start; an earlier run's file (same second, same pid) is never reused.
     w->fp = fopen(w->path, "wbx");

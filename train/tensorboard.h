@@ -5,7 +5,7 @@
 // A file is a sequence of TFRecords: uint64 length, masked CRC32C of those 8 bytes, the data,
 // masked CRC32C of the data (little-endian). Each record's data is one Event message:
 //   Event      { double wall_time = 1; int64 step = 2; string file_version = 3;
-//                Summary summary = 5; SessionLog session_log = 6; }
+//                Summary summary = 5; SessionLog session_log = 7; }   (6: a deprecated LogMessage)
 //   Summary    { repeated Value value = 1; }  Value { string tag = 1; float simple_value = 2; }
 //   SessionLog { Status status = 1; }         (START = 1)
 // The first event names the format ("brain.Event:2"). Every event is framed whole in memory
@@ -47,7 +47,7 @@ typedef struct {
 } TbWriter;
 
 // Creates dir if missing and opens a new events.out.tfevents.<unix seconds>.<host>.<pid> in it
-// (a file per start, never appended to), writing the file_version event. resume_step >= 0: the
+// (a file per start, never appended to; the seconds past any earlier file's, for the order), writing the file_version event. resume_step >= 0: the
 // run continues a checkpoint of that many steps; a SessionLog START at resume_step + 1 follows,
 // on which TensorBoard drops what earlier files logged from that step on (what the interrupted
 // run logged after its checkpoint, logged again now). 0, or 1 with one line in err naming

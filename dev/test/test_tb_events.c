@@ -63,7 +63,7 @@ int main(void) {
                                     'b', 'r', 'a', 'i', 'n', '.', 'E', 'v', 'e', 'n', 't', ':', '2'};
     check(n == sizeof(want_version) && !memcmp(ev, want_version, n), "event: file_version \"brain.Event:2\"");
     n = tb_encode_event(ev, sizeof(ev), 1.5, 300, NULL, 1, NULL, 0);
-    const uint8_t want_start[] = {0x09, 0, 0, 0, 0, 0, 0, 0xf8, 0x3f, 0x10, 0xac, 0x02, 0x32, 0x02, 0x08, 0x01};
+    const uint8_t want_start[] = {0x09, 0, 0, 0, 0, 0, 0, 0xf8, 0x3f, 0x10, 0xac, 0x02, 0x3a, 0x02, 0x08, 0x01};
     check(n == sizeof(want_start) && !memcmp(ev, want_start, n), "event: SessionLog START at step 300 (a 2-byte varint)");
     const TbScalar v[2] = {{"a", 1.0f}, {"b/c", -2.0f}};
     n = tb_encode_event(ev, sizeof(ev), 1.5, 3, NULL, 0, v, 2);
