@@ -42,6 +42,12 @@ fi
 if ! .venv/bin/python -c "import tiktoken, safetensors" 2>/dev/null; then
     .venv/bin/pip install -q --disable-pip-version-check tiktoken safetensors
 fi
+# test_tensorboard.sh reads train_gpt's event files with TensorBoard's own reader; 2.21.0
+# takes Debian's numpy 1.x (>= 1.12), pinned here so that pip leaves it as it is.
+if ! .venv/bin/python -c "import tensorboard" 2>/dev/null; then
+    numpy_version=$(.venv/bin/python -c "import numpy; print(numpy.__version__)")
+    .venv/bin/pip install -q --disable-pip-version-check "numpy==$numpy_version" tensorboard==2.21.0
+fi
 # data/prepare.py: pyarrow and datasets. numpy stays Debian's (python3-torch is built against
 # it; datasets alone would pull numpy 2 into the venv), so pyarrow is pinned to 25, the last
 # release that runs on numpy 1.x (26 needs numpy 2), and datasets to a release that takes it.
@@ -49,6 +55,6 @@ if ! .venv/bin/python -c "import pyarrow, datasets" 2>/dev/null; then
     numpy_version=$(.venv/bin/python -c "import numpy; print(numpy.__version__)")
     .venv/bin/pip install -q --disable-pip-version-check "numpy==$numpy_version" pyarrow==25.0.1 datasets==5.2.0
 fi
-.venv/bin/python -c "import torch, numpy, tiktoken, safetensors, pyarrow, datasets" \
+.venv/bin/python -c "import torch, numpy, tiktoken, safetensors, pyarrow, datasets, tensorboard" \
     || { echo "setup: the Python venv is incomplete (.venv)"; exit 1; }
 echo "setup: ok"
