@@ -897,7 +897,9 @@ int main(int argc, char** argv) {
     if ((opt.ckpt_every > 0 || (opt.resume && !strcmp(opt.resume, "auto"))) && !r->ckpt_root[0])
         fatal(&pg, "--ckpt-every and --resume auto need -o DIR or --ckpt-dir DIR");
     RunLock run_lock;  // run_lock_acquire initialises it on every rank
-    if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model, err, sizeof(err)))
+    char tb_dir[1024];  // TensorBoard's event directory (train/metrics.c writes there), checked writable now
+    if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model,
+                         run_tensorboard_dir(&opt, tb_dir, sizeof(tb_dir)), err, sizeof(err)))
         fatal_agreed(&pg, "%s", err);
     if (opt.resume) {  // the checkpoint's model, and the flags checked against it
         run_resume_model(&pg, &opt, r->ckpt_root, r->resume_path, sizeof(r->resume_path), &config, &file_version, notes,

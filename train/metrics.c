@@ -179,8 +179,7 @@ int metrics_open(Metrics* mt, const ProcessGroup* pg, const Options* opt, int re
         if (!mt->jsonl) { snprintf(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno)); return 1; }
     }
     char tb_dir[1024];
-    run_tensorboard_dir(opt, tb_dir, sizeof(tb_dir));
-    if (tb_dir[0] && tb_open(&mt->tb, tb_dir, resume_step, err, errlen)) return 1;
+    if (run_tensorboard_dir(opt, tb_dir, sizeof(tb_dir)) && tb_open(&mt->tb, tb_dir, resume_step, err, errlen)) return 1;
     return 0;
 }
 

@@ -798,10 +798,11 @@ int merge_loaded_config(const Options* o, const ModelConfig* loaded, const char*
     return check_model(o, c, scaling_changed, what, e);
 }
 
-void run_tensorboard_dir(const Options* o, char* dir, size_t n) {
+const char* run_tensorboard_dir(const Options* o, char* dir, size_t n) {
     if (o->tensorboard) snprintf(dir, n, "%s", strcmp(o->tensorboard, "none") ? o->tensorboard : "");
     else if (o->output_dir) snprintf(dir, n, "%s/tensorboard", o->output_dir);
     else dir[0] = '\0';
+    return dir[0] ? dir : NULL;
 }
 
 void run_ckpt_root(const Options* o, char* root, size_t n) {

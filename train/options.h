@@ -102,9 +102,9 @@ int resolve_config(const Options* o, ModelConfig* c, int* file_version, char* no
 // error in e.
 int merge_loaded_config(const Options* o, const ModelConfig* loaded, const char* source, const char* whose, ModelConfig* c,
                         char* notes, size_t notes_len, ParseError* e);
-// Where rank 0 writes TensorBoard event files: --tensorboard DIR, "" for --tensorboard none,
-// else OUTPUT/tensorboard with -o, else "" (none).
-void run_tensorboard_dir(const Options* o, char* dir, size_t n);
+// Where rank 0 writes TensorBoard event files, into dir: --tensorboard DIR, "" for --tensorboard
+// none, else OUTPUT/tensorboard with -o, else "" (none). Returns dir, or NULL for none.
+const char* run_tensorboard_dir(const Options* o, char* dir, size_t n);
 // The checkpoint root of a run: --ckpt-dir, else OUTPUT/ckpt with -o, else "" (none).
 void run_ckpt_root(const Options* o, char* root, size_t n);
 // --resume's checkpoint: PATH's step (ckpt_resolve), or with auto the newest complete one under

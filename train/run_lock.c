@@ -130,13 +130,20 @@ int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_
     return 0;
 }
 
+int run_dir_writable(const char* flag, const char* dir, char* err, size_t errlen) {
+    char probe[1100];
+    snprintf(probe, sizeof(probe), "%s/.write_probe", dir);  // (only its temporary is created)
+    return probe_write(flag, dir, probe, err, errlen);
+}
+
 int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir, const char* save_model,
-                     char* err, size_t errlen) {
+                     const char* tensorboard_dir, char* err, size_t errlen) {
     memset(l, 0, sizeof(*l));
     int32_t failed = 0;
     if (pg->rank == 0) {
         failed = run_lock_acquire_local(l, output_dir, ckpt_dir, err, errlen) != 0;
-        if (!failed && save_model && probe_write("--save-model", save_model, save_model, err, errlen)) {
+        if (!failed && ((save_model && probe_write("--save-model", save_model, save_model, err, errlen)) ||
+                        (tensorboard_dir && run_dir_writable("--tensorboard", tensorboard_dir, err, errlen)))) {
             run_lock_release(l);
             failed = 1;
         }
@@ -144,12 +151,6 @@ int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir,
     if (pg->world > 1) comm_all_reduce_i32(pg->world_comm, &failed, 1, COMM_MAX);
     if (failed && pg->rank != 0) snprintf(err, errlen, "rank 0 could not lock the run directory");
     return failed;
-}
-
-int run_dir_writable(const char* flag, const char* dir, char* err, size_t errlen) {
-    char probe[1100];
-    snprintf(probe, sizeof(probe), "%s/.write_probe", dir);  // (only its temporary is created)
-    return probe_write(flag, dir, probe, err, errlen);
 }
 
 void run_lock_release(RunLock* l) {

@@ -35,16 +35,19 @@ typedef struct {
 int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_dir, char* err, size_t errlen);
 
 // Collective over pg's world: rank 0 takes the locks and checks that --save-model's file
-// (save_model, or NULL) could be written, creating its directory if missing; every rank gets
-// the verdict (0, or non-zero on every rank, the message in rank 0's err: "--save-model PATH:
-// ..."). Call before anything is read from or written to those directories, so that an
-// unwritable output stops the run at startup, not after training.
+// (save_model, or NULL) could be written, creating its directory if missing, and that files
+// can be created in --tensorboard's directory (tensorboard_dir, or NULL; created if missing);
+// every rank gets the verdict (0, or non-zero on every rank, the message in rank 0's err:
+// "--save-model PATH: ..." or "--tensorboard DIR: ..."). Call before anything is read from or
+// written to those directories, so that an unwritable output stops the run at startup, not
+// after training.
 int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir, const char* save_model,
-                     char* err, size_t errlen);
+                     const char* tensorboard_dir, char* err, size_t errlen);
 
 // Whether files can be created in dir (another output of rank 0's, as --tensorboard's), checked
 // the way the locked directories are: dir is created if missing, a temporary file created in it
-// and removed. 0, or 1 with one line in err: "FLAG DIR: ...".
+// and removed. 0, or 1 with one line in err: "FLAG DIR: ...". (run_lock_acquire calls it for
+// --tensorboard; tensorboard.c again when it opens the file, as it may be called alone.)
 int run_dir_writable(const char* flag, const char* dir, char* err, size_t errlen);
 
 // Drops the locks (the lock files stay: their content is only informative). A no-op for an

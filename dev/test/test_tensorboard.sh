@@ -9,7 +9,8 @@
 #     run's values;
 #   - np=2: one file (rank 0's); --tensorboard DIR without -o writes there;
 #   - --tensorboard none writes nothing; an unwritable --tensorboard directory is refused at
-#     startup with one line naming the flag and the path, exit status 1.
+#     startup with one line naming the flag and the path, exit status 1; a write error
+#     (ENOSPC on a small tmpfs) ends the run with one line, exit status 1.
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP/tensorboard
@@ -80,9 +81,35 @@ expect_error "--tensorboard unwritable: refused naming the flag and path" "^erro
 "${common[@]}" -o "$out/unwritable2" --tensorboard "$out/a_file/tb" >/dev/null 2>&1
 rc=$?
 if [ "$rc" = 1 ]; then ok "--tensorboard unwritable: exit status 1"; else not_ok "--tensorboard unwritable: exit status $rc, expected 1"; fi
+# np=2: rank 0 checks, every rank agrees (run_lock_acquire), one error line in all.
+msg=$(run_np 2 "${common[@]}" -b 6 --tensorboard "$out/a_file/tb" 2>&1); rc=$?
+n_err=$(grep -c '^error:' <<<"$msg")
+if [ "$rc" != 0 ] && [ "$n_err" = 1 ] && grep -q "^error: --tensorboard $out/a_file/tb: " <<<"$msg" && ! grep -q '^step ' <<<"$msg"; then
+    ok "--tensorboard unwritable at np=2: one error line, no step, exit $rc"
+else
+    not_ok "--tensorboard unwritable at np=2: exit $rc, $n_err error line(s): $(head -c 300 <<<"$msg" | tr '\n' ' ')"
+fi
 if ! ls "$out/unwritable" 2>/dev/null | grep -q '^metrics.jsonl$' || [ ! -s "$out/unwritable/metrics.jsonl" ]; then
     ok "--tensorboard unwritable: refused before the first step"
 else
     not_ok "--tensorboard unwritable: steps were logged: $(head -n 2 "$out/unwritable/metrics.jsonl" | tr '\n' ' ')"
+fi
+
+# A write error (ENOSPC: a tmpfs with one free page, the events outgrowing it) ends the run with
+# one line naming the file, exit status 1, instead of going on without events.
+mnt=$out/full
+mkdir -p "$mnt"
+trap 'umount "$mnt" 2>/dev/null' EXIT
+if ! mount_err=$(mount -t tmpfs -o size=16k tmpfs "$mnt" 2>&1); then
+    ok "--tensorboard write error # skip cannot mount a tmpfs: $mount_err"
+else
+    dd if=/dev/zero of="$mnt/filler" bs=4096 count=3 status=none 2>/dev/null
+    expect_error "--tensorboard write error (ENOSPC) is fatal with one line" \
+        "^error: --tensorboard: cannot write $mnt/tb/events\.out\.tfevents\..*: No space left on device" \
+        "${common[@]}" -x 60 -v 30 --tensorboard "$mnt/tb"
+    "${common[@]}" -x 60 -v 30 --tensorboard "$mnt/tb" >/dev/null 2>&1
+    rc=$?
+    if [ "$rc" = 1 ]; then ok "--tensorboard write error: exit status 1"; else not_ok "--tensorboard write error: exit status $rc, expected 1"; fi
+    umount "$mnt"
 fi
 expect_error "--tensorboard \"\": refused" "--tensorboard: a directory, or none" "${common[@]}" --tensorboard ""
