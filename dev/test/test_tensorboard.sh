@@ -7,7 +7,8 @@
 #   - a run resumed from an earlier checkpoint (step 3 of 6) opens a second file whose SessionLog
 #     START drops what the first run logged past the checkpoint: each step once, the resumed
 #     run's values;
-#   - np=2: one file (rank 0's); --tensorboard DIR without -o writes there;
+#   - np=2: one file (rank 0's), with train/mfu (--peak-tflops); --tensorboard DIR without -o
+#     writes there;
 #   - --tensorboard none writes nothing; an unwritable --tensorboard directory is refused at
 #     startup with one line naming the flag and the path, exit status 1; a write error
 #     (ENOSPC on a small tmpfs) ends the run with one line, exit status 1.
@@ -55,7 +56,8 @@ if run first 1 -o "$out/resumed" --ckpt-every 3 && run second 1 -o "$out/resumed
           "$out/resumed/metrics.jsonl" --files 2
 fi
 
-if run np2 2 -b 6 -o "$out/np2"; then
+# (--peak-tflops: an MFU on the cpu, so train/mfu is checked too)
+if run np2 2 -b 6 -o "$out/np2" --peak-tflops 0.001; then
     check "np=2: rank 0 writes one file" "$out/np2/tensorboard" "$out/np2/metrics.jsonl" --files 1
 fi
 
