@@ -27,8 +27,8 @@ T=${T:-256}
 TRAIN_GPT=${TRAIN_GPT:-./train_gpt}
 SHARD_TOKENS=${SHARD_TOKENS:-100000000}
 OPEN_ROUNDS=${OPEN_ROUNDS:-7}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench_loader.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+work_dir=$(mktemp -d "${TMPDIR:-/tmp}/bench_loader.XXXXXX")
+trap 'rm -rf "$work_dir"' EXIT
 
 step_ms=
 for shuffle in 0 1; do
@@ -41,8 +41,8 @@ done
 # ---- 2. the token check at open
 make -s build/dataloader/loader.o build/util/regular_file.o
 ${CC:-cc} -O2 -std=gnu11 -I. dev/bench/loader_open_time.c build/dataloader/loader.o build/util/regular_file.o \
-    -o "$TMP/loader_open_time"
-python3 - "$DATA" "$TMP/shard_000.bin" "$SHARD_TOKENS" <<'PY'
+    -o "$work_dir/loader_open_time"
+python3 - "$DATA" "$work_dir/shard_000.bin" "$SHARD_TOKENS" <<'PY'
 import struct, sys
 src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with open(src, "rb") as f:
@@ -54,7 +54,7 @@ with open(dst, "wb") as f:
     f.write(struct.pack("<256i", *hdr))
     f.write((tokens * reps)[:2 * n])
 PY
-open_line=$("$TMP/loader_open_time" "$TMP/shard_000.bin" "$T" 50257 "$OPEN_ROUNDS")
+open_line=$("$work_dir/loader_open_time" "$work_dir/shard_000.bin" "$T" 50257 "$OPEN_ROUNDS")
 echo "token check at open (one shard, every token against a vocabulary of 50257): $open_line"
 ns_per_token=$(sed -E 's/.*\(([0-9.]+) ns\/token.*/\1/' <<<"$open_line")
 plan=$("$TRAIN_GPT" --plan --sim-device h100 -m d12 -b 16 -t 1024)

@@ -112,13 +112,13 @@ if wait_for 2 "$T/ready.*"; then
 else kill $pid; not_ok "fake srun SIGUSR1: the tasks did not start"; fi
 
 # ---------------------------------------------------------------------------------------
-# 3. The sbatch scripts, through the fake srun, with a stub train_gpt: it writes its arguments
-#    (one per line) to args.RANK and its pid to pid.RANK, and then, by STUB: exits 0 (ok); rank
+# 3. The sbatch scripts, through the fake srun, with a stand-in train_gpt: it writes its arguments
+#    (one per line) to args.RANK and its pid to pid.RANK, and then, by TASK_END: exits 0 (ok); rank
 #    1 exits 3 (fail); waits for SIGUSR1/SIGTERM, then rank 0 commits checkpoint step 5 in
 #    --ckpt-dir's directory and both exit 75 a second later, as train_gpt does (preempt); the
 #    same, but exiting 137 (killed: as real srun reports a rank that --kill-on-bad-exit killed
 #    after another's 75); exits 128 + signal with nothing saved, as train_gpt does during setup
-#    (setup). scontrol is a stub: `show job` prints PreemptTime=$PREEMPT_TIME (None unless set),
+#    (setup). scontrol is a stand-in: `show job` prints PreemptTime=$PREEMPT_TIME (None unless set),
 #    anything else (requeue) is logged to scontrol.log and exits $SCONTROL_STATUS.
 #    The signals are sent as Slurm 22.05 sends them (measured on a real one, README: Slurm):
 #    scancel, the time limit and a preemption without GraceTime: SIGTERM to the tasks and the
@@ -136,11 +136,11 @@ commit() {   # rank 0 commits step 5 as checkpoint/ does: step_N.tmp, its manife
     mkdir -p "$ckpt/step_00000005.tmp" && echo '{}' >"$ckpt/step_00000005.tmp/manifest.json" &&
         mv "$ckpt/step_00000005.tmp" "$ckpt/step_00000005"
 }
-case "$STUB" in
+case "$TASK_END" in
     ok) exit 0 ;;
     fail) [ "$SLURM_PROCID" = 1 ] && exit 3; sleep 20; exit 0 ;;
     preempt|killed)
-        [ "$STUB" = killed ] && status=137 || status=75
+        [ "$TASK_END" = killed ] && status=137 || status=75
         trap 'echo USR1 >>"$d/signal.$SLURM_PROCID"; commit; sleep 1; exit $status' USR1
         trap 'echo TERM >>"$d/signal.$SLURM_PROCID"; commit; sleep 1; exit $status' TERM
         touch "$d/ready.$SLURM_PROCID"
@@ -173,7 +173,7 @@ sbatch_run() {
         mkdir -p "$T/$name/run/ckpt/step_0000000$seed_step" && echo '{}' >"$T/$name/run/ckpt/step_0000000$seed_step/manifest.json"
     fi
     env SLURM_JOB_ID=4242 SLURM_NTASKS=2 SLURM_JOB_NAME=test SRUN="$SRUN" TRAIN_GPT="$T/bin/train_gpt" \
-        SCONTROL="$T/bin/scontrol" STUB_DIR="$T/$name" STUB=ok RUN_DIR="$T/$name/run" \
+        SCONTROL="$T/bin/scontrol" STUB_DIR="$T/$name" TASK_END=ok RUN_DIR="$T/$name/run" \
         TRAIN="$TRAIN_SHARD" VAL="$VAL_SHARD" "$@" bash "$script" >"$T/$name/log" 2>&1 &
     job_pid=$!
 }
@@ -195,16 +195,16 @@ if [ $rc = 0 ] && has_seq "$T/file/args.0" --rendezvous "file:$T/file/run/rendez
     ok "sbatch (RENDEZVOUS=file): srun --mpi=none, train_gpt --rendezvous file:RUN_DIR/rendezvous (made), EXTRA_ARGS last"
 else not_ok "sbatch (file): status $rc, args: $(tr '\n' ' ' <"$T/file/args.0" 2>&1), log: $(logtail file)"; fi
 
-sbatch_run fail $G MODEL_ARGS="$TINY_ARGS" STUB=fail; sbatch_wait; rc=$?
+sbatch_run fail $G MODEL_ARGS="$TINY_ARGS" TASK_END=fail; sbatch_wait; rc=$?
 [ $rc = 3 ] && [ ! -e "$T/fail/scontrol.log" ] && ok "sbatch: a rank exiting 3 ends the job with status 3 (the others killed), no requeue" \
     || not_ok "sbatch with a failing rank: status $rc (want 3), scontrol: $(requeues fail)"
 
-# stop_case NAME STUB WHO SIGNAL [VAR=VALUE...]: starts the job, waits for both tasks, sends
+# stop_case NAME TASK_END WHO SIGNAL [VAR=VALUE...]: starts the job, waits for both tasks, sends
 # SIGNAL to WHO (batch: the batch shell; tasks: both tasks, not the shell; both) and leaves
 # the job running (pid in $job_pid). Status 1 when the tasks did not start.
 stop_case() {
-    local name=$1 stub=$2 who=$3 sig=$4; shift 4
-    sbatch_run "$name" $G MODEL_ARGS="$TINY_ARGS" STUB="$stub" "$@"
+    local name=$1 task_end=$2 who=$3 sig=$4; shift 4
+    sbatch_run "$name" $G MODEL_ARGS="$TINY_ARGS" TASK_END="$task_end" "$@"
     if ! wait_for 2 "$T/$name/ready.*"; then
         kill $job_pid; not_ok "sbatch $name: the tasks did not start: $(logtail "$name")"; return 1
     fi
