@@ -17,7 +17,7 @@ are taken over the first vocab_size columns.
         Every example of EVALFILE: row = context + completion; the forward reads the row's first
         len-1 tokens; cross-entropy (float64 log-softmax) of the next token at positions
         ctx_len-1 .. len-2 (the completion's tokens); their mean and sum. pred_norm = the first
-        argmin of the means, pred = of the sums. OUT.jsonl (written whole or not at): one line
+        argmin of the means, pred = of the sums. OUT.jsonl (written whole or not at all): one line
         per example in file order,
           {"example": i, "index": idx, "label": l, "pred_norm": p, "pred": q,
            "mean_loss": [one per completion], "sum_loss": [one per completion]}
@@ -49,8 +49,8 @@ are taken over the first vocab_size columns.
         example's number. Real text against random text: a trained model discriminates.
     eval_reference.py selftest
         The parser against files its own writer makes (and refusing damaged ones), make-evalset
-        on a shard of counting tokens; random
-        2-layer GPT-2 and Llama models saved as save_pretrained directories, where score's
+        on a shard of counting tokens; random 2-layer GPT-2 and Llama models saved as
+        save_pretrained directories (V 300, 12 examples of 4 completions), where score's
         losses equal a differently written float64 computation (torch_gpt2.py's model for
         GPT-2, hf_llama_check.py's full-sequence loss for Llama), the tied Llama scores as the
         untied one, and generate is deterministic and follows the direct computation's argmax;
