@@ -38,11 +38,13 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "model/model.h"
 #include "model/state.h"
 #include "train/device.cuh"
+#include "train/eval.h"
 #include "train/metrics.h"
 #include "train/options.h"
 #include "train/plan.h"
 #include "train/profile.h"
 #include "train/run_ckpt.h"
+#include "train/run_data.h"
 #include "train/run_lock.h"
 #include "train/sampler.h"
 #include "train/schedulers.h"
@@ -468,33 +470,31 @@ static void model_backward(Model* model, int B, int T) {
 }
 
 // ----------------------------------------------------------------------------------------
-// Sampling: autoregressive generation from <|endoftext|>, top-k with temperature. Every
-// rank runs the same forwards (each needs the gathers) and draws the same tokens.
+// What evaluation and generation (train/eval.c, train/sampler.c) call: forwards without a
+// backward (dloss 0), every rank the same ones.
 
-static void generate_sample(Model* model, const ProcessGroup* pg, const Tokenizer* tok, int n_tokens,
-                            int top_k, float temperature, uint64_t seed, int step) {
-    int T = model->T;
+static void forward_losses(void* m, const int* inputs, const int* targets, float* losses) {
+    Model* model = (Model*)m;
+    model_forward(model, inputs, targets, model->B, model->T, 0.0f);
+    model_losses_to_host(model, losses, model->B, model->T);
+    model->dev.kernels.synchronize(&model->dev.kernels);
+}
+
+// (The row's tokens are its targets too: any valid ids, the loss is not read.)
+static void forward_next_logits(void* m, const int* tokens, int n, float* row) {
+    Model* model = (Model*)m;
     Kernels* k = &model->dev.kernels;
-    const ModelConfig* c = &model->config;
-    int* tokens = (int*)calloc((size_t)T, sizeof(int));
-    int* zeros = (int*)calloc((size_t)T, sizeof(int));
-    int* idx = (int*)malloc((size_t)top_k * sizeof(int));
-    float* val = (float*)malloc((size_t)top_k * sizeof(float));
-    float* row = (float*)malloc((size_t)c->padded_vocab_size * sizeof(float));  // host copy of one row of logits
-    tokens[0] = GPT2_EOT;
-    int length = n_tokens + 1 < T ? n_tokens + 1 : T;
-    SamplePrinter out;
-    sample_print_begin(&out, tok, pg->rank, step);
-    for (int t = 1; t < length; t++) {
-        model_forward(model, tokens, zeros, 1, t, 0.0f);
-        k->act_to_host_f32(k, row, elem_at(model->acts.logits, (size_t)(t - 1) * c->padded_vocab_size, k->act_bytes),
-                           (size_t)c->padded_vocab_size);
-        tokens[t] = sample_top_k(row, c->vocab_size, top_k, temperature, sampler_coin(seed, step, t), idx, val);
-        sample_print_token(&out, tokens[t]);
-    }
-    fsdp_release_all(&model->fsdp);
-    sample_print_end(&out);
-    free(tokens); free(zeros); free(idx); free(val); free(row);
+    const size_t Vp = (size_t)model->config.padded_vocab_size;
+    model_forward(model, tokens, tokens, 1, n, 0.0f);
+    k->act_to_host_f32(k, row, elem_at(model->acts.logits, (size_t)(n - 1) * Vp, k->act_bytes), Vp);
+}
+
+static void forward_release(void* m) { fsdp_release_all(&((Model*)m)->fsdp); }
+
+static ModelForward model_forward_ops(Model* model) {
+    ModelForward f = {model, model->B, model->T, model->config.vocab_size, model->config.padded_vocab_size,
+                      forward_losses, forward_next_logits, forward_release};
+    return f;
 }
 
 #ifndef TESTING
@@ -505,9 +505,7 @@ typedef struct {
     const Options* opt;
     ProcessGroup* pg;
     Model model;
-    DataLoader train_loader, val_loader;
-    int have_val;
-    long val_rounds;                  // micro-batches per rank in a validation (--val-steps x grad_accum, clamped)
+    RunData data;                     // training and validation tokens, the evaluation set
     int B, T, grad_accum, max_steps;
     long total_tokens, global_seqs;   // per optimizer step: tokens, windows of T
     float dloss;                      // 1 / tokens per step: the loss is the global mean
@@ -537,19 +535,28 @@ static void evaluate(Run* r, int step) {
     Model* model = &r->model;
     char err[1024];
     double local = 0.0;
-    const long rounds = r->val_rounds;
+    const long rounds = r->data.val_rounds;
     for (long k = 0; k < rounds; k++) {
-        if (loader_read_micro_batch(&r->val_loader, (uint64_t)k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0],
+        if (loader_read_micro_batch(&r->data.val, (uint64_t)k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0],
                                     err, sizeof(err)))
             fatal(r->pg, "%s", err);
-        model_forward(model, r->inputs[0], r->targets[0], r->B, r->T, 0.0f);
-        model_losses_to_host(model, r->step_losses, r->B, r->T);
-        model->dev.kernels.synchronize(&model->dev.kernels);
+        forward_losses(model, r->inputs[0], r->targets[0], r->step_losses);
         for (long i = 0; i < (long)r->B * r->T; i++) local += r->step_losses[i];
     }
     fsdp_release_all(&model->fsdp);
     comm_all_reduce_f64(r->pg->world_comm, &local, 1, COMM_SUM);
     metrics_val(&r->metrics, step, local / ((double)rounds * r->pg->world * r->B * r->T));
+}
+
+// --eval-data's accuracy (train/eval.c), into the metrics.
+static void evaluate_choices(Run* r, int step) {
+    ModelForward fw = model_forward_ops(&r->model);
+    EvalResult res;
+    char err[1200];
+    int failed = eval_multiple_choice(&r->data.eval_set, r->pg, &fw, r->inputs[0], r->targets[0], r->step_losses, r->opt->eval_log,
+                                      &res, err, sizeof(err));
+    fatal_agreed_any(r->pg, failed, "%s", err);
+    metrics_eval(&r->metrics, step, &res, r->opt->eval_data, r->B, r->T);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -677,9 +684,9 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     profile_host(prof);
     FsdpTraffic before = f->traffic;
     // The token buffers alternate by step (Run): the device may still upload the previous step's.
-    StepData data = {&r->train_loader, r->pg, r->inputs[completed & 1], r->targets[completed & 1], prof, 0.0};
+    StepData data = {&r->data.train, r->pg, r->inputs[completed & 1], r->targets[completed & 1], prof, 0.0};
     model_step_grads(model, r->grad_accum, r->dloss, &data);
-    loader_advance(&r->train_loader, (uint64_t)r->global_seqs);
+    loader_advance(&r->data.train, (uint64_t)r->global_seqs);
     test_hooks_poison(&r->test, f, r->pg->rank, completed);
     // The previous step's figures: on the device they were ready long ago.
     finish_step(r, prev);
@@ -728,7 +735,7 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
         r->ckpt.saves++;
         double t0 = now_seconds();
         fsdp_download_state(&r->model.fsdp);  // the checkpoint's pieces point into the host mirror
-        const LoaderState* ls = &r->train_loader.state;
+        const LoaderState* ls = &r->data.train.state;
         cJSON* state = model_checkpoint_state(&r->model.config, completed, r->total_tokens * (long)completed, r->pg->world, r->T,
                                              r->total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
         if (opt->param_fp16) {  // the figures of step `completed` were read (finish_step) before this
@@ -790,7 +797,7 @@ static int maybe_resume(Run* r, int* start_step) {
                opt->loss_scale);
     }
     LoaderState ls = {rs.windows_consumed, rs.seed, rs.shuffle};
-    loader_set_state(&r->train_loader, &ls);
+    if (r->data.train.n_shards) loader_set_state(&r->data.train, &ls);  // (none: --eval-only, --generate)
     double total_bytes = (double)bytes;
     comm_all_reduce_f64(r->pg->world_comm, &total_bytes, 1, COMM_SUM);
     comm_all_reduce_f64(r->pg->world_comm, secs, 2, COMM_MAX);
@@ -888,6 +895,7 @@ int main(int argc, char** argv) {
     r->B = opt.batch_size;
     r->T = opt.seq_len;
     test_hooks_read(&r->test);
+    const int inference = opt.eval_only || opt.generate;  // no training: no training data, no lock, nothing written
 
     // Checkpoints: where. One job per run directory: rank 0 locks -o's and the checkpoint
     // directory (train_gpt.lock) until it exits, so a relaunch cannot race the ranks of an
@@ -896,11 +904,12 @@ int main(int argc, char** argv) {
     run_ckpt_root(&opt, r->ckpt_root, sizeof(r->ckpt_root));
     if ((opt.ckpt_every > 0 || (opt.resume && !strcmp(opt.resume, "auto"))) && !r->ckpt_root[0])
         fatal(&pg, "--ckpt-every and --resume auto need -o DIR or --ckpt-dir DIR");
-    RunLock run_lock;  // run_lock_acquire initialises it on every rank
+    RunLock run_lock = {};  // run_lock_acquire initialises it on every rank
     char tb_dir[1024];  // TensorBoard's event directory (train/metrics.c writes there), checked writable now
-    if (run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model,
+    if (!inference && run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model,
                          run_tensorboard_dir(&opt, tb_dir, sizeof(tb_dir)), err, sizeof(err)))
         fatal_agreed(&pg, "%s", err);
+    fatal_agreed_any(&pg, opt.eval_log && pg.rank == 0 && eval_log_check(opt.eval_log, err, sizeof(err)), "%s", err);
     if (opt.resume) {  // the checkpoint's model, and the flags checked against it
         run_resume_model(&pg, &opt, r->ckpt_root, r->resume_path, sizeof(r->resume_path), &config, &file_version, notes,
                          sizeof(notes));
@@ -911,32 +920,10 @@ int main(int argc, char** argv) {
     r->global_seqs = r->total_tokens / r->T;
 
     // Data
-    r->have_val = opt.val_every > 0 && opt.val_data && opt.val_data[0];
-    if (loader_open(&r->train_loader, opt.train_data, (size_t)r->T, config.vocab_size, opt.seed, opt.shuffle, err, sizeof(err)))
-        fatal(&pg, "--train-data: %s", err);
-    if (r->have_val && loader_open(&r->val_loader, opt.val_data, (size_t)r->T, config.vocab_size, opt.seed, 0, err, sizeof(err)))
-        fatal(&pg, "--val-data: %s", err);
-    // A validation reads from the validation data's first window on; past its last the stream
-    // wraps around and would count the same windows again, so --val-steps is clamped to what the
-    // data holds whole (not refused: the default is more than Tiny Shakespeare's holds at -t 1024).
-    if (r->have_val) {
-        const size_t held = r->val_loader.windows_per_epoch / ((size_t)r->B * (size_t)pg.world);
-        r->val_rounds = (long)opt.val_steps * r->grad_accum;
-        if (held == 0)
-            fatal_agreed(&pg, "--val-data %s: %zu sequence(s) of %d+1 tokens, fewer than one micro-batch on every rank "
-                         "(--batch-size %d x %d rank(s)): give more validation data, a smaller -b or -t, or -v 0", opt.val_data,
-                         r->val_loader.windows_per_epoch, r->T, r->B, pg.world);
-        if ((size_t)r->val_rounds > held) {
-            if (pg.rank == 0)
-                printf("--val-steps %d: the validation data holds %zu sequences of %d+1 tokens, %zu micro-batch(es) of %d x "
-                       "%d rank(s): validating on those, not on %ld\n", opt.val_steps, r->val_loader.windows_per_epoch, r->T,
-                       held, r->B, pg.world, r->val_rounds);
-            r->val_rounds = (long)held;
-        }
-    }
+    run_data_open(&r->data, &opt, &pg, config.vocab_size, r->B, r->T, r->grad_accum, !inference);
     r->max_steps = opt.max_steps;
     if (r->max_steps < 0) {
-        r->max_steps = (int)(r->train_loader.windows_per_epoch / (size_t)r->global_seqs);
+        r->max_steps = (int)(r->data.train.windows_per_epoch / (size_t)r->global_seqs);
         if (r->max_steps < 1) r->max_steps = 1;
     }
 
@@ -959,11 +946,12 @@ int main(int argc, char** argv) {
     int start_step;
     int resumed = maybe_resume(r, &start_step);
     // A writer whenever there is a checkpoint directory: a stop signal saves even without --ckpt-every.
-    if (r->ckpt_root[0]) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
-    Tokenizer* tokenizer = opt.sample_every > 0 ? load_sample_tokenizer(opt.tokenizer_dir, pg.rank) : NULL;
+    if (r->ckpt_root[0] && !inference) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
+    Tokenizer* tokenizer = opt.sample_every > 0 || opt.generate ? load_sample_tokenizer(opt.tokenizer_dir, pg.rank) : NULL;
 
     Metrics* mt = &r->metrics;
-    if (metrics_open(mt, &pg, &opt, resumed ? start_step : -1, err, sizeof(err))) fatal(&pg, "%s", err);
+    mt->rank = pg.rank, mt->pg = &pg;  // (--eval-only, --generate: the lines only)
+    if (!inference && metrics_open(mt, &pg, &opt, resumed ? start_step : -1, err, sizeof(err))) fatal(&pg, "%s", err);
     mt->max_steps = r->max_steps;
     mt->end_step = opt.stop_at_step && opt.stop_at_step < r->max_steps ? opt.stop_at_step : r->max_steps;
     mt->tokens_per_step = r->total_tokens;
@@ -973,9 +961,10 @@ int main(int argc, char** argv) {
 
     const ModelParts parts = model_parts(model);
     const MemoryBudget budget = memory_budget(&parts, r->grad_accum);
-    if (pg.rank == 0)
+    if (pg.rank == 0 && !inference)
         print_setup(&opt, &pg, device, why, threads, peak_tflops, &parts, r->grad_accum, r->total_tokens, r->max_steps,
-                    &r->train_loader, &budget);
+                    &r->data.train, &budget);
+    else if (pg.rank == 0) print_model_line(&config, model->layout.num_parameters);
     const size_t step_tokens = (size_t)r->grad_accum * r->B * r->T;  // the host buffers the budget's host_extra counts
     for (int i = 0; i < 2; i++) {
         r->inputs[i] = (int*)model->dev.backend.alloc_host(model->dev.backend.ctx, step_tokens * sizeof(int));
@@ -996,13 +985,19 @@ int main(int argc, char** argv) {
     double run_t0 = now_seconds();
     signals_enter_training();  // a stop signal now ends the run after a step, with a checkpoint
     signals_watch_collectives(pg.comm, 1);  // ... or, when a peer is gone, within seconds without one
-    for (int step = start_step; step <= r->max_steps; step++) {
+    ModelForward forward = model_forward_ops(model);  // samples and --generate
+    if (opt.generate) sample_run(&forward, &pg, &opt, tokenizer, opt.generate, start_step);
+    if (opt.eval_only && r->data.have_val) evaluate(r, start_step);
+    if (opt.eval_only && opt.eval_data) evaluate_choices(r, start_step);
+    for (int step = start_step; !inference && step <= r->max_steps; step++) {
         int last = step == r->max_steps;
-        int val_now = r->have_val && (step % opt.val_every == 0 || last);
+        int val_now = r->data.have_val && (step % opt.val_every == 0 || last);
+        int eval_now = opt.eval_data && ((opt.eval_every > 0 && step % opt.eval_every == 0) || last);
         int sample_now = opt.sample_every > 0 && step > 0 && (step % opt.sample_every == 0 || last);
-        if (val_now || sample_now || last || (opt.stop_at_step && step >= opt.stop_at_step)) finish_step(r, &pending);
+        if (val_now || eval_now || sample_now || last || (opt.stop_at_step && step >= opt.stop_at_step)) finish_step(r, &pending);
         if (val_now) evaluate(r, step);
-        if (sample_now) generate_sample(model, &pg, tokenizer, opt.sample_tokens, opt.top_k, opt.temperature, opt.seed, step);
+        if (eval_now) evaluate_choices(r, step);
+        if (sample_now) sample_run(&forward, &pg, &opt, tokenizer, NULL, step);
         if (last) break;
         if (opt.stop_at_step && step >= opt.stop_at_step) break;
 
@@ -1028,7 +1023,7 @@ int main(int argc, char** argv) {
             fatal_agreed(&pg, "--save-model: %s", err);
         if (pg.rank == 0) printf("saved %s\n", opt.save_model);
     }
-    metrics_summary(mt, &pg, model->dev.memory_in_use_mib ? r->device_used_mib : -1.0, budget.device,
+    if (!inference) metrics_summary(mt, &pg, model->dev.memory_in_use_mib ? r->device_used_mib : -1.0, budget.device,
                     model->layout.num_parameters, r->grad_accum);
     metrics_close(mt);
     for (int i = 0; i < 2; i++) {
@@ -1037,8 +1032,7 @@ int main(int argc, char** argv) {
     }
     model->dev.backend.release_host(model->dev.backend.ctx, r->step_losses);
     if (tokenizer) tokenizer_free(tokenizer);
-    loader_close(&r->train_loader);
-    if (r->have_val) loader_close(&r->val_loader);
+    run_data_close(&r->data);
     model_free(model);
     free(r);
     run_lock_release(&run_lock);

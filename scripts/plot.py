@@ -1,6 +1,7 @@
 """
 Plots a training run from its metrics.jsonl (what train_gpt -o DIR writes) into one PNG:
-  top:    training loss and validation loss vs step
+  top:    training loss and validation loss vs step, and the evaluation's accuracy (acc_norm,
+          --eval-data: HellaSwag) on a second axis when the run logged it
   bottom: throughput (tokens/s) vs step, and MFU on a second axis when the run logged it
 
     python3 scripts/plot.py out/gpt2_124M/metrics.jsonl            # -> out/gpt2_124M/metrics.png
@@ -29,13 +30,14 @@ def number(x):
 
 
 def load_run(path):
-    """Reads one metrics.jsonl. Returns {"train": {step: record}, "val": {step: val_loss}},
+    """Reads one metrics.jsonl. Returns {"train": {step: record}, "val": {step: val_loss},
+    "eval": {step: acc_norm}},
     keeping the last record of each step. Calls fail() with the line number on bad input."""
     if os.path.isdir(path):
         path = os.path.join(path, "metrics.jsonl")
     if not os.path.isfile(path):
         fail(f"{path}: no such file")
-    train, val = {}, {}
+    train, val, evals = {}, {}, {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
@@ -52,11 +54,13 @@ def load_run(path):
                 continue  # a record of another kind: nothing to plot
             if "val_loss" in rec:
                 val[step] = number(rec["val_loss"])
+            elif "eval_acc_norm" in rec:
+                evals[step] = number(rec["eval_acc_norm"])
             elif "loss" in rec:
                 train[step] = rec
-    if not train and not val:
-        fail(f"{path}: no data (no training or validation records)")
-    return {"path": path, "train": train, "val": val}
+    if not train and not val and not evals:
+        fail(f"{path}: no data (no training, validation or evaluation records)")
+    return {"path": path, "train": train, "val": val, "eval": evals}
 
 
 def run_name(path):
@@ -83,7 +87,7 @@ def plot(runs, out):
 
     fig, (ax_loss, ax_tps) = plt.subplots(2, 1, figsize=(10, 8), sharex=True,
                                           gridspec_kw={"height_ratios": [2, 1]})
-    ax_mfu = None
+    ax_mfu = ax_acc = None
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     paths = [r["path"] for r in runs]
     for i, run in enumerate(runs):
@@ -112,10 +116,21 @@ def plot(runs, out):
             vsteps = sorted(run["val"])
             ax_loss.plot(vsteps, [run["val"][s] for s in vsteps], color=color, lw=1.5, ls="--",
                          marker="o", ms=3, label=f"{prefix}val loss")
+        if run["eval"]:
+            if ax_acc is None:
+                ax_acc = ax_loss.twinx()
+                ax_acc.set_ylabel("eval acc_norm (%)")
+            esteps = sorted(run["eval"])
+            ax_acc.plot(esteps, [100 * run["eval"][s] for s in esteps], color=color, lw=1.5, ls=":",
+                        marker="s", ms=3, label=f"{prefix}eval acc_norm")
 
     ax_loss.set_ylabel("loss")
     ax_loss.grid(alpha=0.3)
-    ax_loss.legend(loc="upper right", fontsize="small")
+    handles, labels = ax_loss.get_legend_handles_labels()
+    if ax_acc is not None:
+        h2, l2 = ax_acc.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    ax_loss.legend(handles, labels, loc="upper right", fontsize="small")
     ax_loss.set_title(", ".join(run_label(p, paths) for p in paths))
     ax_tps.set_xlabel("step")
     ax_tps.set_ylabel("tokens/s")
@@ -145,7 +160,9 @@ def main():
     for r in runs:
         n, v = len(r["train"]), len(r["val"])
         last = f", last val loss {r['val'][max(r['val'])]:.4f}" if v else ""
-        print(f"plot.py: {r['path']}: {n} training steps, {v} validation points{last}")
+        e = r["eval"]
+        evals = f", {len(e)} evaluations (last acc_norm {e[max(e)]:.4f})" if e else ""
+        print(f"plot.py: {r['path']}: {n} training steps, {v} validation points{last}{evals}")
     print(f"plot.py: wrote {out}")
 
 

@@ -12,6 +12,7 @@
 #include "fsdp/fsdp.h"
 #include "model/model.h"
 #include "train/device.h"
+#include "train/eval.h"
 #include "train/options.h"
 #include "train/tensorboard.h"
 
@@ -106,6 +107,9 @@ int metrics_open(Metrics* mt, const ProcessGroup* pg, const Options* opt, int re
 // writes its JSON object and its TensorBoard event (a write error: fatal).
 void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic);
 void metrics_val(Metrics* mt, int step, double val_loss);
+// A multiple-choice evaluation of set_path (train/eval.h): its line, JSON object
+// (eval_acc_norm, eval_acc, eval_examples) and TensorBoard scalars (eval/acc_norm, eval/acc).
+void metrics_eval(Metrics* mt, int step, const EvalResult* res, const char* set_path, int B, int T);
 // The end of the run: average step time, peak memory (every rank), communication per step
 // against FSDP's formula. gpu_peak_mib < 0: no GPU figure.
 void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, size_t device_budget,

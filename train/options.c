@@ -77,10 +77,21 @@ void print_usage(void) {
 "  -v, --val-every N            validation loss every N steps and at the end; 0 disables [20]\n"
 "      --val-steps N            validation batches (of the training batch size), at most as many\n"
 "                               as the validation data holds (more are clamped, said once) [20]\n"
+"      --eval-data FILE         a multiple-choice set in llm.c's eval format (HellaSwag: data/prepare.py\n"
+"                               --hellaswag): its accuracy (acc_norm) at --eval-every's steps\n"
+"      --eval-every N           evaluate --eval-data every N steps and at the end; 0: at the end\n"
+"                               only [--val-every's N]\n"
+"      --eval-log FILE          every evaluation rewrites FILE: each example's losses and predictions\n"
+"                               (JSON Lines)\n"
+"      --eval-only              evaluate the model (of --resume, --init-from, or a fresh one) and exit:\n"
+"                               --eval-data's accuracy, and the validation loss of -j FILE if given\n"
 "  -s, --sample-every N         print a generated sample every N steps; 0 disables [0]\n"
 "  -g, --sample-tokens N        tokens per sample [64]\n"
-"      --top-k N --temperature F   sampling [40, 1.0]\n"
-"      --tokenizer-dir DIR      encoder.json and vocab.bpe for printing samples\n"
+"      --top-k N --temperature F   sampling (--top-k 1: greedy) [40, 1.0]\n"
+"      --generate TEXT          print TEXT continued by --sample-tokens tokens (the model reads\n"
+"                               <|endoftext|> then TEXT), drawn with --top-k, --temperature and\n"
+"                               --seed, and exit: the model of --resume, --init-from, or a fresh one\n"
+"      --tokenizer-dir DIR      encoder.json and vocab.bpe for samples and --generate\n"
 "                               [data/gpt2, else $FSDP_DATA/gpt2, else ../shared/data/gpt2]\n"
 "sharding\n"
 "      --fsdp-unit-layers K     transformer blocks per FSDP unit [1]\n"
@@ -214,7 +225,8 @@ enum {
     OPT_PARAM_DTYPE, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
     OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
     OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB, OPT_ROPE_FACTOR, OPT_ROPE_LOW, OPT_ROPE_HIGH,
-    OPT_ROPE_ORIGINAL, OPT_NORM_EPS, OPT_TENSORBOARD,
+    OPT_ROPE_ORIGINAL, OPT_NORM_EPS, OPT_TENSORBOARD, OPT_EVAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_LOG, OPT_EVAL_ONLY,
+    OPT_GENERATE,
 };
 
 int parse_options(int argc, char** argv, Options* o, ParseError* e) {
@@ -226,7 +238,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->lr = 3e-4f; o->final_lr_frac = 0.1f; o->weight_decay = 0.1f;
     o->beta1 = 0.9f; o->beta2 = 0.95f; o->eps = 1e-8f; o->grad_clip = 1.0f;
     o->lr_decay = DECAY_COSINE;
-    o->val_every = 20; o->val_steps = 20;
+    o->val_every = 20; o->val_steps = 20; o->eval_every = -1;
     o->sample_tokens = 64; o->top_k = 40; o->temperature = 1.0f;
     o->tokenizer_dir = NULL;
     o->seed = 1337;
@@ -267,6 +279,9 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"sample-every", required_argument, 0, 's'}, {"sample-tokens", required_argument, 0, 'g'},
         {"top-k", required_argument, 0, OPT_TOP_K}, {"temperature", required_argument, 0, OPT_TEMPERATURE},
         {"tokenizer-dir", required_argument, 0, OPT_TOKENIZER_DIR},
+        {"eval-data", required_argument, 0, OPT_EVAL_DATA}, {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
+        {"eval-log", required_argument, 0, OPT_EVAL_LOG}, {"eval-only", no_argument, 0, OPT_EVAL_ONLY},
+        {"generate", required_argument, 0, OPT_GENERATE},
         {"shuffle", required_argument, 0, OPT_SHUFFLE}, {"device", required_argument, 0, OPT_DEVICE},
         {"threads", required_argument, 0, OPT_THREADS},
         {"fsdp-unit-layers", required_argument, 0, OPT_UNIT_LAYERS},
@@ -362,6 +377,11 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case 's': r = parse_int("--sample-every", optarg, 0, INT32_MAX, &o->sample_every, e); break;
         case 'g': r = parse_int("--sample-tokens", optarg, 1, 1 << 20, &o->sample_tokens, e); break;
         case OPT_TOP_K: r = parse_int("--top-k", optarg, 1, 1 << 20, &o->top_k, e); break;
+        case OPT_EVAL_DATA: o->eval_data = optarg; break;
+        case OPT_EVAL_EVERY: r = parse_int("--eval-every", optarg, 0, INT32_MAX, &o->eval_every, e); break;
+        case OPT_EVAL_LOG: o->eval_log = optarg; break;
+        case OPT_EVAL_ONLY: o->eval_only = 1; break;
+        case OPT_GENERATE: o->generate = optarg; break;
         case OPT_TEMPERATURE: r = parse_float("--temperature", optarg, 1e-3, 100.0, &o->temperature, e); break;
         case OPT_TOKENIZER_DIR: o->tokenizer_dir = optarg; break;
         case OPT_SHUFFLE: r = parse_int("--shuffle", optarg, 0, 1, &o->shuffle, e); break;
@@ -497,7 +517,29 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     }
     // The default validation shard belongs to the default training data: with other data
     // and no -j it would validate on Tiny Shakespeare (or fail on a file the user never named).
-    if (!val_given && strcmp(o->train_data, DEFAULT_TRAIN_DATA) != 0) o->val_data = NULL;
+    // A run that does not train validates only on a -j it was given.
+    if (!val_given && (strcmp(o->train_data, DEFAULT_TRAIN_DATA) != 0 || o->eval_only || o->generate)) o->val_data = NULL;
+    const char* eval_flag = o->eval_every >= 0 ? "--eval-every" : o->eval_log ? "--eval-log" : NULL;
+    if (eval_flag && !o->eval_data) {
+        snprintf(e->msg, sizeof(e->msg), "%s applies with --eval-data FILE (a set in llm.c's eval format)", eval_flag);
+        return 1;
+    }
+    if (o->eval_every < 0) o->eval_every = o->val_every;
+    if (o->eval_only && !o->eval_data && !o->val_data) {
+        snprintf(e->msg, sizeof(e->msg), "--eval-only: nothing to evaluate: give --eval-data FILE and/or -j FILE");
+        return 1;
+    }
+    if (o->plan && (o->eval_only || o->generate)) {
+        snprintf(e->msg, sizeof(e->msg), "--plan plans a training run: %s does not apply", o->eval_only ? "--eval-only" : "--generate");
+        return 1;
+    }
+    const char* train_flag = o->ckpt_every ? "--ckpt-every" : o->save_model ? "--save-model" : o->stop_at_step ? "--stop-at-step"
+                             : o->sample_every ? "--sample-every" : NULL;
+    if ((o->eval_only || o->generate) && train_flag) {
+        snprintf(e->msg, sizeof(e->msg), "%s trains nothing: %s does not apply", o->eval_only ? "--eval-only" : "--generate",
+                 train_flag);
+        return 1;
+    }
     return 0;
 }
 

@@ -39,6 +39,11 @@ typedef struct {
     int warmup_steps;
     LrDecay lr_decay;
     int val_every, val_steps;
+    const char* eval_data;       // --eval-data: a multiple-choice set (HellaSwag), or NULL
+    int eval_every;              // every N steps and at the end (0: at the end only)
+    const char* eval_log;        // --eval-log FILE: every example's losses and predictions
+    int eval_only;               // --eval-only: evaluate the model and exit
+    const char* generate;        // --generate TEXT: continue TEXT and exit (NULL: no)
     int sample_every, sample_tokens, top_k;
     float temperature;
     const char* tokenizer_dir;

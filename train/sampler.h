@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include "dataloader/tokenizer.h"
 #include "model/state.h"
+#include "train/eval.h"
+#include "train/options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +29,16 @@ typedef struct {
 void sample_print_begin(SamplePrinter* p, const Tokenizer* tok, int rank, int step);
 void sample_print_token(SamplePrinter* p, int token);
 void sample_print_end(SamplePrinter* p);
+
+// A run's generation, on every rank together (each forward needs the gathers): a sample from
+// <|endoftext|> (prompt NULL: -s's, printed as the sample of `step`), or --generate's: the
+// prompt, encoded after <|endoftext|> (the model's vocabulary must be the tokenizer's),
+// continued. --sample-tokens tokens (as many as fit -t's positions for a sample; a prompt that
+// leaves no room for them ends the run), drawn with --top-k and --temperature, the coins from
+// --seed and step (sampler_coin): every rank draws the same tokens, and a rerun the same text.
+// No KV cache: a forward of the whole row per token. Rank 0 prints the prompt, then each token
+// as it comes.
+void sample_run(const ModelForward* fw, const ProcessGroup* pg, const Options* o, Tokenizer* tok, const char* prompt, int step);
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,8 @@ TAGS = {
     "mfu": ("train/mfu", 5e-6),
     "loss_scale": ("train/loss_scale", 0.0),
     "val_loss": ("val/loss", 5e-10),
+    "eval_acc_norm": ("eval/acc_norm", 5e-7),
+    "eval_acc": ("eval/acc", 5e-7),
 }
 
 

@@ -406,6 +406,7 @@ with open(sys.argv[1], "w") as f:
     for s in range(3, 11):   # resumed from step 2's checkpoint
         w(step=s, loss=9.0 - 0.1 * s, lr=1e-3, grad_norm=1.0, ms=100, tokens_per_s=2000 + s, tokens=256 * s, mfu=0.5, **({"skipped": True} if s == 6 else {}))
         if s % 4 == 0: w(step=s, val_loss=9.5 - 0.1 * s)
+        if s % 4 == 0: w(step=s, eval_acc_norm=0.25 + 0.01 * s, eval_acc=0.25, eval_examples=40)
 PY
 out=$("$PYTHON" - "$T/resumed.jsonl" <<'PY' 2>&1
 import sys
@@ -414,16 +415,16 @@ import plot
 r = plot.load_run(sys.argv[1])
 t = r["train"]
 ok = sorted(t) == list(range(1, 11)) and t[3]["loss"] == 9.0 - 0.3 and t[4]["tokens_per_s"] == 2004 and t[2]["loss"] == 10.0 - 0.2
-ok = ok and r["val"] == {0: 11.0, 4: 9.5 - 0.4, 8: 9.5 - 0.8}
-print("ok" if ok else "train %s val %s" % ([(s, t[s]["loss"]) for s in sorted(t)], r["val"]))
+ok = ok and r["val"] == {0: 11.0, 4: 9.5 - 0.4, 8: 9.5 - 0.8} and r["eval"] == {4: 0.25 + 0.04, 8: 0.25 + 0.08}
+print("ok" if ok else "train %s val %s eval %s" % ([(s, t[s]["loss"]) for s in sorted(t)], r["val"], r["eval"]))
 PY
 )
-[ "$out" = ok ] && ok "plot.py: a step logged twice (resumed run) keeps its last record" || not_ok "plot.py repeated steps: $out"
+[ "$out" = ok ] && ok "plot.py: a step logged twice (resumed run) keeps its last record; evaluation records read" || not_ok "plot.py repeated steps: $out"
 # (over a copy of itself if the tiny run failed above, so that this check still tells something)
 first=$run_dir/metrics.jsonl; [ -f "$first" ] || { first=$T/copy.jsonl; cp "$T/resumed.jsonl" "$first"; }
 out=$("$PYTHON" scripts/plot.py "$first" "$T/resumed.jsonl" -o "$T/both.png" 2>&1); rc=$?
-png_ok "$T/both.png" && [ $rc = 0 ] && grep -q "resumed.jsonl: 10 training steps, 3 validation points" <<<"$out" \
-    && ok "plot.py: two runs overlaid (one with MFU and a skipped step) in one PNG" \
+png_ok "$T/both.png" && [ $rc = 0 ] && grep -q "resumed.jsonl: 10 training steps, 3 validation points, last val loss 8.7000, 2 evaluations (last acc_norm 0.3300)" <<<"$out" \
+    && ok "plot.py: two runs overlaid (one with MFU, a skipped step and evaluation accuracy) in one PNG" \
     || not_ok "plot.py with two runs: status $rc: $(tr '\n' ' ' <<<"$out")"
 
 # Errors: one line naming the problem, status 1, no traceback.
