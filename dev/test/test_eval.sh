@@ -27,6 +27,12 @@ EV=$out/ev.bin
 $PYTHON $REF make-evalset "$VAL_SHARD" "$EV" --examples 24 --seed 3 >"$out/make.log" 2>&1 \
     || { not_ok "eval_reference.py make-evalset: $(tail -n 2 "$out/make.log" | tr '\n' ' ')"; exit 0; }
 
+# The reference itself: its parser against its own writer, its scores against a differently
+# written float64 computation (torch_gpt2.py's PyTorch model for GPT-2), its greedy tokens
+# against the direct argmax, its refusals.
+if msg=$($PYTHON $REF selftest 2>&1); then ok "eval_reference.py selftest: $(grep -c '^ok' <<<"$msg") checks"
+else not_ok "eval_reference.py selftest: $(grep -v '^ok' <<<"$msg" | head -n 3 | tr '\n' ' ')"; fi
+
 gpt2=(--layers 2 --channels 64 --heads 4 --max-seq 64)
 llama=(--arch llama3 --layers 2 --channels 64 --heads 4 --kv-heads 2 --ffn-dim 96 --max-seq 64)
 common=(./train_gpt --device cpu -b 8 -t 32 --threads 1)

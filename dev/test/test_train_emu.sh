@@ -37,6 +37,9 @@
 #   - Llama 3's shape (--arch llama3, one kv head for two query heads): cuda vs cpu within 2%,
 #     two runs, save + resume and --offload optimizer bitwise, --recompute full and selective bitwise, --attention
 #     cublas within 2%, --comm nccl np=2 vs np=1 within 1e-2;
+#   - --eval-only (a multiple-choice set) and --generate of a cuda checkpoint: the predictions
+#     the cpu makes of the same checkpoint (bf16 losses within 0.05), staged np=1 and NCCL np=2,
+#     the same greedy text on both;
 #   - --param-dtype fp16: at least as close to the cpu run as bf16 (both within 2%), the same
 #     engine budget, the scale on every step line; a first scale of 2^24 overflows (skipped,
 #     halved, weights untouched, not a bad step); --loss-scale-window 1 doubles it per clean
@@ -256,6 +259,14 @@ cuda llama_cublas 1 -b 2 "${llama[@]}" --attention cublas -o "$TMP/llama_cublas"
 cuda llama_offload 1 -b 2 -s 4 -g 8 "${llama[@]}" --offload optimizer -o "$TMP/llama_offload"
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
+# Evaluation (--eval-only) and --generate of cuda_save's step-2 checkpoint, on the cpu, the
+# staged cuda path and NCCL at np=2 (a small eval set: the emulator is slow).
+"$PY" dev/test/eval_reference.py make-evalset "$VAL_SHARD" "$TMP/ev.bin" --examples 8 --context 12 --completion 6 \
+    --seed 5 >"$TMP/ev.log" 2>&1
+infer=(--resume "$TMP/cuda_split/ckpt/step_00000002" --eval-only --eval-data "$TMP/ev.bin" --generate "ROMEO:" -g 8 --top-k 1)
+cpu cpu_infer 1 -b 2 "${infer[@]}" --eval-log "$TMP/cpu_infer.jsonl"
+cuda cuda_infer 1 -b 2 "${infer[@]}" --eval-log "$TMP/cuda_infer.jsonl"
+nccl nccl_infer 2 -b 2 "${infer[@]}" --eval-log "$TMP/nccl_infer.jsonl"
 wait $lane3
 cuda cuda_np2 2 -b 1 -d 64 -o "$TMP/cuda_np2"
 cuda cuda_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/cuda_np2_fp32"
@@ -389,6 +400,35 @@ if good cuda_ref cuda_recompute_full cuda_recompute_sel; then
 fi
 good cpu_ref cuda_ref && compare "train_gpt --device cuda vs cpu, 4 steps from the same init (within 2%)" \
     "$TMP/cpu_ref/metrics.jsonl" "$TMP/cuda_ref/metrics.jsonl" --rtol 0.02
+# --eval-only and --generate on the cuda device: the cpu's predictions (bf16 losses within 0.05
+# of the cpu's; a prediction may differ only where the cpu's best two are within twice the
+# largest difference), the same text at np=1 staged and np=2 NCCL.
+if good cpu_infer cuda_infer nccl_infer; then
+    gen() { awk '/^sample \(step 2\):/ {s = 1; next} s == 1 && /^---$/ {s = 2; next} s == 2 && /^---$/ {exit} s == 2' "$TMP/$1.log"; }
+    [ -n "$(gen cuda_infer)" ] && [ "$(gen cuda_infer)" = "$(gen nccl_infer)" ] \
+        && ok "$TAG --generate on cuda: the same greedy text staged at np=1 and NCCL at np=2 ('$(gen cuda_infer | tr '\n' ' ')')" \
+        || not_ok "$TAG --generate on cuda: '$(gen cuda_infer)' vs NCCL np=2 '$(gen nccl_infer)'"
+    for name in cuda_infer nccl_infer; do
+        msg=$("$PY" - "$TMP/cpu_infer.jsonl" "$TMP/$name.jsonl" <<'PY'
+import json, sys
+cpu, dev = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(cpu) == len(dev) == 8, (len(cpu), len(dev))
+diff = max(abs(a - b) for c, d in zip(cpu, dev) for a, b in zip(c["mean_loss"], d["mean_loss"]))
+bad = []
+for c, d in zip(cpu, dev):
+    m = c["mean_loss"]
+    gap = abs(m[c["pred_norm"]] - m[d["pred_norm"]])
+    if c["pred_norm"] != d["pred_norm"] and gap > 2 * diff:
+        bad.append(c["example"])
+print(("ok" if diff < 0.05 and not bad else "bad") + f": max |mean loss - cpu's| {diff:.2e}, predictions off the cpu's {bad}")
+PY
+)
+        [[ $msg == ok* ]] && ok "$TAG --eval-only $name against the cpu: ${msg#ok: }" || not_ok "$TAG --eval-only $name against the cpu: $msg"
+    done
+    grep -q '^eval acc_norm' "$TMP/nccl_infer.log" && ok "$TAG --eval-only at np=2 over NCCL: $(grep -m1 '^eval acc_norm' "$TMP/nccl_infer.log" | cut -c1-60)" \
+        || not_ok "$TAG --eval-only at np=2 over NCCL: no eval line"
+fi
+
 sample() {  # the text of the sample between its two "---" lines
     awk '/^sample \(step 4\):/ {s = 1; next} s == 1 && /^---$/ {s = 2; next} s == 2 && /^---$/ {exit} s == 2' "$TMP/$1.log"
 }
