@@ -1,7 +1,8 @@
-// dataloader/evalset.c: llm.c's multiple-choice eval files (evalset.h). The whole file is read
-// into memory (HellaSwag's validation set is 3.6 MB) and every example is checked once, at
-// load: scoring then never meets a malformed one, and a bad file stops a run before its first
-// step rather than at its first evaluation.
+// dataloader/: what a run reads: token shards (loader.h), the GPT-2 tokenizer (tokenizer.h),
+// and here llm.c's multiple-choice eval files (evalset.h). The whole file is read into memory
+// (HellaSwag's validation set is 3.6 MB) and every example is checked once, at load: scoring
+// then never meets a malformed one, and a bad file stops a run before its first step rather
+// than at its first evaluation.
 #include "dataloader/evalset.h"
 
 #include <stdarg.h>
