@@ -6,6 +6,7 @@
     .venv/bin/python data/prepare.py --hf roneneldan/TinyStories --val-split validation -o data/tinystories/tinystories
     .venv/bin/python data/prepare.py corpus/*.parquet -o data/corpus/corpus
     .venv/bin/python data/prepare.py corpus/part-*.jsonl.zst --field text -o data/corpus/corpus
+    .venv/bin/python data/prepare.py --hellaswag                  # -> data/hellaswag/hellaswag_val.bin
 
 Sources: a Hugging Face dataset, streamed (datasets' load_dataset(..., streaming=True): never
 the whole corpus on disk or in memory; a local dataset directory works the same way), or
@@ -32,20 +33,34 @@ Progress (on a terminal, or with --progress): documents, tokens, MB/s and an ETA
 tokenize_text --progress; the ETA uses the Parquet row count, the dataset's example count
 when its card has one, a preset's expected tokens, or the share of input bytes read.
 
+HellaSwag (--hellaswag [JSONL]): a multiple-choice set in HellaSwag's jsonl schema (ctx,
+endings, label) becomes llm.c's eval file (dataloader/evalset.h), each example rendered as
+llm.c's dev/data/hellaswag.py renders it (the context, then " " + each ending) and tokenized by
+tokenize_text; without JSONL the validation set is downloaded next to -o's file.
+
 Run with --help for the options.
 """
 import argparse
 import copy
 import glob
+import gzip
+import hashlib
+import http.client
 import importlib
 import io
 import json
 import os
+import re
+import shutil
 import signal
 import struct
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
+import zlib
+from array import array
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROG = "prepare.py"
@@ -382,6 +397,35 @@ def check_shard(path):
     return n
 
 
+def ensure_tool(tool, given):
+    """tokenize_text: the one given (--tokenize-text), else the repository's, built if missing."""
+    if given:
+        if not os.access(tool, os.X_OK):
+            raise Fail(f"{tool}: not an executable")
+        return
+    if not os.access(tool, os.X_OK):
+        say(f"building {tool}")
+        r = subprocess.run(["make", "-C", ROOT, "tokenize_text"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise Fail(f"cannot build tokenize_text (make tokenize_text: {r.stderr.strip().splitlines()[-1:]})")
+
+
+def check_writable(out):
+    """-o's directory is created and a file created and removed there now, not at the first
+    output file (which would end in a traceback)."""
+    d = os.path.dirname(out) or "."
+    probe = f"{out}.probe.{os.getpid()}"
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise Fail(f"-o {out}: {d} is not a directory")
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as e:
+        raise Fail(f"-o {out}: cannot write there ({e.filename}: {e.strerror})")
+
+
 class Run:
     def __init__(self, args):
         self.args = args
@@ -466,17 +510,6 @@ class Run:
         return f"{len(done)} complete shard{'s' if len(done) != 1 else ''} in {os.path.dirname(self.prefix) or '.'}; " \
                f"run the same command again to continue"
 
-    def ensure_tool(self):
-        if self.args.tokenize_text:
-            if not os.access(self.tool, os.X_OK):
-                raise Fail(f"{self.tool}: not an executable")
-            return
-        if not os.access(self.tool, os.X_OK):
-            say(f"building {self.tool}")
-            r = subprocess.run(["make", "-C", ROOT, "tokenize_text"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            if r.returncode != 0:
-                raise Fail(f"cannot build tokenize_text (make tokenize_text: {r.stderr.strip().splitlines()[-1:]})")
-
     def source(self):
         a = self.args
         if a.hf:
@@ -493,7 +526,7 @@ class Run:
         a = self.args
         self.progress = a.progress if a.progress is not None else sys.stderr.isatty()
         src, kind = self.source()
-        self.check_writable()
+        check_writable(self.prefix)
         describe = src.describe() if kind in ("hf", "parquet") else \
             {"kind": kind, "field": a.field if kind == "jsonl" else None, "files": [[os.path.abspath(f), os.path.getsize(f)] for f in src]}
         val_split = a.val_split if kind == "hf" else None
@@ -513,7 +546,7 @@ class Run:
                        f"use the same command, another --out, or delete them to start over")
         self.meta = meta
         phases = [("val", val_split), ("train", a.split)] if val_split else [("all", a.split)]
-        self.ensure_tool()
+        ensure_tool(self.tool, self.args.tokenize_text)
         say(f"{self.describe(describe, val_split)} -> {self.prefix}_{{val,train}}_*.bin, {a.shard_tokens:,} tokens per shard")
         for phase, split in phases:
             self.phase(phase, split, src, kind)
@@ -521,21 +554,6 @@ class Run:
         for p in shards_of(self.prefix):
             total += check_shard(p)
         say(f"complete: {len(shards_of(self.prefix))} shards, {total:,} tokens in {os.path.dirname(self.prefix) or '.'}")
-
-    def check_writable(self):
-        """-o's directory is created and a file created and removed there now, not at the
-        first shard or state file (which would end in a traceback)."""
-        d = os.path.dirname(self.prefix) or "."
-        probe = f"{self.prefix}.probe.{os.getpid()}"
-        if os.path.exists(d) and not os.path.isdir(d):
-            raise Fail(f"-o {self.prefix}: {d} is not a directory")
-        try:
-            os.makedirs(d, exist_ok=True)
-            with open(probe, "w"):
-                pass
-            os.unlink(probe)
-        except OSError as e:
-            raise Fail(f"-o {self.prefix}: cannot write there ({e.filename}: {e.strerror})")
 
     def describe(self, d, val_split):
         if d["kind"] == "hf":
@@ -613,12 +631,260 @@ class Run:
         self.run_tool(cmd, feed, on_shard)
 
 
+# ---- --hellaswag: a multiple-choice eval set in llm.c's eval format ------------------------------
+
+HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
+EVAL_MAGIC, EVAL_VERSION = 20240522, 1  # dataloader/evalset.h
+EVAL_MAX_COMPLETIONS = 16
+EVAL_MAX_EXAMPLES = 65535      # the example index is a uint16
+EVAL_MAX_EXAMPLE_BYTES = 65534  # an example's byte count is a uint16 of whole uint16s
+EOT = 50256
+
+
+def hellaswag_source(given, out):
+    """The jsonl to read: the file given, or HellaSwag's validation set downloaded next to the
+    output (once: a download already there is used; it appears whole or not at all)."""
+    if given:
+        if not os.path.isfile(given):
+            raise Fail(f"{given}: {'not a file' if os.path.exists(given) else 'no such file'}")
+        return given
+    dest = os.path.join(os.path.dirname(out) or ".", "hellaswag_val.jsonl")
+    if os.path.isfile(dest):
+        say(f"hellaswag: {dest} is there already (delete it to download it again)")
+        return dest
+    say(f"hellaswag: downloading {HELLASWAG_URL} -> {dest}")
+    tmp = f"{dest}.tmp.{os.getpid()}"
+    try:
+        with urllib.request.urlopen(HELLASWAG_URL, timeout=60) as r, open(tmp, "wb") as f:
+            shutil.copyfileobj(r, f)
+        os.replace(tmp, dest)
+    except (OSError, http.client.HTTPException) as e:
+        if isinstance(e, urllib.error.HTTPError):
+            reason = f"HTTP {e.code} {e.reason}"
+        elif isinstance(e, urllib.error.URLError):
+            reason = e.reason  # the network's error (name resolution, refused, timed out)
+        else:
+            reason = e
+        raise Fail(f"cannot download {HELLASWAG_URL}: {reason}; fetch it elsewhere and pass the file: "
+                   f"prepare.py --hellaswag FILE")
+    finally:
+        if os.path.exists(tmp):  # a failed or interrupted download leaves nothing
+            os.unlink(tmp)
+    return dest
+
+
+def read_hellaswag(path):
+    """The examples of a HellaSwag-schema jsonl (.gz too): (line, label, ctx, endings) each,
+    every line checked; and the SHA-256 of the file as stored."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise Fail(f"{path}: cannot read ({e.strerror})")
+    sha = hashlib.sha256(raw).hexdigest()
+    if path.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise Fail(f"{path}: not readable gzip data ({e})")
+    examples = []
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            ex = json.loads(line)
+        except UnicodeDecodeError as e:
+            raise Fail(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
+        except ValueError as e:
+            raise Fail(f"{where}: malformed JSON ({getattr(e, 'msg', e)}, column {getattr(e, 'colno', '?')})")
+        if not isinstance(ex, dict):
+            raise Fail(f"{where}: not a JSON object")
+        ctx, endings, label = ex.get("ctx"), ex.get("endings"), ex.get("label")
+        if not isinstance(ctx, str):
+            raise Fail(f"{where}: " + ("no \"ctx\" field" if "ctx" not in ex else "\"ctx\" is not a string"))
+        if not ctx:
+            raise Fail(f"{where}: \"ctx\" is empty (an example needs a context)")
+        if not isinstance(endings, list) or not all(isinstance(e, str) for e in endings) \
+                or not 1 <= len(endings) <= EVAL_MAX_COMPLETIONS:
+            raise Fail(f"{where}: " + ("no \"endings\" field" if "endings" not in ex else
+                                       f"\"endings\" is not a list of 1 to {EVAL_MAX_COMPLETIONS} strings"))
+        if "label" not in ex:
+            raise Fail(f"{where}: no \"label\" field (HellaSwag's test set has none: use the validation set)")
+        if isinstance(label, str) and re.fullmatch(r"[0-9]+", label):
+            label = int(label)  # some copies of the data write it as a string
+        if isinstance(label, bool) or not isinstance(label, int):
+            raise Fail(f"{where}: \"label\" is {json.dumps(ex['label'])}, not an integer")
+        if not 0 <= label < len(endings):
+            raise Fail(f"{where}: label {label} out of range for {len(endings)} endings")
+        examples.append((lineno, label, ctx, endings))
+        if len(examples) > EVAL_MAX_EXAMPLES:
+            raise Fail(f"{path}: more than {EVAL_MAX_EXAMPLES} examples, the most llm.c's eval format holds")
+    if not examples:
+        raise Fail(f"{path}: no examples")
+    return examples, sha
+
+
+class EvalProgress:
+    """The examples tokenized so far, on one line of a terminal (or every 2,000 examples as
+    lines, with --progress elsewhere)."""
+
+    def __init__(self, total, on):
+        self.total, self.on, self.tty = total, on, sys.stderr.isatty()
+        self.shown = 0
+
+    def update(self, done, last=False):
+        if not self.on or (not last and done - self.shown < (100 if self.tty else 2000)):
+            return
+        self.shown = done
+        line = f"{PROG}: hellaswag: {done:,} / {self.total:,} examples tokenized"
+        print(("\r\033[K" + line) if self.tty else line, end="\n" if last or not self.tty else "", file=sys.stderr, flush=True)
+
+
+def tokenize_records(args, tool, texts, on_record):
+    """Every text tokenized by tokenize_text (our tokenizer) as one framed record: the dump is
+    <|endoftext|> before each record's tokens. With --allow-special off, a literal
+    "<|endoftext|>" in a text is ordinary text (never 50256), so the stream splits there
+    unambiguously. on_record(count) after each complete record; returns the token lists."""
+    cmd = [tool, "--dump", "--framed", "--format", "int32"]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if args.encoder:
+        cmd += ["--encoder", args.encoder]
+    if args.vocab:
+        cmd += ["--vocab", args.vocab]
+    child = subprocess.Popen(cmd + ["-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def feed():
+        pack = struct.Struct("<Q").pack
+        try:
+            for t in texts:
+                b = t.encode("utf-8", "surrogatepass")
+                child.stdin.write(pack(len(b)))
+                child.stdin.write(b)
+            child.stdin.write(FRAME_END)
+            child.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass  # tokenize_text stopped (its own message says why) or was stopped by us
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    records, rest = [], b""
+    try:
+        while True:
+            chunk = child.stdout.read1(1 << 20)
+            if not chunk:
+                break
+            chunk, cut = rest + chunk, (len(rest) + len(chunk)) // 4 * 4
+            chunk, rest = chunk[:cut], chunk[cut:]
+            ids = array("i", chunk)
+            if sys.byteorder != "little":
+                ids.byteswap()
+            for t in ids.tolist():
+                if t == EOT:
+                    records.append([])
+                    if len(records) > 1:
+                        on_record(len(records) - 1)
+                elif records:
+                    records[-1].append(t)
+                else:
+                    raise Fail(f"tokenize_text's dump does not begin with <|endoftext|> (token {t})")
+        rc = child.wait()
+    except BaseException:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        raise
+    finally:
+        feeder.join(timeout=5)
+    if rc != 0:
+        raise Fail(f"tokenize_text failed (status {rc})")
+    if len(records) != len(texts) or rest:
+        raise Fail(f"tokenize_text gave {len(records)} records for {len(texts)} texts{' and a partial id' if rest else ''}")
+    on_record(len(records))
+    return records
+
+
+def write_evalfile(path, examples):
+    """(index, label, context tokens, [completion tokens]) as llm.c's eval file, atomically
+    (a temporary file, fsync, rename). Returns the longest example's bytes."""
+    stream, longest = array("H"), 0
+    for index, label, ctx, ends in examples:
+        start = len(stream)
+        stream.extend([65535, 0, index, label, len(ends), len(ctx)])
+        stream.extend(ctx)
+        for e in ends:
+            stream.append(len(e))
+            stream.extend(e)
+        stream[start + 1] = 2 * (len(stream) - start)
+        longest = max(longest, stream[start + 1])
+    if sys.byteorder != "little":
+        stream.byteswap()
+    header = struct.pack("<256i", EVAL_MAGIC, EVAL_VERSION, len(examples), longest, *([0] * 252))
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header)
+            f.write(stream.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        raise Fail(f"{e.filename or path}: cannot write: {e.strerror}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return longest
+
+
+def prepare_hellaswag(args):
+    out = args.out
+    if os.path.isdir(out):
+        raise Fail(f"-o {out}: a directory (give the file to write, e.g. {os.path.join(out, 'hellaswag_val.bin')})")
+    check_writable(out)
+    src = hellaswag_source(args.hellaswag, out)
+    examples, sha = read_hellaswag(src)
+    say(f"hellaswag: {src}: sha256 {sha}, {len(examples):,} examples")
+    tool = args.tokenize_text or os.path.join(ROOT, "tokenize_text")
+    ensure_tool(tool, args.tokenize_text)
+    # llm.c's rendering (dev/data/hellaswag.py): the context as it is, each ending after a space
+    texts, first = [], []
+    for _, _, ctx, endings in examples:
+        first.append(len(texts))
+        texts.append(ctx)
+        texts += [" " + e for e in endings]
+    ends_at = [f + 1 + len(ex[3]) for f, ex in zip(first, examples)]  # records after each example
+    progress = EvalProgress(len(examples), args.progress if args.progress is not None else sys.stderr.isatty())
+    done = 0
+
+    def on_record(n):
+        nonlocal done
+        while done < len(examples) and ends_at[done] <= n:
+            done += 1
+        progress.update(done, last=done == len(examples))
+
+    records = tokenize_records(args, tool, texts, on_record)
+    rows, out_examples = 0, []
+    for index, ((lineno, label, _, endings), f) in enumerate(zip(examples, first)):
+        ctx, ends = records[f], records[f + 1: f + 1 + len(endings)]
+        nbytes = 2 * (6 + len(ctx) + sum(1 + len(e) for e in ends))
+        if nbytes > EVAL_MAX_EXAMPLE_BYTES:
+            raise Fail(f"{src}:{lineno}: the example takes {nbytes:,} bytes in llm.c's eval format, more than its "
+                       f"{EVAL_MAX_EXAMPLE_BYTES:,}")
+        rows = max(rows, max(len(ctx) + len(e) for e in ends))
+        out_examples.append((index, label, ctx, ends))
+    longest = write_evalfile(out, out_examples)
+    say(f"hellaswag: {len(examples):,} examples -> {out} ({os.path.getsize(out):,} bytes; longest example {longest:,} "
+        f"bytes, longest row {rows} tokens: context + completion, so a run evaluating it needs -t {rows - 1} or more)")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="data/prepare.py",
         description="Turns a Hugging Face dataset (streamed) or local Parquet / JSON Lines / text files into GPT-2 token "
                     "shards in llm.c's format, tokenized by ./tokenize_text on all cores. Rerunning the same command "
-                    "resumes after the last complete shard.",
+                    "resumes after the last complete shard. With --hellaswag: a multiple-choice eval set into llm.c's "
+                    "eval file instead.",
         epilog="presets (the FineWeb ones named as llm.c's dev/data/fineweb.py names them; tinystories takes its "
                "validation split as the val shards): " + ", ".join(
             f"{k} = {v['hf']}{' ' + v['name'] if v['name'] else ''} -> data/{v['dir']}/{v['prefix']}_*.bin" for k, v in PRESETS.items()))
@@ -626,6 +892,10 @@ def parse_args(argv):
                    ".jsonl/.json (one document per line), .txt (one document per file, or see --split-on), .gz/.zst "
                    "compressed too; one kind per run")
     p.add_argument("--preset", choices=sorted(PRESETS), help="a known dataset with llm.c's output names")
+    p.add_argument("--hellaswag", nargs="?", const="", metavar="JSONL",
+                   help="instead of shards: HellaSwag (or any multiple-choice set in its jsonl schema: ctx, endings, "
+                        "label) as llm.c's eval file, -o PATH (default data/hellaswag/hellaswag_val.bin); JSONL (.gz "
+                        "too) is read, or without it the validation set is downloaded next to PATH")
     p.add_argument("--hf", metavar="DATASET", help="a Hugging Face dataset name (or a local dataset directory), streamed")
     p.add_argument("--name", help="the dataset's configuration (load_dataset's name=), e.g. sample-10BT")
     p.add_argument("--split", default="train", help="the split to read (default: train)")
@@ -634,7 +904,7 @@ def parse_args(argv):
                    "e.g. one file of a large dataset")
     p.add_argument("--field", default="text", help="the text column / JSON field (default: text)")
     p.add_argument("-o", "--out", metavar="PREFIX", help="write PREFIX_val_NNNNNN.bin, PREFIX_train_NNNNNN.bin "
-                   "(default with --preset: OUT_DIR/NAME)")
+                   "(default with --preset: OUT_DIR/NAME); with --hellaswag the file to write")
     p.add_argument("--out-dir", metavar="DIR", help="with --preset: the directory (default: data/<preset>)")
     p.add_argument("--shard-tokens", type=int, default=10**8, help="tokens per shard (default: 100000000, as llm.c)")
     p.add_argument("--val-tokens", type=int, help="the first N tokens are the validation split (default: one shard; "
@@ -648,6 +918,20 @@ def parse_args(argv):
     p.add_argument("--encoder", metavar="PATH", help="GPT-2 encoder.json (default: tokenize_text's search)")
     p.add_argument("--vocab", metavar="PATH", help="GPT-2 vocab.bpe (default: next to encoder.json)")
     a = p.parse_args(argv)
+    if a.hellaswag is not None:
+        if a.preset or a.hf or a.inputs:
+            p.error("--hellaswag takes its jsonl as its own argument: no other files, --hf or --preset with it")
+        shard_only = {"--name": a.name, "--split": a.split != "train" or None, "--val-split": a.val_split,
+                      "--data-files": a.data_files, "--field": a.field != "text" or None, "--out-dir": a.out_dir,
+                      "--shard-tokens": a.shard_tokens != 10**8 or None, "--val-tokens": a.val_tokens, "--split-on": a.split_on,
+                      "--max-docs": a.max_docs}
+        given = [k for k, v in shard_only.items() if v is not None]
+        if given:
+            p.error(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to token shards, not to --hellaswag")
+        if a.threads is not None and a.threads < 1:
+            p.error("--threads must be >= 1")
+        a.out = a.out or os.path.join(ROOT, "data", "hellaswag", "hellaswag_val.bin")
+        return a
     if a.preset:
         pre = PRESETS[a.preset]
         if a.hf or a.inputs:
@@ -688,6 +972,16 @@ def on_term(sig, frame):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     signal.signal(signal.SIGTERM, on_term)
+    if args.hellaswag is not None:
+        try:
+            prepare_hellaswag(args)
+        except Fail as e:
+            print(f"{PROG}: {e}", file=sys.stderr, flush=True)
+            return 1
+        except KeyboardInterrupt:
+            print(f"\n{PROG}: interrupted; nothing written", file=sys.stderr, flush=True)
+            return 130
+        return 0
     run = Run(args)
     try:
         run.main()

@@ -50,6 +50,9 @@ typedef struct {
 // completions, non-empty context and completions), every token < vocab_size, every row
 // (context + completion) at most max_row_tokens, no bytes after the last example. Only
 // regular files (util/regular_file). 0, or 1 with a one-line message in err and s zeroed.
+// Messages name the example by its position (from 0) and its index, e.g. "PATH: example 17
+// (index 17): label 4 of 4 completions"; a row too long is worded for max_row_tokens = T + 1
+// ("... = 44 tokens, more than 33 (-t 32, plus the last token, only a target)").
 int evalset_load(EvalSet* s, const char* path, int vocab_size, int max_row_tokens, char* err, size_t errlen);
 void evalset_free(EvalSet* s);
 

@@ -22,6 +22,14 @@ runs that are slowed down so that they can be interrupted half way.
         copies SRC to DST (a FIFO) BYTES at a time with a sleep between
     $PYTHON dev/test/data_prep_check.py frames DOCS_JSON OUT [noend]
         writes the documents as tokenize_text --framed records (without the end record: noend)
+    $PYTHON dev/test/data_prep_check.py hellaswag DIR
+        writes DIR/hs_val.jsonl (and .jsonl.gz): 16 examples in HellaSwag's schema, with unicode,
+        quotes, newlines, "<|endoftext|>" written in the text, a label given as a string, 1, 4
+        and 16 endings; and DIR/hs_bad_NAME.jsonl, each with one malformed line
+    $PYTHON dev/test/data_prep_check.py hellaswag_expect JSONL EVAL_FILE DUMP_JSON
+        ok lines when EVAL_FILE is byte for byte what llm.c's dev/data/hellaswag.py writes
+        for JSONL's examples (its rendering and write_evalfile, tiktoken's GPT-2 tokens), and
+        DUMP_JSON (build/test_evalset dump of EVAL_FILE: our C reader) holds those examples
 """
 import glob
 import gzip
@@ -235,6 +243,130 @@ def cmd_frames(docs_json, out, noend=None):
             f.write(struct.pack("<Q", 2**64 - 1))
 
 
+# ---- --hellaswag ------------------------------------------------------------------------------
+
+def hellaswag_examples():
+    """HellaSwag's fields (ind, activity_label, ctx_a, ctx_b, ctx, split, split_type, endings,
+    source_id, label); the texts the awkward kinds a tokenizer and a splitter must survive."""
+    rng = random.Random(34)
+    special = [
+        ("A man is sitting on a roof. he", ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
+                                            "is holding a rubik's cube.", "starts pulling up roofing on a roof."], 3),
+        ("Unicode: na\u00efve caf\u00e9, \u4e2d\u6587, \U0001f600 and \u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u2014",
+         ["\u00e9t\u00e9.", "\U0001f680 \U0001f600", "\u65e5\u672c\u8a9e\u3002", "ok"], 1),
+        ('She said "quoted" and \'single\' \\ backslashes /', ['"yes"', "it's \"fine\"", "\\n literally", "{}[]"], 0),
+        ("Line one\nline two\r\n\tindented\n\n", ["next\nline", "\n", "tab\there", "  spaces  "], 2),
+        ("A literal <|endoftext|> in the context", ["and <|endoftext|> in an ending", "<|endoftext|>", "<|endof", "plain"], 1),
+        ("The label is a string here", ["a", "b", "c", "d"], "2"),
+        ("One ending only", ["the only one"], 0),
+        ("Sixteen endings", [f"ending number {i}" for i in range(16)], 15),
+        ("x", ["y", "z", "w", "v"], 3),
+    ]
+    while len(special) < 16:
+        n = rng.randint(2, 5)
+        special.append((random_text(rng, rng.randint(1, 300)), [random_text(rng, rng.randint(0, 80)) for _ in range(n)],
+                        rng.randrange(n)))
+    out = []
+    for i, (ctx, endings, label) in enumerate(special):
+        out.append({"ind": 1000 + i, "activity_label": "Testing", "ctx_a": ctx, "ctx_b": "", "ctx": ctx, "split": "val",
+                    "split_type": "indomain", "endings": endings, "source_id": f"test~{i}", "label": label})
+    return out
+
+
+def cmd_hellaswag(out):
+    import gzip
+
+    os.makedirs(out, exist_ok=True)
+    examples = hellaswag_examples()
+    lines = [json.dumps(e, ensure_ascii=i % 2 == 0) for i, e in enumerate(examples)]
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "hs_val.jsonl"), "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    with open(os.path.join(out, "hs_val.jsonl.gz"), "wb") as f:
+        f.write(gzip.compress(text.encode("utf-8")))
+    good = examples[0]
+    bad = {  # NAME: the line put at line 3
+        "json": '{"ctx": "unterminated, "endings": ["a"], "label": 0}',
+        "object": '["ctx", "endings", "label"]',
+        "no_ctx": json.dumps({k: v for k, v in good.items() if k != "ctx"}),
+        "empty_ctx": json.dumps(dict(good, ctx="")),
+        "no_endings": json.dumps({k: v for k, v in good.items() if k != "endings"}),
+        "endings_str": json.dumps(dict(good, endings="a b c d")),
+        "endings_int": json.dumps(dict(good, endings=["a", 2, "c", "d"])),
+        "endings_17": json.dumps(dict(good, endings=["e"] * 17)),
+        "no_label": json.dumps({k: v for k, v in good.items() if k != "label"}),
+        "label_4": json.dumps(dict(good, label=4)),
+        "label_neg": json.dumps(dict(good, label=-1)),
+        "label_word": json.dumps(dict(good, label="two")),
+        "label_bool": json.dumps(dict(good, label=True)),
+    }
+    for name, line in bad.items():
+        with open(os.path.join(out, f"hs_bad_{name}.jsonl"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines[:2] + [line] + lines[3:]) + "\n")
+
+
+def llmc_evalfile(examples):
+    """llm.c's dev/data/data_common.py write_evalfile, restated: the header, then per example
+    65535, its bytes, index, label, completions, the context and each completion with its length."""
+    import numpy as np
+
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240522, 1, len(examples)]
+    stream, longest = [], 0
+    for idx, (label, ctx_tokens, ending_tokens) in enumerate(examples):
+        ex = [2**16 - 1, 0, idx, label, len(ending_tokens), len(ctx_tokens), *ctx_tokens]
+        for e in ending_tokens:
+            ex += [len(e), *e]
+        ex[1] = 2 * len(ex)
+        longest = max(longest, ex[1])
+        stream += ex
+    header[3] = longest
+    return header.tobytes() + np.array(stream, dtype=np.uint16).tobytes()
+
+
+def cmd_hellaswag_expect(jsonl, eval_file, dump_json):
+    enc = load_tiktoken_gpt2()
+    want = []
+    with open(jsonl, "rb") as f:
+        for line in f.read().split(b"\n"):
+            if not line.strip():
+                continue
+            ex = json.loads(line)
+            # hellaswag.py's render_example: the context, then " " + each ending (tiktoken's encode
+            # refuses "<|endoftext|>" written in text; encode_ordinary is what it would encode)
+            want.append((int(ex["label"]), enc.encode_ordinary(ex["ctx"]), [enc.encode_ordinary(" " + e) for e in ex["endings"]]))
+    got = open(eval_file, "rb").read()
+    expect = llmc_evalfile(want)
+    if got == expect:
+        print(f"ok - prepare.py --hellaswag: the file llm.c's hellaswag.py writes with tiktoken, byte for byte "
+              f"({len(want)} examples, {len(got)} bytes)")
+    else:
+        at = next((i for i, (x, y) in enumerate(zip(got, expect)) if x != y), min(len(got), len(expect)))
+        print(f"not ok - prepare.py --hellaswag: differs from llm.c's file at byte {at} ({len(got)} vs {len(expect)} bytes)")
+    try:
+        dump = json.load(open(dump_json))
+        read = [(e["label"], e["context"], e["completions"]) for e in dump["examples"]]
+        indices = [e["index"] for e in dump["examples"]]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"not ok - test_evalset dump of the file: {e}")
+        return
+    # example 4 writes "<|endoftext|>" in its context and endings: our tokens for it, as read back
+    literal = read[4][1] + sum(read[4][2], []) if len(read) > 4 else []
+    if literal and EOT not in literal and read[4] == want[4]:
+        print("ok - prepare.py --hellaswag: \"<|endoftext|>\" written in a context and an ending is text, not token 50256, "
+              "in the file (so tokenize_text's dump splits at 50256 unambiguously)")
+    else:
+        print(f"not ok - prepare.py --hellaswag: the literal <|endoftext|> example: {read[4] if len(read) > 4 else None}, "
+              f"tiktoken's {want[4]}")
+    if read == want and indices == list(range(len(want))) and dump["n_examples"] == len(want):
+        print(f"ok - the C reader (evalset_load) reads prepare.py's file back: every label, context and completion "
+              f"(longest row {dump['longest_row']} tokens)")
+    else:
+        bad = next((i for i, (a, b) in enumerate(zip(read, want)) if a != b), None)
+        print(f"not ok - the C reader reads prepare.py's file differently: {len(read)} examples, first differing {bad}, "
+              f"indices {indices[:4]}")
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "corpus":
@@ -249,6 +381,10 @@ def main():
         cmd_trickle(*args)
     elif cmd == "frames":
         cmd_frames(*args)
+    elif cmd == "hellaswag":
+        cmd_hellaswag(*args)
+    elif cmd == "hellaswag_expect":
+        cmd_hellaswag_expect(*args)
     else:
         sys.exit(f"data_prep_check.py: unknown command {cmd}")
 

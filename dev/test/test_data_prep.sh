@@ -17,7 +17,12 @@
 #   - prepare.py: a truncated .zst or corrupt .gz input, a missing pyarrow and an unwritable
 #     -o each give one line (the pip command for the module) and no "run the same command
 #     again" hint where a rerun cannot help;
-#   - --progress: documents, tokens, MB/s, and on a terminal the share done and an ETA.
+#   - --progress: documents, tokens, MB/s, and on a terminal the share done and an ETA;
+#   - prepare.py --hellaswag: a jsonl in HellaSwag's schema (unicode, quotes, newlines,
+#     "<|endoftext|>" in the text, a label as a string, 1 to 16 endings) becomes byte for byte
+#     the eval file llm.c's hellaswag.py writes with tiktoken, and our C reader reads it back;
+#     .gz input; malformed lines (JSON, ctx, endings, label) refused naming file:line with no
+#     output; the download where the network is unreachable says to pass the file.
 # Run from the repository root; prints `ok - ...` / `not ok - ...: why` lines.
 set -u
 cd "$(dirname "$0")/../.."
@@ -341,7 +346,51 @@ grep -aqE '[0-9.]+% \| [0-9.]+k? docs \| .* tokens \| .* MB/s \| ETA [0-9]' "$T/
     && ok "prepare.py on a terminal: a progress line with the share done and an ETA" \
     || not_ok "progress on a terminal: $(tr '\r' '\n' <"$T/tty.log" | grep -a 'docs' | tail -n 2 | tr '\n' ' ')"
 
+# ---- --hellaswag: llm.c's eval file ---------------------------------------------------------------
+H=$T/hs
+$CHECK hellaswag "$H" || not_ok "make the HellaSwag-schema test files"
+if [[ ! -x build/test_evalset ]] && ! make -s build/test_evalset >"$T/make_evalset.log" 2>&1; then
+    not_ok "build test_evalset: $(tail -n 3 "$T/make_evalset.log" | tr '\n' ' ')"
+fi
+out=$($PREP --hellaswag "$H/hs_val.jsonl" -o "$H/out/hs.bin" 2>&1); rc=$?
+sha=$(sha256sum "$H/hs_val.jsonl" | cut -d' ' -f1)
+[[ $rc == 0 && $out == *"hs_val.jsonl: sha256 $sha, 16 examples"* && $out == *"16 examples -> $H/out/hs.bin"* ]] \
+    && ok "prepare.py --hellaswag FILE: says the source's SHA-256 and the example count" || not_ok "prepare.py --hellaswag: rc $rc: $out"
+build/test_evalset dump "$H/out/hs.bin" 50257 100000 >"$H/dump.json" 2>"$H/dump.err" || not_ok "test_evalset dump: $(cat "$H/dump.err")"
+$CHECK hellaswag_expect "$H/hs_val.jsonl" "$H/out/hs.bin" "$H/dump.json"
+$PREP --hellaswag "$H/hs_val.jsonl.gz" -o "$H/gz/hs.bin" --progress >"$H/gz.log" 2>&1
+cmp -s "$H/out/hs.bin" "$H/gz/hs.bin" && grep -q "16 / 16 examples tokenized" "$H/gz.log" \
+    && ok "prepare.py --hellaswag FILE.gz --progress: the same file, and a progress line" \
+    || not_ok "prepare.py --hellaswag .gz: $(tail -n 2 "$H/gz.log" | tr '\n' ' ')"
+# hs_one_line NAME PATTERN CMD...: status 1, stderr one line matching PATTERN, and nothing in $H/bad
+hs_one_line() {
+    local name=$1 pattern=$2 rc; shift 2
+    rm -rf "$H/bad"
+    "$@" >"$H/bad.out" 2>"$H/bad.err"; rc=$?
+    if [[ $rc == 1 && $(grep -c . "$H/bad.err") == 1 && -z $(ls -A "$H/bad" 2>/dev/null) ]] && grep -qE -- "$pattern" "$H/bad.err"; then
+        ok "$name ($(cat "$H/bad.err"))"
+    else
+        not_ok "$name: rc $rc: $(head -c 400 "$H/bad.err" | tr '\n' '|'); left: $(ls -A "$H/bad" 2>/dev/null | tr '\n' ' ')"
+    fi
+}
+for bad in "json:malformed JSON \(Expecting ',' delimiter, column 25\)" "object:not a JSON object" 'no_ctx:no "ctx" field' \
+           'empty_ctx:"ctx" is empty' 'no_endings:no "endings" field' 'endings_str:"endings" is not a list of 1 to 16 strings' \
+           'endings_int:"endings" is not a list' 'endings_17:"endings" is not a list of 1 to 16' \
+           "no_label:no \"label\" field \(HellaSwag's test set has none" 'label_4:label 4 out of range for 4 endings' \
+           'label_neg:label -1 out of range' 'label_word:"label" is "two", not an integer' 'label_bool:"label" is true, not an integer'; do
+    name=${bad%%:*}
+    hs_one_line "prepare.py --hellaswag: $name refused naming file:line, no output" "^prepare.py: $H/hs_bad_$name.jsonl:3: ${bad#*:}" \
+        $PREP --hellaswag "$H/hs_bad_$name.jsonl" -o "$H/bad/hs.bin"
+done
+# the download where the network does not reach (a proxy that refuses, so that it fails here even online)
+hs_one_line "prepare.py --hellaswag without a file or network: one line saying what to do" \
+    "^prepare.py: cannot download https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl: .*; fetch it elsewhere and pass the file: prepare.py --hellaswag FILE$" \
+    env https_proxy=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 no_proxy= NO_PROXY= $PREP --hellaswag -o "$H/bad/hs.bin"
+expect_error "prepare.py --hellaswag with a shard option: refused naming it" "--shard-tokens applies to token shards, not to --hellaswag" \
+    $PREP --hellaswag "$H/hs_val.jsonl" --shard-tokens 5 -o "$H/x.bin"
+expect_error "prepare.py --hellaswag -o DIR: refused" "-o $H/out: a directory" $PREP --hellaswag "$H/hs_val.jsonl" -o "$H/out"
+
 # ---- --help ------------------------------------------------------------------------------------
 out=$($PYTHON data/prepare.py --help 2>&1); rc=$?
-[[ $rc == 0 && $out == *"--hf DATASET"* && $out == *"--val-split"* && $out == *"fineweb10B"* ]] \
+[[ $rc == 0 && $out == *"--hf DATASET"* && $out == *"--val-split"* && $out == *"fineweb10B"* && $out == *"--hellaswag [JSONL]"* ]] \
     && ok "prepare.py --help" || not_ok "prepare.py --help: rc $rc"

@@ -2,13 +2,14 @@
 # The libFuzzer harnesses of dev/fuzz/ (make fuzz: clang, ASan + UBSan), each for a bounded
 # time from a copy of its seed corpus dev/fuzz/corpus/NAME: the manifest reader, the shard
 # header and loader, the llm.c model header, model/'s safetensors / llm.c readers (the files
-# ckpt import reads), a Hugging Face directory (shard index, shards, config.json), and the
-# GPT-2 encoder (decode(encode(x)) == x). A crash, a sanitizer report, a leak or an input
+# ckpt import reads), a Hugging Face directory (shard index, shards, config.json), the
+# GPT-2 encoder (decode(encode(x)) == x) and llm.c's eval files (HellaSwag: what the reader
+# accepts must round-trip through the writer). A crash, a sanitizer report, a leak or an input
 # running over 10 s fails the harness; its reproducer is kept under $TEST_TMP and named.
-# First, every seed must replay cleanly. The time: 5 x FUZZ_SECONDS (16 by default) in all,
-# FUZZ_SECONDS per harness but shard and model_header, which take half of it each: their few
-# edges (71, 63) are all found within the first 100,000 execs (about 5 s here), and the
-# hf_index harness takes the time they leave.
+# First, every seed must replay cleanly. The time: 5.5 x FUZZ_SECONDS (16 by default) in all,
+# FUZZ_SECONDS per harness but shard, model_header and evalset, which take half of it each:
+# their few edges (71, 63, 124) are all found within the first 100,000 execs (about 5 s
+# here), and the hf_index harness takes the time they leave.
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
@@ -17,7 +18,7 @@ if ! make -s fuzz > "$out/make_fuzz.log" 2>&1; then
     not_ok "make fuzz: $(grep -m3 -E 'error|Error|no clang' "$out/make_fuzz.log" | tr '\n' ' ' | head -c 400)"
     exit 1
 fi
-for spec in manifest:2 shard:1 model_header:1 safetensors:2 hf_index:2 tokenizer:2; do
+for spec in manifest:2 shard:1 model_header:1 safetensors:2 hf_index:2 tokenizer:2 evalset:1; do
     name=${spec%%:*}
     secs=$((SECONDS_EACH * ${spec#*:} / 2))   # (halves of FUZZ_SECONDS; at least 1: 0 is no limit)
     [ "$secs" -ge 1 ] || secs=1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Library unit tests: shard arithmetic, the model families' tensor tables, the data loader, the
-# top-k sampler, the run-directory lock, the stop signals' two phases and TensorBoard's event
-# encoding (CRC32C, TFRecord framing).
+# top-k sampler, the run-directory lock, the stop signals' two phases, TensorBoard's event
+# encoding (CRC32C, TFRecord framing) and llm.c's eval files (HellaSwag: writer, reader, refusals).
 set -u
 build/test_flat_unit
 build/test_model_tables
@@ -10,3 +10,4 @@ build/test_sampler
 build/test_run_lock "$TEST_TMP"
 build/test_signals "$TEST_TMP"
 build/test_tb_events
+build/test_evalset "$TEST_TMP"
