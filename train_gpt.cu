@@ -473,10 +473,10 @@ static void model_backward(Model* model, int B, int T) {
 // What evaluation and generation (train/eval.c, train/sampler.c) call: forwards without a
 // backward (dloss 0), every rank the same ones.
 
-static void forward_losses(void* m, const int* inputs, const int* targets, float* losses) {
+static void forward_losses(void* m, const int* inputs, const int* targets, int B, int T, float* losses) {
     Model* model = (Model*)m;
-    model_forward(model, inputs, targets, model->B, model->T, 0.0f);
-    model_losses_to_host(model, losses, model->B, model->T);
+    model_forward(model, inputs, targets, B, T, 0.0f);
+    model_losses_to_host(model, losses, B, T);
     model->dev.kernels.synchronize(&model->dev.kernels);
 }
 
@@ -540,7 +540,7 @@ static void evaluate(Run* r, int step) {
         if (loader_read_micro_batch(&r->data.val, (uint64_t)k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0],
                                     err, sizeof(err)))
             fatal(r->pg, "%s", err);
-        forward_losses(model, r->inputs[0], r->targets[0], r->step_losses);
+        forward_losses(model, r->inputs[0], r->targets[0], r->B, r->T, r->step_losses);
         for (long i = 0; i < (long)r->B * r->T; i++) local += r->step_losses[i];
     }
     fsdp_release_all(&model->fsdp);
@@ -556,7 +556,7 @@ static void evaluate_choices(Run* r, int step) {
     int failed = eval_multiple_choice(&r->data.eval_set, r->pg, &fw, r->inputs[0], r->targets[0], r->step_losses, r->opt->eval_log,
                                       &res, err, sizeof(err));
     fatal_agreed_any(r->pg, failed, "%s", err);
-    metrics_eval(&r->metrics, step, &res, r->opt->eval_data, r->B, r->T);
+    metrics_eval(&r->metrics, step, &res, r->opt->eval_data);
 }
 
 // ----------------------------------------------------------------------------------------
@@ -775,7 +775,8 @@ static int maybe_resume(Run* r, int* start_step) {
     RunState rs;
     uint64_t bytes = 0;
     double t0 = now_seconds();
-    if (model_checkpoint_load(path, &r->model.layout, f->pieces, f->n_pieces, arenas, r->T, &rs, &bytes, err, sizeof(err)))
+    const int data_T = r->data.train.n_shards ? r->T : 0;  // (--eval-only, --generate: any -t)
+    if (model_checkpoint_load(path, &r->model.layout, f->pieces, f->n_pieces, arenas, data_T, &rs, &bytes, err, sizeof(err)))
         fatal(r->pg, "--resume: %s", err);
     // A NaN or an infinity in the weights or moments would train with every update skipped:
     // each rank checks what it read, and every rank stops with the first failing one's line.

@@ -367,7 +367,7 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
         ckpt_close(&c);
         return 1;
     }
-    if (rs->seq_len != T && rs->windows_consumed != 0) {  // an imported checkpoint has consumed no data yet
+    if (T > 0 && rs->seq_len != T && rs->windows_consumed != 0) {  // an imported checkpoint has consumed no data yet
         snprintf(err, errlen, "%s/manifest.json: saved with --seq-len %ld, this run has %d (the data position counts windows of T)",
                  dir, rs->seq_len, T);
         ckpt_close(&c);

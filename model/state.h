@@ -81,8 +81,8 @@ int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* 
 // message in err.
 int model_checkpoint_read_state(const Ckpt* c, ModelConfig* cfg, RunState* rs, char* err, size_t errlen);
 // train_gpt --resume: model_checkpoint_read_state; then checks that the checkpoint in dir is
-// this model (and, once data was consumed, this sequence length), reads this rank's pieces into
-// the arenas, and returns where the run stood.
+// this model (and, once data was consumed, this sequence length; T 0: a run that reads no
+// training data, any), reads this rank's pieces into the arenas, and returns where the run stood.
 int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece* pieces, int n_pieces,
                          float* const arenas[CKPT_KINDS], int T, RunState* rs, uint64_t* bytes_read,
                          char* err, size_t errlen);

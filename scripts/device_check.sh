@@ -31,9 +31,10 @@
 #                        checks, taken from part 3's log (the program is run again only when part 3
 #                        did not get that far), with flash's speed-up over cublas.
 #   7. e2e               dev/test/test_train_gpu.sh, the groups DEVICE_CHECK_GPU_TESTS names
-#                        ["ref determinism resume offload fp16": cuda vs cpu losses, bitwise
-#                        repeat, resume, --offload optimizer bitwise, --param-dtype fp16 vs cpu
-#                        and an overflowing loss scale].
+#                        ["ref determinism resume offload fp16 llama eval": cuda vs cpu losses,
+#                        bitwise repeat, resume, --offload optimizer bitwise, --param-dtype fp16
+#                        vs cpu and an overflowing loss scale, the Llama shape, --eval-only and
+#                        --generate of a cuda checkpoint against the cpu's].
 #   8. memcheck_*        compute-sanitizer --tool memcheck on test_attention_cuda and
 #                        test_backend_cuda, sharing the time left; SKIP without compute-sanitizer.
 # summary.txt (also printed) has one line per part, PASS/FAIL/SKIP/TIMEOUT, with its figures
@@ -322,7 +323,7 @@ if [ "$(timings "$ATT_LOG" | wc -l)" -ge 2 ]; then
 fi
 
 # 7. End to end: train_gpt --device cuda on a small model (its runs' logs go to logs/e2e/).
-GPU_TESTS_RUN=${DEVICE_CHECK_GPU_TESTS:-ref determinism resume offload fp16 llama}
+GPU_TESTS_RUN=${DEVICE_CHECK_GPU_TESTS:-ref determinism resume offload fp16 llama eval}
 if built e2e ./train_gpt &&
    run_part e2e 150 env GPU_TESTS="$GPU_TESTS_RUN" GPU_TEST_RUN_TIMEOUT=60 GPU_TEST_LOGS="$LOGS/e2e" TEST_TMP="$WORK/e2e" \
        bash dev/test/test_train_gpu.sh; then

@@ -55,7 +55,12 @@ static int write_log(const char* path, const EvalSet* set, const size_t* first, 
 int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const ModelForward* fw, int* inputs, int* targets,
                          float* losses, const char* log_path, EvalResult* res, char* err, size_t errlen) {
     const double t0 = now_seconds();
-    const int W = pg->world, B = fw->B, T = fw->T, N = set->n_examples;
+    const int W = pg->world, N = set->n_examples;
+    // The forwards' shape: rows of the longest row's positions (its tokens but the last),
+    // rounded up to 16, at most the micro-batch's T; as many as the micro-batch's tokens hold.
+    int T = (set->longest_row - 1 + 15) / 16 * 16;
+    if (T > fw->T) T = fw->T;
+    const int B = (int)((long)fw->B * fw->T / T);
     // Each completion's slot in the table of loss sums: example e's from first[e] on.
     size_t* first = (size_t*)malloc(((size_t)N + 1) * sizeof(size_t));
     if (!first) fatal(pg, "out of host memory");
@@ -90,7 +95,7 @@ int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const Model
                 targets[(size_t)b * T + p] = row_token(x, r->completion, p + 1);
             }
         }
-        fw->losses(fw->model, inputs, targets, losses);
+        fw->losses(fw->model, inputs, targets, B, T, losses);
         // The completion's tokens are the targets of positions context_len-1 .. n-2.
         for (int b = 0; b < B && f * B + b < n_rows; b++) {
             const EvalRow* r = &rows[f * B + b];
@@ -108,6 +113,7 @@ int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const Model
     memset(res, 0, sizeof(*res));
     res->examples = N;
     res->forwards = forwards;
+    res->B = B, res->T = T;
     for (int e = 0; e < N; e++) {
         const EvalExample* x = &set->examples[e];
         double mean[EVALSET_MAX_COMPLETIONS];

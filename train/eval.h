@@ -4,8 +4,10 @@
 // the sum of the losses instead).
 //
 // Data parallel: example e is rank e % W's; a rank packs its examples' rows (context +
-// completion, one per completion) B to a forward of B x T, the rest of a row and of a batch
-// padded and left out of the sums. Every rank runs the same number of forwards (each gathers
+// completion, one per completion) into forwards of the micro-batch's B x T tokens, as rows of
+// the set's longest row (rounded up to 16 positions, at most T: HellaSwag's rows are under
+// 100 tokens, a tenth of -t 1024), so B x T / that many rows each; the rest of a row and of a
+// batch is padding, left out of the sums. Every rank runs the same number of forwards (each gathers
 // the sharded weights), the most any rank needs. Each completion's loss sum lands in one slot
 // of a table summed over the ranks (every other rank adds zero): the predictions, and the
 // figure, are the same at any world size (a row's losses may differ in their last bits with
@@ -27,9 +29,9 @@ typedef struct {
     void* model;
     int B, T;              // the micro-batch the model's activations hold
     int vocab_size, padded_vocab_size;
-    // B rows of T tokens (inputs, targets: B*T each, host) -> the loss at every position
-    // (losses: B*T, host), finished when it returns.
-    void (*losses)(void* model, const int* inputs, const int* targets, float* losses);
+    // B rows of T tokens (B x T at most the micro-batch's tokens; inputs, targets: B*T each,
+    // host) -> the loss at every position (losses: B*T, host), finished when it returns.
+    void (*losses)(void* model, const int* inputs, const int* targets, int B, int T, float* losses);
     // One row of n tokens (n <= T) -> the logits after its last token (row: padded_vocab_size
     // floats, host), finished when it returns.
     void (*next_logits)(void* model, const int* tokens, int n, float* row);
@@ -40,7 +42,8 @@ typedef struct {
 typedef struct {
     int examples;
     int correct_norm, correct;  // by the mean loss (acc_norm), by the sum (acc)
-    long forwards;              // per rank
+    long forwards;              // per rank, of B rows of T positions
+    int B, T;
     double seconds;             // the whole evaluation (max over ranks)
 } EvalResult;
 

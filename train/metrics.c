@@ -249,11 +249,11 @@ void metrics_val(Metrics* mt, int step, double val_loss) {
     if (tb_write_scalars(&mt->tb, step, &v, 1, err, sizeof(err))) fatal(mt->pg, "%s", err);
 }
 
-void metrics_eval(Metrics* mt, int step, const EvalResult* res, const char* set_path, int B, int T) {
+void metrics_eval(Metrics* mt, int step, const EvalResult* res, const char* set_path) {
     if (mt->rank != 0) return;
     const double acc_norm = (double)res->correct_norm / res->examples, acc = (double)res->correct / res->examples;
     printf("eval acc_norm %.4f (%d/%d), acc %.4f (step %d; %s: %ld forwards of %dx%d per rank, %.2f s)\n", acc_norm,
-           res->correct_norm, res->examples, acc, step, set_path, res->forwards, B, T, res->seconds);
+           res->correct_norm, res->examples, acc, step, set_path, res->forwards, res->B, res->T, res->seconds);
     if (mt->jsonl) {
         fprintf(mt->jsonl, "{\"step\":%d,\"eval_acc_norm\":%.6f,\"eval_acc\":%.6f,\"eval_examples\":%d}\n", step, acc_norm,
                 acc, res->examples);

@@ -109,7 +109,7 @@ void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic);
 void metrics_val(Metrics* mt, int step, double val_loss);
 // A multiple-choice evaluation of set_path (train/eval.h): its line, JSON object
 // (eval_acc_norm, eval_acc, eval_examples) and TensorBoard scalars (eval/acc_norm, eval/acc).
-void metrics_eval(Metrics* mt, int step, const EvalResult* res, const char* set_path, int B, int T);
+void metrics_eval(Metrics* mt, int step, const EvalResult* res, const char* set_path);
 // The end of the run: average step time, peak memory (every rank), communication per step
 // against FSDP's formula. gpu_peak_mib < 0: no GPU figure.
 void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, size_t device_budget,

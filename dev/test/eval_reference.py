@@ -30,6 +30,11 @@ are taken over the first vocab_size columns.
         own pred_norm / pred the argmin of its own losses; every mean and sum within tol
         (absolute: fp32 on the cpu device against float64); acc_norm and acc equal (a difference
         is accepted only where near ties make it). Exits 1 on any failure.
+    eval_reference.py agree BASE.jsonl OTHER.jsonl --max-diff D
+        Two train_gpt eval logs of the same set and weights on different devices (the cpu's fp32
+        and cuda's bf16): every mean loss within D of BASE's, and OTHER's pred_norm equal to
+        BASE's except where BASE's losses of the two choices are within twice the largest
+        difference seen (a near tie at that precision). Prints one line; exits 1 otherwise.
     eval_reference.py generate MODEL_DIR --prompt-ids 50256,464,... --tokens N
         Greedy decoding (argmax of the first vocab_size logits, ties to the smaller id), a full
         forward per token; prints the N generated ids comma-separated on one line. Refused when
@@ -495,6 +500,18 @@ def brief(items, k=4):
     return "; ".join(items[:k]) + (f"; ... ({len(items)} in all)" if len(items) > k else "")
 
 
+def agree(base, other, max_diff):
+    """agree's verdict: (ok, one line)."""
+    if [(r["example"], r["label"], len(r["mean_loss"])) for r in base] != \
+            [(r["example"], r["label"], len(r["mean_loss"])) for r in other]:
+        return False, f"not the same examples ({len(base)} and {len(other)} lines)"
+    diff = max(abs(a - b) for x, y in zip(base, other) for a, b in zip(x["mean_loss"], y["mean_loss"]))
+    off = [x["example"] for x, y in zip(base, other) if x["pred_norm"] != y["pred_norm"] and
+           abs(x["mean_loss"][x["pred_norm"]] - x["mean_loss"][y["pred_norm"]]) > 2 * diff]
+    line = f"{len(base)} examples, max |mean loss difference| {diff:.2e} (at most {max_diff:g}), predictions off: {off or 'none'}"
+    return diff <= max_diff and not off, line
+
+
 def compare_records(ref, ours, tol):
     """[(ok, name, detail)]: the checks of `compare`, in order."""
     out = []
@@ -779,6 +796,15 @@ def selftest_compare(recs):
     f = failing(many, ref=many)
     report(f and all("near ties of mean_loss" in n for n in f), f"compare: more than 10% near ties fail (2 of {len(recs)})",
            f"failing: {f}")
+    # agree (two devices' logs): bf16-sized noise passes; a loss beyond the bound, or another
+    # prediction where the base's two choices are far apart, fails.
+    noisy = json.loads(json.dumps(recs))
+    for r in noisy:
+        r["mean_loss"] = [v + 0.01 * (-1) ** c for c, v in enumerate(r["mean_loss"])]
+    report(agree(recs, noisy, 0.05)[0] and not agree(recs, noisy, 0.005)[0],
+           "agree: losses 0.01 off pass a bound of 0.05 and fail one of 0.005")
+    far = edit(0, pred_norm=other)  # the same losses, another choice: not a near tie
+    report(not agree(recs, far, 0.05)[0], "agree: another prediction away from a near tie fails", agree(recs, far, 0.05)[1])
 
 
 def selftest():
@@ -864,6 +890,10 @@ def main(argv):
     p.add_argument("ref")
     p.add_argument("ours")
     p.add_argument("--tol", type=float, default=1e-4, help="absolute tolerance of losses and near ties (1e-4)")
+    p = sub.add_parser("agree", help="two devices' eval logs of the same weights: losses within D, the same predictions")
+    p.add_argument("base")
+    p.add_argument("other")
+    p.add_argument("--max-diff", type=float, required=True, help="the largest mean-loss difference allowed")
     p = sub.add_parser("generate", help="greedy decoding, the generated ids on one line")
     p.add_argument("model_dir")
     p.add_argument("--prompt-ids", required=True, help="comma-separated token ids")
@@ -895,6 +925,10 @@ def main(argv):
                 raise InputError(f"--tol {a.tol}: expected a positive number")
             for ok, name, detail in compare_records(read_jsonl(a.ref), read_jsonl(a.ours), a.tol):
                 report(ok, name, detail)
+        elif a.cmd == "agree":
+            good, line = agree(read_jsonl(a.base), read_jsonl(a.other), a.max_diff)
+            print(line)
+            return 0 if good else 1
         elif a.cmd == "generate":
             if a.tokens < 1:
                 raise InputError(f"--tokens {a.tokens}: expected at least 1")

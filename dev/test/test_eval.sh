@@ -5,7 +5,8 @@
 # `ckpt export --safetensors` of the same checkpoint):
 #   - a tiny GPT-2 and a tiny Llama (GQA) trained 40 steps with --eval-every 20: eval records at
 #     steps 0, 20, 40 in metrics.jsonl, and the same figures in the TensorBoard events;
-#   - --eval-only of the step-40 checkpoint at np=1, 2 and 3: the same figure, the --eval-log
+#   - --eval-only of the step-40 checkpoint at np=1, 2 and 3 and another -t (rows packed 16 to
+#     a forward where training packed 8): the training run's figure, the --eval-log
 #     files' predictions equal and their losses within 1e-5 (a row's place in a batch changes
 #     with the world size, and the last bits of its losses with it);
 #     against the reference: every example's predictions (acc_norm's and acc's) equal, every
@@ -87,9 +88,11 @@ for fam in gpt2 llama; do
     $PYTHON $REF score "$out/${fam}_st" "$EV" "$out/${fam}_ref.jsonl" >"$out/${fam}_ref.log" 2>&1 \
         || not_ok "$fam: reference score: $(tail -n 2 "$out/${fam}_ref.log" | tr '\n' ' ')"
 
-    # --eval-only at np=1, 2, 3: one figure, byte-identical logs, the reference's predictions.
+    # --eval-only at np=1, 2, 3, at -t 64 (the run trained at 32: a run that reads no training
+    # data takes any -t): the 30-token rows are packed 16 to a forward of 8 x 64 tokens (16 x 32;
+    # 8 x 32 in training). One figure, the same predictions, the reference's.
     for np in 1 2 3; do
-        job ${fam}_eval$np $np --resume "$ckpt" --eval-only --eval-data "$EV" --eval-log "$out/${fam}_log$np.jsonl" || continue
+        job ${fam}_eval$np $np --resume "$ckpt" -t 64 --eval-only --eval-data "$EV" --eval-log "$out/${fam}_log$np.jsonl" || continue
     done
     # (A row's losses may differ in their last bits with its place in the batch, which the world
     # size changes: the predictions and the figure may not.)
@@ -130,7 +133,7 @@ for fam in gpt2 llama; do
 done
 
 # --init-from the GPT-2 run's --save-model file (its step-40 weights): the same figure.
-if [ -f "$out/gpt2.bin" ] && job gpt2_init 2 --init-from "$out/gpt2.bin" --eval-only --eval-data "$EV"; then
+if [ -f "$out/gpt2.bin" ] && job gpt2_init 2 --init-from "$out/gpt2.bin" -t 64 --eval-only --eval-data "$EV"; then
     [ "$(eval_line "$out/gpt2_init.log" | sed 's/(step [0-9]*; //')" = "$(eval_line "$out/gpt2_eval1.log" | sed 's/(step [0-9]*; //')" ] \
         && ok "--init-from the saved model file, --eval-only at np=2: the checkpoint's figure" \
         || not_ok "--init-from: '$(eval_line "$out/gpt2_init.log")' vs '$(eval_line "$out/gpt2_eval1.log")'"

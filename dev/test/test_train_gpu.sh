@@ -36,6 +36,10 @@
 #                dump-llama --device cuda (2 kv heads for 4 query heads, head size 64)
 #                against the plain PyTorch Llama at its bf16 bounds (dev/test/torch_llama.py;
 #                skipped where $PYTHON has no torch)
+#   eval         --eval-only and --generate of a cuda checkpoint (a 16-example set from
+#                dev/test/eval_reference.py make-evalset: needs numpy) on cuda and on the cpu:
+#                mean losses within 0.05, the same predictions away from near ties; np=2
+#                (--comm mpi) gives the np=1 run's greedy text
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -46,7 +50,7 @@ PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
 
 skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
-GROUPS_ALL="ref determinism resume cross ranks accum variants offload fp16 llama"
+GROUPS_ALL="ref determinism resume cross ranks accum variants offload fp16 llama eval"
 for g in ${GPU_TESTS:-}; do  # a misspelt group would otherwise pass by checking nothing
     [[ " $GROUPS_ALL " == *" $g "* ]] || { not_ok "GPU_TESTS: unknown group '$g' (groups: $GROUPS_ALL)"; exit 1; }
 done
@@ -235,6 +239,24 @@ if want llama; then
         rm -f "$out/llama_torch.bin"
     else
         not_ok "Llama on cuda against PyTorch: test_gpt2 dump-llama --device cuda failed: $(tail -n 3 "$out/llama_torch.log" | tr '\n' ' ' | cut -c1-300)"
+    fi
+fi
+
+if want eval; then
+    if ! "$PY" dev/test/eval_reference.py make-evalset "$VAL_SHARD" "$out/ev.bin" --examples 16 >"$out/ev.log" 2>&1; then
+        echo "ok - --eval-only and --generate on cuda # skip no eval set ($(tail -n 1 "$out/ev.log" | cut -c1-120))"
+    elif run eval_save 1 --device cuda -b 4 -x 4 -o "$out/eval_split" --ckpt-every 4; then
+        infer=(-b 4 --resume "$out/eval_split/ckpt/step_00000004" --eval-only --eval-data "$out/ev.bin" --generate "ROMEO:" -g 8 --top-k 1)
+        run eval_cpu 1 --device cpu "${infer[@]}" --eval-log "$out/eval_cpu.jsonl" &&
+        run eval_cuda 1 --device cuda "${infer[@]}" --eval-log "$out/eval_cuda.jsonl" &&
+        run eval_cuda2 2 --device cuda --comm mpi "${infer[@]}" && {
+            msg=$("$PY" dev/test/eval_reference.py agree "$out/eval_cpu.jsonl" "$out/eval_cuda.jsonl" --max-diff 0.05 2>&1) \
+                && ok "--eval-only on cuda against the cpu: $msg" || not_ok "--eval-only on cuda against the cpu: $msg"
+            gen() { awk '/^sample \(step 4\):/ {s = 1; next} s == 1 && /^---$/ {s = 2; next} s == 2 && /^---$/ {exit} s == 2' "$out/$1.log"; }
+            [ -n "$(gen eval_cuda)" ] && [ "$(gen eval_cuda)" = "$(gen eval_cuda2)" ] \
+                && ok "--generate on cuda: the same greedy text at np=1 and np=2 ('$(gen eval_cuda | tr '\n' ' ')')" \
+                || not_ok "--generate on cuda: np=1 '$(gen eval_cuda)' vs np=2 '$(gen eval_cuda2)'"
+        }
     fi
 fi
 
