@@ -9,7 +9,7 @@
 #      seconds, forwards per rank, examples per second, and the time a full HellaSwag pass
 #      (10,042 examples) would take at that rate (a projection from the measured rate), in
 #      training steps of this shape.
-#   usage: dev/bench/bench_eval.sh   (MODEL="--layers 4 --channels 256 --heads 4", B=8, T=64,
+#   usage: dev/bench/bench_eval.sh   (MODEL="--layers 4 --channels 256 --heads 4", B=8, T=256,
 #          EXAMPLES=500, CONTEXT=40, COMPLETION=20, STEPS=6, TRAIN_GPT=./train_gpt)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +18,7 @@ DATA="${FSDP_DATA:-../shared/data}/tinyshakespeare"
 PYTHON=${PYTHON:-.venv/bin/python}
 MODEL=${MODEL:-"--layers 4 --channels 256 --heads 4"}
 B=${B:-8}
-T=${T:-64}
+T=${T:-256}
 EXAMPLES=${EXAMPLES:-500}
 CONTEXT=${CONTEXT:-40}
 COMPLETION=${COMPLETION:-20}
@@ -46,9 +46,10 @@ for np in 1 2; do
     line=$(grep -m1 '^eval acc_norm' "$work_dir/eval$np.log")
     secs=$(sed -E 's/.* ([0-9.]+) s\)$/\1/' <<<"$line")
     fwd=$(sed -E 's/.*: ([0-9]+) forwards.*/\1/' <<<"$line")
-    awk -v np=$np -v s="$secs" -v f="$fwd" -v n="$EXAMPLES" -v step="$step_ms" 'BEGIN {
+    shape=$(sed -E 's/.* forwards of ([0-9]+x[0-9]+) per rank.*/\1/' <<<"$line")
+    awk -v np=$np -v s="$secs" -v f="$fwd" -v shape="$shape" -v n="$EXAMPLES" -v step="$step_ms" 'BEGIN {
         full = s * 10042 / n
         printf "np=%d: %.2f s for %d examples (%d forwards of %s per rank, %.1f ms each), %.0f examples/s; a full HellaSwag pass at this rate: %.0f s = %.0f training steps of this shape\n",
-               np, s, n, f, "B x T", 1000 * s / f, n / s, full, 1000 * full / step
+               np, s, n, f, shape, 1000 * s / f, n / s, full, 1000 * full / step
     }'
 done
