@@ -15,6 +15,16 @@ peak_gpu_mem() {
         awk '{ for (i = 1; i <= NF; i++) { if ($i == "rank:") m = $(i + 1); if ($i == "budget") b = $(i + 1) }; print m, b }'
 }
 
+# run_logged DIR SECONDS NAME NP CMD...: CMD on NP ranks (mpirun), killed after SECONDS, its
+# output in DIR/NAME.log; a failure is reported (the log's last lines) and returns non-zero.
+run_logged() {
+    local dir=$1 secs=$2 name=$3 np=$4; shift 4
+    if ! timeout -k 5 "$secs" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$@" >"$dir/$name.log" 2>&1; then
+        not_ok "$name: run failed: $(tail -n 3 "$dir/$name.log" | tr '\n' ' ')"
+        return 1
+    fi
+}
+
 ok() { echo "ok - $*"; }
 not_ok() { echo "not ok - $*"; }
 

@@ -26,14 +26,7 @@ s10=step_00000010
 
 # run NAME NP ARGS...: one job (the caller gives -o); output in $out/NAME.log. A job that
 # hangs is killed after 120 s.
-run() {
-    local name=$1 np=$2; shift 2
-    if ! timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
-            "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
-        not_ok "$name: run failed: $(tail -n 3 "$out/$name.log" | tr '\n' ' ')"
-        return 1
-    fi
-}
+run() { local name=$1 np=$2; shift 2; run_logged "$out" 120 "$name" "$np" "${common[@]}" "$@"; }
 compare() { $PYTHON dev/test/compare_losses.py "$@"; }
 # The first training step a job logged ("step   11/20 | ..."), from its output.
 first_step() { grep -m1 -oE '^step +[0-9]+' "$out/$1.log" | awk '{print $2}'; }

@@ -39,14 +39,7 @@ llama=(--arch llama3 --layers 2 --channels 64 --heads 4 --kv-heads 2 --ffn-dim 9
 common=(./train_gpt --device cpu -b 8 -t 32 --threads 1)
 
 # job NAME NP ARGS...: one train_gpt job, output in $out/NAME.log; non-zero on failure (said).
-job() {
-    local name=$1 np=$2; shift 2
-    if ! timeout -k 5 180 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
-            "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
-        not_ok "$name: run failed: $(tail -n 3 "$out/$name.log" | tr '\n' ' ')"
-        return 1
-    fi
-}
+job() { local name=$1 np=$2; shift 2; run_logged "$out" 180 "$name" "$np" "${common[@]}" "$@"; }
 # eval_line LOG: the evaluation's figures, without the timing.
 eval_line() { grep -m1 '^eval acc_norm' "$1" | sed 's/, [0-9.]* s)$/)/; s/: [0-9]* forwards.*//'; }
 

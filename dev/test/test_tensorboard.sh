@@ -25,14 +25,7 @@ common=(./train_gpt --device cpu --layers 2 --channels 64 --heads 2 --max-seq 64
         -v 2 --val-steps 1 -i "$TRAIN_SHARD" -j "$VAL_SHARD" --threads 1 -l 1e-3 -u 2 --seed 5)
 
 # run NAME NP ARGS...: one job; its output in $out/NAME.log.
-run() {
-    local name=$1 np=$2; shift 2
-    if ! timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
-            "${common[@]}" "$@" >"$out/$name.log" 2>&1; then
-        not_ok "$name: run failed: $(tail -n 3 "$out/$name.log" | tr '\n' ' ')"
-        return 1
-    fi
-}
+run() { local name=$1 np=$2; shift 2; run_logged "$out" 120 "$name" "$np" "${common[@]}" "$@"; }
 # check NAME TB_DIR METRICS ARGS...: tb_check.py's verdict as one line.
 check() {
     local name=$1; shift
