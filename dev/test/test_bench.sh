@@ -399,9 +399,9 @@ fi
 if line A PASS attention_timing | grep -q "from test_attention_cuda's run above" &&
    grep -q '^        attention cublas B=4 T=1024 NH=12 hs=64: forward 0.800 ms' "$A" &&
    grep -q '^        flash speed-up (cublas ms / flash ms): forward 2.00x, backward 2.40x$' "$A" &&
-   line A FAIL e2e | grep -q 'status 1, .*GPU_TESTS="ref determinism resume offload fp16 llama": 3 ok, 1 not ok' &&
+   line A FAIL e2e | grep -q 'status 1, .*GPU_TESTS="ref determinism resume offload fp16 llama eval": 3 ok, 1 not ok' &&
    grep -q '^        not ok - two identical cuda runs: losses differ (stub)$' "$A" &&
-   [ "$(cat "$DC/A/state/e2e.env")" = "GPU_TESTS=ref determinism resume offload fp16 llama RUN_TIMEOUT=60" ]; then
+   [ "$(cat "$DC/A/state/e2e.env")" = "GPU_TESTS=ref determinism resume offload fp16 llama eval RUN_TIMEOUT=60" ]; then
     ok "device_check.sh: flash / cublas timings and speed-up from test_attention_cuda's log; e2e with GPU_TESTS, a failed check (status 0) is FAIL"
 else
     not_ok "device_check.sh timings / e2e: $(sed -n '/attention_timing/,/memcheck/p' "$A" | tr '\n' '|' | cut -c1-500); e2e got: $(cat "$DC/A/state/e2e.env" 2>/dev/null)"
