@@ -246,8 +246,10 @@ static void sim_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg, 
     fsdp_backend_sim_init(&d->backend, o->sim_clock, &bc, fsdp_max_ops(fcfg, m->n_units));
     kernels_sim_init(&d->kernels, o->sim_clock, m->config.padded_vocab_size, p->fp32 ? sizeof(float) : 2);
     d->name = "sim";
-    snprintf(d->description, sizeof(d->description), "%s (simulated): %.3g TFLOP/s, memory %.0f GB/s and %.0f GiB, links %.0f GB/s in a node and %.0f GB/s across, %d rank(s) per node",
-             p->name, p->tflops, p->hbm_gbs, p->mem_gib, p->nvlink_gbs, p->ib_gbs, gpn);
+    char measured[64] = "";
+    if (p->threads) snprintf(measured, sizeof(measured), ", measured with %d thread(s) per rank", p->threads);
+    snprintf(d->description, sizeof(d->description), "%s (simulated%s): %.3g TFLOP/s, memory %.0f GB/s and %.0f GiB, links %.0f GB/s in a node and %.0f GB/s across, %d rank(s) per node",
+             p->name, measured, p->tflops, p->hbm_gbs, p->mem_gib, p->nvlink_gbs, p->ib_gbs, gpn);
     if (!p->fp32) {
         size_t N = (size_t)B * T, padded = 0;
         for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > padded) padded = m->units[u].padded;

@@ -272,8 +272,8 @@ static double sum3(const double* x) { return x[0] + x[1] + x[2]; }
 
 double plan_tokens_per_s(const PlanRow* r) { return r->step_s > 0 ? (double)r->tokens_per_step / r->step_s : 0.0; }
 
-double plan_mfu(const PlanRow* r, const SimProfile* p) {
-    return plan_tokens_per_s(r) * r->model_flops_per_token / (p->tflops * 1e12 * r->world);
+double plan_mfu(const PlanRow* r) {
+    return plan_tokens_per_s(r) * r->model_flops_per_token / (r->peak_tflops * 1e12 * r->world);
 }
 
 const char* plan_limiter(const PlanRow* r, double* share) {
@@ -317,7 +317,7 @@ void plan_print_detail(const PlanRow* r, const SimProfile* p) {
            r->group_time[SIM_GROUP_OPTIMIZER] * 1e3, r->group_time[SIM_GROUP_OTHER] * 1e3);
     printf("communication lower bound (bytes over the fastest link, no latency): %.2f ms\n", r->comm_lower_bound_s * 1e3);
     printf("step %.2f ms | %.0f tokens/s (all %d ranks) | MFU %.1f%%\n", r->step_s * 1e3, plan_tokens_per_s(r), r->world,
-           100.0 * plan_mfu(r, p));
+           100.0 * plan_mfu(r));
     double share;
     const char* lim = plan_limiter(r, &share);
     printf("limited by: %s (%.0f%% of the step)\n", lim, 100.0 * share);
@@ -340,7 +340,7 @@ void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fix
         const char* lim = plan_limiter(r, &share);
         printf("  %7d %6d %6d %11ld %10.2f %10.2f %10.2f %11.2f %10.2f %11.0f %5.1f%% %9.2f  %s\n", r->world, r->shard_size,
                r->grad_accum, r->tokens_per_step, r->step_s * 1e3, sum3(r->busy) * 1e3, sum3(r->exposed) * 1e3,
-               sum3(r->comm_busy) * 1e3, r->comm_lower_bound_s * 1e3, plan_tokens_per_s(r), 100.0 * plan_mfu(r, p),
+               sum3(r->comm_busy) * 1e3, r->comm_lower_bound_s * 1e3, plan_tokens_per_s(r), 100.0 * plan_mfu(r),
                r->budget_bytes / 1073741824.0, lim);
     }
     double share;
@@ -492,6 +492,7 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     row->offload = opt->offload;
     row->num_parameters = m.layout->num_parameters;
     row->model_flops_per_token = model_flops_per_token(config, m.layout->num_parameters, row->T);
+    row->peak_tflops = prof->tflops;
     if (detail) {
         printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, m.dev->description);
         print_model_line(config, m.layout->num_parameters);
@@ -528,14 +529,28 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     ops->free(model);
 }
 
+// --sim-device cpu for a run of `world` ranks: this machine measured with the threads each of
+// its ranks gets, as set_threads gives them to a run (--threads, else OMP_NUM_THREADS, else
+// the node's cores shared by its min(world, --gpus-per-node) ranks), not with every core; again
+// only when that count changes (*threads: the count measured, 0 before the first). The plan's
+// device line names the count.
+static int cpu_profile_at(const Options* opt, int world, SimProfile* prof, int* threads, char* err, size_t errlen) {
+    const int t = set_threads(opt, world < opt->gpus_per_node ? world : opt->gpus_per_node);
+    if (t == *threads) return 0;
+    *threads = t;
+    if (plan_profile("cpu", prof, err, errlen)) return 1;
+    prof->threads = t;
+    return 0;
+}
+
 int plan_main(const Options* opt, const ModelConfig* config, const PlanModelOps* ops) {
     if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
     char err[1024];
     ParseError e;
-    // The cpu profile measures this machine with the threads a rank would have (--threads).
-    if (opt->threads) set_threads(opt, 1);
     SimProfile prof;
-    if (plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
+    const int cpu = !strcmp(opt->sim_device, "cpu");  // measured per world's threads (cpu_profile_at)
+    int threads = 0;
+    if (!cpu && plan_profile(opt->sim_device, &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
     // The flags as a run checks them, before any output: first what no world changes.
     if (check_run_flags(opt, config, 0, "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
     int worlds[PLAN_MAX_WORLDS], n = 1;
@@ -548,11 +563,13 @@ int plan_main(const Options* opt, const ModelConfig* config, const PlanModelOps*
         if (check_run_flags(opt, config, worlds[i], "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
     PlanRow rows[PLAN_MAX_WORLDS];
     if (opt->calibrate_from) {  // only the calibrated profile, for the first world
+        if (cpu && cpu_profile_at(opt, worlds[0], &prof, &threads, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
         plan_one(opt, config, &prof, ops, worlds[0], 0, &rows[0]);
         if (plan_calibrate(opt->calibrate_from, &rows[0], &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
         return 0;
     }
     for (int i = 0; i < n; i++) {
+        if (cpu && cpu_profile_at(opt, worlds[i], &prof, &threads, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
         plan_one(opt, config, &prof, ops, worlds[i], i == 0, &rows[i]);
         if (i == 0) plan_print_detail(&rows[0], &prof);
     }

@@ -40,6 +40,7 @@ typedef struct SimProfile {
     double host_mem_gbs;       // ... and the host memory bandwidth each rank's optimizer streams at
     double matmul_eff, attention_eff, vector_eff, mem_eff;  // fractions of peak reached
     double time_scale[SIM_GROUPS];  // a calibration's factors per kernel group (0 or 1: none)
+    int threads;               // "cpu": the threads per rank its rates were measured with (0: not measured)
 } SimProfile;
 
 // NAME is a built-in profile (plan_profile_names; "cpu" measures this machine, ~2 s, with
@@ -60,6 +61,7 @@ typedef struct {
     long tokens_per_step;                       // all ranks
     size_t num_parameters;
     double model_flops_per_token;               // 6N + 6LCT, as the MFU of a real run
+    double peak_tflops;                         // the profile's, per rank (the cpu's: measured for this world)
     double step_s;
     double busy[SIM_PHASES], exposed[SIM_PHASES], comm_busy[SIM_PHASES];
     double comm_bytes[SIM_PHASES], mem_bytes[SIM_PHASES], flops[SIM_PHASES];
@@ -72,7 +74,7 @@ typedef struct {
 } PlanRow;
 
 double plan_tokens_per_s(const PlanRow* r);
-double plan_mfu(const PlanRow* r, const SimProfile* p);
+double plan_mfu(const PlanRow* r);
 // The resource the step spends most time on: "matmul", "memory bandwidth", "communication"
 // (exposed; with --offload optimizer also the waits for the host's copies and AdamW) or
 // "host" (launch overheads), with its share of the step in *share.

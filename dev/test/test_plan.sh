@@ -110,6 +110,28 @@ else
     not_ok "--param-dtype fp16 on the cpu profile: status $rc, '$msg'"
 fi
 
+# The cpu profile measures this machine with the threads a rank of the planned run gets, as a
+# run would have them: the node's cores shared by its ranks (not every core per rank), or
+# --threads; each world of a scaling table at its own count, its MFU against its own peak.
+cores=$(nproc); per2=$((cores / 2)); [ $per2 -lt 1 ] && per2=1
+cpuplan=(--plan --layers 2 --channels 64 --heads 2 --max-seq 64 -b 2 -t 64 --sim-device cpu --gpus-per-node 2)
+if env -u OMP_NUM_THREADS $TG "${cpuplan[@]}" --plan-world 2 >"$out/threads2.log" 2>&1 &&
+   grep -q "^plan: rank 0 of 2 on cpu (simulated, measured with $per2 thread(s) per rank)" "$out/threads2.log" &&
+   $TG "${cpuplan[@]}" --plan-world 2 --threads 3 >"$out/threads3.log" 2>&1 &&
+   grep -q "^plan: rank 0 of 2 on cpu (simulated, measured with 3 thread(s) per rank)" "$out/threads3.log"; then
+    ok "--sim-device cpu at 2 ranks per node: measured with $per2 thread(s) per rank ($cores cores), with --threads 3: 3"
+else
+    not_ok "--sim-device cpu threads: $(grep -h '^plan: rank\|^error' "$out/threads2.log" "$out/threads3.log" 2>/dev/null | cut -c1-120 | tr '\n' ' ')"
+fi
+if env -u OMP_NUM_THREADS $TG "${cpuplan[@]}" --plan-world 1,2 >"$out/threads12.log" 2>&1; then
+    detail=$(awk '/^step / {print $NF; exit}' "$out/threads12.log")
+    row1=$(awk '$1 == 1 && $2 == 1 && NF > 12 {print $11; exit}' "$out/threads12.log")
+    [ -n "$detail" ] && [ "$detail" = "$row1" ] && ok "--sim-device cpu --plan-world 1,2: the world-1 row's MFU is the detail's ($detail), against its own measured peak" \
+        || not_ok "--sim-device cpu --plan-world 1,2: detail MFU '$detail', world-1 row '$row1'"
+else
+    not_ok "--sim-device cpu --plan-world 1,2 failed: $(tail -n 2 "$out/threads12.log" | tr '\n' ' ')"
+fi
+
 # 3. Scaling: every world's communication is at least the bandwidth bound (its bytes over
 #    the fastest link), and a larger world never predicts less communication per rank.
 if $TG --plan -m d12 -b 8 -t 1024 --plan-world 8,16,64,512 --sim-device h100 >"$out/scale.log" 2>&1; then
