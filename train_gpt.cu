@@ -910,7 +910,8 @@ int main(int argc, char** argv) {
     if (!inference && run_lock_acquire(&run_lock, &pg, opt.output_dir, r->ckpt_root[0] ? r->ckpt_root : NULL, opt.save_model,
                          run_tensorboard_dir(&opt, tb_dir, sizeof(tb_dir)), err, sizeof(err)))
         fatal_agreed(&pg, "%s", err);
-    fatal_agreed_any(&pg, opt.eval_log && pg.rank == 0 && eval_log_check(opt.eval_log, err, sizeof(err)), "%s", err);
+    fatal_agreed_any(&pg, opt.eval_log && pg.rank == 0 && run_file_writable("--eval-log", opt.eval_log, opt.eval_log, err, sizeof(err)),
+                     "%s", err);
     if (opt.resume) {  // the checkpoint's model, and the flags checked against it
         run_resume_model(&pg, &opt, r->ckpt_root, r->resume_path, sizeof(r->resume_path), &config, &file_version, notes,
                          sizeof(notes));

@@ -1,16 +1,12 @@
 #include "train/eval.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "comm/comm.h"
 #include "train/metrics.h"
 #include "util/atomic_file.h"
-#include "util/regular_file.h"
 
 // Token p of the row of example x's completion c: the context, then the completion.
 static int row_token(const EvalExample* x, int c, int p) {
@@ -128,28 +124,4 @@ int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const Model
     res->seconds = now_seconds() - t0;
     free(first); free(sums); free(rows); free(pred_norm); free(pred);
     return failed;
-}
-
-int eval_log_check(const char* path, char* err, size_t errlen) {
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "--eval-log %s: is a directory", path);
-        return 1;
-    }
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof(dir), ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    if (stat(dir, &st) != 0) {
-        snprintf(err, errlen, "--eval-log %s: its directory %s: %s", path, dir, path_error(errno));
-        return 1;
-    }
-    if (!S_ISDIR(st.st_mode) || access(dir, W_OK) != 0) {
-        snprintf(err, errlen, "--eval-log %s: cannot write in %s (%s)", path, dir,
-                 S_ISDIR(st.st_mode) ? "permission denied" : "not a directory");
-        return 1;
-    }
-    return 0;
 }

@@ -55,10 +55,6 @@ typedef struct {
 int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const ModelForward* fw, int* inputs, int* targets,
                          float* losses, const char* log_path, EvalResult* res, char* err, size_t errlen);
 
-// --eval-log's file can be written: its directory exists and is writable, the path is not a
-// directory (checked at startup, not at the first evaluation). 0, or 1 with the error in err.
-int eval_log_check(const char* path, char* err, size_t errlen);
-
 #ifdef __cplusplus
 }
 #endif

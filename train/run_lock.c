@@ -81,12 +81,9 @@ static int lock_dir(const char* flag, const char* dir, const struct stat* held, 
     return 0;
 }
 
-// Whether a file can be written as `path` now, at startup, rather than at the first checkpoint
-// or the end of training: its directory is created if missing (as the write would need it),
-// then a temporary file of atomic_file's, with this pid in its name, is created there and
-// removed. `what` and `shown` name the flag and its value for the message. 0, or 1 with one
-// line in err.
-static int probe_write(const char* what, const char* shown, const char* path, char* err, size_t errlen) {
+// (Checked at startup rather than at the first checkpoint, evaluation or the end of training;
+// the temporary has this pid in its name.)
+int run_file_writable(const char* what, const char* shown, const char* path, char* err, size_t errlen) {
     char dir[1100], why[1400];
     snprintf(dir, sizeof(dir), "%s", path);
     char* slash = strrchr(dir, '/');
@@ -122,7 +119,7 @@ int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_
         // checkpoints' step directories, metrics.jsonl).
         char probe[1100];
         snprintf(probe, sizeof(probe), "%s/%s", dirs[i], RUN_LOCK_FILE);
-        if (probe_write(flags[i], dirs[i], probe, err, errlen)) {
+        if (run_file_writable(flags[i], dirs[i], probe, err, errlen)) {
             run_lock_release(l);
             return 1;
         }
@@ -133,7 +130,7 @@ int run_lock_acquire_local(RunLock* l, const char* output_dir, const char* ckpt_
 int run_dir_writable(const char* flag, const char* dir, char* err, size_t errlen) {
     char probe[1100];
     snprintf(probe, sizeof(probe), "%s/.write_probe", dir);  // (only its temporary is created)
-    return probe_write(flag, dir, probe, err, errlen);
+    return run_file_writable(flag, dir, probe, err, errlen);
 }
 
 int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir, const char* ckpt_dir, const char* save_model,
@@ -142,7 +139,7 @@ int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir,
     int32_t failed = 0;
     if (pg->rank == 0) {
         failed = run_lock_acquire_local(l, output_dir, ckpt_dir, err, errlen) != 0;
-        if (!failed && ((save_model && probe_write("--save-model", save_model, save_model, err, errlen)) ||
+        if (!failed && ((save_model && run_file_writable("--save-model", save_model, save_model, err, errlen)) ||
                         (tensorboard_dir && run_dir_writable("--tensorboard", tensorboard_dir, err, errlen)))) {
             run_lock_release(l);
             failed = 1;

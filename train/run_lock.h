@@ -50,6 +50,12 @@ int run_lock_acquire(RunLock* l, const ProcessGroup* pg, const char* output_dir,
 // --tensorboard; tensorboard.c again when it opens the file, as it may be called alone.)
 int run_dir_writable(const char* flag, const char* dir, char* err, size_t errlen);
 
+// Whether rank 0 can write the file at path (--save-model's, --eval-log's) when the time comes:
+// its directory is created if missing, then a temporary of atomic_file's is created there and
+// removed. `what` and `shown` name the flag and its value for the message. 0, or 1 with one
+// line in err.
+int run_file_writable(const char* what, const char* shown, const char* path, char* err, size_t errlen);
+
 // Drops the locks (the lock files stay: their content is only informative). A no-op for an
 // empty lock, so every rank may call it.
 void run_lock_release(RunLock* l);

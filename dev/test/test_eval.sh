@@ -15,7 +15,7 @@
 #     --seed); greedy equal to the reference's greedy decoding of the same prompt ids, on the
 #     trained model and on an untrained one;
 #   - refusals, one line and exit status 1: a truncated eval file, a token shard given as one,
-#     a row longer than -t allows, an --eval-log in a missing directory, --eval-every or
+#     a row longer than -t allows, an --eval-log whose directory cannot be made, --eval-every or
 #     --eval-log without --eval-data, --eval-only with nothing to evaluate or with --ckpt-every,
 #     --plan with --eval-only, a prompt that leaves no room for --sample-tokens, a prompt for a
 #     model whose vocabulary is not the tokenizer's.
@@ -141,7 +141,8 @@ refuse() {  # refuse NAME PATTERN ARGS...
 refuse "a truncated eval file" "^error: --eval-data: .*truncated.bin" --eval-only --eval-data "$out/truncated.bin"
 refuse "a token shard as the eval file" "^error: --eval-data: .*not an eval file" --eval-only --eval-data "$VAL_SHARD"
 refuse "a row longer than -t allows" "^error: --eval-data: .*example" -t 16 --eval-only --eval-data "$EV"
-refuse "--eval-log in a missing directory" "^error: --eval-log $out/none/log.jsonl" --eval-only --eval-data "$EV" --eval-log "$out/none/log.jsonl"
+refuse "--eval-log where no directory can be made" "^error: --eval-log $EV/log.jsonl: cannot create its directory" --eval-only \
+    --eval-data "$EV" --eval-log "$EV/log.jsonl"
 refuse "--eval-every without --eval-data" "^error: --eval-every applies with --eval-data" --eval-every 5
 refuse "--eval-log without --eval-data" "^error: --eval-log applies with --eval-data" --eval-log "$out/x.jsonl"
 refuse "--eval-only with nothing to evaluate" "^error: --eval-only: nothing to evaluate" --eval-only

@@ -401,14 +401,16 @@ if good cuda_ref cuda_recompute_full cuda_recompute_sel; then
 fi
 good cpu_ref cuda_ref && compare "train_gpt --device cuda vs cpu, 4 steps from the same init (within 2%)" \
     "$TMP/cpu_ref/metrics.jsonl" "$TMP/cuda_ref/metrics.jsonl" --rtol 0.02
+sample() {  # sample NAME [STEP]: the text of run NAME's sample of STEP [4], between its two "---" lines
+    awk -v head="sample (step ${2:-4}):" '$0 == head {s = 1; next} s == 1 && /^---$/ {s = 2; next} s == 2 && /^---$/ {exit} s == 2' "$TMP/$1.log"
+}
 # --eval-only and --generate on the cuda device: the cpu's predictions (bf16 losses within 0.05
 # of the cpu's; a prediction may differ only where the cpu's best two are within twice the
 # largest difference), the same text at np=1 staged and np=2 NCCL.
 if good cpu_infer cuda_infer nccl_infer; then
-    gen() { awk '/^sample \(step 2\):/ {s = 1; next} s == 1 && /^---$/ {s = 2; next} s == 2 && /^---$/ {exit} s == 2' "$TMP/$1.log"; }
-    [ -n "$(gen cuda_infer)" ] && [ "$(gen cuda_infer)" = "$(gen nccl_infer)" ] \
-        && ok "$TAG --generate on cuda: the same greedy text staged at np=1 and NCCL at np=2 ('$(gen cuda_infer | tr '\n' ' ')')" \
-        || not_ok "$TAG --generate on cuda: '$(gen cuda_infer)' vs NCCL np=2 '$(gen nccl_infer)'"
+    [ -n "$(sample cuda_infer 2)" ] && [ "$(sample cuda_infer 2)" = "$(sample nccl_infer 2)" ] \
+        && ok "$TAG --generate on cuda: the same greedy text staged at np=1 and NCCL at np=2 ('$(sample cuda_infer 2 | tr '\n' ' ')')" \
+        || not_ok "$TAG --generate on cuda: '$(sample cuda_infer 2)' vs NCCL np=2 '$(sample nccl_infer 2)'"
     for name in cuda_infer nccl_infer; do
         msg=$("$PY" dev/test/eval_reference.py agree "$TMP/cpu_infer.jsonl" "$TMP/$name.jsonl" --max-diff 0.05 2>&1) \
             && ok "$TAG --eval-only $name against the cpu: $msg" || not_ok "$TAG --eval-only $name against the cpu: $msg"
@@ -417,9 +419,6 @@ if good cpu_infer cuda_infer nccl_infer; then
         || not_ok "$TAG --eval-only at np=2 over NCCL: no eval line"
 fi
 
-sample() {  # the text of the sample between its two "---" lines
-    awk '/^sample \(step 4\):/ {s = 1; next} s == 1 && /^---$/ {s = 2; next} s == 2 && /^---$/ {exit} s == 2' "$TMP/$1.log"
-}
 # identical_runs A B WHAT: runs A and B (the same arguments) gave the same sample and bitwise
 # equal losses.
 identical_runs() {
