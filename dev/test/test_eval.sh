@@ -17,7 +17,8 @@
 #   - refusals, one line and exit status 1: a truncated eval file, a token shard given as one,
 #     a row longer than -t allows, an --eval-log whose directory cannot be made, --eval-every or
 #     --eval-log without --eval-data, --eval-only with nothing to evaluate or with --ckpt-every,
-#     --plan with --eval-only, a prompt that leaves no room for --sample-tokens, a prompt for a
+#     --plan with --eval-only or --generate, --generate with --save-model or without the
+#     tokenizer, a prompt that leaves no room for --sample-tokens, a prompt for a
 #     model whose vocabulary is not the tokenizer's.
 set -u
 source dev/test/lib.sh
@@ -150,6 +151,10 @@ refuse "--eval-only with --ckpt-every" "^error: --eval-only trains nothing: --ck
 refuse "--plan with --eval-only" "^error: --plan plans a training run: --eval-only" --plan --eval-only --eval-data "$EV"
 refuse "--generate with no room for --sample-tokens" "^error: --generate: the prompt's [0-9]+ tokens .* --sample-tokens 30 do not fit the 32 positions" \
     --generate "ROMEO: I" -g 30
+refuse "--generate without the tokenizer" "^error: --generate: needs the GPT-2 tokenizer's encoder.json and vocab.bpe" \
+    --generate "hi" -g 4 --tokenizer-dir "$out/no_tokenizer"
+refuse "--generate with --save-model" "^error: --generate trains nothing: --save-model does not apply" --generate "hi" --save-model "$out/x.bin"
+refuse "--plan with --generate" "^error: --plan plans a training run: --generate" --plan --generate "hi"
 refuse "--generate for another vocabulary" "^error: --generate: the model's vocabulary has 1000 tokens" --vocab 1000 --generate "hi" -g 4
 for f in "$out"/*.log; do  # nothing crashed on the way
     grep -qE "Segmentation|Aborted|core dumped" "$f" && not_ok "$(basename "$f"): a crash: $(grep -m1 -E "Segmentation|Aborted|core dumped" "$f")"
