@@ -5,8 +5,8 @@
 //
 // Data parallel: example e is rank e % W's; a rank packs its examples' rows (context +
 // completion, one per completion) into forwards of the micro-batch's B x T tokens, as rows of
-// the set's longest row (rounded up to 16 positions, at most T: HellaSwag's rows are under
-// 100 tokens, a tenth of -t 1024), so B x T / that many rows each; the rest of a row and of a
+// the set's longest row (rounded up to 16 positions, at most T: a multiple-choice row is
+// usually far shorter than a training sequence), so B x T / that many rows each; the rest of a row and of a
 // batch is padding, left out of the sums. Every rank runs the same number of forwards (each gathers
 // the sharded weights), the most any rank needs. Each completion's loss sum lands in one slot
 // of a table summed over the ranks (every other rank adds zero): the predictions, and the

@@ -2,7 +2,7 @@
 # The cost of a multiple-choice evaluation pass (--eval-data, train/eval.c) on this machine's
 # cpu device, against a training step of the same shape:
 #   1. a set of EXAMPLES examples of HellaSwag's shape (4 completions, context CONTEXT tokens,
-#      completions of COMPLETION: HellaSwag's validation rows are mostly under 100 tokens),
+#      completions of COMPLETION: a guess at HellaSwag's shape, whose file is not reachable here),
 #      written by dev/test/eval_reference.py make-evalset from Tiny Shakespeare's tokens;
 #   2. STEPS training steps of the same model at B x T (the step time, after the first);
 #   3. --eval-only of a fresh model on the set at np=1 and np=2 (the ranks share the cores):
