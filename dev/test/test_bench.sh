@@ -20,7 +20,7 @@ source dev/test/lib.sh
 T=$TEST_TMP
 ROOT="$T/root"
 mkdir -p "$ROOT/dev/bench" "$T/bin"
-cp dev/bench/bench_gpu.sh "$ROOT/dev/bench/"
+cp dev/bench/bench_gpu.sh dev/bench/llmc_side.sh "$ROOT/dev/bench/"
 REAL=$(pwd)/train_gpt
 
 cat > "$T/bin/nvidia-smi" <<'EOF'
@@ -58,7 +58,38 @@ model=$(sed -E 's/.*--model ([^ ]+).*/\1/' <<<"$*")
 echo "step 1: loss 10.9" >&2
 echo "RESULT framework=pytorch-fsdp2 model=$model B=2 T=32 tok_per_s=500.0 mfu=0.2468 peak_mem_gib=1.250 step_ms=128.000 peak_reserved_gib=1.500 gpu_used_gib=2.000 world=1 compile=$compile"
 EOF
-chmod +x "$T/bin/nvidia-smi" "$ROOT/train_gpt" "$T/bin/python-stub"
+# Stand-in for llm.c's train_gpt2cu (as train_gpt2cu, the cuDNN build, and as
+# train_gpt2cu_nocudnn): its printed lines, in the format of llm.c's printf calls; step 1
+# takes 900 ms, then 100 and 110 ms by turns. STUB_LLMC_CUDNN_FAILS=1: the cuDNN build fails
+# as a cuDNN without an engine for the graph does.
+mkdir -p "$T/llmc"
+cat > "$T/llmc/train_gpt2cu" <<'EOF'
+#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "${STUB_LLMC_ARGS:-/dev/null}"
+x=0; b=0; t=0; e=""
+while [ $# -gt 1 ]; do
+    case "$1" in -x) x=$2 ;; -b) b=$2 ;; -t) t=$2 ;; -e) e=$2 ;; esac
+    shift 2
+done
+echo "| micro batch size B    | $(printf '%-50d' "$b") |"
+if [ "$(basename "$0")" = train_gpt2cu ] && [ -n "${STUB_LLMC_CUDNN_FAILS:-}" ]; then
+    echo "[CUDNN ERROR] at file llmc/cudnn_att.cpp:186: No valid execution plans built."; exit 1
+fi
+[ "$e" = d12 ] || { echo "stub: want -e d12, got '$e'"; exit 1; }
+echo "num_parameters: 124475904 => bytes: 248951808"
+echo "device memory usage: 20480 MiB / 81559 MiB"
+echo "val loss 10.982156"
+for ((s = 1; s <= x; s++)); do
+    ms=$((s == 1 ? 900 : 100 + 10 * (s % 2)))
+    printf 'step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s\n' \
+        "$s" "$x" 10.9 0 1.5 0 6e-4 "$ms" 40.2 "$((b * t * 1000 / ms))"
+done
+echo "val loss 9.123456"
+echo "total average iteration time: 105.000000 ms"
+EOF
+cp "$T/llmc/train_gpt2cu" "$T/llmc/train_gpt2cu_nocudnn"
+echo "f1e2ace651495b74ae22d45d1723443fd00ecd3a 2025-05-10 stub" > "$T/llmc/train_gpt2cu.COMMIT"
+chmod +x "$T/bin/nvidia-smi" "$ROOT/train_gpt" "$T/bin/python-stub" "$T/llmc"/train_gpt2cu*
 
 # Every key bench_gpu.sh reads from the RESULT line is one the real script prints.
 missing=""
@@ -159,6 +190,65 @@ if [ "$(cat "$T/budget.rc")" = 1 ] && [ "$took" -le 9 ] && grep -qE -- '-> pytor
     ok "bench_gpu.sh: BENCH_BUDGET=8 cuts a hanging baseline's 100 s timeout (done after $took s)"
 else
     not_ok "bench_gpu.sh BENCH_BUDGET: status $(cat "$T/budget.rc") after $took s: $(grep pytorch "$T/budget/summary.txt" | tail -n 2 | tr '\n' ' ')"
+fi
+
+# ---- dev/bench/llmc_side.sh: llm.c's trainer beside ours ---------------------------------
+# llmc RUN ARGS... [VAR=VALUE before]: llmc_side.sh in the copy, output in $T/RUN.out, status in $T/RUN.rc.
+llmc() {
+    local name=$1; shift
+    (cd "$ROOT" && env "$@" > "$T/$name.out" 2>&1; echo $? > "$T/$name.rc")
+}
+one_line() { [ "$(cat "$T/$1.rc")" = "$2" ] && [ "$(wc -l < "$T/$1.out")" = 1 ] && grep -q -- "$3" "$T/$1.out"; }
+llmc nosnap bash dev/bench/llmc_side.sh fetch "$T/no_such_repo"
+llmc nosrc bash dev/bench/llmc_side.sh build
+llmc noshard LLMC_BIN="$T/llmc" LLMC_DATA="$T/llmc/train_gpt2cu.COMMIT" bash dev/bench/llmc_side.sh run "$T/noshard.log"
+llmc nobin LLMC_BIN="$T/no_bin" LLMC_DATA="$TRAIN_SHARD" bash dev/bench/llmc_side.sh run "$T/nobin.log"
+if one_line nosnap 1 "^llmc_side: fetch: no llm.c snapshot at $T/no_such_repo (a git directory of github:karpathy/llm.c" &&
+   one_line nosrc 1 "^llmc_side: build: no llm.c sources in $ROOT/.deps/llmc/src (run: bash dev/bench/llmc_side.sh fetch)" &&
+   one_line noshard 1 "^llmc_side: run: .*train_gpt2cu.COMMIT is not a token shard (want the header 20240520, version 1)" &&
+   one_line nobin 1 "^llmc_side: run: no train_gpt2cu in $T/no_bin that loads here" && [ ! -e "$ROOT/.deps" ]; then
+    ok "llmc_side.sh: a missing snapshot, missing sources, a file that is not a shard, no binary: one line each, status 1"
+else
+    not_ok "llmc_side.sh refusals: $(for n in nosnap nosrc noshard nobin; do echo "$n: $(cat "$T/$n.rc") $(head -c 200 "$T/$n.out")|"; done)"
+fi
+# fetch from a snapshot (a git repository with llm.c's two marker files; the frontend headers
+# already there, so that nothing is downloaded): the files and the commit, nothing else.
+snap=$T/snap
+mkdir -p "$snap/llmc" "$snap/dev" "$ROOT/.deps/cudnn-frontend/include"
+echo "int main() { return 0; }" > "$snap/train_gpt2.cu"; echo "// att" > "$snap/llmc/cudnn_att.cpp"; echo "x" > "$snap/dev/other.py"
+: > "$ROOT/.deps/cudnn-frontend/include/cudnn_frontend.h"
+(cd "$snap" && git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm "stub llm.c" && git rev-parse HEAD) > "$T/snap.commit"
+llmc fetch bash dev/bench/llmc_side.sh fetch "$snap/.git"
+if [ "$(cat "$T/fetch.rc")" = 0 ] && [ "$(cut -d' ' -f1 "$ROOT/.deps/llmc/COMMIT")" = "$(cat "$T/snap.commit")" ] &&
+   [ "$(cd "$ROOT/.deps/llmc/src" && find . -type f | sort | tr '\n' ' ')" = "./llmc/cudnn_att.cpp ./train_gpt2.cu " ] &&
+   grep -q 'cudnn-frontend headers already in' "$T/fetch.out"; then
+    ok "llmc_side.sh fetch: train_gpt2.cu and llmc/ of the snapshot's HEAD into .deps/llmc/src, its commit recorded"
+else
+    not_ok "llmc_side.sh fetch: status $(cat "$T/fetch.rc"): $(tr '\n' '|' < "$T/fetch.out" | cut -c1-300); files: $(cd "$ROOT/.deps/llmc/src" 2>/dev/null && find . -type f | tr '\n' ' ')"
+fi
+rm -rf "$ROOT/.deps"
+# run: steps 2..5 (LLMC_WARMUP=1 + LLMC_STEPS=4, the first left out) at 100 and 110 ms: 105 ms,
+# 4*64 tokens per step; the flags llm.c gets; the cuDNN build failing -> the one without.
+llmc run LLMC_BIN="$T/llmc" LLMC_DATA="$TRAIN_SHARD" LLMC_B=4 LLMC_T=64 LLMC_WARMUP=1 LLMC_STEPS=4 STUB_LLMC_ARGS="$T/run.args" \
+    bash dev/bench/llmc_side.sh run "$T/run/llmc.log"
+want_tps=$(awk 'BEGIN { printf "%.1f", 4 * 64 * 1000 / 105 }')
+want_mfu=$(awk -v t="$want_tps" 'BEGIN { printf "%.4f", t * (6 * 124475904 + 6 * 12 * 768 * 64) / 989e12 }')
+val=${TRAIN_SHARD/_train.bin/_val.bin}
+if [ "$(cat "$T/run.rc")" = 0 ] && [ "$(cat "$T/run.out")" = "RESULT framework=llm.c model=d12 B=4 T=64 tok_per_s=$want_tps mfu=$want_mfu step_ms=105.000 steps=4 gpu_used_gib=20.000 impl=train_gpt2cu-cudnn commit=f1e2ace65149" ] &&
+   grep -qxF "train_gpt2cu -i $TRAIN_SHARD -j $val -e d12 -b 4 -t 64 -d 256 -x 5 -v 1000000 -m 1 -s 0 -h 0 -n 0 -l 6e-4 -u 0 -r 0 -z 0" "$T/run.args" &&
+   grep -q '^step    5/5 | ' "$T/run/llmc.log"; then
+    ok "llmc_side.sh run: the mean of llm.c's printed step times after the first (105 ms: $want_tps tok/s, MFU $want_mfu) in one RESULT line; d12 from scratch, B*T per step"
+else
+    not_ok "llmc_side.sh run: status $(cat "$T/run.rc"): '$(cat "$T/run.out")' (want tok_per_s=$want_tps mfu=$want_mfu); args: $(cat "$T/run.args" 2>/dev/null)"
+fi
+llmc cfail LLMC_BIN="$T/llmc" LLMC_DATA="$TRAIN_SHARD" LLMC_B=4 LLMC_T=64 LLMC_WARMUP=1 LLMC_STEPS=4 STUB_LLMC_CUDNN_FAILS=1 \
+    bash dev/bench/llmc_side.sh run "$T/cfail/llmc.log"
+if [ "$(cat "$T/cfail.rc")" = 0 ] && grep -q "^RESULT framework=llm.c .* tok_per_s=$want_tps .* impl=train_gpt2cu-nocudnn " "$T/cfail.out" &&
+   grep -qF 'llmc_side: the build without cuDNN ran: the cuDNN build failed (exit 1: [CUDNN ERROR] at file llmc/cudnn_att.cpp:186' "$T/cfail.out" &&
+   [ -f "$T/cfail/llmc_cudnn_failed.log" ]; then
+    ok "llmc_side.sh run: a failing cuDNN build is followed by the build without cuDNN, named in the RESULT line and why"
+else
+    not_ok "llmc_side.sh run with the cuDNN build failing: status $(cat "$T/cfail.rc"): $(tr '\n' '|' < "$T/cfail.out" | cut -c1-300)"
 fi
 
 # ---- scripts/device_check.sh, end to end ------------------------------------------------
