@@ -100,6 +100,27 @@ nkeys=$(grep -o 'field [a-z_]* "\$line"' dev/bench/bench_gpu.sh | awk '{print $2
 [ -z "$missing" ] && [ "$nkeys" -ge 6 ] && ok "bench_gpu.sh reads $nkeys RESULT keys, each one torch_gpt2_fsdp2.py prints" ||
     not_ok "bench_gpu.sh reads RESULT keys that torch_gpt2_fsdp2.py does not print:$missing ($nkeys keys found)"
 
+# torch_gpt2_fsdp2.py's --compile-mode (parsed before torch is imported): every mode
+# bench_gpu.sh may ask for is accepted and an unknown one refused by name; with PyTorch here,
+# --cpu-smoke (eager, so it runs anywhere) still gives its RESULT line with a mode given.
+out=$(python3 dev/bench/torch_gpt2_fsdp2.py --cpu-smoke --compile-mode fastest 2>&1); rc=$?
+modes=$(python3 dev/bench/torch_gpt2_fsdp2.py --help | tr -s ' \n' ' ' | grep -o "{max-autotune,max-autotune-no-cudagraphs,reduce-overhead,default}" | head -n 1)
+if [ $rc = 2 ] && grep -q "argument --compile-mode: invalid choice: 'fastest'" <<<"$out" && [ -n "$modes" ]; then
+    ok "torch_gpt2_fsdp2.py --compile-mode: $modes accepted, an unknown mode refused"
+else
+    not_ok "torch_gpt2_fsdp2.py --compile-mode: 'fastest' gave status $rc: $(tail -n 1 <<<"$out"); --help's modes: '$modes'"
+fi
+PYT=.venv/bin/python
+python3 -c 'import torch' 2> /dev/null && PYT=python3
+if ! "$PYT" -c 'import torch' 2> /dev/null; then
+    ok "torch_gpt2_fsdp2.py --cpu-smoke --compile-mode max-autotune # skip no PyTorch here"
+elif "$PYT" dev/bench/torch_gpt2_fsdp2.py --cpu-smoke --compile-mode max-autotune --steps 1 --warmup 0 2> /dev/null |
+        grep -q '^RESULT framework=pytorch-fp32 .* compile=off .* adamw=[a-z]'; then
+    ok "torch_gpt2_fsdp2.py --cpu-smoke --compile-mode max-autotune: the eager smoke run still gives its RESULT line"
+else
+    not_ok "torch_gpt2_fsdp2.py --cpu-smoke --compile-mode max-autotune: no RESULT line"
+fi
+
 # bench MODELS OUT [VAR=VALUE...]: bench_gpu.sh in the copy, its status in OUT.rc.
 bench() {
     local which=$1 out=$2; shift 2
