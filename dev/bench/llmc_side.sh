@@ -152,7 +152,7 @@ loads() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }
 
 run() {
     local log=${1:-out/llmc_d12.log} B=${LLMC_B:-32} T=${LLMC_T:-1024} steps=${LLMC_STEPS:-20} warmup=${LLMC_WARMUP:-5}
-    local peak=${LLMC_PEAK_TFLOPS:-989} to=${LLMC_TIMEOUT:-150} data=${LLMC_DATA:-} val home exe impl why="" rc n ms tps nparams mfu mem work
+    local peak=${LLMC_PEAK_TFLOPS:-989} to=${LLMC_TIMEOUT:-150} data=${LLMC_DATA:-} val home exe impl why="" rc n=0 ms tps nparams mfu mem work
     local extra=()
     posint LLMC_B "$B"; posint LLMC_T "$T"; posint LLMC_STEPS "$steps"; posint LLMC_TIMEOUT "$to"
     [[ "$warmup" =~ ^[0-9]+$ ]] || die "LLMC_WARMUP must be >= 0 (got '$warmup')"
@@ -205,13 +205,12 @@ run() {
         *) die "run: train_gpt2cu exit $rc: $(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-160) (log: $log)" ;;
     esac
     # "step    2/25 | loss ... | 123.45 ms | 40.1% bf16 MFU | 265000 tok/s": the ms of every step after the first.
-    read -r n ms <<< "$(awk -F'|' '/^step +[0-9]+\/[0-9]+ \|/ { split($1, s, /[ \/]+/); if (s[2] + 0 < 2) next
+    read -r n ms tps <<< "$(awk -F'|' -v bt=$((B * T)) '/^step +[0-9]+\/[0-9]+ \|/ { split($1, s, /[ \/]+/); if (s[2] + 0 < 2) next
                            for (i = 2; i <= NF; i++) if ($i ~ / ms *$/) { sum += $i + 0; n++ } }
-                      END { if (n) printf "%d %.3f\n", n, sum / n }' "$log")"
+                      END { if (n) printf "%d %.3f %.1f\n", n, sum / n, bt * 1000 / (sum / n) }' "$log")"
     [ "${n:-0}" -gt 0 ] || die "run: no step lines after the first in $log"
     [ "$n" = $((warmup + steps - 1)) ] || die "run: $n timed step lines in $log, want $((warmup + steps - 1))"
     nparams=$(sed -nE 's/^num_parameters: ([0-9]+) .*/\1/p' "$log" | head -n 1)
-    tps=$(awk -v b="$B" -v t="$T" -v ms="$ms" 'BEGIN { printf "%.1f", b * t * 1000 / ms }')
     mfu=$(awk -v tps="$tps" -v n="${nparams:-0}" -v t="$T" -v p="$peak" 'BEGIN { if (n > 0) printf "%.4f", tps * (6 * n + 6 * 12 * 768 * t) / (p * 1e12); else print "n/a" }')
     mem=$(sed -nE 's/^device memory usage: ([0-9]+) MiB .*/\1/p' "$log" | tail -n 1)
     mem=$(awk -v m="${mem:-}" 'BEGIN { if (m != "") printf "%.3f", m / 1024; else print "n/a" }')
