@@ -222,10 +222,10 @@ else
     not_ok "bench_gpu.sh out-of-memory fallback: status $(cat "$T/oom.rc"): $(grep -E 'B=|pytorch|target' "$o" | tr '\n' '|' | cut -c1-400)"
 fi
 
-# BENCH_BUDGET cuts a hanging baseline's timeout to fit (train_gpt fails at once, so the
+# BENCH_BUDGET cuts a hanging baseline's timeout to fit (train_gpt fails at once and llm.c is left out, so the
 # baseline's share does not depend on this machine's speed).
 t0=$(date +%s)
-bench d12 "$T/budget" STUB_TRAIN_FAILS=1 STUB_TORCH_HANG=1 BENCH_TIMEOUT_TORCH=100 BENCH_BUDGET=8
+bench d12 "$T/budget" STUB_TRAIN_FAILS=1 STUB_TORCH_HANG=1 BENCH_TIMEOUT_TORCH=100 BENCH_BUDGET=8 BENCH_LLMC=0
 took=$(( $(date +%s) - t0 ))
 if [ "$(cat "$T/budget.rc")" = 1 ] && [ "$took" -le 9 ] && grep -qE -- '-> pytorch: --compile-mode max-autotune timed out after [1-3]s' "$T/budget/summary.txt"; then
     ok "bench_gpu.sh: BENCH_BUDGET=8 cuts a hanging baseline's 100 s timeout (done after $took s)"
@@ -332,6 +332,7 @@ for a in "$@"; do
         -*|*=*) ;;
         train_gpt) cp "$STUB_DIR/train_gpt" train_gpt ;;
         build/test_*_cuda) mkdir -p build && cp "$STUB_DIR/kernel_test" "$a" ;;
+        build/bench_attention_cuda) mkdir -p build && cp "$STUB_DIR/attention_bench" "$a" ;;
         *) echo "make: *** No rule to make target '$a'.  Stop."; exit 2 ;;
     esac
 done
@@ -361,6 +362,18 @@ case "$n" in
         fi ;;
 esac
 exit 0
+EOF2
+cat > "$DC/stubs/attention_bench" <<'EOF2'
+#!/usr/bin/env bash
+# build/bench_attention_cuda: its lines, flash and cublas timed at both shapes, cudnn not in the build.
+[ -n "${STUB_ALL_HANG:-}" ] && exec sleep 60
+echo "# attention, causal, bf16, KVH = NH; FLOPs: forward 4*B*NH*T*T*hs/2, backward 2.5x, fwd+bwd 3.5x"
+for r in "flash d12 32 12 1.000 151.2 2.000 189.0 3.000 176.4" "flash d48 16 25 1.100 143.1 2.400 163.9 3.500 157.3" \
+         "cublas d12 32 12 3.000 50.4 6.000 63.0 9.000 58.8" "cublas d48 16 25 3.300 47.7 7.000 56.2 10.300 53.5"; do
+    set -- $r
+    echo "attention impl=$1 shape=$2 B=$3 T=1024 NH=$4 hs=64 fwd_ms=$5 fwd_tflops=$6 bwd_ms=$7 bwd_tflops=$8 fwdbwd_ms=$9 fwdbwd_tflops=${10}"
+done
+echo "attention impl=cudnn not available: this build has no attention implementation of that name"
 EOF2
 cat > "$DC/stubs/train_gpt" <<'EOF2'
 #!/usr/bin/env bash
@@ -447,13 +460,15 @@ chmod +x "$DC"/bin/* "$DC"/nogpu/* "$DC"/san/* "$DC"/stubs/*
 
 # check RUN [VAR=VALUE...]: device_check.sh from a fresh copy, its output in $DC/RUN/ (out/,
 # state/, log, rc, wall: seconds it took).
+# prep_RUN ROOT, where defined, prepares the copy first.
 check() {
-    local d=$DC/$1 t0; shift
+    local run=$1 d=$DC/$1 t0; shift
     mkdir -p "$d/root/scripts" "$d/root/dev/bench" "$d/root/dev/test" "$d/state"
-    cp scripts/device_check.sh scripts/find_nccl.sh scripts/device_deps.sh "$d/root/scripts/"
+    cp scripts/device_check.sh scripts/find_nccl.sh scripts/device_deps.sh scripts/device_prebuild.sh "$d/root/scripts/"
     cp dev/bench/bench_gpu.sh dev/bench/llmc_side.sh "$d/root/dev/bench/"
     cp "$DC/stubs/test_train_gpu.sh" "$d/root/dev/test/"
     for f in dev/test/test_*_cuda.cu; do : > "$d/root/$f"; done
+    if declare -F "prep_$run" > /dev/null; then "prep_$run" "$d/root"; fi
     t0=$(date +%s)
     env PATH="$DC/bin:$T/bin:$PATH" PYTHON="$T/bin/python-stub" LLMC_BIN="$T/llmc" STUB_DIR="$DC/stubs" STUB_STATE="$d/state" \
         OUT="$d/out" FSDP_DATA="$FSDP_DATA" "$@" timeout 120 bash "$d/root/scripts/device_check.sh" > "$d/log" 2>&1
@@ -468,6 +483,20 @@ parts() { grep -E '^(PASS|FAIL|SKIP|TIMEOUT) ' "$DC/$1/out/summary.txt" | awk '{
 # line RUN STATUS PART: that part's line, if it has that status.
 line() { grep -E "^$2 +$3 \(" "$DC/$1/out/summary.txt"; }
 ALL_PARTS="gpu build test_attention_cuda test_backend_cuda test_kernels_cuda bench_d48 bench_d12 plan_d48 plan_d12 attention_timing e2e memcheck_test_attention_cuda memcheck_test_backend_cuda "
+
+# prebuilt ROOT DIGEST: .deps/prebuilt in ROOT as scripts/device_prebuild.sh leaves it (the
+# stand-ins as the binaries), its MANIFEST with DIGEST ("" for ROOT's own).
+prebuilt() {
+    local p=$1/.deps/prebuilt t
+    mkdir -p "$p/build"
+    cp "$DC/stubs/train_gpt" "$p/"
+    for t in dev/test/test_*_cuda.cu; do cp "$DC/stubs/kernel_test" "$p/build/$(basename "$t" .cu)"; done
+    cp "$DC/stubs/attention_bench" "$p/build/bench_attention_cuda"
+    printf 'digest %s\ncommit abc1234\nbuilt 2026-12-06 16:00:00 UTC on devbox: sm_90, -march=x86-64-v3, NO_MPI=1, nvcc 13.0\n' \
+        "${2:-$(bash "$1/scripts/device_prebuild.sh" digest)}" > "$p/MANIFEST"
+}
+prep_A() { prebuilt "$1" 0123456789abcdef; }  # built from other sources: not used
+prep_E() { prebuilt "$1"; }
 
 # A: the whole check. A failing kernel test, a hanging one (under a 1 s timeout), d48 out of memory at
 # B=16, an end-to-end check failing, a compute-sanitizer that does not support the device.
@@ -527,13 +556,15 @@ if [ -n "$tps12" ] && line A PASS bench_d12 > /dev/null && grep -qE "^        d1
 else
     not_ok "device_check.sh d12: log tok/s '$tps12'; summary: $(sed -n '/bench_d12/,/attention_timing/p' "$A" | grep -E 'd12' | tr '\n' '|' | cut -c1-500)"
 fi
-if line A PASS attention_timing | grep -q "from test_attention_cuda's run above" &&
-   grep -q '^        attention cublas B=4 T=1024 NH=12 hs=64: forward 0.800 ms' "$A" &&
-   grep -q '^        flash speed-up (cublas ms / flash ms): forward 2.00x, backward 2.40x$' "$A" &&
+if line A PASS attention_timing | grep -q '(.* s, 4 timings, 1 implementation(s) not available)$' &&
+   grep -q '^        cudnn not available: this build has no attention implementation of that name$' "$A" &&
+   grep -q '^        cublas  d48 (B=16 NH=25): forward 3.300 ms   47.7 TFLOP/s | backward 7.000 ms   56.2 TFLOP/s | fwd+bwd   53.5 TFLOP/s$' "$A" &&
+   grep -q '^        d12 target (attention fwd+bwd >= 280 TFLOP/s): flash 176.4, NOT met$' "$A" &&
+   grep -q '^        d48 target (attention fwd+bwd >= 280 TFLOP/s): flash 157.3, NOT met$' "$A" &&
    line A FAIL e2e | grep -q 'status 1, .*GPU_TESTS="ref determinism resume offload fp16 llama eval": 3 ok, 1 not ok' &&
    grep -q '^        not ok - two identical cuda runs: losses differ (stub)$' "$A" &&
    [ "$(cat "$DC/A/state/e2e.env")" = "GPU_TESTS=ref determinism resume offload fp16 llama eval RUN_TIMEOUT=60" ]; then
-    ok "device_check.sh: flash / cublas timings and speed-up from test_attention_cuda's log; e2e with GPU_TESTS, a failed check (status 0) is FAIL"
+    ok "device_check.sh: bench_attention_cuda's timings of each implementation and shape, the unavailable one said, the best against the target; e2e with GPU_TESTS, a failed check (status 0) is FAIL"
 else
     not_ok "device_check.sh timings / e2e: $(sed -n '/attention_timing/,/memcheck/p' "$A" | tr '\n' '|' | cut -c1-500); e2e got: $(cat "$DC/A/state/e2e.env" 2>/dev/null)"
 fi
@@ -583,7 +614,7 @@ fi
 
 # The GPU line (runs A, B, D) and A's one build.
 margs=$(cat "$DC/A/state/make.args" 2>/dev/null)
-want_t="train_gpt$(for f in dev/test/test_*_cuda.cu; do printf ' build/%s' "$(basename "$f" .cu)"; done)"
+want_t="train_gpt$(for f in dev/test/test_*_cuda.cu; do printf ' build/%s' "$(basename "$f" .cu)"; done) build/bench_attention_cuda"
 if [ "$(wc -l < "$DC/A/state/make.args")" = 1 ] && [[ "$margs" == "-j"*" GPU_ARCH=90 WERROR= $want_t" ]] &&
    line A PASS gpu | grep -qF "(1 GPU(s), NVIDIA H200, 143771 MiB, 580.159.04; CUDA 13.0 (driver), nvcc 13.0 ($DC/bin/nvcc))" &&
    line B PASS gpu | grep -q 'nvcc 13.1 .*: nvcc is newer, runs by minor-version compatibility)$' &&
@@ -591,6 +622,18 @@ if [ "$(wc -l < "$DC/A/state/make.args")" = 1 ] && [[ "$margs" == "-j"*" GPU_ARC
     ok "device_check.sh: the driver's CUDA against nvcc's (equal, newer minor, older major); one targeted build: make $margs"
 else
     not_ok "device_check.sh build: make called with '$margs' (want '-jN GPU_ARCH=90 WERROR= $want_t'); $(grep -hE '^[A-Z]+ +(gpu|build) ' "$A" "$DC/B/out/summary.txt" "$DC/D/out/summary.txt" | tr '\n' '|')"
+fi
+# A's prebuilt binaries were built from other sources: said, and built instead. E's are this
+# tree's: copied into place and used, nothing compiled.
+E=$DC/E/out/summary.txt
+check E DEVICE_CHECK_BUDGET=120
+if grep -qE '^prebuilt: not used: built from other sources \(digest 0123456789abcdef, this tree.s [0-9a-f]{16}\); building$' "$A" &&
+   [ "$(parts E)" = "$ALL_PARTS" ] && [ ! -e "$DC/E/state/make.args" ] &&
+   line E PASS build | grep -q "(prebuilt, [0-9]* s: $(echo "$want_t" | wc -w) binaries of .deps/prebuilt, their libraries found here; 2026-12-06 16:00:00 UTC on devbox: sm_90, -march=x86-64-v3, NO_MPI=1, nvcc 13.0, abc1234)" &&
+   line E PASS test_attention_cuda > /dev/null && line E PASS bench_d12 > /dev/null && line E PASS attention_timing > /dev/null; then
+    ok "device_check.sh: prebuilt binaries of this tree are used (no make), of other sources refused with the digests named"
+else
+    not_ok "device_check.sh prebuilt: A: $(grep '^prebuilt' "$A"); E: make $(cat "$DC/E/state/make.args" 2>/dev/null); $(grep -E '^[A-Z]+ ' "$E" | cut -c1-200 | tr '\n' '|')"
 fi
 
 # test_train_gpu.sh's GPU_TESTS: the checks of the groups named and no others, from a copy of
