@@ -31,7 +31,8 @@
 #   shard beside it, else the same file, is read once before step 1 and after the last), the
 #   flags llm.c's own GPT-2 124M script uses where they bear on speed (-r 0: no recompute; -z 0
 #   on one GPU), no sampling, checkpoints or HellaSwag. It is the cuDNN build when it loads
-#   there (LD_LIBRARY_PATH gets the pip cuDNN's lib folder), else the build without cuDNN; the
+#   there (LD_LIBRARY_PATH gets the pip cuDNN's and NVRTC's lib folders and the toolkit's
+#   lib64), else the build without cuDNN, which also runs when the cuDNN one fails; the
 #   RESULT line's impl= says which, and why. The timed steps are those bench_gpu.sh times in
 #   train_gpt: every step after the first (llm.c's own average skips the first too); each is
 #   llm.c's printed per-step time (CUDA events around the step). MFU as bench_gpu.sh counts it:
@@ -78,12 +79,13 @@ fetch() {
     fi
 }
 
-# cudnn_home: a folder with include/cudnn.h and lib/libcudnn.so*: CUDNN_PATH, the pip wheel's
-# (nvidia-cudnn-cu13 or -cu12, found through python3), else nothing (the toolkit's own then).
+# cudnn_home: a folder with lib/libcudnn.so* (and, for a build, include/cudnn.h): CUDNN_PATH,
+# the pip wheel's (nvidia-cudnn-cu13 or -cu12, found through python3), else nothing (the
+# toolkit's or the system's own then).
 cudnn_home() {
     local d
-    for d in ${CUDNN_PATH:-} $(python3 -c 'import nvidia, sys; print(" ".join(p + "/cudnn" for p in nvidia.__path__))' 2>/dev/null); do
-        if [ -f "$d/include/cudnn.h" ] && compgen -G "$d/lib/libcudnn.so*" > /dev/null; then echo "$d"; return; fi
+    for d in ${CUDNN_PATH:-} $(python3 -c 'import nvidia; print(" ".join(p + "/cudnn" for p in nvidia.__path__))' 2>/dev/null); do
+        if compgen -G "$d/lib/libcudnn.so*" > /dev/null; then echo "$d"; return; fi
     done
 }
 
@@ -128,7 +130,7 @@ EOF
         else
             home=$(cudnn_home)
             where="the CUDA toolkit's"
-            [ -n "$home" ] && inc=(-I"$home/include") && lib=(-L"$home/lib") && where=$home
+            [ -n "$home" ] && [ -f "$home/include/cudnn.h" ] && inc=(-I"$home/include") && lib=(-L"$home/lib") && where=$home
             echo "+ nvcc ... -DENABLE_CUDNN llmc/cudnn_att.cpp train_gpt2.cu -lcudnn -> $BIN/train_gpt2cu (cuDNN: $where)"
             if (cd "$SRC" && "$nvcc" -c "${flags[@]}" -DENABLE_CUDNN llmc/cudnn_att.cpp -I"$FRONTEND" "${inc[@]}" -o "$BIN/.cudnn_att.o" &&
                 "$nvcc" "${flags[@]}" -DENABLE_CUDNN train_gpt2.cu "$BIN/.cudnn_att.o" "${libs[@]}" "${lib[@]}" -lcudnn -lnvrtc \
@@ -171,8 +173,13 @@ run() {
     val=${data/_train.bin/_val.bin}
     [ -f "$val" ] || val=$data
     data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data"); val=$(cd "$(dirname "$val")" && pwd)/$(basename "$val")
+    # libcudnn (and the NVRTC the cuDNN build links) where a GPU image keeps them: the pip
+    # wheels' folders and the toolkit's beside nvcc, which need not be on the library path.
     home=$(cudnn_home)
-    [ -n "$home" ] && export LD_LIBRARY_PATH="$home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    for d in ${home:+"$home/lib"} $(python3 -c 'import nvidia; print(" ".join(p + s for p in nvidia.__path__ for s in ("/cu13/lib", "/cuda_nvrtc/lib")))' 2>/dev/null) \
+             "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent/bin/nvcc)")")/../lib64"; do
+        [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    done
     if loads "$BIN/train_gpt2cu"; then exe=$BIN/train_gpt2cu; impl=cudnn
     elif loads "$BIN/train_gpt2cu_nocudnn"; then
         exe=$BIN/train_gpt2cu_nocudnn; impl=nocudnn
