@@ -39,7 +39,8 @@
 # PyTorch's compile mode: BENCH_TORCH_MODES in turn (default max-autotune, then
 # max-autotune-no-cudagraphs, then default), then --no-compile, then --no-fsdp --no-compile:
 # the first that completes is the row, labelled with its mode, and what failed or timed out
-# before it is said under it. A run that fails or times out is followed by the next only when
+# before it is said under it. A max-autotune mode that ran past its cap skips the other
+# (it autotunes every shape as long). A run that fails or times out is followed by the next only when
 # BENCH_TORCH_MIN_RETRY seconds are left (of BENCH_BUDGET).
 #
 # MFU = tokens/s x (6N + 6LCT) / peak, N the parameter count (train_gpt's, which equals the
@@ -326,10 +327,16 @@ for m in "${MODELS[@]}"; do
   for mode in "${TORCH_MODES[@]}"; do variants+=("--compile-mode $mode"); done
   variants+=("--no-compile" "--no-fsdp --no-compile")
   nvar=${#variants[@]}; [[ "${BENCH_TORCH_FALLBACK:-1}" == 0 ]] && nvar=1
-  t_timeout=0 tried=""
+  t_timeout=0 tried="" autotune_slow=0
   if [[ "${BENCH_TORCH:-1}" == 0 ]]; then nvar=0; t_label="pytorch"; t_note="not run (BENCH_TORCH=0)"; fi
   for ((k = 0; k < nvar; k++)); do
     read -r -a vargs <<< "${variants[$k]}"
+    # Once a max-autotune mode has run past its cap, the other would too (both autotune every
+    # shape): the next tried is one that compiles without autotuning.
+    if ((autotune_slow)) && [[ "${variants[$k]}" == *max-autotune* ]]; then
+      tried="${tried:+$tried; }${variants[$k]} skipped (autotunes as long)"
+      continue
+    fi
     to=$(limit "$TO_T") left=$((BUDGET - SECONDS))
     # After a run that failed or timed out, the next is worth starting only with
     # BENCH_TORCH_MIN_RETRY s left of BENCH_BUDGET (without a budget, each has its own cap).
@@ -363,6 +370,7 @@ for m in "${MODELS[@]}"; do
     fi
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then
       why="timed out after ${to}s ($(last_line "$tlog"))"; t_timeout=1
+      [[ "${variants[$k]}" == *max-autotune* ]] && autotune_slow=1
     else
       why="failed (exit $rc): $(last_line "$tlog")"; t_timeout=0
     fi
