@@ -27,8 +27,8 @@
 #   cuDNN's headers and library: the CUDA toolkit's, else a pip wheel's (nvidia-cudnn-cu13,
 #   found through python3), else CUDNN_PATH.
 # run: train_gpt2cu from scratch (-e d12), B=$LLMC_B [32], T=$LLMC_T [1024], total batch B*T (no
-#   accumulation), LLMC_WARMUP [5] + LLMC_STEPS [20] steps on LLMC_DATA (the train shard; the val
-#   shard beside it, else the same file, is read once before step 1 and after the last), the
+#   accumulation), LLMC_WARMUP [5] + LLMC_STEPS [20] steps on LLMC_DATA (the train shard, also
+#   read by the untimed validation passes before step 1 and after the last), the
 #   flags llm.c's own GPT-2 124M script uses where they bear on speed (-r 0: no recompute; -z 0
 #   on one GPU), no sampling, checkpoints or HellaSwag. It is the cuDNN build when it loads
 #   there (LD_LIBRARY_PATH gets the pip cuDNN's and NVRTC's lib folders and the toolkit's
@@ -154,7 +154,7 @@ loads() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }
 
 run() {
     local log=${1:-out/llmc_d12.log} B=${LLMC_B:-32} T=${LLMC_T:-1024} steps=${LLMC_STEPS:-20} warmup=${LLMC_WARMUP:-5}
-    local peak=${LLMC_PEAK_TFLOPS:-989} to=${LLMC_TIMEOUT:-150} data=${LLMC_DATA:-} val home exe impl why="" rc n=0 ms tps nparams mfu mem work
+    local peak=${LLMC_PEAK_TFLOPS:-989} to=${LLMC_TIMEOUT:-150} data=${LLMC_DATA:-} home exe impl why="" rc n=0 ms tps nparams mfu mem work
     local extra=()
     posint LLMC_B "$B"; posint LLMC_T "$T"; posint LLMC_STEPS "$steps"; posint LLMC_TIMEOUT "$to"
     [[ "$warmup" =~ ^[0-9]+$ ]] || die "LLMC_WARMUP must be >= 0 (got '$warmup')"
@@ -170,9 +170,7 @@ run() {
     # llm.c reads our shards as they are: the same 256-int header (magic 20240520, version 1).
     [ "$(od -An -t d4 -N 8 "$data" | tr -s ' ' | sed 's/^ //')" = "20240520 1" ] ||
         die "run: $data is not a token shard (want the header 20240520, version 1)"
-    val=${data/_train.bin/_val.bin}
-    [ -f "$val" ] || val=$data
-    data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data"); val=$(cd "$(dirname "$val")" && pwd)/$(basename "$val")
+    data=$(cd "$(dirname "$data")" && pwd)/$(basename "$data")
     # libcudnn (and the NVRTC the cuDNN build links) where a GPU image keeps them: the pip
     # wheels' folders and the toolkit's beside nvcc, which need not be on the library path.
     home=$(cudnn_home)
@@ -191,7 +189,10 @@ run() {
     mkdir -p "$(dirname "$log")" || die "run: cannot create $(dirname "$log")"
     work=$(mktemp -d "${TMPDIR:-/tmp}/llmc_run.XXXXXX") || die "run: no temporary folder"
     # From an empty folder: llm.c looks for gpt2_tokenizer.bin there (only a warning without it).
-    local cmd=("$exe" -i "$data" -j "$val" -e d12 -b "$B" -t "$T" -d $((B * T)) -x $((warmup + steps))
+    # The validation passes (before step 1, after the last; untimed) read the train shard too:
+    # llm.c asserts that a shard holds more than B*T tokens, and Tiny Shakespeare's val shard
+    # has exactly 32768, B*T at d12's B=32.
+    local cmd=("$exe" -i "$data" -j "$data" -e d12 -b "$B" -t "$T" -d $((B * T)) -x $((warmup + steps))
                -v 1000000 -m 1 -s 0 -h 0 -n 0 -l 6e-4 -u 0 -r 0 -z 0 "${extra[@]}")
     echo "+ $(printf '%q ' "${cmd[@]}")" > "$log"
     (cd "$work" && timeout -k 5 "$to" "${cmd[@]}") >> "$log" 2>&1

@@ -274,9 +274,8 @@ llmc run LLMC_BIN="$T/llmc" LLMC_DATA="$TRAIN_SHARD" LLMC_B=4 LLMC_T=64 LLMC_WAR
     bash dev/bench/llmc_side.sh run "$T/run/llmc.log"
 want_tps=$(awk 'BEGIN { printf "%.1f", 4 * 64 * 1000 / 105 }')
 want_mfu=$(awk -v t="$want_tps" 'BEGIN { printf "%.4f", t * (6 * 124475904 + 6 * 12 * 768 * 64) / 989e12 }')
-val=${TRAIN_SHARD/_train.bin/_val.bin}
 if [ "$(cat "$T/run.rc")" = 0 ] && [ "$(cat "$T/run.out")" = "RESULT framework=llm.c model=d12 B=4 T=64 tok_per_s=$want_tps mfu=$want_mfu step_ms=105.000 steps=4 gpu_used_gib=20.000 impl=train_gpt2cu-cudnn commit=f1e2ace65149" ] &&
-   grep -qxF "train_gpt2cu -i $TRAIN_SHARD -j $val -e d12 -b 4 -t 64 -d 256 -x 5 -v 1000000 -m 1 -s 0 -h 0 -n 0 -l 6e-4 -u 0 -r 0 -z 0" "$T/run.args" &&
+   grep -qxF "train_gpt2cu -i $TRAIN_SHARD -j $TRAIN_SHARD -e d12 -b 4 -t 64 -d 256 -x 5 -v 1000000 -m 1 -s 0 -h 0 -n 0 -l 6e-4 -u 0 -r 0 -z 0" "$T/run.args" &&
    grep -q '^step    5/5 | ' "$T/run/llmc.log"; then
     ok "llmc_side.sh run: the mean of llm.c's printed step times after the first (105 ms: $want_tps tok/s, MFU $want_mfu) in one RESULT line; d12 from scratch, B*T per step"
 else
