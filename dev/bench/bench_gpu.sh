@@ -366,6 +366,9 @@ for m in "${MODELS[@]}"; do
       say "  pytorch: $(cut -d' ' -f2- <<< "$line")"
       t_note=""; t_timeout=0
       [[ $k -gt 0 ]] && t_note="fell back to '${variants[$k]}' after: $tried (see $tlog)"
+      # The baseline is meant with fused AdamW; torch_gpt2_fsdp2.py falls back to foreach if refused.
+      adamw=$(field adamw "$line")
+      [[ "$adamw" != fused ]] && t_note="${t_note:+$t_note; }AdamW $adamw, not fused (see $tlog)"
       break
     fi
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then

@@ -60,7 +60,7 @@ if [ "$compile" != off ] && [ -n "${STUB_COMPILE_FAILS:-}" ]; then echo "torch._
 case " ${STUB_HANG_MODES:-} " in *" $compile "*) exec sleep 60 ;; esac
 model=$(sed -E 's/.*--model ([^ ]+).*/\1/' <<<"$*")
 echo "step 1: loss 10.9" >&2
-echo "RESULT framework=pytorch-fsdp2 model=$model B=2 T=32 tok_per_s=500.0 mfu=0.2468 peak_mem_gib=1.250 step_ms=128.000 peak_reserved_gib=1.500 gpu_used_gib=2.000 world=1 compile=$compile"
+echo "RESULT framework=pytorch-fsdp2 model=$model B=2 T=32 tok_per_s=500.0 mfu=0.2468 peak_mem_gib=1.250 step_ms=128.000 peak_reserved_gib=1.500 gpu_used_gib=2.000 world=1 compile=$compile adamw=${STUB_ADAMW:-fused}"
 EOF
 # Stand-in for llm.c's train_gpt2cu (as train_gpt2cu, the cuDNN build, and as
 # train_gpt2cu_nocudnn): its printed lines, in the format of llm.c's printf calls; step 1
@@ -154,8 +154,9 @@ else
     not_ok "bench_gpu.sh all: status $(cat "$T/all.rc"), average '$c_avg', row '$c_row': $(tail -n 3 "$T/all.log" | tr '\n' ' ' | cut -c1-300)"
 fi
 if grep -qE '^d12 .*pytorch-fsdp2, compile max-autotune +500 +128\.0 +24\.7% +2\.0 GiB +1\.2 GiB' <<<"$t_row" &&
-   grep -qE "^d12 .*ratio train_gpt / pytorch +$want_ratio\$" "$s" && [ "$(grep -c 'torch_gpt2_fsdp2.py' "$s")" = 2 ]; then
-    ok "bench_gpu.sh: the pytorch row carries the RESULT figures of its max-autotune run (500 tok/s, 24.7% MFU); the ratio is $want_ratio"
+   grep -qE "^d12 .*ratio train_gpt / pytorch +$want_ratio\$" "$s" && [ "$(grep -c 'torch_gpt2_fsdp2.py' "$s")" = 2 ] &&
+   ! grep -q 'not fused' "$s"; then
+    ok "bench_gpu.sh: the pytorch row carries the RESULT figures of its max-autotune run (500 tok/s, 24.7% MFU, fused AdamW); the ratio is $want_ratio"
 else
     not_ok "bench_gpu.sh: pytorch row '$t_row', ratio line '$(grep ratio "$s" | head -n 1)' (want $want_ratio)"
 fi
@@ -177,13 +178,14 @@ else
 fi
 
 # Every compile mode fails: each is tried, then --no-compile, labelled; max-autotune hangs
-# past its cap: default is the row (max-autotune-no-cudagraphs skipped), and the timeout said.
+# past its cap: default is the row (max-autotune-no-cudagraphs skipped), and the timeout said;
+# so is an AdamW that is not the fused one.
 bench d12 "$T/fallback" STUB_COMPILE_FAILS=1
-bench d12 "$T/hang" STUB_HANG_MODES=max-autotune BENCH_TIMEOUT_TORCH=2 BENCH_TORCH_MIN_RETRY=1
+bench d12 "$T/hang" STUB_HANG_MODES=max-autotune BENCH_TIMEOUT_TORCH=2 BENCH_TORCH_MIN_RETRY=1 STUB_ADAMW=foreach
 if [ "$(cat "$T/fallback.rc")" = 0 ] && [ -n "$(row "$T/fallback" d12 'pytorch-fsdp2, compile off +500')" ] &&
    grep -q "pytorch: fell back to '--no-compile' after: --compile-mode max-autotune failed (exit 1): torch._dynamo: stub compile failure; --compile-mode max-autotune-no-cudagraphs failed .*; --compile-mode default failed " "$T/fallback/summary.txt" &&
    [ "$(cat "$T/hang.rc")" = 0 ] && [ -n "$(row "$T/hang" d12 'pytorch-fsdp2, compile default +500')" ] &&
-   grep -q "pytorch: fell back to '--compile-mode default' after: --compile-mode max-autotune timed out after 2s (.*); --compile-mode max-autotune-no-cudagraphs skipped (autotunes as long) " "$T/hang/summary.txt"; then
+   grep -q "pytorch: fell back to '--compile-mode default' after: --compile-mode max-autotune timed out after 2s (.*); --compile-mode max-autotune-no-cudagraphs skipped (autotunes as long) .*; AdamW foreach, not fused (see " "$T/hang/summary.txt"; then
     ok "bench_gpu.sh: failing compile modes are tried in turn, then --no-compile; max-autotune past its cap falls back to default (skipping the other autotuning mode); the row says which"
 else
     not_ok "bench_gpu.sh fallback: status $(cat "$T/fallback.rc"): $(grep -E 'pytorch' "$T/fallback/summary.txt" | tail -n 3 | tr '\n' ' ' | cut -c1-300)"
