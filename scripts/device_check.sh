@@ -8,7 +8,8 @@
 # Before the call, on the development machine (no GPU needed; README: GPU):
 #   bash dev/bench/llmc_side.sh fetch      # llm.c's sources (a snapshot) and the cudnn-frontend headers
 #   bash scripts/device_deps.sh fetch      # our libraries as .deb files, for an image without them
-#   bash scripts/device_prebuild.sh        # every binary below for sm_90, into .deps/prebuilt
+#   bash scripts/device_prebuild.sh        # every binary below for sm_90, into .deps/prebuilt (last:
+#                                          # binaries of other sources are refused there)
 #   mkdir -p data && cp -r ../shared/data/tinyshakespeare data/
 # and the call (the device tool's run; the carried paths, with the tree, stay under 64 MiB:
 # device_prebuild.sh prints their size):

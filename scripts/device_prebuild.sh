@@ -51,7 +51,7 @@ rm -f "$OUTD/MANIFEST"
 
 # The sources, as make needs them (git's list where there is one, else the folders above).
 if git rev-parse --git-dir > /dev/null 2>&1; then
-    git ls-files -co --exclude-standard -z | grep -zv '^\.venv$' | tar -cf - --null -T - | tar -xf - -C "$TREE" ||
+    git ls-files -co --exclude-standard -z | grep -zv '^\.venv$' | tar -cf - --ignore-failed-read --null -T - 2> /dev/null | tar -xf - -C "$TREE" ||
         die "cannot copy the tree into $TREE"
 else
     tar -cf - --exclude=build --exclude=.deps . | tar -xf - -C "$TREE" || die "cannot copy the tree into $TREE"
@@ -69,16 +69,24 @@ cp "$TREE/train_gpt" "$OUTD/" && for t in "${KERNEL_TESTS[@]}" build/bench_atten
     die "cannot copy the binaries into $OUTD"
 echo "device_prebuild: ours built in $((SECONDS - t0)) s"
 
-# llm.c's trainer, both builds (its own script says what it lacks).
+# llm.c's trainer, both builds (its own script says what it lacks); not again when both are
+# there from the same snapshot and architecture (a stamp says which; minutes saved here).
 llmc="llm.c: not built (no sources in .deps/llmc: bash dev/bench/llmc_side.sh fetch)"
 if [ -f .deps/llmc/src/train_gpt2.cu ]; then
-    t0=$SECONDS
-    if LLMC_BIN=$OUTD GPU_ARCH=$GPU_ARCH bash dev/bench/llmc_side.sh build > "$OUTD/llmc_build.log" 2>&1; then
-        llmc="llm.c $(cut -c1-12 .deps/llmc/COMMIT): train_gpt2cu, train_gpt2cu_nocudnn"
+    stamp="$(cat .deps/llmc/COMMIT) sm_$GPU_ARCH"
+    if [ -x "$OUTD/train_gpt2cu" ] && [ -x "$OUTD/train_gpt2cu_nocudnn" ] && [ "$(cat "$OUTD/.llmc_stamp" 2>/dev/null)" = "$stamp" ]; then
+        llmc="llm.c $(cut -c1-12 .deps/llmc/COMMIT): train_gpt2cu, train_gpt2cu_nocudnn (as built before)"
     else
-        llmc="llm.c: $(grep -m1 '^llmc_side: build: failed' "$OUTD/llmc_build.log" || tail -n 1 "$OUTD/llmc_build.log") (log: $OUTD/llmc_build.log)"
+        t0=$SECONDS
+        rm -f "$OUTD/.llmc_stamp"
+        if LLMC_BIN=$OUTD GPU_ARCH=$GPU_ARCH bash dev/bench/llmc_side.sh build > "$OUTD/llmc_build.log" 2>&1; then
+            llmc="llm.c $(cut -c1-12 .deps/llmc/COMMIT): train_gpt2cu, train_gpt2cu_nocudnn"
+            echo "$stamp" > "$OUTD/.llmc_stamp"
+        else
+            llmc="llm.c: $(grep -m1 '^llmc_side: build: failed' "$OUTD/llmc_build.log" || tail -n 1 "$OUTD/llmc_build.log") (log: $OUTD/llmc_build.log)"
+        fi
+        echo "device_prebuild: llm.c built in $((SECONDS - t0)) s"
     fi
-    echo "device_prebuild: llm.c built in $((SECONDS - t0)) s"
 fi
 
 {
