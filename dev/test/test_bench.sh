@@ -293,6 +293,22 @@ else
     not_ok "llmc_side.sh run with the cuDNN build failing: status $(cat "$T/cfail.rc"): $(tr '\n' '|' < "$T/cfail.out" | cut -c1-300)"
 fi
 
+# ---- scripts/device_prebuild.sh: its refusal without nvcc, and the digest device_check.sh
+# compares (of a copy of the sources: another when one source changes, not when a script does).
+PB=$T/pb
+mkdir -p "$PB/scripts" "$PB/kernels" "$PB/dev/bench"
+cp scripts/device_prebuild.sh "$PB/scripts/"; cp Makefile train_gpt.cu "$PB/"; cp kernels/cuda_attention.cuh "$PB/kernels/"
+nonvcc=$(mkdir -p "$T/nobin" && ln -sf "$(command -v bash)" "$T/nobin/bash" && for c in dirname tar git; do ln -sf "$(command -v $c)" "$T/nobin/$c"; done &&
+         env PATH="$T/nobin" bash "$PB/scripts/device_prebuild.sh" 2>&1; echo "rc=$?")
+d1=$(bash "$PB/scripts/device_prebuild.sh" digest); echo "echo" > "$PB/dev/bench/x.sh"; d2=$(bash "$PB/scripts/device_prebuild.sh" digest)
+echo "// changed" >> "$PB/kernels/cuda_attention.cuh"; d3=$(bash "$PB/scripts/device_prebuild.sh" digest)
+if [ "$nonvcc" = "$(printf 'device_prebuild: nvcc not found: nothing can be built for the GPU here\nrc=1')" ] &&
+   [[ "$d1" =~ ^[0-9a-f]{16}$ ]] && [ "$d1" = "$d2" ] && [ "$d3" != "$d1" ]; then
+    ok "device_prebuild.sh: without nvcc one line and status 1; its digest changes with a source ($d1 -> $d3), not with a script"
+else
+    not_ok "device_prebuild.sh: without nvcc '$nonvcc'; digests '$d1' '$d2' '$d3'"
+fi
+
 # ---- scripts/device_check.sh, end to end ------------------------------------------------
 # It runs from a copy of the tree (its own scripts, bench_gpu.sh, placeholders for the
 # dev/test/test_*_cuda.cu it derives its targets from) with stand-ins on PATH:
