@@ -186,6 +186,7 @@ run() {
     else
         die "run: no train_gpt2cu in $BIN that loads here (run: bash dev/bench/llmc_side.sh build; $(ldd "$BIN/train_gpt2cu_nocudnn" 2>&1 | grep -m1 'not found\|not a dynamic\|No such' | tr -s ' \t' ' '))"
     fi
+    exe=$(cd "$(dirname "$exe")" && pwd)/$(basename "$exe")  # it runs from another folder
     mkdir -p "$(dirname "$log")" || die "run: cannot create $(dirname "$log")"
     work=$(mktemp -d "${TMPDIR:-/tmp}/llmc_run.XXXXXX") || die "run: no temporary folder"
     # From an empty folder: llm.c looks for gpt2_tokenizer.bin there (only a warning without it).
