@@ -178,6 +178,7 @@ run() {
              "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent/bin/nvcc)")")/../lib64"; do
         [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     done
+    [ -d "$BIN" ] && BIN=$(cd "$BIN" && pwd)  # the trainer runs from a folder of its own
     if loads "$BIN/train_gpt2cu"; then exe=$BIN/train_gpt2cu; impl=cudnn
     elif loads "$BIN/train_gpt2cu_nocudnn"; then
         exe=$BIN/train_gpt2cu_nocudnn; impl=nocudnn
@@ -186,7 +187,6 @@ run() {
     else
         die "run: no train_gpt2cu in $BIN that loads here (run: bash dev/bench/llmc_side.sh build; $(ldd "$BIN/train_gpt2cu_nocudnn" 2>&1 | grep -m1 'not found\|not a dynamic\|No such' | tr -s ' \t' ' '))"
     fi
-    exe=$(cd "$(dirname "$exe")" && pwd)/$(basename "$exe")  # it runs from another folder
     mkdir -p "$(dirname "$log")" || die "run: cannot create $(dirname "$log")"
     work=$(mktemp -d "${TMPDIR:-/tmp}/llmc_run.XXXXXX") || die "run: no temporary folder"
     # From an empty folder: llm.c looks for gpt2_tokenizer.bin there (only a warning without it).
