@@ -135,6 +135,11 @@ ifneq ($(NVCC),)
 build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) $< $(LIB_OBJS) -o $@ $(NVCC_LIBS)
+# Attention timings at training shapes (dev/bench/bench_attention_cuda.cu): GPU only, and not
+# in `all` (scripts/device_prebuild.sh and scripts/device_check.sh build it by name).
+build/bench_attention_cuda: dev/bench/bench_attention_cuda.cu $(HEADERS) $(FLAVOUR_STAMP)
+	@mkdir -p build
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
 endif
 
 build/test_%: dev/test/test_%.c $(LIB_OBJS) $(HEADERS)

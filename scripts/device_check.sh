@@ -1,35 +1,57 @@
 #!/usr/bin/env bash
-# One command for a lent GPU machine, made to fit one 10-minute call: checks the GPU, builds,
-# tests and benchmarks train_gpt's cuda device within DEVICE_CHECK_BUDGET seconds [480].
+# One command for a lent GPU machine, made to fit one 10-minute call: checks the GPU, builds
+# (or takes the binaries built beforehand), tests and benchmarks train_gpt's cuda device beside
+# llm.c's own trainer and PyTorch within DEVICE_CHECK_BUDGET seconds [540].
 #
 #   bash scripts/device_check.sh          # summary + logs in $OUT, else ./device_check_out
+#
+# Before the call, on the development machine (no GPU needed; README: GPU):
+#   bash dev/bench/llmc_side.sh fetch      # llm.c's sources (a snapshot) and the cudnn-frontend headers
+#   bash scripts/device_deps.sh fetch      # our libraries as .deb files, for an image without them
+#   bash scripts/device_prebuild.sh        # every binary below for sm_90, into .deps/prebuilt (last:
+#                                          # binaries of other sources are refused there)
+#   mkdir -p data && cp -r ../shared/data/tinyshakespeare data/
+# and the call (the device tool's run; the carried paths, with the tree, stay under 64 MiB:
+# device_prebuild.sh prints their size):
+#   command: bash scripts/device_check.sh
+#   carry:   [".deps/prebuilt", ".deps/debs", ".deps/llmc", ".deps/cudnn-frontend", "data/tinyshakespeare"]
+#   timeout_s: 600
 #
 # Parts, in order. Each runs under `timeout`: its own cap, cut so that it ends inside the
 # budget with time left for the summary; what a part leaves running is killed after it, and
 # a part that fails or times out is recorded and the next one still runs.
 #   1. gpu               nvidia-smi; the CUDA version the driver supports against nvcc's release.
 #                        No GPU visible: FAIL, and every later part is SKIPped at once.
-#   2. build             make -j GPU_ARCH=90 WERROR= train_gpt build/test_*_cuda (only what the
-#                        parts below run; WERROR= so that this machine's compiler warnings do not
-#                        stop it); if that fails and there is an mpicc, build_nompi: the same
-#                        with NO_MPI=1 (an MPI from a pip wheel may be unable to build).
+#   2. build             the binaries of .deps/prebuilt (scripts/device_prebuild.sh) when their
+#                        MANIFEST's source digest is this tree's and each one's libraries
+#                        resolve here (ldd; NCCL from scripts/find_nccl.sh's folder if need be)
+#                        and train_gpt --help runs: copied into place, nothing compiled; else
+#                        (the reason said) make -j GPU_ARCH=90 WERROR= train_gpt build/test_*_cuda
+#                        build/bench_attention_cuda (WERROR= so that this machine's compiler
+#                        warnings do not stop it); if that fails and there is an mpicc,
+#                        build_nompi: the same with NO_MPI=1 (an MPI from a pip wheel may be
+#                        unable to build). build_llmc, only when no prebuilt train_gpt2cu
+#                        loads and .deps/llmc holds llm.c's sources: dev/bench/llmc_side.sh build.
 #   3. test_*_cuda       each kernel test program (every kernel against its CPU twin), each
 #                        under DEVICE_CHECK_TEST_TIMEOUT seconds [90].
 #   4. bench_d48         train_gpt alone (dev/bench/bench_gpu.sh, BENCH_TORCH=0): d48 (1.5B),
 #                        B=16 (8 if 16 runs out of GPU memory; said in the summary), T=1024, 10
-#                        steps + 1 with --profile-step: tok/s and MFU (target >= 50%).
-#   5. bench_d12         d12 (124M) against PyTorch FSDP2 on the same GPU (bench_gpu.sh): the
-#                        target is >= 1.1x its tok/s. For both benchmarks the summary has
-#                        bench_gpu.sh's table and targets, the profile table and its largest row
-#                        (the limiting phase).
+#                        steps + 1 with --profile-step: tok/s and MFU (target >= 55%).
+#   5. bench_d12         the d12 (124M) trio on the same GPU (bench_gpu.sh): train_gpt, llm.c's
+#                        train_gpt2cu (cuDNN attention where it loads) and PyTorch FSDP2 with
+#                        torch.compile max-autotune (else the fastest mode that compiled in the
+#                        time left, named), B=32, T=1024, the same steps timed: targets train_gpt
+#                        >= 1.2x llm.c's tok/s and >= 1.3x PyTorch's. For both benchmarks the
+#                        summary has bench_gpu.sh's table and targets, the profile table and its
+#                        largest row (the limiting phase).
 #   5b. plan_d48, plan_d12  train_gpt --plan for each benchmark's flags on this GPU's profile: the
 #                        planned ms/step beside the measured one, and a profile calibrated on the
 #                        benchmark's profiled step (--calibrate-from; logs/plan_MODEL.prof and
 #                        its figures in the summary).
-#   6. attention_timing  flash and cublas attention at GPT-2 size (B=4, T=1024, 12 heads of 64),
-#                        forward and backward: the timings test_attention_cuda prints after its
-#                        checks, taken from part 3's log (the program is run again only when part 3
-#                        did not get that far), with flash's speed-up over cublas.
+#   6. attention_timing  build/bench_attention_cuda: forward and backward TFLOP/s of every
+#                        attention implementation (flash, cublas, cudnn; one this build or
+#                        machine lacks is "not available") at the d12 and d48 training shapes,
+#                        and the best fwd+bwd rate of each shape against the target (>= 280).
 #   7. e2e               dev/test/test_train_gpu.sh, the groups DEVICE_CHECK_GPU_TESTS names
 #                        ["ref determinism resume offload fp16 llama eval": cuda vs cpu losses,
 #                        bitwise repeat, resume, --offload optimizer bitwise, --param-dtype fp16
@@ -43,13 +65,12 @@
 #
 # Data: Tiny Shakespeare from $FSDP_DATA, data/ or ../shared/data; without it, shards of random
 # tokens (throughput does not depend on the text; the end-to-end checks compare runs).
-# Before calling it on a machine without network, run `bash scripts/device_deps.sh fetch` here
-# and carry .deps (and data/tinyshakespeare) with the call: this script sources
-# `scripts/device_deps.sh use` before it builds.
-# Environment: OUT, GPU_ARCH [90], DEVICE_CHECK_BUDGET [480], DEVICE_CHECK_TEST_TIMEOUT [90],
+# This script sources `scripts/device_deps.sh use` before it builds or checks the binaries.
+# Environment: OUT, GPU_ARCH [90], DEVICE_CHECK_BUDGET [540], DEVICE_CHECK_TEST_TIMEOUT [90],
 #   DEVICE_CHECK_GPU_TESTS, DEVICE_CHECK_MIN_PART [10] (a part with less time left than this
-#   is skipped), FSDP_DATA; bench_gpu.sh's own variables pass through (BENCH_B_D12 [32],
-#   BENCH_B_D48 [16 here], BENCH_STEPS, BENCH_TIMEOUT_TORCH, ...).
+#   is skipped), DEVICE_CHECK_PREBUILT=0 (build even where prebuilt binaries would do),
+#   FSDP_DATA, LLMC_BIN [.deps/prebuilt]; bench_gpu.sh's own variables pass through
+#   (BENCH_B_D12 [32], BENCH_B_D48 [16 here], BENCH_STEPS, BENCH_TIMEOUT_TORCH, ...).
 set -u
 shopt -s nullglob
 cd "$(dirname "$0")/.." || exit 1
@@ -62,7 +83,7 @@ mkdir -p "$LOGS" "$WORK" || exit 1
 SUMMARY=$OUT_DIR/summary.txt
 : >"$SUMMARY"
 START=$(date +%s)
-BUDGET=${DEVICE_CHECK_BUDGET:-480}
+BUDGET=${DEVICE_CHECK_BUDGET:-540}
 TEST_TIMEOUT=${DEVICE_CHECK_TEST_TIMEOUT:-90}
 MIN_PART=${DEVICE_CHECK_MIN_PART:-10}
 for v in BUDGET TEST_TIMEOUT MIN_PART; do
@@ -214,7 +235,9 @@ fi
 # come from the .deb files in .deps/debs, carried along: scripts/device_deps.sh).
 KERNEL_TESTS=()
 for src in dev/test/test_*_cuda.cu; do KERNEL_TESTS+=("$(basename "$src" .cu)"); done
-TARGETS=(train_gpt "${KERNEL_TESTS[@]/#/build/}")
+TARGETS=(train_gpt "${KERNEL_TESTS[@]/#/build/}" build/bench_attention_cuda)
+PREBUILT=$ROOT/.deps/prebuilt
+export LLMC_BIN=${LLMC_BIN:-$PREBUILT}  # llm.c's trainer, for bench_gpu.sh (dev/bench/llmc_side.sh)
 if [ -z "$NO_GPU" ]; then
     if [ -f scripts/device_deps.sh ]; then
         source scripts/device_deps.sh use >"$LOGS/deps.log" 2>&1
@@ -232,16 +255,62 @@ if [ -z "$NO_GPU" ]; then
     note "cupti: ${FSDP_CUPTI_LIB:-none found beside nvcc or in a pip wheel, train_gpt tries the library path}"
 fi
 build_errors() { grep -m5 -E 'error:|\*\*\*|not found' "$LOGS/$1.log" | indent; }
-MAKE_ARGS=(-j"$(nproc)" GPU_ARCH="$GPU_ARCH" WERROR= "${TARGETS[@]}")
-if run_part build 240 make "${MAKE_ARGS[@]}"; then
-    verdict build "make ${MAKE_ARGS[*]}"
-    if [ "$RC" != 0 ]; then
-        build_errors build
-        # An mpicc that cannot build should not cost the whole check.
-        if [ "$RC" != 124 ] && command -v mpicc >/dev/null && run_part build_nompi 200 make NO_MPI=1 "${MAKE_ARGS[@]}"; then
-            verdict build_nompi "make NO_MPI=1: ranks via scripts/launch_local.sh"
-            [ "$RC" = 0 ] || build_errors build_nompi
+# unresolved BIN: the libraries BIN needs that ldd cannot find here (nothing for a script).
+unresolved() { ldd "$1" 2>/dev/null | awk '/not found/ { print $1 }' | tr '\n' ' ' | sed 's/ $//'; }
+# prebuilt_reason: why .deps/prebuilt cannot stand in for the build; nothing when it can.
+prebuilt_reason() {
+    local m=$PREBUILT/MANIFEST have want t miss
+    [ "${DEVICE_CHECK_PREBUILT:-1}" = 0 ] && { echo "DEVICE_CHECK_PREBUILT=0"; return; }
+    [ -f "$m" ] || { echo "no $m (bash scripts/device_prebuild.sh where nvcc is; carry .deps/prebuilt)"; return; }
+    have=$(awk '$1 == "digest" { print $2 }' "$m")
+    want=$(bash scripts/device_prebuild.sh digest)
+    [ "$have" = "$want" ] || { echo "built from other sources (digest $have, this tree's $want)"; return; }
+    for t in "${TARGETS[@]}"; do
+        [ -x "$PREBUILT/$t" ] || { echo "$PREBUILT/$t missing"; return; }
+        miss=$(unresolved "$PREBUILT/$t")
+        [ -z "$miss" ] || { echo "$t: libraries not found here: $miss"; return; }
+    done
+    "$PREBUILT/train_gpt" --help > /dev/null 2>&1 || echo "$PREBUILT/train_gpt --help failed (status $?)"
+}
+# A prebuilt train_gpt linked to libnccl.so.2 finds it where scripts/find_nccl.sh says (a
+# pip wheel's NCCL is on no library path).
+if [ -z "$NO_GPU" ] && [ -x "$PREBUILT/train_gpt" ] && [[ " $(unresolved "$PREBUILT/train_gpt") " == *" libnccl.so.2 "* ]]; then
+    nccl=$(scripts/find_nccl.sh "$(command -v nvcc)")
+    [ -n "$nccl" ] && export LD_LIBRARY_PATH="$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+WHY_BUILD=$([ -z "$NO_GPU" ] && prebuilt_reason)
+if [ -z "$NO_GPU" ] && [ -z "$WHY_BUILD" ]; then
+    t0=$(date +%s)
+    copied=1
+    mkdir -p build || copied=0
+    for t in "${TARGETS[@]}"; do cp "$PREBUILT/$t" "$t" || copied=0; done
+    if [ $copied = 1 ]; then
+        record PASS build "prebuilt, $(( $(date +%s) - t0 )) s: ${#TARGETS[@]} binaries of .deps/prebuilt, their libraries found here; $(sed -n 's/^built //p' "$PREBUILT/MANIFEST" | cut -c1-160), $(sed -n 's/^commit //p' "$PREBUILT/MANIFEST")"
+    else
+        record FAIL build "prebuilt binaries could not be copied into place"
+    fi
+else
+    [ -z "$NO_GPU" ] && note "prebuilt: not used: $WHY_BUILD; building"
+    MAKE_ARGS=(-j"$(nproc)" GPU_ARCH="$GPU_ARCH" WERROR= "${TARGETS[@]}")
+    if run_part build 240 make "${MAKE_ARGS[@]}"; then
+        verdict build "make ${MAKE_ARGS[*]}"
+        if [ "$RC" != 0 ]; then
+            build_errors build
+            # An mpicc that cannot build should not cost the whole check.
+            if [ "$RC" != 124 ] && command -v mpicc >/dev/null && run_part build_nompi 200 make NO_MPI=1 "${MAKE_ARGS[@]}"; then
+                verdict build_nompi "make NO_MPI=1: ranks via scripts/launch_local.sh"
+                [ "$RC" = 0 ] || build_errors build_nompi
+            fi
         fi
+    fi
+fi
+# llm.c's trainer for the d12 trio: built here only when no prebuilt one loads and its sources came along.
+if [ -z "$NO_GPU" ] && ! { [ -x "$LLMC_BIN/train_gpt2cu_nocudnn" ] && [ -z "$(unresolved "$LLMC_BIN/train_gpt2cu_nocudnn")" ]; } &&
+   ! { [ -x "$LLMC_BIN/train_gpt2cu" ] && [ -z "$(unresolved "$LLMC_BIN/train_gpt2cu")" ]; }; then
+    if [ -f .deps/llmc/src/train_gpt2.cu ]; then
+        run_part build_llmc 200 bash dev/bench/llmc_side.sh build && verdict build_llmc "dev/bench/llmc_side.sh build into $LLMC_BIN"
+    else
+        note "llm.c: no train_gpt2cu in $LLMC_BIN that loads here and no sources in .deps/llmc (bash dev/bench/llmc_side.sh fetch): the d12 trio lacks it"
     fi
 fi
 if [ -x ./train_gpt ] && [ -z "$NO_GPU" ]; then
@@ -266,13 +335,13 @@ bench() {
     run_part "$name" "$cap" env BENCH_BUDGET="$b" "$@" bash dev/bench/bench_gpu.sh "$m" "$LOGS/$name" || return
     verdict "$name"
     local log=$LOGS/$name.log
-    { grep -E '^  (train_gpt|pytorch): ' "$log"          # the figures (and notes) as they came
+    { grep -E '^  (train_gpt|llm\.c|pytorch): ' "$log"   # the figures (and notes) as they came
       sed -n '/^model  *B  *T  *implementation/,/^GPU mem:/p' "$log" | grep -v '^GPU mem:\|^$'  # table, targets, limiting phase
       awk '/^  profile of step/ { p = 1; print; next } p && /^    / { print; next } { p = 0 }' "$log"
     } | indent
 }
 bench d48 150 BENCH_TORCH=0 BENCH_B_D48="${BENCH_B_D48:-16}" BENCH_WARMUP=0 BENCH_STEPS=10
-bench d12 240
+bench d12 300
 
 # 5b. The planner against each benchmark (train_gpt --plan: no GPU work, well under a second):
 # the step it plans for the benchmark's flags on this GPU's profile beside the measured one,
@@ -299,26 +368,18 @@ plan_vs() {
 plan_vs d48
 plan_vs d12
 
-# 6. Flash against cublas at GPT-2 size: test_attention_cuda's last lines.
-timings() { grep -E '^# attention (flash|cublas) ' "$1" 2>/dev/null; }
-ATT_LOG=$LOGS/test_attention_cuda.log
-if [ -z "$NO_GPU" ] && [ "$(timings "$ATT_LOG" | wc -l)" -ge 2 ]; then
-    record PASS attention_timing "from test_attention_cuda's run above"
-elif built attention_timing build/test_attention_cuda && run_part attention_timing 90 build/test_attention_cuda; then
-    ATT_LOG=$LOGS/attention_timing.log
-    # Its checks were judged in part 3: here only whether the timings came.
-    if [ "$(timings "$ATT_LOG" | wc -l)" -ge 2 ]; then record PASS attention_timing "$SECS s, test_attention_cuda run again"
-    elif [ "$RC" = 124 ]; then verdict attention_timing "no timings printed"
-    else record FAIL attention_timing "status $RC, $SECS s: no timings printed; log: logs/attention_timing.log"; fi
-else
-    ATT_LOG=/dev/null
-fi
-if [ "$(timings "$ATT_LOG" | wc -l)" -ge 2 ]; then
-    { timings "$ATT_LOG" | sed 's/^# //'
-      timings "$ATT_LOG" | awk '{ for (i = 1; i + 2 <= NF; i++) if ($(i + 2) == "ms") { if ($i == "forward") f[$3] = $(i + 1); if ($i == "backward") b[$3] = $(i + 1) } }
-          END { if (f["flash"] > 0 && b["flash"] > 0)
-                  printf "flash speed-up (cublas ms / flash ms): forward %.2fx, backward %.2fx\n",
-                         f["cublas"] / f["flash"], b["cublas"] / b["flash"] }'
+# 6. Attention at the training shapes, every implementation (build/bench_attention_cuda).
+if built attention_timing build/bench_attention_cuda && run_part attention_timing 90 build/bench_attention_cuda; then
+    log=$LOGS/attention_timing.log
+    verdict attention_timing "$(grep -c '^attention impl=.* fwd_ms=' "$log") timings, $(grep -c '^attention impl=.* not available' "$log") implementation(s) not available"
+    { grep -E '^attention impl=[a-z0-9_]+ (not available|FAILED)|^bench_attention_cuda: ' "$log" | sed 's/^attention impl=//'
+      awk '/^attention impl=.* fwd_ms=/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+               printf "%-7s %s (B=%s NH=%s): forward %.3f ms %6.1f TFLOP/s | backward %.3f ms %6.1f TFLOP/s | fwd+bwd %6.1f TFLOP/s\n",
+                      v["impl"], v["shape"], v["B"], v["NH"], v["fwd_ms"], v["fwd_tflops"], v["bwd_ms"], v["bwd_tflops"], v["fwdbwd_tflops"]
+               s = v["shape"]; if (!(s in best)) order[n++] = s
+               if (v["fwdbwd_tflops"] + 0 > best[s]) { best[s] = v["fwdbwd_tflops"] + 0; who[s] = v["impl"] } }
+           END { for (i = 0; i < n; i++) { s = order[i]
+                   printf "%s target (attention fwd+bwd >= 280 TFLOP/s): %s %.1f, %s\n", s, who[s], best[s], (best[s] >= 280) ? "met" : "NOT met" } }' "$log"
     } | indent
 fi
 

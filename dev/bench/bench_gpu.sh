@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# GPU benchmark: ./train_gpt --device cuda against the PyTorch baseline
-# (dev/bench/torch_gpt2_fsdp2.py: FSDP2 fully_shard per block with a bf16
-# MixedPrecisionPolicy, torch.compile, SDPA flash attention, fused AdamW), the same GPT-2,
-# micro-batch, sequence length, token shard and step count, one after the other on the same
-# GPU in the same call. Prints a table of tokens/s, MFU and peak memory of both, and the
-# ratio train_gpt / pytorch, with the issue's targets:
-#   d12 (124M) at T=1024: train_gpt >= 1.1x PyTorch's tokens/s
-#   d48 (1.5B) at T=1024: train_gpt >= 50% MFU
+# GPU benchmark: ./train_gpt --device cuda against llm.c's own CUDA trainer (d12 only:
+# train_gpt2cu through dev/bench/llmc_side.sh, built beforehand, with cuDNN attention where it
+# loads) and the PyTorch baseline (dev/bench/torch_gpt2_fsdp2.py: FSDP2 fully_shard per block
+# with a bf16 MixedPrecisionPolicy, torch.compile in max-autotune, SDPA flash attention, fused
+# AdamW), the same GPT-2, micro-batch, sequence length, token shard and step count, one after
+# the other on the same GPU in the same call. Prints a table of tokens/s, MFU and peak memory
+# of each, and the ratios train_gpt / llm.c and train_gpt / pytorch, with the issue's targets:
+#   d12 (124M) at T=1024: train_gpt >= 1.2x llm.c's tokens/s and >= 1.3x PyTorch's
+#   d48 (1.5B) at T=1024: train_gpt >= 55% MFU
 #
 #   bash dev/bench/bench_gpu.sh [d12|d48|all] [OUTDIR]     # from anywhere, after `make`
 #
@@ -31,8 +32,16 @@
 # Steps: BENCH_WARMUP (5) untimed + BENCH_STEPS (20) timed for PyTorch (compilation happens
 # in the warmup); train_gpt runs the same warmup + steps (+ the profiled one) and its printed
 # "average step .. over N steps after the first" is used (it allocates everything before
-# step 0 and compiles nothing, so only its first step is untimed). Every run is under `timeout`; on an H200 the
-# whole script should take 3-5 minutes, most of it PyTorch's compilation.
+# step 0 and compiles nothing, so only its first step is untimed); llm.c runs warmup + steps
+# and the mean of its printed step times after the first is used (the same steps as
+# train_gpt's). Every run is under `timeout`; on an H200 the whole script should take 4-7
+# minutes, most of it PyTorch's compilation.
+# PyTorch's compile mode: BENCH_TORCH_MODES in turn (default max-autotune, then
+# max-autotune-no-cudagraphs, then default), then --no-compile, then --no-fsdp --no-compile:
+# the first that completes is the row, labelled with its mode, and what failed or timed out
+# before it is said under it. A max-autotune mode that ran past its cap skips the other
+# (it autotunes every shape as long). A run that fails or times out is followed by the next only when
+# BENCH_TORCH_MIN_RETRY seconds are left (of BENCH_BUDGET).
 #
 # MFU = tokens/s x (6N + 6LCT) / peak, N the parameter count (train_gpt's, which equals the
 # baseline's: tied wte once, padded vocab rows included), peak BENCH_PEAK_TFLOPS (989: H100/
@@ -52,13 +61,19 @@
 #   BENCH_B_D12, BENCH_B_D48, BENCH_T    micro-batches (32, 8) and sequence length (1024)
 #   BENCH_STEPS, BENCH_WARMUP            timed and untimed steps (20, 5)
 #   BENCH_PEAK_TFLOPS    per-GPU peak for MFU (989)
-#   BENCH_TIMEOUT_C, BENCH_TIMEOUT_TORCH seconds per run (120, 180: at most 10 minutes for all)
+#   BENCH_TIMEOUT_C, BENCH_TIMEOUT_LLMC, BENCH_TIMEOUT_TORCH    seconds per run (120, 120, 180:
+#                        PyTorch's is each compile mode's cap)
+#   BENCH_TORCH_MODES    torch.compile modes to try, strongest first ("max-autotune
+#                        max-autotune-no-cudagraphs default"; reduce-overhead allowed too)
+#   BENCH_TORCH_MIN_RETRY    seconds left under which no further PyTorch run is started (60)
+#   BENCH_LLMC=0         no llm.c row (else d12 runs dev/bench/llmc_side.sh run: its
+#                        LLMC_BIN [.deps/prebuilt] must hold train_gpt2cu or
+#                        train_gpt2cu_nocudnn; without either the row says how to build them)
 #   BENCH_BUDGET         seconds for the whole script (default none): each run's timeout is
 #                        cut to what is left of it, so that a caller's own limit (e.g.
 #                        scripts/device_check.sh's) never stops the script before its table
 #   BENCH_TORCH=0        no baseline (the d48 target needs train_gpt's MFU only)
-#   BENCH_TORCH_FALLBACK=0               no retry of a failed baseline (default: retry once
-#                        without torch.compile, then without FSDP2; the row is labelled)
+#   BENCH_TORCH_FALLBACK=0               the first compile mode only, no fallback
 #   BENCH_TORCH_ARGS     extra arguments for the baseline (e.g. "--sdpa cudnn")
 #   BENCH_C_ARGS         extra arguments for train_gpt (e.g. "--attention cublas")
 set -uo pipefail
@@ -89,9 +104,17 @@ WARMUP=${BENCH_WARMUP:-5}
 PEAK=${BENCH_PEAK_TFLOPS:-989}
 TO_C=${BENCH_TIMEOUT_C:-120}
 TO_T=${BENCH_TIMEOUT_TORCH:-180}
+TO_L=${BENCH_TIMEOUT_LLMC:-120}
+MIN_RETRY=${BENCH_TORCH_MIN_RETRY:-60}
+read -r -a TORCH_MODES <<< "${BENCH_TORCH_MODES:-max-autotune max-autotune-no-cudagraphs default}"
+for mode in "${TORCH_MODES[@]}"; do
+  case "$mode" in max-autotune|max-autotune-no-cudagraphs|reduce-overhead|default) ;;
+    *) echo "bench_gpu: BENCH_TORCH_MODES: unknown torch.compile mode '$mode'" >&2; exit 2 ;; esac
+done
+((${#TORCH_MODES[@]} > 0)) || { echo "bench_gpu: BENCH_TORCH_MODES names no mode" >&2; exit 2; }
 # shellcheck disable=SC2034  # read as B_$m below
 B_d12=${BENCH_B_D12:-32} B_d48=${BENCH_B_D48:-8}
-for v in T STEPS TO_C TO_T B_d12 B_d48; do posint "$v" "${!v}"; done
+for v in T STEPS TO_C TO_T TO_L MIN_RETRY B_d12 B_d48; do posint "$v" "${!v}"; done
 BUDGET=${BENCH_BUDGET:-0}
 [[ "$BUDGET" =~ ^[0-9]+$ ]] || die "BENCH_BUDGET must be a whole number of seconds"
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be >= 0"
@@ -144,7 +167,7 @@ GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,nohea
 TORCH_VER=$("$PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available" if torch.cuda.is_available() else "NOT AVAILABLE")' 2>&1 | tail -n 1)
 say "bench_gpu: $(date -u '+%Y-%m-%d %H:%M:%S UTC') | GPU: $GPU"
 say "pytorch: $PYTHON, torch $TORCH_VER | data: $DATA$DATA_NOTE"
-say "steps: $WARMUP warmup + $STEPS timed | peak $PEAK TFLOP/s for MFU | timeouts: train_gpt ${TO_C}s, pytorch ${TO_T}s per run"
+say "steps: $WARMUP warmup + $STEPS timed | peak $PEAK TFLOP/s for MFU | timeouts: train_gpt ${TO_C}s, llm.c ${TO_L}s, pytorch ${TO_T}s per run"
 
 preset() {  # model -> "L C NH"
   case "$1" in
@@ -182,6 +205,8 @@ limiting() {
 last_line() { grep -v '^\s*$' "$1" 2> /dev/null | tail -n 1 | cut -c1-160; }
 
 declare -a ROWS=() VERDICTS=()
+ROWFMT='%-4s %3s %5s  %-44s %12s %10s %7s %12s %12s'
+
 status=0 timed_out=0
 
 for m in "${MODELS[@]}"; do
@@ -254,22 +279,70 @@ for m in "${MODELS[@]}"; do
       VERDICTS+=("$m limiting phase (largest row of train_gpt's profiled step): $lim")
     fi
   fi
-  ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' "$m" "$B" "$T" "train_gpt (cuda)" "$c_tps" "$c_ms" "$c_mfu" "$c_mem" "$c_tens")")
+  ROWS+=("$(printf "$ROWFMT" "$m" "$B" "$T" "train_gpt (cuda)" "$c_tps" "$c_ms" "$c_mfu" "$c_mem" "$c_tens")")
   [[ -n "$c_note" ]] && ROWS+=("      -> train_gpt: $c_note")
 
-  # ---- PyTorch ----------------------------------------------------------------------------
+  # ---- llm.c (d12): train_gpt2cu, its own CUDA trainer, on the same shape and shard ------
+  l_tps="n/a"; l_ms="n/a"; l_mfu="n/a"; l_mem="n/a"; l_label="llm.c train_gpt2cu"; l_note=""
+  if [[ "$m" == d12 && "${BENCH_LLMC:-1}" != 0 ]]; then
+    llog="$OUTDIR/${m}_llmc.log"
+    to=$(limit "$TO_L")
+    if [[ $to == 0 ]]; then
+      l_note="not run: no time left in BENCH_BUDGET (${BUDGET}s)"; timed_out=1
+    else
+      cmd=(env LLMC_B="$B" LLMC_T="$T" LLMC_STEPS="$STEPS" LLMC_WARMUP="$WARMUP" LLMC_DATA="$DATA"
+           LLMC_PEAK_TFLOPS="$PEAK" LLMC_TIMEOUT="$to" bash dev/bench/llmc_side.sh run "$llog")
+      say "+ $(quoted "${cmd[@]}")"
+      t0=$SECONDS
+      out=$("${cmd[@]}" 2>&1)
+      rc=$?
+      say "  llm.c exit $rc after $((SECONDS - t0)) s (log: $llog)"
+      line=$(grep '^RESULT ' <<< "$out" | tail -n 1)
+      if [[ $rc -eq 0 && -n "$line" ]]; then
+        l_label="llm.c $(field impl "$line")"
+        l_tps=$(calc '%.0f' 'a[1]' "$(field tok_per_s "$line")")
+        l_ms=$(calc '%.1f' 'a[1]' "$(field step_ms "$line")")
+        l_mfu=$(calc '%.1f%%' '100 * a[1]' "$(field mfu "$line")")
+        l_mem=$(calc '%.1f GiB' 'a[1]' "$(field gpu_used_gib "$line")")
+        say "  llm.c: $(cut -d' ' -f2- <<< "$line")"
+        l_note=$(grep '^llmc_side: ' <<< "$out" | sed 's/^llmc_side: //' | head -n 1)
+      elif [[ $rc -eq 124 ]]; then
+        l_note="timed out after ${to}s"; timed_out=1
+      elif grep -q '^llmc_side: run: no train_gpt2cu in ' <<< "$out"; then
+        l_note="not run: $(grep -m1 '^llmc_side: ' <<< "$out" | sed 's/^llmc_side: run: //' | cut -c1-200)"
+      else
+        l_note="failed (exit $rc): $(grep -v '^\s*$' <<< "$out" | tail -n 1 | cut -c1-200)"; status=1
+      fi
+      [[ -n "$l_note" ]] && say "  llm.c: $l_note"
+    fi
+    ROWS+=("$(printf "$ROWFMT" "$m" "$B" "$T" "$l_label" "$l_tps" "$l_ms" "$l_mfu" "$l_mem" "n/a")")
+    [[ -n "$l_note" ]] && ROWS+=("      -> llm.c: $l_note")
+  fi
+
+  # ---- PyTorch: torch.compile's modes strongest first, then eager, then without FSDP2 -----
   tlog="$OUTDIR/${m}_pytorch.log"
   : > "$tlog"
-  t_tps="n/a"; t_ms="n/a"; t_mfu="n/a"; t_mem="n/a"; t_tens="n/a"; t_label="pytorch-fsdp2, compile default"; t_note=""
-  variants=("" "--no-compile" "--no-fsdp --no-compile")
-  nvar=3; [[ "${BENCH_TORCH_FALLBACK:-1}" == 0 ]] && nvar=1
-  t_timeout=0
+  t_tps="n/a"; t_ms="n/a"; t_mfu="n/a"; t_mem="n/a"; t_tens="n/a"; t_label="pytorch-fsdp2"; t_note=""
+  variants=()
+  for mode in "${TORCH_MODES[@]}"; do variants+=("--compile-mode $mode"); done
+  variants+=("--no-compile" "--no-fsdp --no-compile")
+  nvar=${#variants[@]}; [[ "${BENCH_TORCH_FALLBACK:-1}" == 0 ]] && nvar=1
+  t_timeout=0 tried="" autotune_slow=0
   if [[ "${BENCH_TORCH:-1}" == 0 ]]; then nvar=0; t_label="pytorch"; t_note="not run (BENCH_TORCH=0)"; fi
   for ((k = 0; k < nvar; k++)); do
     read -r -a vargs <<< "${variants[$k]}"
-    to=$(limit "$TO_T")
-    if [[ $to == 0 ]]; then
-      t_note="not run: no time left in BENCH_BUDGET (${BUDGET}s)"; t_timeout=1
+    # Once a max-autotune mode has run past its cap, the other would too (both autotune every
+    # shape): the next tried is one that compiles without autotuning.
+    if ((autotune_slow)) && [[ "${variants[$k]}" == *max-autotune* ]]; then
+      tried="${tried:+$tried; }${variants[$k]} skipped (autotunes as long)"
+      continue
+    fi
+    to=$(limit "$TO_T") left=$((BUDGET - SECONDS))
+    # After a run that failed or timed out, the next is worth starting only with
+    # BENCH_TORCH_MIN_RETRY s left of BENCH_BUDGET (without a budget, each has its own cap).
+    if [[ $to == 0 ]] || ((k > 0 && BUDGET > 0 && left < MIN_RETRY)); then
+      t_note="${tried:+$tried; }${variants[$k]} not run: $((left > 0 ? left : 0))s left of BENCH_BUDGET (${BUDGET}s)"; t_timeout=1
+      ((k > 0 && to > 0)) && t_note+=", under BENCH_TORCH_MIN_RETRY (${MIN_RETRY}s)"
       say "  pytorch: $t_note"
       break
     fi
@@ -291,39 +364,54 @@ for m in "${MODELS[@]}"; do
       t_mem=$(calc '%.1f GiB' 'a[1]' "$(field gpu_used_gib "$line")")
       t_tens=$(calc '%.1f GiB' 'a[1]' "$(field peak_mem_gib "$line")")
       say "  pytorch: $(cut -d' ' -f2- <<< "$line")"
-      t_note=""
-      [[ $k -gt 0 ]] && t_note="fell back to '${variants[$k]}' after the runs above failed (see $tlog)"
+      t_note=""; t_timeout=0
+      [[ $k -gt 0 ]] && t_note="fell back to '${variants[$k]}' after: $tried (see $tlog)"
+      # The baseline is meant with fused AdamW; torch_gpt2_fsdp2.py falls back to foreach if refused.
+      adamw=$(field adamw "$line")
+      [[ "$adamw" != fused ]] && t_note="${t_note:+$t_note; }AdamW $adamw, not fused (see $tlog)"
       break
     fi
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then
-      t_note="timed out after ${to}s ($(last_line "$tlog"))"; t_timeout=1
-      say "  pytorch: $t_note"
-      break  # a retry would not fit the time
+      why="timed out after ${to}s ($(last_line "$tlog"))"; t_timeout=1
+      [[ "${variants[$k]}" == *max-autotune* ]] && autotune_slow=1
+    else
+      why="failed (exit $rc): $(last_line "$tlog")"; t_timeout=0
     fi
-    t_note="failed (exit $rc): $(last_line "$tlog")"
-    say "  pytorch: $t_note"
+    say "  pytorch: ${variants[$k]} $why"
+    tried="${tried:+$tried; }${variants[$k]} $why"
+    t_note=$tried
   done
   if ((t_timeout)); then timed_out=1; elif ((nvar > 0)) && [[ "$t_tps" == n/a ]]; then status=1; fi
-  ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' "$m" "$B" "$T" "$t_label" "$t_tps" "$t_ms" "$t_mfu" "$t_mem" "$t_tens")")
+  ROWS+=("$(printf "$ROWFMT" "$m" "$B" "$T" "$t_label" "$t_tps" "$t_ms" "$t_mfu" "$t_mem" "$t_tens")")
   [[ -n "$t_note" ]] && ROWS+=("      -> pytorch: $t_note")
 
+  # ---- ratios and targets -------------------------------------------------------------------
+  # judge TARGET VALUE THRESHOLD: "TARGET: VALUE, met" (or NOT met, or not measured).
+  judge() {
+    if [[ "$2" == n/a ]]; then VERDICTS+=("$1: not measured")
+    else VERDICTS+=("$1: $2, $(awk -v r="${2%[x%]}" -v t="$3" 'BEGIN { print (r >= t) ? "met" : "NOT met" }')"); fi
+  }
+  if [[ "$m" == d12 && "${BENCH_LLMC:-1}" != 0 ]]; then
+    l_ratio=$(calc '%.2fx' 'a[1] / a[2]' "$c_tps" "$l_tps")
+    ROWS+=("$(printf '%-4s %3s %5s  %-44s %12s' "$m" "$B" "$T" "ratio train_gpt / llm.c" "$l_ratio")")
+    judge "d12 target (train_gpt >= 1.2x llm.c tok/s)" "$l_ratio" 1.2
+  fi
   ratio=$(calc '%.2fx' 'a[1] / a[2]' "$c_tps" "$t_tps")
-  ROWS+=("$(printf '%-4s %3s %5s  %-30s %12s' "$m" "$B" "$T" "ratio train_gpt / pytorch" "$ratio")")
+  ROWS+=("$(printf '%-4s %3s %5s  %-44s %12s' "$m" "$B" "$T" "ratio train_gpt / pytorch" "$ratio")")
   case "$m" in
-    d12) if [[ "$ratio" == n/a ]]; then VERDICTS+=("d12 target (train_gpt >= 1.1x pytorch tok/s): not measured")
-         else VERDICTS+=("d12 target (train_gpt >= 1.1x pytorch tok/s): $ratio, $(awk -v r="${ratio%x}" 'BEGIN { print (r >= 1.1) ? "met" : "NOT met" }')"); fi ;;
-    d48) if [[ "$c_mfu" == n/a ]]; then VERDICTS+=("d48 target (train_gpt >= 50% MFU): not measured")
-         else VERDICTS+=("d48 target (train_gpt >= 50% MFU): $c_mfu, $(awk -v r="${c_mfu%\%}" 'BEGIN { print (r >= 50) ? "met" : "NOT met" }')"); fi ;;
+    d12) judge "d12 target (train_gpt >= 1.3x pytorch tok/s)" "$ratio" 1.3 ;;
+    d48) judge "d48 target (train_gpt >= 55% MFU)" "$c_mfu" 55 ;;
   esac
 done
 
 say ""
-say "$(printf '%-4s %3s %5s  %-30s %12s %10s %7s %12s %12s' model B T implementation tok/s ms/step MFU "GPU mem" tensors)"
+say "$(printf "$ROWFMT" model B T implementation tok/s ms/step MFU "GPU mem" tensors)"
 for r in "${ROWS[@]}"; do say "$r"; done
 say ""
 for v in "${VERDICTS[@]}"; do say "$v"; done
 say "GPU mem: device memory in use above the process's CUDA context (cudaMemGetInfo): train_gpt's measured peak;"
-say "  pytorch's at the end of the run (its caching allocator keeps what it reserved, so this is its peak too)."
+say "  pytorch's at the end of the run (its caching allocator keeps what it reserved, so this is its peak too);"
+say "  llm.c's printed device memory usage once it has allocated everything (its CUDA context included)."
 say "tensors: train_gpt's printed memory budget (all it allocates, before step 0); pytorch's"
 say "  torch.cuda.max_memory_allocated (the peak of live tensors, without the allocator's cached blocks)."
 ((status == 0 && timed_out)) && status=124

@@ -2,7 +2,7 @@
 """PyTorch GPU baseline for train_gpt: GPT-2 trained the strongest practical way in PyTorch 2.x.
 
     python3 dev/bench/torch_gpt2_fsdp2.py --model d12 -b 32 -t 1024 --steps 20 --warmup 5 \\
-        [--data SHARD.bin] [--no-compile] [--no-fsdp] [--peak-tflops 989]
+        [--data SHARD.bin] [--compile-mode MODE | --no-compile] [--no-fsdp] [--peak-tflops 989]
     torchrun --nproc-per-node 8 dev/bench/torch_gpt2_fsdp2.py --model d48 -b 8     # several GPUs
     python3 dev/bench/torch_gpt2_fsdp2.py --cpu-smoke       # tiny model on the CPU, any torch >= 1.13
 
@@ -19,8 +19,10 @@ How it runs (PyTorch >= 2.4; the public torch.distributed.fsdp names from 2.6):
     Adam state (no autocast). One process is a world of 1 (an in-memory store, no network);
     under torchrun WORLD_SIZE/RANK/LOCAL_RANK come from the environment.
   - torch.compile of every block and of the head (ln_f + LM head + cross-entropy), as
-    torchtitan does with FSDP2 (FSDP's hooks stay outside the compiled graphs); --no-compile
-    runs eagerly.
+    torchtitan does with FSDP2 (FSDP's hooks stay outside the compiled graphs), in
+    --compile-mode (default, reduce-overhead, max-autotune-no-cudagraphs, max-autotune: the
+    modes with CUDA graphs mark each step's start and copy the loss out of the graph's
+    buffer); --no-compile runs eagerly.
   - attention through F.scaled_dot_product_attention(is_causal=True) (flash attention on
     bf16; --sdpa picks a backend).
   - fused AdamW (lr 6e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the 2-D tensors
@@ -57,6 +59,10 @@ import time
 
 SHARD_MAGIC = 20240520
 GPT2_VOCAB = 50257
+# torch.compile's modes, strongest first: max-autotune (Triton/cuBLAS templates autotuned per
+# shape, CUDA graphs), the same without CUDA graphs, reduce-overhead (CUDA graphs, default
+# kernels), default.
+COMPILE_MODES = ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead", "default")
 PRESETS = {  # name: (layers, channels, heads), as train_gpt's -m
     "d12": (12, 768, 12),
     "d24": (24, 1024, 16),
@@ -87,8 +93,9 @@ def parse_args(argv=None):
                     help="peak dense BF16 TFLOP/s of one device, for MFU [989: H100/H200 SXM]")
     ap.add_argument("--no-compile", action="store_true", help="run eagerly (no torch.compile)")
     ap.add_argument("--compile-mode", default="default",
-                    choices=["default", "max-autotune-no-cudagraphs", "max-autotune"],
-                    help="torch.compile mode [default]")
+                    choices=list(COMPILE_MODES),
+                    help="torch.compile mode [default]; dev/bench/bench_gpu.sh asks for max-autotune "
+                         "and falls back along %s" % " > ".join(COMPILE_MODES))
     ap.add_argument("--fullgraph", action="store_true",
                     help="torch.compile(fullgraph=True): fail instead of falling back on a graph break")
     ap.add_argument("--no-fsdp", action="store_true",
@@ -533,7 +540,14 @@ def main(a):
 
     opt_state = {"steps": 0}
 
+    # CUDA graph trees (max-autotune, reduce-overhead) replay into static buffers: each step
+    # is marked as a new one, and the loss is copied out before the next replay overwrites it.
+    cudagraphs = (not a.no_compile and a.compile_mode in ("max-autotune", "reduce-overhead")
+                  and hasattr(torch, "compiler") and hasattr(torch.compiler, "cudagraph_mark_step_begin"))
+
     def train_step():
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         x, y = data.next()
         with sdpa_context(a.sdpa, device):
             if autocast_bf16:
@@ -546,7 +560,7 @@ def main(a):
             clip_grads(params, a.grad_clip)
         opt_step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss.detach().clone() if cudagraphs else loss.detach()
 
     losses = []
     t_first = time.perf_counter()
