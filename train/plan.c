@@ -22,7 +22,8 @@
 // README "Results"), the same for every GPU profile (the others have not been measured:
 // Hopper's H100 runs the same kernels on the same SMs; an A100's mma.sync would reach a larger
 // share of its lower peak, a B200's a smaller one):
-// - matmul_eff 0.70: cuBLASLt on large GEMMs (assumed).
+// - matmul_eff 0.69: cuBLASLt's GEMMs took 1.01x (d48) and 1.03x (d12) the time planned at
+//   0.70 (--calibrate-from on the profiled steps), so 0.70 / 1.02.
 // - attention_eff, per implementation and head size (columns 64, 128), a fraction of the peak
 //   on the FLOPs the planner counts (the flash tiles' query x key pairs: 1.0625x the causal
 //   count at T = 1024 and head size 64):
@@ -34,16 +35,21 @@
 //     an H100 as FlashAttention-3's paper plots it (arXiv 2407.08608, figs. 5-6: causal, head
 //     size 64, T = 1k: 288 TFLOP/s forward, ~350 backward; 330 over a forward and backward);
 //   head size 128: not measured for any implementation; the 64 column's figures.
-// - mem_eff 0.80 and vector_mem_eff 0.80: streaming kernels' share of HBM (assumed);
-//   vector_eff 0.50 (the FLOPs of the vector kernels) assumed.
+// - mem_eff 0.80: streaming kernels' share of HBM: the optimizer's kernels (grad norm, AdamW)
+//   took 0.96x and 1.03x their time planned at it; the roofline tables' copy bandwidth.
+// - vector_mem_eff 0.465: the model's vector kernels (LayerNorm and residual, cross-entropy,
+//   embedding, GELU) took 1.77x (d48) and 1.73x (d12) their time planned at 0.80 (the model's
+//   bytes, which test_traffic_emu holds to the kernels'), so 0.80 / 1.72: a bandwidth this
+//   project's kernels reach today, not the hardware's.
+// - vector_eff 0.50 (FLOPs of the vector kernels: never their bound on a GPU) is assumed.
 // A profile file overrides any of them (README: "Planning a run").
 // host_link_gbs and host_mem_gbs (--offload optimizer) are assumptions: PCIe Gen4 / Gen5 x16
 // is 32 / 64 GB/s per direction on paper, shared with the NICs on a node; a 2-socket host's
 // DRAM (~300-600 GB/s) shared by 8 ranks' optimizer threads.
 #define GPU_DEFAULTS .nvlink_latency_us = 3.0, .ib_latency_us = 8.0, .launch_us = 3.0, \
                      .host_link_gbs = 25.0, .host_mem_gbs = 25.0, \
-                     .matmul_eff = 0.70, .attention_eff = {{0.138, 0.138}, {0.032, 0.032}, {0.354, 0.354}}, \
-                     .vector_eff = 0.50, .mem_eff = 0.80, .vector_mem_eff = 0.80
+                     .matmul_eff = 0.69, .attention_eff = {{0.138, 0.138}, {0.032, 0.032}, {0.354, 0.354}}, \
+                     .vector_eff = 0.50, .mem_eff = 0.80, .vector_mem_eff = 0.465
 static const SimProfile builtin[] = {
     // NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS (624 with sparsity),
     // A100 40GB SXM 1,555 GB/s HBM2, 80GB SXM 2,039 GB/s HBM2e, NVLink 600 GB/s; DGX A100
