@@ -18,7 +18,10 @@ void sim_clock_reset(SimClock* c) {
     double compute = c->compute, comm = c->comm;
     SimPhase phase = c->phase;
     SimGroup group = c->group;
+    const int kind = c->kind, backward = c->backward;
     memset(c, 0, sizeof(*c));
+    c->kind = kind;
+    c->backward = backward;
     c->costs = keep;
     c->compute = compute;
     c->comm = comm;
@@ -70,6 +73,10 @@ static double sim_cost(SimClock* c, SimWork work, double eff, double flops, doub
     c->busy[c->phase] += t;
     c->flops[c->phase] += flops;
     c->mem_bytes[c->phase] += bytes;
+    if (c->kind >= 0 && c->kind < KERNEL_KINDS && c->phase != SIM_OPTIMIZER) {
+        c->kind_bytes[c->kind][c->backward != 0] += bytes;
+        c->kind_time[c->kind][c->backward != 0] += t;
+    }
     c->kernels++;
     return t;
 }

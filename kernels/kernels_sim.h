@@ -71,6 +71,7 @@ typedef struct {
     double compute, comm;             // the two streams' clocks, seconds
     SimPhase phase;
     SimGroup group;                   // of the kernels issued now (set before each kernel)
+    int kind, backward;               // the model kernel issued now (KernelKind; -1: the engine's)
     // Accumulated since the last sim_clock_reset:
     double busy[SIM_PHASES];          // compute-stream time in kernels
     double exposed[SIM_PHASES];       // compute-stream time spent waiting for collectives
@@ -80,6 +81,8 @@ typedef struct {
     double flops[SIM_PHASES];
     double bound_time[SIM_BOUNDS];    // kernel time by what bounds it (launch: the overheads)
     double group_time[SIM_GROUPS + 1];  // kernel time by group (SIM_GROUP_OTHER last)
+    double kind_bytes[KERNEL_KINDS][2];  // the model kernels' bytes and time by kind and direction
+    double kind_time[KERNEL_KINDS][2];   // (the --profile-step table's rows)
     long kernels;
 } SimClock;
 

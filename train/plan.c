@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "train/profile.h"
 #include "util/regular_file.h"
 
 // ---------------------------------------------------------------------------------------
@@ -274,6 +275,28 @@ int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errl
     return rc;
 }
 
+double plan_copy_gbs(const char* gpu_name, char* source, size_t n) {
+    // Parts by a piece of the name (cudaDeviceProp's: "NVIDIA H100 80GB HBM3", "NVIDIA
+    // A100-SXM4-40GB"); the PCIe and NVL H100s and the A100 80GB PCIe have other HBM rates.
+    static const struct { const char* part; const char* not_part; const char* profile; } parts[] = {
+        {"H200", NULL, "h200"}, {"H100", "PCIe", "h100"}, {"A100-SXM4-40GB", NULL, "a100-40"},
+        {"A100-SXM4-80GB", NULL, "a100-80"}, {"B200", NULL, "b200"},
+    };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        if (!strstr(gpu_name, parts[i].part) || (parts[i].not_part && strstr(gpu_name, parts[i].not_part)) ||
+            (!strcmp(parts[i].profile, "h100") && strstr(gpu_name, "NVL")))
+            continue;
+        for (size_t j = 0; j < N_BUILTIN; j++)
+            if (!strcmp(builtin[j].name, parts[i].profile)) {
+                snprintf(source, n, "%.0f GB/s: the %s profile's HBM %.0f GB/s x mem_eff %.2f, not measured here",
+                         builtin[j].hbm_gbs * builtin[j].mem_eff, parts[i].profile, builtin[j].hbm_gbs, builtin[j].mem_eff);
+                return builtin[j].hbm_gbs * builtin[j].mem_eff;
+            }
+    }
+    snprintf(source, n, "unknown for %.80s: no built-in profile of its HBM", gpu_name[0] ? gpu_name : "this device");
+    return 0.0;
+}
+
 int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen) {
     *n = 0;
     const char* q = s;
@@ -371,6 +394,16 @@ void plan_print_detail(const PlanRow* r, const SimProfile* p) {
     double share;
     const char* lim = plan_limiter(r, &share);
     printf("limited by: %s (%.0f%% of the step)\n", lim, 100.0 * share);
+    // The roofline table, as --profile-step prints it for a run on a GPU (there: measured).
+    double ms[KERNEL_KINDS][2];
+    for (int i = 0; i < KERNEL_KINDS; i++)
+        for (int b = 0; b < 2; b++) ms[i][b] = r->kind_time[i][b] * 1e3;
+    char source[160];
+    const double gbs = p->hbm_gbs * p->mem_eff;
+    if (p->fp32) snprintf(source, sizeof(source), "%.0f GB/s: this machine's streaming copy, measured when the plan started", gbs);
+    else snprintf(source, sizeof(source), "%.0f GB/s: the %s profile's HBM %.0f GB/s x mem_eff %.2f", gbs, p->name, p->hbm_gbs, p->mem_eff);
+    profile_print_roofline("planned", (const double(*)[2])r->kind_bytes, (const double(*)[2])ms, r->mem_bytes[SIM_OPTIMIZER],
+                           r->busy[SIM_OPTIMIZER] * 1e3, gbs, source);
 }
 
 void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch) {
@@ -529,10 +562,14 @@ static void plan_on_event(void* ctx, FsdpEvent e) {
     SimClock* c = (SimClock*)ctx;
     c->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
     c->group = SIM_GROUP_OTHER;  // the engine's own kernels until the model's next one
+    c->kind = -1;
 }
 // Before each model kernel (kernels.h's hook, as --profile-step uses it): its group.
 static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
-    ((SimClock*)ctx)->group = sim_group_of_kind(kind);
+    SimClock* c = (SimClock*)ctx;
+    c->group = sim_group_of_kind(kind);
+    c->kind = (int)kind;
+    c->backward = backward;
 }
 
 // Plans world size W (checked by check_run_flags) into row, printing the setup and budget
@@ -559,6 +596,7 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
 
     SimClock clock;
     memset(&clock, 0, sizeof(clock));
+    clock.kind = -1;
     clock.costs = plan_costs(prof, sim_attention_from_name(opt->attention));  // a name plan_main checked
     DeviceOptions dopt = run_device_options(opt, 0);
     dopt.sim = prof;
@@ -607,6 +645,8 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     }
     for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
     row->kernels = clock.kernels;
+    memcpy(row->kind_bytes, clock.kind_bytes, sizeof(row->kind_bytes));
+    memcpy(row->kind_time, clock.kind_time, sizeof(row->kind_time));
     row->head_size = config->channels / config->num_heads;
     row->attention = sim_attention_resolve(clock.costs.attention, row->head_size);
     row->attention_eff = sim_attention_eff(&clock.costs, row->head_size);

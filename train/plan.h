@@ -77,6 +77,8 @@ typedef struct {
     size_t budget_bytes;                        // device memory per rank (the run's budget)
     int offload;                                // --offload optimizer (waits include the host's)
     long kernels;
+    double kind_bytes[KERNEL_KINDS][2];         // the model's kernels by kind and direction (the roofline table)
+    double kind_time[KERNEL_KINDS][2];
     SimAttention attention;                     // the implementation planned (auto resolved)
     int head_size;
     double attention_eff;                       // its efficiency at this head size
@@ -88,6 +90,10 @@ double plan_mfu(const PlanRow* r);
 // (exposed; with --offload optimizer also the waits for the host's copies and AdamW) or
 // "host" (launch overheads), with its share of the step in *share.
 const char* plan_limiter(const PlanRow* r, double* share);
+// The copy bandwidth of a GPU (by its name, as the device reports it): the built-in profile
+// of that part's HBM x mem_eff (a device-to-device copy's share), in GB/s, with its source
+// in `source`; 0 for a GPU no built-in profile describes (the source says so).
+double plan_copy_gbs(const char* gpu_name, char* source, size_t n);
 // The per-world detail (after the budget) and the scaling table.
 void plan_print_detail(const PlanRow* r, const SimProfile* p);
 void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch);

@@ -314,6 +314,27 @@ else
     not_ok "--calibrate-from attention failed: $(cat "$out/cal_att.err" | head -c 300)"
 fi
 
+# 4c. The roofline table (as --profile-step prints it on a GPU, there measured): a row per
+#     vector-kernel family and direction and the optimizer's, each with its bytes, its planned
+#     time, the bytes' time at the profile's copy bandwidth (HBM x mem_eff: 4800 x 0.80 GB/s
+#     on h200) and the ratio of the two.
+if $TG --plan -m d12 -b 32 -t 1024 --plan-world 1 --sim-device h200 >"$out/roofline.log" 2>&1; then
+    table=$(sed -n '/^vector kernels against the copy bandwidth (3840 GB\/s: the h200 profile.s HBM 4800 GB\/s x mem_eff 0.80)/,/^[^ ]/p' "$out/roofline.log")
+    if awk -F'  +' '$2 != "" && $2 != "family" && /^  / {
+            mb = $(NF-3); planned = $(NF-2) + 0; at = $(NF-1) + 0; ratio = $NF; n++
+            if (!(mb > 0 && at > 0)) { print "row " $2 " " $3 ": bytes " mb ", at copy bw " at; bad = 1 }
+            if ((at / (mb * 1e6 / 3840e9 * 1e3) - 1) ^ 2 > 1e-4) { print $2 ": " at " ms is not " mb " MB at 3840 GB/s"; bad = 1 }
+            if ((ratio / (planned / at) - 1) ^ 2 > 1e-4) { print $2 ": ratio " ratio " is not " planned " / " at; bad = 1 }
+            rows = rows $2 " " $3 ", " }
+         END { if (n != 6) { print "expected 6 rows, got " n ": " rows; bad = 1 }; exit bad }' <<<"$table" >"$out/roofline.why"; then
+        ok "--plan's roofline table: 6 rows (embedding, layernorm forward and backward, cross-entropy, optimizer), at copy bw = bytes / 3840 GB/s, ratio = planned / that ($(grep 'cross-entropy' <<<"$table" | tr -s ' '))"
+    else
+        not_ok "--plan's roofline table: $(tr '\n' ' ' <"$out/roofline.why") $(head -c 300 <<<"$table")"
+    fi
+else
+    not_ok "--plan roofline: $(tail -n 1 "$out/roofline.log")"
+fi
+
 # 5. Calibration: a real cpu run's --profile-step table, turned into a profile file by
 #    --calibrate-from, makes the plan of the same flags reproduce the measured kernel groups
 #    (matmul, attention, vector, optimizer) within 1% (the factors are measured / planned).
