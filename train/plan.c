@@ -277,21 +277,21 @@ int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errl
 
 double plan_copy_gbs(const char* gpu_name, char* source, size_t n) {
     // Parts by a piece of the name (cudaDeviceProp's: "NVIDIA H100 80GB HBM3", "NVIDIA
-    // A100-SXM4-40GB"); the PCIe and NVL H100s and the A100 80GB PCIe have other HBM rates.
-    static const struct { const char* part; const char* not_part; const char* profile; } parts[] = {
-        {"H200", NULL, "h200"}, {"H100", "PCIe", "h100"}, {"A100-SXM4-40GB", NULL, "a100-40"},
-        {"A100-SXM4-80GB", NULL, "a100-80"}, {"B200", NULL, "b200"},
+    // A100-SXM4-40GB"), the first match deciding; the PCIe and NVL H100s have other HBM rates
+    // than the SXM part the h100 profile describes (NULL: no profile).
+    static const struct { const char* part; const char* profile; } parts[] = {
+        {"H200", "h200"}, {"H100 PCIe", NULL}, {"H100 NVL", NULL}, {"H100", "h100"},
+        {"A100-SXM4-40GB", "a100-40"}, {"A100-SXM4-80GB", "a100-80"}, {"B200", "b200"},
     };
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-        if (!strstr(gpu_name, parts[i].part) || (parts[i].not_part && strstr(gpu_name, parts[i].not_part)) ||
-            (!strcmp(parts[i].profile, "h100") && strstr(gpu_name, "NVL")))
-            continue;
-        for (size_t j = 0; j < N_BUILTIN; j++)
+        if (!strstr(gpu_name, parts[i].part)) continue;
+        for (size_t j = 0; parts[i].profile && j < N_BUILTIN; j++)
             if (!strcmp(builtin[j].name, parts[i].profile)) {
                 snprintf(source, n, "%.0f GB/s: the %s profile's HBM %.0f GB/s x mem_eff %.2f, not measured here",
                          builtin[j].hbm_gbs * builtin[j].mem_eff, parts[i].profile, builtin[j].hbm_gbs, builtin[j].mem_eff);
                 return builtin[j].hbm_gbs * builtin[j].mem_eff;
             }
+        break;
     }
     snprintf(source, n, "unknown for %.80s: no built-in profile of its HBM", gpu_name[0] ? gpu_name : "this device");
     return 0.0;
