@@ -18,7 +18,10 @@ void sim_clock_reset(SimClock* c) {
     double compute = c->compute, comm = c->comm;
     SimPhase phase = c->phase;
     SimGroup group = c->group;
+    const int kind = c->kind, backward = c->backward;
     memset(c, 0, sizeof(*c));
+    c->kind = kind;
+    c->backward = backward;
     c->costs = keep;
     c->compute = compute;
     c->comm = comm;
@@ -32,14 +35,31 @@ SimGroup sim_group_of_kind(KernelKind kind) {
                                                            : SIM_GROUP_VECTOR;
 }
 
-double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
+const char* const sim_attention_names[SIM_ATTENTION_IMPLS + 1] = {"flash", "cublas", "cudnn", "auto"};
+const int sim_head_sizes[SIM_HEAD_SIZES] = {64, 128};
+
+SimAttention sim_attention_from_name(const char* name) {
+    for (int a = 0; a <= SIM_ATTENTION_IMPLS; a++)
+        if (!strcmp(name, sim_attention_names[a])) return (SimAttention)a;
+    return (SimAttention)-1;
+}
+SimAttention sim_attention_resolve(SimAttention a, int head_size) {
+    if (a != SIM_ATTENTION_AUTO) return a;
+    return head_size == 64 || head_size == 128 ? SIM_ATTENTION_FLASH : SIM_ATTENTION_CUBLAS;
+}
+int sim_head_size_column(int head_size) { return head_size > 96; }
+
+// One kernel whose FLOPs run at `eff` of the peak.
+static double sim_cost(SimClock* c, SimWork work, double eff, double flops, double bytes) {
     const SimCosts* s = &c->costs;
-    double eff = work == SIM_WORK_MATMUL ? s->matmul_eff : work == SIM_WORK_ATTENTION ? s->attention_eff : s->vector_eff;
+    const SimGroup g = c->phase == SIM_OPTIMIZER ? SIM_GROUP_OPTIMIZER : c->group;
+    // The model's vector kernels stream at their own measured rate; the rest (matmuls,
+    // attention, the engine's and the optimizer's kernels) at mem_eff.
+    const double mem_eff = g == SIM_GROUP_VECTOR && s->vector_mem_eff > 0 ? s->vector_mem_eff : s->mem_eff;
     double t_flops = flops > 0 ? flops / (s->peak_flops * eff) : 0.0;
-    double t_bytes = bytes > 0 ? bytes / (s->mem_bw * s->mem_eff) : 0.0;
+    double t_bytes = bytes > 0 ? bytes / (s->mem_bw * mem_eff) : 0.0;
     // A calibration's factor applies to the whole kernel (its launch included), as a real
     // run's profile times it.
-    const SimGroup g = c->phase == SIM_OPTIMIZER ? SIM_GROUP_OPTIMIZER : c->group;
     const double scale = g < SIM_GROUPS && s->time_scale[g] > 0 ? s->time_scale[g] : 1.0;
     t_flops *= scale;
     t_bytes *= scale;
@@ -53,8 +73,28 @@ double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
     c->busy[c->phase] += t;
     c->flops[c->phase] += flops;
     c->mem_bytes[c->phase] += bytes;
+    if (c->kind >= 0 && c->kind < KERNEL_KINDS && c->phase != SIM_OPTIMIZER) {
+        c->kind_bytes[c->kind][c->backward != 0] += bytes;
+        c->kind_time[c->kind][c->backward != 0] += t;
+    }
     c->kernels++;
     return t;
+}
+
+double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
+    const SimCosts* s = &c->costs;
+    return sim_cost(c, work, work == SIM_WORK_MATMUL ? s->matmul_eff : work == SIM_WORK_ATTENTION ? s->attention_eff : s->vector_eff,
+                    flops, bytes);
+}
+
+double sim_attention_eff(const SimCosts* s, int head_size) {
+    const double e = s->attention_impl_eff[sim_attention_resolve(s->attention, head_size)][sim_head_size_column(head_size)];
+    return e > 0 ? e : s->attention_eff;
+}
+
+// An attention kernel: at the efficiency of the implementation the run picks, at its head size.
+static double sim_attention_kernel(SimClock* c, int head_size, double flops, double bytes) {
+    return sim_cost(c, SIM_WORK_ATTENTION, sim_attention_eff(&c->costs, head_size), flops, bytes);
 }
 
 static SimClock* clk(Kernels* k) { return (SimClock*)k->impl; }
@@ -166,7 +206,7 @@ static double flash_backward_pairs(int T, int hs) {
 static void sim_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {
     double e = (double)k->act_bytes, BT = (double)B * T, hs = (double)C / NH, kvC = hs * KVH;
     double flops = models_cuda(k) ? 4.0 * B * NH * flash_forward_pairs(T, C / NH) * hs : 2.0 * BT * T * C;
-    sim_kernel(clk(k), SIM_WORK_ATTENTION, flops, (2 * BT * C + 2 * BT * kvC) * e + 4.0 * B * NH * T);
+    sim_attention_kernel(clk(k), C / NH, flops, (2 * BT * C + 2 * BT * kvC) * e + 4.0 * B * NH * T);
 }
 // cpu: q, k, v, out, dout read, dqkv written. cuda, three launches: D = rowsum(dout * out)
 // (dout, out read, D written); the main kernel (q, k, v, dout, lse, D read, dk and dv
@@ -176,13 +216,13 @@ static void sim_attention_backward(Kernels* k, void* dqkv, const void* dout, con
                                    const float* lse, int B, int T, int C, int NH, int KVH) {
     double e = (double)k->act_bytes, BT = (double)B * T, BTC = BT * C, hs = (double)C / NH, BTkv = BT * hs * KVH;
     if (!models_cuda(k)) {
-        sim_kernel(clk(k), SIM_WORK_ATTENTION, 5.0 * BT * T * C, (4 * BTC + 4 * BTkv) * e + 4.0 * B * NH * T);
+        sim_attention_kernel(clk(k), C / NH, 5.0 * BT * T * C, (4 * BTC + 4 * BTkv) * e + 4.0 * B * NH * T);
         return;
     }
     // D: dout, out read; main: q, dout, k, v read, dk, dv written; dq written from the slices.
     const double nkb = (T + 127) / 128, R = nkb * T - 128 * nkb * (nkb - 1) / 2;
     const double bytes = (5 * BTC + 4 * BTkv) * e + 12.0 * B * NH * T + 8.0 * B * C * R;
-    sim_kernel(clk(k), SIM_WORK_ATTENTION, 10.0 * B * NH * flash_backward_pairs(T, C / NH) * hs, bytes);
+    sim_attention_kernel(clk(k), C / NH, 10.0 * B * NH * flash_backward_pairs(T, C / NH) * hs, bytes);
 }
 static void sim_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     double e = (double)k->act_bytes, NV = (double)N * Vp;

@@ -34,6 +34,19 @@ typedef enum { SIM_WORK_MATMUL, SIM_WORK_ATTENTION, SIM_WORK_VECTOR } SimWork;
 typedef enum { SIM_GROUP_MATMUL, SIM_GROUP_ATTENTION, SIM_GROUP_VECTOR, SIM_GROUP_OPTIMIZER, SIM_GROUPS,
                SIM_GROUP_OTHER = SIM_GROUPS } SimGroup;
 
+// The attention implementations a run can pick (--attention; train/device.cuh) and the head
+// sizes the flash kernels support: a profile has one attention efficiency per pair (other
+// head sizes take the nearer column, 64 up to 96, 128 above). auto is resolved per head
+// size as a run on a machine without cuDNN resolves it: flash at 64 and 128, else cublas.
+typedef enum { SIM_ATTENTION_FLASH, SIM_ATTENTION_CUBLAS, SIM_ATTENTION_CUDNN, SIM_ATTENTION_IMPLS,
+               SIM_ATTENTION_AUTO = SIM_ATTENTION_IMPLS } SimAttention;
+enum { SIM_HEAD_SIZES = 2 };
+extern const char* const sim_attention_names[SIM_ATTENTION_IMPLS + 1];  // "flash", "cublas", "cudnn", "auto"
+extern const int sim_head_sizes[SIM_HEAD_SIZES];                        // 64, 128
+SimAttention sim_attention_from_name(const char* name);  // --attention's names; -1 when unknown
+SimAttention sim_attention_resolve(SimAttention a, int head_size);
+int sim_head_size_column(int head_size);
+
 // The device's compute figures (train/plan.c's profiles).
 typedef struct {
     double peak_flops;      // dense FLOP/s in the compute dtype
@@ -44,6 +57,13 @@ typedef struct {
     double mem_eff;         // fraction of mem_bw a streaming kernel reaches
     double launch_s;        // per-kernel overhead (launch, or the host's call on a cpu)
     double time_scale[SIM_GROUPS];  // a calibration's factor on each group's kernel times (1: none)
+    // Attention's efficiency per implementation and head size (0: attention_eff above), the
+    // implementation --attention names, and the fraction of mem_bw the model's vector kernels
+    // (SIM_GROUP_VECTOR) reach (0: mem_eff). Last, so that a table filled in order without
+    // them (dev/cuda_emu/traffic_audit.h: it counts, it does not time) keeps its meaning.
+    double attention_impl_eff[SIM_ATTENTION_IMPLS][SIM_HEAD_SIZES];
+    SimAttention attention;
+    double vector_mem_eff;
 } SimCosts;
 
 typedef struct {
@@ -51,6 +71,7 @@ typedef struct {
     double compute, comm;             // the two streams' clocks, seconds
     SimPhase phase;
     SimGroup group;                   // of the kernels issued now (set before each kernel)
+    int kind, backward;               // the model kernel issued now (KernelKind; -1: the engine's)
     // Accumulated since the last sim_clock_reset:
     double busy[SIM_PHASES];          // compute-stream time in kernels
     double exposed[SIM_PHASES];       // compute-stream time spent waiting for collectives
@@ -60,6 +81,8 @@ typedef struct {
     double flops[SIM_PHASES];
     double bound_time[SIM_BOUNDS];    // kernel time by what bounds it (launch: the overheads)
     double group_time[SIM_GROUPS + 1];  // kernel time by group (SIM_GROUP_OTHER last)
+    double kind_bytes[KERNEL_KINDS][2];  // the model kernels' bytes and time by kind and direction
+    double kind_time[KERNEL_KINDS][2];   // (the --profile-step table's rows)
     long kernels;
 } SimClock;
 
@@ -68,6 +91,9 @@ void sim_clock_reset(SimClock* c);
 SimGroup sim_group_of_kind(KernelKind kind);
 // One kernel on the compute stream: advances the clock, returns its time.
 double sim_kernel(SimClock* c, SimWork work, double flops, double bytes);
+// The attention efficiency the costs give a head size: their implementation's (auto
+// resolved), else attention_eff.
+double sim_attention_eff(const SimCosts* s, int head_size);
 
 // The table over clock (which outlives it). act_bytes: 4 models the cpu device's fp32
 // activations (and its GELU scratch), 2 the cuda device's bf16.

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "train/profile.h"
 #include "util/regular_file.h"
 
 // ---------------------------------------------------------------------------------------
@@ -16,16 +17,40 @@
 // sparsity; NVLink's "GB/s" is both directions together, so per direction it is half; the
 // network is one NIC per GPU as in the DGX/HGX systems). Memory is the datasheet's "GB",
 // which is what nvidia-smi shows in GiB give or take 1% (H100 80GB: 81559 MiB).
-// Latencies, launch overhead and efficiencies are assumptions of the model, not datasheet
-// figures: NCCL ring steps of a few microseconds, cuBLASLt reaching ~70% of the tensor
-// cores on large GEMMs, FlashAttention-2-style kernels ~40%, streaming kernels ~80% of HBM.
+// Latencies and the launch overhead are assumptions of the model, not datasheet figures: NCCL
+// ring steps of a few microseconds, 3 us per kernel. The efficiencies of the GPU profiles are
+// what this project's kernels reached on one H200 (2026-12-04, scripts/device_check.sh;
+// README "Results"), the same for every GPU profile (the others have not been measured:
+// Hopper's H100 runs the same kernels on the same SMs; an A100's mma.sync would reach a larger
+// share of its lower peak, a B200's a smaller one):
+// - matmul_eff 0.69: cuBLASLt's GEMMs took 1.01x (d48) and 1.03x (d12) the time planned at
+//   0.70 (--calibrate-from on the profiled steps), so 0.70 / 1.02.
+// - attention_eff, per implementation and head size (columns 64, 128), a fraction of the peak
+//   on the FLOPs the planner counts (the flash tiles' query x key pairs: 1.0625x the causal
+//   count at T = 1024 and head size 64):
+//   flash 0.138: attention took 21.4% of d48's profiled 331.9 ms step and 26.4% of d12's
+//     62.5 ms, 127 and 131 TFLOP/s on the causal count, 0.136 and 0.141 of 989 on ours;
+//   cublas 0.032: build/test_attention_cuda at B = 4, T = 1024, 12 heads of 64, 0.245 ms
+//     forward + 0.507 ms backward (30 TFLOP/s on the causal count);
+//   cudnn 0.354: a PROJECTION until device_check measures it: cuDNN 9's fused attention on
+//     an H100 as FlashAttention-3's paper plots it (arXiv 2407.08608, figs. 5-6: causal, head
+//     size 64, T = 1k: 288 TFLOP/s forward, ~350 backward; 330 over a forward and backward);
+//   head size 128: not measured for any implementation; the 64 column's figures.
+// - mem_eff 0.80: streaming kernels' share of HBM: the optimizer's kernels (grad norm, AdamW)
+//   took 0.96x and 1.03x their time planned at it; the roofline tables' copy bandwidth.
+// - vector_mem_eff 0.465: the model's vector kernels (LayerNorm and residual, cross-entropy,
+//   embedding, GELU) took 1.77x (d48) and 1.73x (d12) their time planned at 0.80 (the model's
+//   bytes, which test_traffic_emu holds to the kernels'), so 0.80 / 1.72: a bandwidth this
+//   project's kernels reach today, not the hardware's.
+// - vector_eff 0.50 (FLOPs of the vector kernels: never their bound on a GPU) is assumed.
 // A profile file overrides any of them (README: "Planning a run").
 // host_link_gbs and host_mem_gbs (--offload optimizer) are assumptions: PCIe Gen4 / Gen5 x16
 // is 32 / 64 GB/s per direction on paper, shared with the NICs on a node; a 2-socket host's
 // DRAM (~300-600 GB/s) shared by 8 ranks' optimizer threads.
 #define GPU_DEFAULTS .nvlink_latency_us = 3.0, .ib_latency_us = 8.0, .launch_us = 3.0, \
                      .host_link_gbs = 25.0, .host_mem_gbs = 25.0, \
-                     .matmul_eff = 0.70, .attention_eff = 0.40, .vector_eff = 0.50, .mem_eff = 0.80
+                     .matmul_eff = 0.69, .attention_eff = {{0.138, 0.138}, {0.032, 0.032}, {0.354, 0.354}}, \
+                     .vector_eff = 0.50, .mem_eff = 0.80, .vector_mem_eff = 0.465
 static const SimProfile builtin[] = {
     // NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS (624 with sparsity),
     // A100 40GB SXM 1,555 GB/s HBM2, 80GB SXM 2,039 GB/s HBM2e, NVLink 600 GB/s; DGX A100
@@ -49,7 +74,8 @@ static const SimProfile builtin[] = {
     // plain loops, far from sgemm's rate; collectives between ranks of one host go through
     // MPI's shared memory.
     {"cpu", 1, 0.0, 0.0, 16.0, 5.0, 1.25, .nvlink_latency_us = 5.0, .ib_latency_us = 20.0, .launch_us = 2.0,
-     .matmul_eff = 1.0, .attention_eff = 0.1, .vector_eff = 0.1, .mem_eff = 1.0},
+     .matmul_eff = 1.0, .attention_eff = {{0.1, 0.1}, {0.1, 0.1}, {0.1, 0.1}}, .vector_eff = 0.1, .mem_eff = 1.0,
+     .vector_mem_eff = 1.0},
 };
 #define N_BUILTIN (sizeof(builtin) / sizeof(builtin[0]))
 
@@ -135,6 +161,7 @@ static int read_profile_text(const char* path, char* text, size_t len, SimProfil
         snprintf(err, errlen, "--sim-device %s: not a text file (a NUL byte at offset %zu)", path, strlen(text));
         return 1;
     }
+    double legacy_attention_eff = 0.0;
     const struct { const char* key; double* v; double min, max; const char* unit; } keys[] = {
         {"tflops", &p->tflops, 1e-4, 1e5, "TFLOP/s"}, {"hbm_gbs", &p->hbm_gbs, 1e-2, 1e6, "GB/s"},
         {"mem_gib", &p->mem_gib, 1e-2, 1e6, "GiB"}, {"nvlink_gbs", &p->nvlink_gbs, 1e-3, 1e6, "GB/s"},
@@ -142,15 +169,24 @@ static int read_profile_text(const char* path, char* text, size_t len, SimProfil
         {"host_mem_gbs", &p->host_mem_gbs, 1e-3, 1e6, "GB/s"},
         {"nvlink_latency_us", &p->nvlink_latency_us, 1e-3, 1e7, "us"}, {"ib_latency_us", &p->ib_latency_us, 1e-3, 1e7, "us"},
         {"launch_us", &p->launch_us, 1e-3, 1e6, "us"}, {"matmul_eff", &p->matmul_eff, 1e-4, 1.0, "a fraction of the peak"},
-        {"attention_eff", &p->attention_eff, 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff_flash_64", &p->attention_eff[SIM_ATTENTION_FLASH][0], 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff_flash_128", &p->attention_eff[SIM_ATTENTION_FLASH][1], 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff_cublas_64", &p->attention_eff[SIM_ATTENTION_CUBLAS][0], 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff_cublas_128", &p->attention_eff[SIM_ATTENTION_CUBLAS][1], 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff_cudnn_64", &p->attention_eff[SIM_ATTENTION_CUDNN][0], 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff_cudnn_128", &p->attention_eff[SIM_ATTENTION_CUDNN][1], 1e-4, 1.0, "a fraction of the peak"},
+        // An older profile's one attention efficiency: every implementation and head size
+        // not given its own (applied after the file is read, whatever the order).
+        {"attention_eff", &legacy_attention_eff, 1e-4, 1.0, "a fraction of the peak"},
         {"vector_eff", &p->vector_eff, 1e-4, 1.0, "a fraction of the peak"},
         {"mem_eff", &p->mem_eff, 1e-4, 1.0, "a fraction of the peak"},
+        {"vector_mem_eff", &p->vector_mem_eff, 1e-4, 1.0, "a fraction of the peak"},
         {"matmul_time_scale", &p->time_scale[SIM_GROUP_MATMUL], 1e-4, 1e4, "a factor"},
         {"attention_time_scale", &p->time_scale[SIM_GROUP_ATTENTION], 1e-4, 1e4, "a factor"},
         {"vector_time_scale", &p->time_scale[SIM_GROUP_VECTOR], 1e-4, 1e4, "a factor"},
         {"optimizer_time_scale", &p->time_scale[SIM_GROUP_OPTIMIZER], 1e-4, 1e4, "a factor"}};
     const int n_keys = (int)(sizeof(keys) / sizeof(keys[0]));
-    int seen_required = 0, liked = 0;
+    int seen_required = 0, liked = 0, legacy_line = 0, attention_given[SIM_ATTENTION_IMPLS * SIM_HEAD_SIZES] = {0};
     char* next = text;
     for (int lineno = 1; next && *next; lineno++) {
         char* s = next;
@@ -191,11 +227,9 @@ static int read_profile_text(const char* path, char* text, size_t len, SimProfil
         int k = 0;
         while (k < n_keys && strcmp(keys[k].key, key)) k++;
         if (k == n_keys) {
-            snprintf(err, errlen, "--sim-device %s:%d: unknown key '%s' (expected name, like, dtype, tflops, hbm_gbs, mem_gib, "
-                     "nvlink_gbs, ib_gbs, host_link_gbs, host_mem_gbs, nvlink_latency_us, ib_latency_us, launch_us, matmul_eff, "
-                     "attention_eff, vector_eff, mem_eff, "
-                     "matmul_time_scale, attention_time_scale, vector_time_scale, optimizer_time_scale)",
-                     path, lineno, key);
+            char known[1024] = "name, like, dtype";
+            for (int i = 0; i < n_keys; i++) snprintf(known + strlen(known), sizeof(known) - strlen(known), ", %s", keys[i].key);
+            snprintf(err, errlen, "--sim-device %s:%d: unknown key '%s' (expected %s)", path, lineno, key, known);
             return 1;
         }
         if (in_range(val, keys[k].min, keys[k].max, keys[k].v)) {
@@ -204,6 +238,16 @@ static int read_profile_text(const char* path, char* text, size_t len, SimProfil
             return 1;
         }
         if (k < 3) seen_required |= 1 << k;
+        for (int a = 0; a < SIM_ATTENTION_IMPLS * SIM_HEAD_SIZES; a++)
+            if (keys[k].v == &p->attention_eff[0][0] + a) attention_given[a] = 1;
+        if (keys[k].v == &legacy_attention_eff) legacy_line = lineno;
+    }
+    if (legacy_line) {
+        for (int a = 0; a < SIM_ATTENTION_IMPLS * SIM_HEAD_SIZES; a++)
+            if (!attention_given[a]) (&p->attention_eff[0][0])[a] = legacy_attention_eff;
+        fprintf(stderr, "note: --sim-device %s:%d: attention_eff=%g (an older profile's one attention efficiency) applies to "
+                "every implementation and head size not given its own attention_eff_{flash,cublas,cudnn}_{64,128}\n", path,
+                legacy_line, legacy_attention_eff);
     }
     if (!liked && seen_required != 7) {
         snprintf(err, errlen, "--sim-device %s: needs tflops, hbm_gbs and mem_gib (or like=NAME)", path);
@@ -231,6 +275,28 @@ int plan_profile(const char* name_or_file, SimProfile* p, char* err, size_t errl
     return rc;
 }
 
+double plan_copy_gbs(const char* gpu_name, char* source, size_t n) {
+    // Parts by a piece of the name (cudaDeviceProp's: "NVIDIA H100 80GB HBM3", "NVIDIA
+    // A100-SXM4-40GB"), the first match deciding; the PCIe and NVL H100s have other HBM rates
+    // than the SXM part the h100 profile describes (NULL: no profile).
+    static const struct { const char* part; const char* profile; } parts[] = {
+        {"H200", "h200"}, {"H100 PCIe", NULL}, {"H100 NVL", NULL}, {"H100", "h100"},
+        {"A100-SXM4-40GB", "a100-40"}, {"A100-SXM4-80GB", "a100-80"}, {"B200", "b200"},
+    };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        if (!strstr(gpu_name, parts[i].part)) continue;
+        for (size_t j = 0; parts[i].profile && j < N_BUILTIN; j++)
+            if (!strcmp(builtin[j].name, parts[i].profile)) {
+                snprintf(source, n, "%.0f GB/s: the %s profile's HBM %.0f GB/s x mem_eff %.2f, not measured here",
+                         builtin[j].hbm_gbs * builtin[j].mem_eff, parts[i].profile, builtin[j].hbm_gbs, builtin[j].mem_eff);
+                return builtin[j].hbm_gbs * builtin[j].mem_eff;
+            }
+        break;
+    }
+    snprintf(source, n, "unknown for %.80s: no built-in profile of its HBM", gpu_name[0] ? gpu_name : "this device");
+    return 0.0;
+}
+
 int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen) {
     *n = 0;
     const char* q = s;
@@ -252,10 +318,13 @@ int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errle
     return 0;
 }
 
-SimCosts plan_costs(const SimProfile* p) {
-    SimCosts c = {p->tflops * 1e12, p->hbm_gbs * 1e9, p->matmul_eff, p->attention_eff, p->vector_eff, p->mem_eff,
-                  p->launch_us * 1e-6, {0}};
+SimCosts plan_costs(const SimProfile* p, SimAttention attention) {
+    SimCosts c = {.peak_flops = p->tflops * 1e12, .mem_bw = p->hbm_gbs * 1e9, .matmul_eff = p->matmul_eff,
+                  .vector_eff = p->vector_eff, .mem_eff = p->mem_eff, .launch_s = p->launch_us * 1e-6};
     for (int g = 0; g < SIM_GROUPS; g++) c.time_scale[g] = p->time_scale[g] > 0 ? p->time_scale[g] : 1.0;
+    memcpy(c.attention_impl_eff, p->attention_eff, sizeof(c.attention_impl_eff));
+    c.attention = attention;
+    c.vector_mem_eff = p->vector_mem_eff;
     return c;
 }
 
@@ -315,12 +384,26 @@ void plan_print_detail(const PlanRow* r, const SimProfile* p) {
     printf("kernel time by group (ms): matmul %.3f, attention %.3f, vector %.3f, optimizer %.3f, engine (folds, zeroing) %.3f\n",
            r->group_time[SIM_GROUP_MATMUL] * 1e3, r->group_time[SIM_GROUP_ATTENTION] * 1e3, r->group_time[SIM_GROUP_VECTOR] * 1e3,
            r->group_time[SIM_GROUP_OPTIMIZER] * 1e3, r->group_time[SIM_GROUP_OTHER] * 1e3);
+    const int col = sim_head_size_column(r->head_size);
+    printf("attention: %s at head size %d, %.3g of the peak (the profile's attention_eff_%s_%d%s)\n",
+           p->fp32 ? "the cpu device's kernels" : sim_attention_names[r->attention], r->head_size, r->attention_eff,
+           sim_attention_names[r->attention], sim_head_sizes[col], p->fp32 ? ": the cpu profile plans them in flash's column" : "");
     printf("communication lower bound (bytes over the fastest link, no latency): %.2f ms\n", r->comm_lower_bound_s * 1e3);
     printf("step %.2f ms | %.0f tokens/s (all %d ranks) | MFU %.1f%%\n", r->step_s * 1e3, plan_tokens_per_s(r), r->world,
            100.0 * plan_mfu(r));
     double share;
     const char* lim = plan_limiter(r, &share);
     printf("limited by: %s (%.0f%% of the step)\n", lim, 100.0 * share);
+    // The roofline table, as --profile-step prints it for a run on a GPU (there: measured).
+    double ms[KERNEL_KINDS][2];
+    for (int i = 0; i < KERNEL_KINDS; i++)
+        for (int b = 0; b < 2; b++) ms[i][b] = r->kind_time[i][b] * 1e3;
+    char source[160];
+    const double gbs = p->hbm_gbs * p->mem_eff;
+    if (p->fp32) snprintf(source, sizeof(source), "%.0f GB/s: this machine's streaming copy, measured when the plan started", gbs);
+    else snprintf(source, sizeof(source), "%.0f GB/s: the %s profile's HBM %.0f GB/s x mem_eff %.2f", gbs, p->name, p->hbm_gbs, p->mem_eff);
+    profile_print_roofline("planned", (const double(*)[2])r->kind_bytes, (const double(*)[2])ms, r->mem_bytes[SIM_OPTIMIZER],
+                           r->busy[SIM_OPTIMIZER] * 1e3, gbs, source);
 }
 
 void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch) {
@@ -366,10 +449,19 @@ int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p
     if (!text) { snprintf(err, errlen, "--calibrate-from %s", why); return 1; }
     double measured[SIM_GROUPS] = {0};
     int in_table = 0, tables = 0, step = 0, lineno = 0, bad = 0;
+    SimAttention ran = (SimAttention)-1;  // the attention the run names (cuda: its device line), else the plan's
     for (char *line = text, *next; line && *line && !bad; line = next) {
         lineno++;
         next = strchr(line, '\n');
         if (next) *next++ = '\0';
+        const char* att = !strncmp(line, "attention: ", 11) ? line + 11 : strstr(line, "| attention ");
+        if (att && (int)ran < 0) {
+            if (att != line + 11) att += 12;
+            for (int a = 0; a < SIM_ATTENTION_IMPLS; a++) {
+                const size_t n = strlen(sim_attention_names[a]);
+                if (!strncmp(att, sim_attention_names[a], n) && (att[n] == ',' || att[n] == ' ' || !att[n])) ran = (SimAttention)a;
+            }
+        }
         if (!strncmp(line, "profile of step ", 16)) {
             in_table = 1;
             tables++;
@@ -419,19 +511,44 @@ int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p
             return 1;
         }
     }
+    // Attention: the efficiency of the implementation that ran, at this head size, instead of a
+    // time scale. The planned attention time P is s F / (peak e) for the kernels its FLOPs
+    // bound (A, the plan's attention-bound time) plus the rest (s x their bytes' time and the
+    // launches); with s = 1 and e' the FLOP-bound part must take the measured M less the
+    // rest: e' = e (A / s) / (M - (P - A) / s). Where that leaves (0, 1] (the bytes alone take
+    // longer than measured, or a faster rate than the peak), the time scale stays.
+    SimProfile cal = *p;
+    if ((int)ran < 0) ran = row->attention;
+    const int col = sim_head_size_column(row->head_size);
+    const double s_att = p->time_scale[SIM_GROUP_ATTENTION] > 0 ? p->time_scale[SIM_GROUP_ATTENTION] : 1.0;
+    const double M = measured[SIM_GROUP_ATTENTION], P = row->group_time[SIM_GROUP_ATTENTION] * 1e3;
+    const double A = row->bound_time[SIM_BOUND_ATTENTION] * 1e3, rest = M - (P - A) / s_att;
+    const double eff = rest > 0 && A > 0 && M > 0 ? row->attention_eff * (A / s_att) / rest : 0.0;
+    const int by_eff = eff >= 1e-4 && eff <= 1.0;
+    if (by_eff) {
+        cal.attention_eff[ran][col] = eff;
+        scale[SIM_GROUP_ATTENTION] = 1.0;
+    }
     printf("# %s calibrated from the --profile-step table of step %d in %s (train_gpt --plan --calibrate-from):\n",
            p->name, step, log_path);
     printf("# the kernel groups' times, measured there and planned for the same flags (rank 0 of %d):\n", row->world);
-    for (int g = 0; g < SIM_GROUPS; g++)
-        printf("#   %-9s measured %10.3f ms, planned %10.3f ms -> time scale %.4g%s\n", group_key[g], measured[g],
-               row->group_time[g] * 1e3, scale[g], measured[g] > 0 && row->group_time[g] > 0 ? "" : " (not in both: kept)");
+    for (int g = 0; g < SIM_GROUPS; g++) {
+        printf("#   %-9s measured %10.3f ms, planned %10.3f ms -> ", group_key[g], measured[g], row->group_time[g] * 1e3);
+        if (g == SIM_GROUP_ATTENTION && by_eff)
+            printf("attention_eff_%s_%d %.4g (was %.4g)\n", sim_attention_names[ran], sim_head_sizes[col], eff, p->attention_eff[ran][col]);
+        else
+            printf("time scale %.4g%s\n", scale[g], measured[g] > 0 && row->group_time[g] > 0 ? "" : " (not in both: kept)");
+    }
     printf("# Not calibrated: communication (exposed waits depend on the overlap, not one rate) and host time.\n");
     printf("name=%s-calibrated\ndtype=%s\ntflops=%.6g\nhbm_gbs=%.6g\nmem_gib=%.6g\nnvlink_gbs=%.6g\nib_gbs=%.6g\n", p->name,
            p->fp32 ? "fp32" : "bf16", p->tflops, p->hbm_gbs, p->mem_gib, p->nvlink_gbs, p->ib_gbs);
     printf("host_link_gbs=%.6g\nhost_mem_gbs=%.6g\n", p->host_link_gbs, p->host_mem_gbs);
     printf("nvlink_latency_us=%.6g\nib_latency_us=%.6g\nlaunch_us=%.6g\n", p->nvlink_latency_us, p->ib_latency_us, p->launch_us);
-    printf("matmul_eff=%.6g\nattention_eff=%.6g\nvector_eff=%.6g\nmem_eff=%.6g\n", p->matmul_eff, p->attention_eff, p->vector_eff,
-           p->mem_eff);
+    printf("matmul_eff=%.6g\nvector_eff=%.6g\nmem_eff=%.6g\nvector_mem_eff=%.6g\n", p->matmul_eff, p->vector_eff, p->mem_eff,
+           p->vector_mem_eff);
+    for (int a = 0; a < SIM_ATTENTION_IMPLS; a++)
+        for (int h = 0; h < SIM_HEAD_SIZES; h++)
+            printf("attention_eff_%s_%d=%.6g\n", sim_attention_names[a], sim_head_sizes[h], cal.attention_eff[a][h]);
     for (int g = 0; g < SIM_GROUPS; g++) printf("%s_time_scale=%.6g\n", group_key[g], scale[g]);
     return 0;
 }
@@ -445,10 +562,14 @@ static void plan_on_event(void* ctx, FsdpEvent e) {
     SimClock* c = (SimClock*)ctx;
     c->phase = e == FSDP_EVENT_FORWARD ? SIM_FORWARD : e == FSDP_EVENT_BACKWARD ? SIM_BACKWARD : SIM_OPTIMIZER;
     c->group = SIM_GROUP_OTHER;  // the engine's own kernels until the model's next one
+    c->kind = -1;
 }
 // Before each model kernel (kernels.h's hook, as --profile-step uses it): its group.
 static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
-    ((SimClock*)ctx)->group = sim_group_of_kind(kind);
+    SimClock* c = (SimClock*)ctx;
+    c->group = sim_group_of_kind(kind);
+    c->kind = (int)kind;
+    c->backward = backward;
 }
 
 // Plans world size W (checked by check_run_flags) into row, printing the setup and budget
@@ -475,7 +596,8 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
 
     SimClock clock;
     memset(&clock, 0, sizeof(clock));
-    clock.costs = plan_costs(prof);
+    clock.kind = -1;
+    clock.costs = plan_costs(prof, sim_attention_from_name(opt->attention));  // a name plan_main checked
     DeviceOptions dopt = run_device_options(opt, 0);
     dopt.sim = prof;
     dopt.sim_clock = &clock;
@@ -523,6 +645,11 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     }
     for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
     row->kernels = clock.kernels;
+    memcpy(row->kind_bytes, clock.kind_bytes, sizeof(row->kind_bytes));
+    memcpy(row->kind_time, clock.kind_time, sizeof(row->kind_time));
+    row->head_size = config->channels / config->num_heads;
+    row->attention = sim_attention_resolve(clock.costs.attention, row->head_size);
+    row->attention_eff = sim_attention_eff(&clock.costs, row->head_size);
     for (int g = 0; g <= SIM_GROUPS; g++) row->group_time[g] = clock.group_time[g];
     double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
     row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
@@ -545,6 +672,10 @@ static int cpu_profile_at(const Options* opt, int world, SimProfile* prof, int* 
 
 int plan_main(const Options* opt, const ModelConfig* config, const PlanModelOps* ops) {
     if (launcher_rank() != 0) return 0;  // started under a launcher: one plan is enough
+    if ((int)sim_attention_from_name(opt->attention) < 0) {  // a name the run knows and the planner does not
+        fprintf(stderr, "error: --attention %s: --plan knows flash, cublas, cudnn and auto\n", opt->attention);
+        return 1;
+    }
     char err[1024];
     ParseError e;
     SimProfile prof;

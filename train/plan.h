@@ -38,7 +38,11 @@ typedef struct SimProfile {
     double launch_us;          // per-kernel overhead
     double host_link_gbs;      // --offload optimizer: host <-> GPU copies, GB/s per direction per GPU
     double host_mem_gbs;       // ... and the host memory bandwidth each rank's optimizer streams at
-    double matmul_eff, attention_eff, vector_eff, mem_eff;  // fractions of peak reached
+    double matmul_eff, vector_eff, mem_eff;  // fractions of peak reached (FLOPs, HBM bytes)
+    // Attention's fraction of the peak per implementation (SimAttention) and head size
+    // (64, 128), and the fraction of HBM the model's vector kernels stream at.
+    double attention_eff[SIM_ATTENTION_IMPLS][SIM_HEAD_SIZES];
+    double vector_mem_eff;
     double time_scale[SIM_GROUPS];  // a calibration's factors per kernel group (0 or 1: none)
     int threads;               // "cpu": the threads per rank its rates were measured with (0: not measured)
 } SimProfile;
@@ -50,7 +54,9 @@ const char* plan_profile_names(void);   // "a100-40, a100-80, h100, h200, b200, 
 // --plan-world "8,64,512": 1 .. PLAN_MAX_WORLDS sizes, each >= 1. 0, or 1 with err.
 int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen);
 
-SimCosts plan_costs(const SimProfile* p);
+// The costs of a run on p whose attention is `attention` (--attention's name, resolved per
+// head size by the sim).
+SimCosts plan_costs(const SimProfile* p, SimAttention attention);
 // The link of a group of `size` ranks, `stride` apart, that contains rank 0 (node-aligned):
 // NVLink when it stays in one node of gpus_per_node, else the network.
 SimLink plan_link(const SimProfile* p, int gpus_per_node, int stride, int size);
@@ -71,6 +77,11 @@ typedef struct {
     size_t budget_bytes;                        // device memory per rank (the run's budget)
     int offload;                                // --offload optimizer (waits include the host's)
     long kernels;
+    double kind_bytes[KERNEL_KINDS][2];         // the model's kernels by kind and direction (the roofline table)
+    double kind_time[KERNEL_KINDS][2];
+    SimAttention attention;                     // the implementation planned (auto resolved)
+    int head_size;
+    double attention_eff;                       // its efficiency at this head size
 } PlanRow;
 
 double plan_tokens_per_s(const PlanRow* r);
@@ -79,6 +90,10 @@ double plan_mfu(const PlanRow* r);
 // (exposed; with --offload optimizer also the waits for the host's copies and AdamW) or
 // "host" (launch overheads), with its share of the step in *share.
 const char* plan_limiter(const PlanRow* r, double* share);
+// The copy bandwidth of a GPU (by its name, as the device reports it): the built-in profile
+// of that part's HBM x mem_eff (a device-to-device copy's share), in GB/s, with its source
+// in `source`; 0 for a GPU no built-in profile describes (the source says so).
+double plan_copy_gbs(const char* gpu_name, char* source, size_t n);
 // The per-world detail (after the budget) and the scaling table.
 void plan_print_detail(const PlanRow* r, const SimProfile* p);
 void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch);

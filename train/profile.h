@@ -13,6 +13,7 @@
 #define FSDP_TRAIN_PROFILE_H
 
 #include "fsdp/fsdp.h"
+#include "kernels/kernels_sim.h"
 #include "train/device.h"
 
 #ifdef __cplusplus
@@ -27,6 +28,13 @@ typedef struct {
     unsigned char* what; // phase * 2 + backward, per mark
     long long* launches; // kernel launches issued before each mark (-1: not counted)
     int layers;          // transformer blocks (the per-block launch count)
+    // cuda: the vector kernels' bytes, from the sim device's model of each call (the planner's
+    // bytes, which test_traffic_emu holds to the kernels'): the device's table is teed to a
+    // sim twin while the step is profiled (inner: the device's own functions).
+    int teed;
+    Kernels inner, twin;
+    SimClock twin_clock;
+    double kind_bytes[KERNEL_KINDS][2];
 } StepProfile;
 
 // Starts profiling: hooks the device's kernels and the engine's calls. layers: the model's.
@@ -38,6 +46,14 @@ void profile_host(StepProfile* p);
 void profile_report(StepProfile* p, int step, double host_ms, int rank);
 static inline int profile_active(const StepProfile* p) { return p->dev != NULL; }
 void profile_free(StepProfile* p);
+
+// The roofline table of the vector kernels (--profile-step on cuda, --plan): per family and
+// direction (embedding, layernorm (+ residual add), cross-entropy; the optimizer's kernels
+// when opt_ms >= 0), the bytes moved, the time (time_what: "measured" or "planned"), the
+// bytes' time at the copy bandwidth copy_gbs (GB/s; <= 0: unknown, the columns say "-") and
+// their ratio, with the bandwidth's source in the header.
+void profile_print_roofline(const char* time_what, const double bytes[KERNEL_KINDS][2], const double ms[KERNEL_KINDS][2],
+                            double opt_bytes, double opt_ms, double copy_gbs, const char* bw_source);
 
 #ifdef __cplusplus
 }

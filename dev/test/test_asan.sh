@@ -233,6 +233,20 @@ expect_error "asan: --plan --calibrate-from a time of 301 digits" "huge.log:2: a
 if $A/train_gpt_asan --plan -m d1 -b 1 -t 64 --sim-device "$out/long.prof" > "$out/long.log" 2>&1 && grep -q "^step " "$out/long.log"; then
     ok "asan: --plan with a 100000-byte profile line (the name kept short)"
 else not_ok "asan: --plan with a 100000-byte profile line: $(tail -n 2 "$out/long.log" | tr '\n' ' ' | head -c 300)"; fi
+# An older profile's single attention_eff (applied after the file is read), and a calibration
+# log whose lines end right after the words the implementation is read from.
+printf 'like=h100\nattention_eff_cublas_64=0.05\nattention_eff=0.3\n' >"$out/old_att.prof"
+if $A/train_gpt_asan --plan -m d1 -b 1 -t 64 --sim-device "$out/old_att.prof" > "$out/old_att.log" 2>&1 &&
+   grep -q "^note: .*old_att.prof:3: attention_eff=0.3" "$out/old_att.log" && grep -q "^attention: flash at head size 64, 0.3 of" "$out/old_att.log"; then
+    ok "asan: --plan with an older profile's attention_eff (applied to flash, said once)"
+else not_ok "asan: --plan with an older profile's attention_eff: $(tail -n 2 "$out/old_att.log" | tr '\n' ' ' | head -c 300)"; fi
+{ echo "attention: "; echo "x | attention "; echo "GPU 0 | attention cublas"
+  echo "profile of step 2 (rank 0, cuda device; the stream's time between marks): 1.00 ms, 1.00 ms on the host clock"
+  printf '  %-30s %-8s 1.000 ms 100.0%%      1 interval(s)\n' "attention" "forward"; } >"$out/att_name.log"
+if $A/train_gpt_asan --plan -m d1 -b 4 -t 1024 --sim-device h100 --calibrate-from "$out/att_name.log" > "$out/att_name.prof" 2>&1 &&
+   grep -q "attention_eff_cublas_64 .* (was 0.032)" "$out/att_name.prof"; then
+    ok "asan: --calibrate-from reads the implementation from a log line ending after 'attention' (cublas: $(grep '^attention_eff_cublas_64' "$out/att_name.prof"))"
+else not_ok "asan: --calibrate-from attention name: $(tail -n 2 "$out/att_name.prof" | tr '\n' ' ' | head -c 300)"; fi
 mkdir -p "$out/st_loop" && ln -sfn model.safetensors "$out/st_loop/model.safetensors"
 expect_error "asan: ckpt import of a model.safetensors symlink loop" "st_loop/model.safetensors: cannot open: a symlink loop" \
     $A/ckpt_asan import "$out/st_loop" "$out/imp_loop" --world 2

@@ -228,6 +228,113 @@ one_line_error "--calibrate-from: a time scale outside a profile's range" \
     "tiny.log: attention measured 1e-07 ms against .* ms planned: a time scale of .*, outside \\[0.0001, 10000\\]" \
     $TG --plan --calibrate-from "$out/tiny.log"
 
+# 4b. Attention per implementation and head size. A profile's attention_eff_IMPL_HS keys
+#     are bounded like every efficiency; an older profile's single attention_eff still reads,
+#     applies to every implementation and head size not given its own, and says so in one
+#     line. With the bytes made free (hbm 1e6 GB/s, launches 1 ns), the planned attention time
+#     of each --attention is its FLOPs over its own efficiency: the times' ratios are the
+#     efficiencies' inverse ratios.
+printf 'like=h200\nattention_eff_cudnn_128=1.5\n' >"$out/bad_att.prof"
+printf 'like=h200\nattention_eff_flash_64=0\n' >"$out/zero_att.prof"
+printf 'like=h200\nvector_mem_eff=2\n' >"$out/bad_vec.prof"
+one_line_error "profile: attention_eff_cudnn_128 > 1" "bad_att.prof:2: attention_eff_cudnn_128: expected a number in \\[0.0001, 1\\] \\(a fraction of the peak\\), got '1.5'" \
+    $TG --plan --sim-device "$out/bad_att.prof"
+one_line_error "profile: attention_eff_flash_64 = 0" "zero_att.prof:2: attention_eff_flash_64: expected a number in \\[0.0001, 1\\]" \
+    $TG --plan --sim-device "$out/zero_att.prof"
+one_line_error "profile: vector_mem_eff > 1" "bad_vec.prof:2: vector_mem_eff: expected a number in \\[0.0001, 1\\]" \
+    $TG --plan --sim-device "$out/bad_vec.prof"
+# attention_time NAME LOG: the plan's attention group time (ms); att_line LOG: its attention line.
+attention_ms() { sed -nE 's/^kernel time by group \(ms\):.* attention ([0-9.]+),.*/\1/p' "$1"; }
+small=(-m d12 -b 4 -t 1024 --plan-world 1)
+printf '# an older profile\nlike=h200\nattention_eff=0.25\nattention_eff_cublas_64=0.05\n' >"$out/old.prof"
+if $TG --plan "${small[@]}" --sim-device "$out/old.prof" >"$out/old_flash.log" 2>"$out/old_flash.err" &&
+   $TG --plan "${small[@]}" --sim-device "$out/old.prof" --attention cublas >"$out/old_cublas.log" 2>/dev/null &&
+   [ "$(wc -l <"$out/old_flash.err")" = 1 ] &&
+   grep -q "^note: --sim-device $out/old.prof:3: attention_eff=0.25 (an older profile's one attention efficiency) applies to every implementation and head size not given its own" "$out/old_flash.err" &&
+   grep -q "^attention: flash at head size 64, 0.25 of the peak" "$out/old_flash.log" &&
+   grep -q "^attention: cublas at head size 64, 0.05 of the peak" "$out/old_cublas.log"; then
+    ok "an older profile's attention_eff: read, applied to flash (0.25) but not to cublas, given its own (0.05), said in one line ($(cat "$out/old_flash.err"))"
+else
+    not_ok "older profile's attention_eff: $(cat "$out/old_flash.err" | head -c 300) | $(grep -h '^attention:\|^error' "$out/old_flash.log" "$out/old_cublas.log" | tr '\n' ' ')"
+fi
+printf 'like=h200\nhbm_gbs=1000000\nlaunch_us=0.001\nattention_eff_flash_64=0.2\nattention_eff_cublas_64=0.05\nattention_eff_cudnn_64=0.5\nattention_eff_flash_128=0.1\n' \
+    >"$out/att.prof"
+plan_att() { $TG --plan "${small[@]}" --sim-device "$out/att.prof" "$@"; }
+# ratio_ok A B WANT: A / B within 0.1% of WANT.
+ratio_ok() { awk -v a="$1" -v b="$2" -v w="$3" 'BEGIN { exit !(a > 0 && b > 0 && (a / b / w - 1) ^ 2 < 1e-6) }'; }
+if plan_att >"$out/att_auto.log" 2>&1 && plan_att --attention flash >"$out/att_flash.log" 2>&1 &&
+   plan_att --attention cublas >"$out/att_cublas.log" 2>&1; then
+    ta=$(attention_ms "$out/att_auto.log"); tf=$(attention_ms "$out/att_flash.log"); tc=$(attention_ms "$out/att_cublas.log")
+    if [ "$ta" = "$tf" ] && ratio_ok "$tc" "$tf" 4 && grep -q "^attention: cublas at head size 64, 0.05 of the peak" "$out/att_cublas.log"; then
+        ok "--attention in --plan: cublas $tc ms = 4 x flash $tf ms (efficiencies 0.05 and 0.2); auto plans flash at head size 64"
+    else
+        not_ok "--attention in --plan: auto '$ta', flash '$tf', cublas '$tc' ms (cublas should be 4x flash)"
+    fi
+else
+    not_ok "--attention in --plan failed: $(tail -n 1 "$out/att_auto.log" "$out/att_flash.log" "$out/att_cublas.log" | tr '\n' ' ')"
+fi
+# cudnn: the option parser learns the name in #32's cudnn slice; until then the plan cannot be asked for it.
+if plan_att --attention cudnn >"$out/att_cudnn.log" 2>&1; then
+    td=$(attention_ms "$out/att_cudnn.log")
+    ratio_ok "$tf" "$td" 2.5 && grep -q "^attention: cudnn at head size 64, 0.5 of the peak" "$out/att_cudnn.log" &&
+        ok "--attention cudnn in --plan: $td ms, flash's $tf ms / 2.5 (efficiencies 0.5 and 0.2)" ||
+        not_ok "--attention cudnn in --plan: $td ms against flash's $tf ms (want flash / 2.5)"
+elif grep -q -- "--attention: expected flash or cublas, got 'cudnn'" "$out/att_cudnn.log"; then
+    ok "--attention cudnn in --plan # skip this build's option parser has no cudnn yet ($(head -n 1 "$out/att_cudnn.log"))"
+else
+    not_ok "--attention cudnn in --plan failed: $(head -c 300 "$out/att_cudnn.log")"
+fi
+# Head size 128 (2 heads of 128) takes the 128 column.
+if $TG --plan --layers 2 --channels 256 --heads 2 --max-seq 256 -b 2 -t 256 --plan-world 1 --sim-device "$out/att.prof" >"$out/att128.log" 2>&1 &&
+   grep -q "^attention: flash at head size 128, 0.1 of the peak (the profile's attention_eff_flash_128)" "$out/att128.log"; then
+    ok "head size 128: the plan takes attention_eff_flash_128 (0.1)"
+else
+    not_ok "head size 128: $(grep -h '^attention:\|^error' "$out/att128.log" | head -c 300)"
+fi
+# --calibrate-from updates the efficiency of the implementation that ran (the run's device
+# line names it), at the plan's head size, instead of a time scale: a profile table whose
+# attention took 3x flash's planned time, from a run that names cublas, gives cublas the
+# efficiency that plans exactly that time, and leaves flash's and the others as they were.
+$TG --plan "${small[@]}" --sim-device h200 >"$out/cal_att_plan.log" 2>&1
+pa=$(attention_ms "$out/cal_att_plan.log")
+{ echo "GPU 0 of 1: NVIDIA H200, 139.8 GiB, sm_90 | bf16 | collectives none (nccl), reduce bf16 | attention cublas, gelu fusion 0"
+  echo "profile of step 2 (rank 0, cuda device; the stream's time between marks): 1.00 ms, 1.00 ms on the host clock"
+  awk -v p="$pa" 'BEGIN { printf "  %-30s %-8s %10.3f ms  50.0%%      1 interval(s)\n", "attention", "forward", p }'
+  awk -v p="$pa" 'BEGIN { printf "  %-30s %-8s %10.3f ms  50.0%%      1 interval(s)\n", "attention", "backward", 2 * p }'; } >"$out/cal_att.log"
+if [ -n "$pa" ] && $TG --plan "${small[@]}" --sim-device h200 --calibrate-from "$out/cal_att.log" >"$out/cal_att.prof" 2>"$out/cal_att.err" &&
+   $TG --plan "${small[@]}" --sim-device "$out/cal_att.prof" --attention cublas >"$out/cal_att_cublas.log" 2>&1; then
+    got=$(attention_ms "$out/cal_att_cublas.log")
+    if ratio_ok "$got" "$pa" 3 && grep -q '^attention_eff_flash_64=0.138$' "$out/cal_att.prof" && grep -q '^attention_time_scale=1$' "$out/cal_att.prof" &&
+       ! grep -q '^attention_eff_cublas_64=0.032$' "$out/cal_att.prof"; then
+        ok "--calibrate-from: the run's implementation (cublas) gets $(grep '^attention_eff_cublas_64' "$out/cal_att.prof"): planned $got ms = the measured 3 x $pa ms; flash's 0.138 kept"
+    else
+        not_ok "--calibrate-from attention: cublas planned '$got' ms for a measured 3 x '$pa' ms; $(grep '^attention_' "$out/cal_att.prof" | tr '\n' ' ')"
+    fi
+else
+    not_ok "--calibrate-from attention failed: $(cat "$out/cal_att.err" | head -c 300)"
+fi
+
+# 4c. The roofline table (as --profile-step prints it on a GPU, there measured): a row per
+#     vector-kernel family and direction and the optimizer's, each with its bytes, its planned
+#     time, the bytes' time at the profile's copy bandwidth (HBM x mem_eff: 4800 x 0.80 GB/s
+#     on h200) and the ratio of the two.
+if $TG --plan -m d12 -b 32 -t 1024 --plan-world 1 --sim-device h200 >"$out/roofline.log" 2>&1; then
+    table=$(sed -n '/^vector kernels against the copy bandwidth (3840 GB\/s: the h200 profile.s HBM 4800 GB\/s x mem_eff 0.80)/,/^[^ ]/p' "$out/roofline.log")
+    if awk -F'  +' '$2 != "" && $2 != "family" && /^  / {
+            mb = $(NF-3); planned = $(NF-2) + 0; at = $(NF-1) + 0; ratio = $NF; n++
+            if (!(mb > 0 && at > 0)) { print "row " $2 " " $3 ": bytes " mb ", at copy bw " at; bad = 1 }
+            if ((at / (mb * 1e6 / 3840e9 * 1e3) - 1) ^ 2 > 1e-4) { print $2 ": " at " ms is not " mb " MB at 3840 GB/s"; bad = 1 }
+            if ((ratio / (planned / at) - 1) ^ 2 > 1e-4) { print $2 ": ratio " ratio " is not " planned " / " at; bad = 1 }
+            rows = rows $2 " " $3 ", " }
+         END { if (n != 6) { print "expected 6 rows, got " n ": " rows; bad = 1 }; exit bad }' <<<"$table" >"$out/roofline.why"; then
+        ok "--plan's roofline table: 6 rows (embedding, layernorm forward and backward, cross-entropy, optimizer), at copy bw = bytes / 3840 GB/s, ratio = planned / that ($(grep 'cross-entropy' <<<"$table" | tr -s ' '))"
+    else
+        not_ok "--plan's roofline table: $(tr '\n' ' ' <"$out/roofline.why") $(head -c 300 <<<"$table")"
+    fi
+else
+    not_ok "--plan roofline: $(tail -n 1 "$out/roofline.log")"
+fi
+
 # 5. Calibration: a real cpu run's --profile-step table, turned into a profile file by
 #    --calibrate-from, makes the plan of the same flags reproduce the measured kernel groups
 #    (matmul, attention, vector, optimizer) within 1% (the factors are measured / planned).

@@ -544,6 +544,29 @@ if good nccl_np2; then
         not_ok "$TAG --profile-step 3 with --comm nccl: no complete table: $(head -c 300 <<<"$table" | tr '\n' ' ')"
     fi
 fi
+# The roofline table after the profile (the vector kernels' bytes from the sim twin of each
+# call, their measured time, the bytes' time at the copy bandwidth: unknown for the emulator,
+# so "-"): every vector family's row, its bytes above zero and equal to the ones --plan
+# models for the same flags at the same world size (its own table's column).
+roofline_rows() { sed -n '/^vector kernels against the copy bandwidth/,/^[^ ]/p' "$1" |
+    awk '$1 != "family" && /^  / { split($0, w, /  +/); print w[2] "|" w[3] "|" w[4] }'; }
+roofline_check() {  # NAME W ARGS...: the run NAME at world W had ARGS beside common's
+    local name=$1 w=$2; shift 2
+    local plan="$TMP/plan_$name.log" got want
+    if ! ./train_gpt --plan "${common[@]}" "$@" --plan-world "$w" --sim-device h200 >"$plan" 2>&1; then
+        not_ok "$TAG --profile-step roofline ($name): --plan failed: $(tail -n 1 "$plan")"; return
+    fi
+    got=$(roofline_rows "$TMP/$name.log"); want=$(roofline_rows "$plan" | grep -v '^grad norm')
+    if [ "$(grep -c . <<<"$got")" = 5 ] && [ "$got" = "$want" ] &&
+       awk -F'|' '{ if (!($3 > 0)) bad = 1 } END { exit bad }' <<<"$got" &&
+       grep -q '^vector kernels against the copy bandwidth (unknown for cuda_emu' "$TMP/$name.log"; then
+        ok "$TAG --profile-step roofline at W=$w ($name): 5 vector-kernel rows, bytes = --plan's ($(tr '\n' ' ' <<<"$got" | sed 's/  */ /g'))"
+    else
+        not_ok "$TAG --profile-step roofline at W=$w ($name): got '$(tr '\n' ' ' <<<"$got")', --plan '$(tr '\n' ' ' <<<"$want")'"
+    fi
+}
+good nccl_again && roofline_check nccl_again 1 -b 2 -s 4 -g 8
+good nccl_np2 && roofline_check nccl_np2 2 -b 1 -d 64
 # The optimizer path's byte ledger and the step's host waits (--profile-step, counted by the
 # backend from its launches). Per element of the rank's shard, from the kernels' operands:
 # the bf16 gradient slots are not zeroed (each weight's first gradient write overwrites; only
