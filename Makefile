@@ -80,13 +80,16 @@ else
 NCCL_LIB  := -lnccl
 endif
 # --attention cudnn: kernels/cuda_attention_cudnn.cpp, the one file that includes cudnn.h (from
-# CUDNN_INC: the toolkit's include folder where cuDNN is installed there) and NVIDIA's
+# CUDNN_INC: the toolkit's include folder, /usr/include, else PyTorch's nvidia-cudnn wheel:
+# scripts/find_cudnn.sh include) and NVIDIA's
 # header-only cudnn-frontend (CUDNN_FE_INC: scripts/setup.sh unpacks the pinned wheel's include/
 # into .deps/cudnn_frontend/include). Nothing of cuDNN is linked: the library is dlopen'ed at run
 # time. Without either header the file is built with FSDP_NO_CUDNN (--attention cudnn then says
 # so); the frontend's headers are system headers (-isystem): their warnings are not ours.
 CUDA_INC     := $(abspath $(dir $(NVCC))../include)
-CUDNN_INC    ?= $(firstword $(foreach d,$(CUDA_INC) /usr/include,$(if $(wildcard $(d)/cudnn.h),$(d))))
+ifeq ($(origin CUDNN_INC),undefined)
+CUDNN_INC    := $(if $(NVCC),$(shell scripts/find_cudnn.sh include $(NVCC)))
+endif
 CUDNN_FE_INC ?= .deps/cudnn_frontend/include
 CUDNN_FLAGS  := $(if $(and $(CUDNN_INC),$(wildcard $(CUDNN_INC)/cudnn.h),$(wildcard $(CUDNN_FE_INC)/cudnn_frontend.h)),\
                 -isystem $(CUDNN_INC) -isystem $(CUDA_INC) -isystem $(CUDNN_FE_INC),-DFSDP_NO_CUDNN -isystem $(CUDA_INC))

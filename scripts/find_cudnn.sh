@@ -6,7 +6,22 @@
 # FSDP_CUDNN_LIB already set; libcudnn_graph.so.9 known to the loader; PyTorch's pip wheel
 # (nvidia-cudnn-cu12/13, through python3 or $PYTHON), which is how the GPU machines carry it.
 # Prints nothing, and says why on stderr with status 1, when there is none.
+# `scripts/find_cudnn.sh include NVCC` instead prints the folder with cudnn.h for the Makefile:
+# the toolkit's include/ (NVCC's), /usr/include, else the pip wheel's include/ (nothing: none).
 set -u
+if [ "${1:-}" = include ]; then
+    nvcc=${2:-}
+    for d in ${nvcc:+$(dirname "$(dirname "$(readlink -f "$nvcc")")")/include} /usr/include; do
+        [ -f "$d/cudnn.h" ] && { echo "$d"; exit 0; }
+    done
+    for py in ${PYTHON:-} python3; do
+        command -v "$py" >/dev/null 2>&1 || continue
+        "$py" -c 'import nvidia.cudnn, os
+for d in nvidia.cudnn.__path__:
+    if os.path.isfile(os.path.join(d, "include", "cudnn.h")): print(os.path.join(d, "include")); break' 2>/dev/null && exit 0
+    done
+    exit 0
+fi
 lib=${FSDP_CUDNN_LIB:-}
 if [ -z "$lib" ] && ldconfig -p 2>/dev/null | grep -q 'libcudnn_graph\.so\.9 '; then lib=libcudnn_graph.so.9; fi
 if [ -z "$lib" ]; then

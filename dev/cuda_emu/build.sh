@@ -54,7 +54,7 @@ build_runtime() {
 # CUDNN_FAKE_WHY says why (the tests of the cudnn path then skip with it). The emulated
 # programs link CUDNN_OBJS with -rdynamic: the fakes find the emulator's cudaStreamSynchronize
 # in the process. CUDNN_ENV: the environment that points a run at the fakes.
-CUDNN_INC=${CUDNN_INC:-$(for d in /usr/local/cuda/include /usr/include; do [ -f $d/cudnn.h ] && { echo $d; break; }; done)}
+CUDNN_INC=${CUDNN_INC:-$(bash scripts/find_cudnn.sh include "$(command -v nvcc)")}  # as the Makefile
 CUDNN_FE_INC=${CUDNN_FE_INC:-.deps/cudnn_frontend/include}
 CUDNN_OBJS=($B/cuda_attention_cudnn.o -rdynamic -ldl)
 FAKE_CUDNN=$PWD/$B/fake_cudnn/libcudnn_graph.so.9
