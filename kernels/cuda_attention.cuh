@@ -137,6 +137,22 @@ template <> inline int attn_is_fp16<fp16>() { return 1; }
 // fits (both head sizes, both 16-bit types), once. cublas needs nothing; cudnn loads the
 // library (ending the run with the reason where it cannot: attention_context_try_cudnn is
 // the form that returns). Call again after switching GPUs; attention_context_destroy ends it.
+static inline int attn_gpu_major(void) {
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major;
+}
+// The flash kernels' shared-memory opt-in on the current GPU (sm_80+), once per context.
+static inline void attn_flash_setup(AttentionContext* ac) {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    ac->smem_optin = optin;
+    attn_flash_optin_kernels<bf16>(optin);
+    attn_flash_optin_kernels<fp16>(optin);
+}
+
 // cuDNN's workspace comes from cudaMalloc through these (the .cpp calls no CUDA runtime).
 static void* attn_cudnn_alloc(void*, size_t bytes) {
     void* p = NULL;
@@ -150,9 +166,11 @@ static void attn_cudnn_release(void*, void* p) { CUDA_CHECK(cudaFree(p)); }  // 
 static inline int attention_context_try_cudnn(AttentionContext* ac, char* why, size_t why_len) {
     const CudnnAllocator allocator = {attn_cudnn_alloc, attn_cudnn_release, NULL};
     memset(ac, 0, sizeof(*ac));
-    ac->impl = ATTENTION_CUDNN;
     ac->cudnn = cudnn_attention_create(&allocator, why, why_len);
-    return ac->cudnn ? 0 : -1;
+    if (!ac->cudnn) return -1;
+    ac->impl = ATTENTION_CUDNN;
+    if (attn_gpu_major() >= 8) attn_flash_setup(ac);  // for the forwards of shapes cuDNN refuses
+    return 0;
 }
 // Builds ac's graphs for one shape ahead of use, so that a shape cuDNN refuses is known at
 // startup (auto falls back; an explicit choice ends the run): 0, or -1 with why. Nothing to do
@@ -182,15 +200,10 @@ static inline void attention_context_init(AttentionContext* ac, AttentionImpl im
     ac->smem_optin = 0;
     ac->cudnn = NULL;
     if (impl == ATTENTION_CUBLAS) return;
-    int dev = 0, optin = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const int major = attn_gpu_major();
     CUDA_REQUIRE(major >= 8, "%s attention needs sm_80 or newer (cp.async, mma.sync m16n8k16), this GPU is sm_%d.x; "
                  "use --attention cublas", attention_impl_name(impl), major);
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    ac->smem_optin = optin;
-    attn_flash_optin_kernels<bf16>(optin);
-    attn_flash_optin_kernels<fp16>(optin);
+    attn_flash_setup(ac);
 }
 
 // out[B,T,C] and lse[B,NH,T] from qkv[B,T,QW] (both overwritten), by ac's implementation.
@@ -203,10 +216,17 @@ static inline void attention_forward_cuda(const AttentionContext* ac, MatmulCont
     attn_check_args("attention_forward_cuda", false, ac, B, T, C, NH, KVH, scratch_bytes, scratch);
     CUDA_REQUIRE(out && lse && qkv, "attention_forward_cuda: NULL tensor");
     if (ac->impl == ATTENTION_CUDNN) {
+        // A shape cuDNN refuses (not the run's: attention_context_prepare took those) runs on
+        // flash where it can: the sampler's and evaluation's forwards (their lse means the same).
         char why[512];
-        CUDA_REQUIRE(cudnn_attention_forward(ac->cudnn, out, lse, qkv, B, T, NH, KVH, C / NH, attn_is_fp16<T16>(),
-                                             (void*)stream, why, sizeof(why)) == 0, "--attention cudnn: %s", why);
-    } else if (ac->impl == ATTENTION_FLASH) {
+        const int rc = cudnn_attention_forward(ac->cudnn, out, lse, qkv, B, T, NH, KVH, C / NH, attn_is_fp16<T16>(),
+                                               (void*)stream, why, sizeof(why));
+        if (rc == 0) return;
+        CUDA_REQUIRE(rc > 0 && ac->smem_optin > 0 && attention_flash_supports(C / NH) && (long long)B * NH < 65536,
+                     "--attention cudnn: %s", why);
+        if (rc == 1) fprintf(stderr, "warning: --attention cudnn: %s; this shape's forward runs on flash\n", why);
+    }
+    if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
                      "attention_forward_cuda: qkv and out must be 16-byte aligned, lse 4-byte aligned");
         if (C / NH == 64) attn_flash_forward_launch<64>(ac->smem_optin, out, lse, qkv, B, T, C, NH, KVH, stream);
@@ -226,7 +246,7 @@ static inline void attention_backward_cuda(const AttentionContext* ac, MatmulCon
                                            int KVH, cudaStream_t stream) {
     attn_check_args("attention_backward_cuda", true, ac, B, T, C, NH, KVH, scratch_bytes, scratch);
     CUDA_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward_cuda: NULL tensor");
-    if (ac->impl == ATTENTION_CUDNN) {
+    if (ac->impl == ATTENTION_CUDNN) {  // (no fallback: the scratch is sized for cudnn, which takes none)
         char why[512];
         CUDA_REQUIRE(cudnn_attention_backward(ac->cudnn, dqkv, dout, qkv, out, lse, B, T, NH, KVH, C / NH,
                                               attn_is_fp16<T16>(), (void*)stream, why, sizeof(why)) == 0,

@@ -73,8 +73,14 @@ void* cudnn_dlhandle = nullptr;
 enum { UID_Q = 1, UID_K, UID_V, UID_SCALE, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
 
 typedef std::tuple<int, int, int, int, int, int> ShapeKey;  // B, T, NH, KVH, hs, fp16
+// A shape's graph of one direction: built on first use; a refusal is kept too (with its
+// reason), so that a shape cuDNN does not take costs one build attempt, not one per call.
+struct DirGraph {
+    std::shared_ptr<fe::graph::Graph> g;
+    std::string refused;
+};
 struct ShapeGraphs {
-    std::shared_ptr<fe::graph::Graph> fwd, bwd;
+    DirGraph dir[2];  // forward, backward
 };
 
 struct CudnnAttention {
@@ -275,60 +281,63 @@ static std::string build(CudnnAttention* ca, fe::graph::Graph& g) {
     return e.is_good() ? std::string() : e.get_message();
 }
 
-static ShapeGraphs* graphs_for(CudnnAttention* ca, int B, int T, int NH, int KVH, int hs, int fp16, char* why,
-                               size_t why_len) {
-    const ShapeKey key(B, T, NH, KVH, hs, fp16);
-    auto it = ca->graphs.find(key);
-    if (it != ca->graphs.end()) return &it->second;
-    if (B <= 0 || T <= 0 || NH <= 0 || KVH <= 0 || hs <= 0 || NH % KVH) {
-        fail(why, why_len, "bad attention shape B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" +
-                               std::to_string(NH) + " KVH=" + std::to_string(KVH) + " hs=" + std::to_string(hs));
-        return NULL;
+// The graph of one direction (0 forward, 1 backward) for a shape, built (and the workspace grown)
+// on first use: 0 ready, 1 cuDNN does not support it (why: the reason, said by the first call
+// only: 2 after), -1 failure (why).
+static int graph_for(CudnnAttention* ca, int dir, int B, int T, int NH, int KVH, int hs, int fp16,
+                     fe::graph::Graph** out, char* why, size_t why_len) {
+    if (B <= 0 || T <= 0 || NH <= 0 || KVH <= 0 || hs <= 0 || NH % KVH)
+        return fail(why, why_len, "bad attention shape B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" +
+                                      std::to_string(NH) + " KVH=" + std::to_string(KVH) + " hs=" + std::to_string(hs));
+    DirGraph& dg = ca->graphs[ShapeKey(B, T, NH, KVH, hs, fp16)].dir[dir];
+    if (dg.g) {
+        *out = dg.g.get();
+        return 0;
     }
-    ShapeGraphs sg;
+    if (!dg.refused.empty()) return 2;
     std::string err;
     int64_t need = 0;
     try {
-        sg.fwd = forward_graph(B, T, NH, KVH, hs, fp16);
-        err = build(ca, *sg.fwd);
-        if (!err.empty()) err = "forward: " + err;
+        auto g = dir ? backward_graph(B, T, NH, KVH, hs, fp16) : forward_graph(B, T, NH, KVH, hs, fp16);
+        err = build(ca, *g);
         if (err.empty()) {
-            sg.bwd = backward_graph(B, T, NH, KVH, hs, fp16);
-            err = build(ca, *sg.bwd);
-            if (!err.empty()) err = "deterministic backward: " + err;
-        }
-        if (err.empty()) {
-            int64_t wf = 0, wb = 0;
-            fe::error_object e = sg.fwd->get_workspace_size(wf);
-            if (e.is_good()) e = sg.bwd->get_workspace_size(wb);
+            fe::error_object e = g->get_workspace_size(need);
             if (!e.is_good()) err = "workspace size: " + e.get_message();
-            need = wf > wb ? wf : wb;
         }
+        if (err.empty()) dg.g = g;
     } catch (const std::exception& ex) {  // the frontend throws where a backend call fails
         err = ex.what();
     }
     if (!err.empty()) {
-        fail(why, why_len, "cuDNN SDPA (" + std::string(fp16 ? "fp16" : "bf16") + ", hs " + std::to_string(hs) +
-                               ", " + std::to_string(NH) + "/" + std::to_string(KVH) + " heads, T " +
-                               std::to_string(T) + "): " + err);
-        return NULL;
+        dg.refused = "cuDNN SDPA (" + std::string(fp16 ? "fp16" : "bf16") + ", hs " + std::to_string(hs) + ", " +
+                     std::to_string(NH) + "/" + std::to_string(KVH) + " heads, T " + std::to_string(T) + "): " +
+                     (dir ? "deterministic backward: " : "forward: ") + err;
+        fail(why, why_len, dg.refused);
+        return 1;
     }
     if ((size_t)need > ca->workspace_bytes) {
         if (ca->workspace) ca->allocator.release(ca->allocator.ctx, ca->workspace);
         ca->workspace_bytes = 0;
         ca->workspace = ca->allocator.alloc(ca->allocator.ctx, (size_t)need);
         if (!ca->workspace) {
-            fail(why, why_len, "cannot allocate cuDNN's workspace of " + std::to_string(need) + " bytes");
-            return NULL;
+            dg.g.reset();
+            return fail(why, why_len, "cannot allocate cuDNN's workspace of " + std::to_string(need) + " bytes");
         }
         ca->workspace_bytes = (size_t)need;
     }
-    return &ca->graphs.emplace(key, sg).first->second;
+    *out = dg.g.get();
+    return 0;
 }
 
 extern "C" int cudnn_attention_prepare(CudnnAttention* ca, int B, int T, int NH, int KVH, int hs, int fp16, char* why,
                                        size_t why_len) {
-    return graphs_for(ca, B, T, NH, KVH, hs, fp16, why, why_len) ? 0 : -1;
+    fe::graph::Graph* g = NULL;
+    for (int dir = 0; dir < 2; dir++) {
+        int rc = graph_for(ca, dir, B, T, NH, KVH, hs, fp16, &g, why, why_len);
+        if (rc == 2) rc = fail(why, why_len, ca->graphs[ShapeKey(B, T, NH, KVH, hs, fp16)].dir[dir].refused);
+        if (rc) return -1;
+    }
+    return 0;
 }
 
 static int run(CudnnAttention* ca, fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, void* stream,
@@ -349,8 +358,9 @@ static char* at(const void* base, int64_t elems) { return (char*)base + elems * 
 
 extern "C" int cudnn_attention_forward(CudnnAttention* ca, void* out, float* lse, const void* qkv, int B, int T,
                                        int NH, int KVH, int hs, int fp16, void* stream, char* why, size_t why_len) {
-    ShapeGraphs* sg = graphs_for(ca, B, T, NH, KVH, hs, fp16, why, why_len);
-    if (!sg) return -1;
+    fe::graph::Graph* g = NULL;
+    const int rc = graph_for(ca, 0, B, T, NH, KVH, hs, fp16, &g, why, why_len);
+    if (rc) return rc;
     const int64_t C = (int64_t)NH * hs;
     float scale = 1.0f / sqrtf((float)hs);  // passed by value: read when execute returns
     std::unordered_map<int64_t, void*> pack = {{UID_Q, at(qkv, 0)},
@@ -359,14 +369,15 @@ extern "C" int cudnn_attention_forward(CudnnAttention* ca, void* out, float* lse
                                                {UID_SCALE, &scale},
                                                {UID_O, out},
                                                {UID_STATS, lse}};
-    return run(ca, *sg->fwd, pack, stream, "forward", why, why_len);
+    return run(ca, *g, pack, stream, "forward", why, why_len);
 }
 
 extern "C" int cudnn_attention_backward(CudnnAttention* ca, void* dqkv, const void* dout, const void* qkv,
                                         const void* out, const float* lse, int B, int T, int NH, int KVH, int hs,
                                         int fp16, void* stream, char* why, size_t why_len) {
-    ShapeGraphs* sg = graphs_for(ca, B, T, NH, KVH, hs, fp16, why, why_len);
-    if (!sg) return -1;
+    fe::graph::Graph* g = NULL;
+    const int rc = graph_for(ca, 1, B, T, NH, KVH, hs, fp16, &g, why, why_len);
+    if (rc) return rc;
     const int64_t C = (int64_t)NH * hs, KV = (int64_t)KVH * hs;
     float scale = 1.0f / sqrtf((float)hs);
     std::unordered_map<int64_t, void*> pack = {
@@ -374,7 +385,7 @@ extern "C" int cudnn_attention_backward(CudnnAttention* ca, void* dqkv, const vo
         {UID_O, (void*)out},        {UID_DO, (void*)dout},     {UID_STATS, (void*)lse},
         {UID_DQ, at(dqkv, 0)},      {UID_DK, at(dqkv, C)},     {UID_DV, at(dqkv, C + KV)},
         {UID_SCALE, &scale}};
-    return run(ca, *sg->bwd, pack, stream, "backward", why, why_len);
+    return run(ca, *g, pack, stream, "backward", why, why_len);
 }
 
 #endif  // FSDP_NO_CUDNN

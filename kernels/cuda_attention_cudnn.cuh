@@ -18,8 +18,9 @@
 // the library is reported unavailable too.
 //
 // Every function reports failure as a non-zero (or NULL) return and one line in `why`; none
-// exits. The forward and backward run on `stream`; their graphs are built on first use of a
-// shape and kept in the context (build is slow; execution is not).
+// exits. The forward and backward run on `stream`; the graph of a shape and direction is built
+// on its first use and kept in the context (build is slow; execution is not), and so is a
+// shape cuDNN refuses (the sampler's T = 1, for one: "s_q = s_kv = 1 is not supported").
 #ifndef FSDP_KERNELS_CUDA_ATTENTION_CUDNN_CUH
 #define FSDP_KERNELS_CUDA_ATTENTION_CUDNN_CUH
 
@@ -52,10 +53,13 @@ int cudnn_attention_prepare(CudnnAttention* ca, int B, int T, int NH, int KVH, i
                             size_t why_len);
 // Bytes of device workspace the context holds (0 before the first prepare).
 size_t cudnn_attention_workspace_bytes(const CudnnAttention* ca);
-// out[B,T,C], lse[B,NH,T] from qkv[B,T,QW] (C = NH*hs, QW = C + 2*KVH*hs): 0, or -1 + why.
+// out[B,T,C], lse[B,NH,T] from qkv[B,T,QW] (C = NH*hs, QW = C + 2*KVH*hs): 0 done; 1 cuDNN
+// does not take this shape (why says why; nothing ran), 2 the same again (why untouched);
+// -1 failure (why).
 int cudnn_attention_forward(CudnnAttention* ca, void* out, float* lse, const void* qkv, int B, int T, int NH,
                             int KVH, int hs, int fp16, void* stream, char* why, size_t why_len);
-// dqkv[B,T,QW] (overwritten) from dout[B,T,C], qkv, out, lse; deterministic. 0, or -1 + why.
+// dqkv[B,T,QW] (overwritten) from dout[B,T,C], qkv, out, lse; deterministic. Returns as the
+// forward.
 int cudnn_attention_backward(CudnnAttention* ca, void* dqkv, const void* dout, const void* qkv, const void* out,
                              const float* lse, int B, int T, int NH, int KVH, int hs, int fp16, void* stream,
                              char* why, size_t why_len);

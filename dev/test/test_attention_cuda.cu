@@ -521,6 +521,39 @@ static void test_attention_cudnn(const AttentionContext* ctx, MatmulContext* mm,
     }
 }
 
+// A forward shape cuDNN refuses runs on flash (the sampler's and evaluation's shapes; the
+// run's own are built at startup). The emulator's fake cuDNN is told to refuse
+// (EMU_CUDNN_REFUSE=1, read at each new graph): the output must be flash's, bitwise, twice (the
+// refusal is kept, said once). Where cuDNN is real the switch means nothing: skipped.
+static void test_attention_cudnn_refused_shape(const AttentionContext* ctx, MatmulContext* mm) {
+    const char* name = "attention cudnn: a forward shape cuDNN refuses runs on flash (bitwise flash's, twice)";
+    if (!strstr(cudnn_attention_describe(ctx[kCudnn].cudnn), "fake_cudnn")) {
+        printf("ok - %s # skip not the emulator's fake cuDNN\n", name);
+        return;
+    }
+    const int B = 1, T = 19, NH = 2, hs = 64, C = NH * hs;
+    Rng r(77);
+    bf16* d_qkv = dev16<bf16>(rand16<bf16>(r, (size_t)B * T * 3 * C, 2.0f));
+    bf16* out[3];
+    float* lse[3];
+    for (int k = 0; k < 3; k++) {
+        out[k] = dev16_fill<bf16>((size_t)B * T * C, 0xff);
+        CUDA_CHECK(cudaMalloc(&lse[k], (size_t)B * NH * T * sizeof(float)));
+    }
+    attention_forward_cuda(&ctx[0], mm, out[0], lse[0], d_qkv, NULL, 0, B, T, C, NH, NH, 0);
+    setenv("EMU_CUDNN_REFUSE", "1", 1);
+    for (int k = 1; k < 3; k++) attention_forward_cuda(&ctx[kCudnn], mm, out[k], lse[k], d_qkv, NULL, 0, B, T, C, NH, NH, 0);
+    unsetenv("EMU_CUDNN_REFUSE");
+    CUDA_CHECK(cudaDeviceSynchronize());
+    bool same = true;
+    for (int k = 1; k < 3; k++)
+        same = same && dev_equal(out[0], out[k], (size_t)B * T * C * sizeof(bf16)) &&
+               dev_equal(lse[0], lse[k], (size_t)B * NH * T * sizeof(float));
+    report(same, name, "B=1 T=19 NH=2 hs=64");
+    for (int k = 0; k < 3; k++) { CUDA_CHECK(cudaFree(out[k])); CUDA_CHECK(cudaFree(lse[k])); }
+    CUDA_CHECK(cudaFree(d_qkv));
+}
+
 // Every shape in bf16. fp16 (the emulator's run time: the shapes do not depend on the type)
 // on 2 heads and T = 1 (one key), 100 (a partial first tile), 256 (exact multiples of the
 // tiles) and 300 (several tiles, a partial last one), both head sizes, then the sharp softmax
@@ -747,6 +780,7 @@ int main(int argc, char** argv) {
     if (ctx[kCudnn].cudnn) {
         test_attention_cudnn<bf16>(ctx, mm, 200);
         test_attention_cudnn<fp16>(ctx, mm, 300);
+        test_attention_cudnn_refused_shape(ctx, mm);
     }
     if (argc > 1 && !strcmp(argv[1], "cudnn")) {  // everything but the large shape
         for (int i = 0; i < kNImpls; i++) attention_context_destroy(&ctx[i]);

@@ -172,10 +172,10 @@ if [ -n "$CUDNN_FAKE_WHY" ]; then
     echo "ok - $TAG $m # skip $CUDNN_FAKE_WHY"
 else
     ncudnn=$(grep -c '^ok - attention cudnn' "$TMP/test_attention_cuda.out" 2>/dev/null)
-    if grep -q '^# cudnn: .*libcudnn_graph.so.9' "$TMP/test_attention_cuda.out" 2>/dev/null && [ "${ncudnn:-0}" -ge 18 ]; then
+    if grep -q '^# cudnn: .*libcudnn_graph.so.9' "$TMP/test_attention_cuda.out" 2>/dev/null && [ "${ncudnn:-0}" -ge 25 ]; then
         echo "ok - $TAG $m ($ncudnn checks)"
     else
-        echo "not ok - $TAG $m: $ncudnn checks passed, expected 18: $(grep -m2 'cudnn' "$TMP/test_attention_cuda.out" | tr '\n' ' ' | cut -c1-300)"
+        echo "not ok - $TAG $m: $ncudnn checks passed, expected 25: $(grep -m2 'cudnn' "$TMP/test_attention_cuda.out" | tr '\n' ' ' | cut -c1-300)"
     fi
 fi
 # The fallback run: every matmul check passes, with the GELU kernels, and each refused
