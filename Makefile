@@ -79,7 +79,22 @@ NCCL_LIB  := -L$(NCCL_HOME)/lib -Xlinker -rpath,$(NCCL_HOME)/lib -l:libnccl.so.2
 else
 NCCL_LIB  := -lnccl
 endif
-NVCC_LIBS := -lcublasLt -lcublas $(NCCL_LIB) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
+# --attention cudnn: kernels/cuda_attention_cudnn.cpp, the one file that includes cudnn.h (from
+# CUDNN_INC: the toolkit's include folder, /usr/include, else PyTorch's nvidia-cudnn wheel:
+# scripts/find_cudnn.sh include) and NVIDIA's
+# header-only cudnn-frontend (CUDNN_FE_INC: scripts/setup.sh unpacks the pinned wheel's include/
+# into .deps/cudnn_frontend/include). Nothing of cuDNN is linked: the library is dlopen'ed at run
+# time. Without either header the file is built with FSDP_NO_CUDNN (--attention cudnn then says
+# so); the frontend's headers are system headers (-isystem): their warnings are not ours.
+CUDA_INC     := $(abspath $(dir $(NVCC))../include)
+ifeq ($(origin CUDNN_INC),undefined)
+CUDNN_INC    := $(if $(NVCC),$(shell scripts/find_cudnn.sh include $(NVCC)))
+endif
+CUDNN_FE_INC ?= .deps/cudnn_frontend/include
+CUDNN_FLAGS  := $(if $(and $(CUDNN_INC),$(wildcard $(CUDNN_INC)/cudnn.h),$(wildcard $(CUDNN_FE_INC)/cudnn_frontend.h)),\
+                -isystem $(CUDNN_INC) -isystem $(CUDA_INC) -isystem $(CUDNN_FE_INC),-DFSDP_NO_CUDNN -isystem $(CUDA_INC))
+CUDNN_OBJ    := build/kernels/cuda_attention_cudnn.o
+NVCC_LIBS := -ldl -lcublasLt -lcublas $(NCCL_LIB) -Xcompiler -fopenmp -L$(BLAS_DIR) -Xlinker -rpath,$(BLAS_DIR) -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 endif
 
 # Every object depends on a stamp named after the build's flavour (CUDA targets, MPI or not):
@@ -106,6 +121,9 @@ build/fsdp/offload.o: CFLAGS += -ffp-contract=off
 
 # test_gpt2.cu includes train_gpt.cu (like llm.c's test_gpt2) to drive the model schedule.
 ifneq ($(NVCC),)
+$(CUDNN_OBJ): kernels/cuda_attention_cudnn.cpp kernels/cuda_attention_cudnn.cuh $(FLAVOUR_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(CUDNN_FLAGS) -c $< -o $@
 build/train_gpt.o: train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -114,6 +132,7 @@ build/test_gpt2.o: dev/test/test_gpt2.cu train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -Wno-unused-function -c $< -o $@
 LINK      := $(NVCC) $(NVCCFLAGS)
 LINK_LIBS := $(NVCC_LIBS)
+GPU_OBJS  := $(CUDNN_OBJ)
 else
 build/train_gpt.o: train_gpt.cu $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
@@ -125,21 +144,21 @@ LINK      := $(CXX) $(CXXFLAGS)
 LINK_LIBS := $(LDLIBS)
 endif
 
-train_gpt: build/train_gpt.o $(LIB_OBJS)
+train_gpt: build/train_gpt.o $(LIB_OBJS) $(GPU_OBJS)
 	$(LINK) $^ -o $@ $(LINK_LIBS)
 
-build/test_gpt2: build/test_gpt2.o $(LIB_OBJS)
+build/test_gpt2: build/test_gpt2.o $(LIB_OBJS) $(GPU_OBJS)
 	$(LINK) $^ -o $@ $(LINK_LIBS)
 
 ifneq ($(NVCC),)
-build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(HEADERS) $(FLAVOUR_STAMP)
+build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(GPU_OBJS) $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
-	$(NVCC) $(NVCCFLAGS) $< $(LIB_OBJS) -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCCFLAGS) $< $(LIB_OBJS) $(GPU_OBJS) -o $@ $(NVCC_LIBS)
 # Attention timings at training shapes (dev/bench/bench_attention_cuda.cu): GPU only, and not
 # in `all` (scripts/device_prebuild.sh and scripts/device_check.sh build it by name).
-build/bench_attention_cuda: dev/bench/bench_attention_cuda.cu $(HEADERS) $(FLAVOUR_STAMP)
+build/bench_attention_cuda: dev/bench/bench_attention_cuda.cu $(GPU_OBJS) $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(NVCC_LIBS)
+	$(NVCC) $(NVCCFLAGS) $< $(GPU_OBJS) -o $@ $(NVCC_LIBS)
 endif
 
 build/test_%: dev/test/test_%.c $(LIB_OBJS) $(HEADERS)

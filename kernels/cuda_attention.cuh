@@ -28,11 +28,16 @@
 // device query (a kernel that needs more than the GPU allows is refused at launch with a
 // message pointing at --attention cublas). No global or static mutable state.
 //
-// Two implementations, each in a header of its own:
-//   ATTENTION_FLASH (--attention flash, the default where the head size is 64 or 128): fused
-//     kernels on tensor cores, FlashAttention-2's shape (kernels/cuda_attention_flash.cuh).
+// Three implementations, each in a file of its own:
+//   ATTENTION_FLASH (--attention flash): fused kernels on tensor cores, FlashAttention-2's
+//     shape, head sizes 64 and 128 (kernels/cuda_attention_flash.cuh).
 //   ATTENTION_CUBLAS (--attention cublas, the reference path for any head size): cuBLASLt GEMMs
 //     around a softmax kernel (kernels/cuda_attention_cublas.cuh).
+//   ATTENTION_CUDNN (--attention cudnn): cuDNN's fused SDPA, the library loaded at run time
+//     (kernels/cuda_attention_cudnn.cuh/.cpp); its context (handle, graphs, workspace) lives
+//     in the AttentionContext. Its backward is cuDNN's deterministic algorithm.
+// --attention auto's choice (train/device.cuh): cudnn where it loads and builds the run's
+// graphs, else flash where the head size allows, else cublas.
 // This header is what the caller uses: the implementation's name, the context, the scratch
 // sizes, the argument checks and the two entry points, attention_forward_cuda and
 // attention_backward_cuda, which dispatch to the implementation.
@@ -48,35 +53,37 @@
 #include <string.h>
 
 #include "kernels/cuda_attention_cublas.cuh"
+#include "kernels/cuda_attention_cudnn.cuh"
 #include "kernels/cuda_attention_flash.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_matmul.cuh"
 
-typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1 } AttentionImpl;
+typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1, ATTENTION_CUDNN = 2 } AttentionImpl;
 
-// "flash" -> ATTENTION_FLASH, "cublas" -> ATTENTION_CUBLAS, anything else -> -1.
+static const char* const attention_impl_names[] = {"flash", "cublas", "cudnn"};
+
+// "flash" -> ATTENTION_FLASH, "cublas" -> ATTENTION_CUBLAS, "cudnn" -> ATTENTION_CUDNN, else -1.
 static inline int attention_impl_from_name(const char* name) {
-    if (name && strcmp(name, "flash") == 0) return ATTENTION_FLASH;
-    if (name && strcmp(name, "cublas") == 0) return ATTENTION_CUBLAS;
+    for (int i = 0; name && i < 3; i++) if (strcmp(name, attention_impl_names[i]) == 0) return i;
     return -1;
 }
+static inline int attention_impl_valid(int impl) { return impl >= ATTENTION_FLASH && impl <= ATTENTION_CUDNN; }
 static inline const char* attention_impl_name(AttentionImpl impl) {
-    return impl == ATTENTION_CUBLAS ? "cublas" : "flash";
-}
-static inline int attention_impl_valid(int impl) {
-    return impl == ATTENTION_FLASH || impl == ATTENTION_CUBLAS;
+    return attention_impl_valid(impl) ? attention_impl_names[impl] : "unknown";
 }
 
 // What the caller keeps for the attention kernels (see the top of the file).
 typedef struct {
     AttentionImpl impl;
-    int smem_optin;  // dynamic shared memory a block may opt into on this GPU (bytes); 0: not initialised
+    int smem_optin;          // dynamic shared memory a block may opt into on this GPU (bytes); 0: not initialised
+    CudnnAttention* cudnn;   // ATTENTION_CUDNN: the loaded library, its handle, graphs and workspace
 } AttentionContext;
 
 // ----------------------------------------------------------------------------
 // Scratch and argument checks
 
-// Bytes of scratch attention_forward_cuda needs (0 for flash).
+// Bytes of scratch attention_forward_cuda needs (0 for flash and cudnn, whose workspace is its
+// context's own).
 static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
     if (impl != ATTENTION_CUBLAS) return 0;
     return attn_cublas_scratch_bytes(4, B, T, C, NH);  // q, k, v, out in [B,NH,T,hs]; S; P
@@ -88,6 +95,7 @@ static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, 
 // (cublas, whose k, v, dk, dv copies are sized for KVH == NH, the largest).
 static inline size_t attention_backward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
     const size_t d_bytes = align_up_256((size_t)B * NH * T * sizeof(float));
+    if (impl == ATTENTION_CUDNN) return 0;
     if (impl == ATTENTION_FLASH) return d_bytes + align_up_256((size_t)B * C * attn_flash_dq_rows(T) * sizeof(float));
     return attn_cublas_scratch_bytes(7, B, T, C, NH);  // q, k, v, dout, dq, dk, dv; S/dP; P/dS
 }
@@ -97,6 +105,7 @@ static inline void attn_check_args(const char* fn, bool backward, const Attentio
     CUDA_REQUIRE(ac != NULL, "%s: no AttentionContext", fn);
     const AttentionImpl impl = ac->impl;
     CUDA_REQUIRE(attention_impl_valid(impl), "%s: unknown attention implementation %d", fn, (int)impl);
+    CUDA_REQUIRE(impl != ATTENTION_CUDNN || ac->cudnn != NULL, "%s: cuDNN is not loaded in this AttentionContext", fn);
     CUDA_REQUIRE(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0,
                  "%s: bad shape B=%d T=%d C=%d NH=%d (C must be a multiple of NH)", fn, B, T, C, NH);
     CUDA_REQUIRE(KVH >= 1 && NH % KVH == 0,
@@ -107,7 +116,7 @@ static inline void attn_check_args(const char* fn, bool backward, const Attentio
     CUDA_REQUIRE(scratch_bytes >= need && (need == 0 || scratch != NULL),
                  "%s: scratch of %zu bytes is too small, %s attention needs %zu", fn, scratch_bytes,
                  attention_impl_name(impl), need);
-    if (impl != ATTENTION_CUBLAS) {
+    if (impl == ATTENTION_FLASH) {
         const int hs = C / NH;
         CUDA_REQUIRE(attention_flash_supports(hs),
                      "%s: %s attention supports head sizes 64 and 128, got %d (C=%d, NH=%d); "
@@ -119,24 +128,82 @@ static inline void attn_check_args(const char* fn, bool backward, const Attentio
 // ----------------------------------------------------------------------------
 // Context and entry points
 
+// The cudnn path's dtype flag from the template's 16-bit type.
+template <class T16> static inline int attn_is_fp16() { return 0; }
+template <> inline int attn_is_fp16<fp16>() { return 1; }
+
 // Prepares the attention kernels of `impl` on the current GPU: queries its opt-in shared
 // memory per block and sets the dynamic shared-memory attribute of every kernel of impl that
-// fits (both head sizes, both 16-bit types), once. cublas needs nothing. Call again after
-// switching GPUs.
-static inline void attention_context_init(AttentionContext* ac, AttentionImpl impl) {
-    CUDA_REQUIRE(attention_impl_valid(impl), "attention_context_init: unknown attention implementation %d", (int)impl);
-    ac->impl = impl;
-    ac->smem_optin = 0;
-    if (impl == ATTENTION_CUBLAS) return;
-    int dev = 0, optin = 0, major = 0;
+// fits (both head sizes, both 16-bit types), once. cublas needs nothing; cudnn loads the
+// library (ending the run with the reason where it cannot: attention_context_try_cudnn is
+// the form that returns). Call again after switching GPUs; attention_context_destroy ends it.
+static inline int attn_gpu_major(void) {
+    int dev = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_REQUIRE(major >= 8, "%s attention needs sm_80 or newer (cp.async, mma.sync m16n8k16), this GPU is sm_%d.x; "
-                 "use --attention cublas", attention_impl_name(impl), major);
+    return major;
+}
+// The flash kernels' shared-memory opt-in on the current GPU (sm_80+), once per context.
+static inline void attn_flash_setup(AttentionContext* ac) {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     ac->smem_optin = optin;
     attn_flash_optin_kernels<bf16>(optin);
     attn_flash_optin_kernels<fp16>(optin);
+}
+
+// cuDNN's workspace comes from cudaMalloc through these (the .cpp calls no CUDA runtime).
+static void* attn_cudnn_alloc(void*, size_t bytes) {
+    void* p = NULL;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
+}
+static void attn_cudnn_release(void*, void* p) { CUDA_CHECK(cudaFree(p)); }  // cudaFree waits for the GPU
+
+// ATTENTION_CUDNN: loads cuDNN (kernels/cuda_attention_cudnn.cuh's search order) into ac: 0,
+// or -1 with the reason in why (ac then holds nothing). The graphs of a shape are built by
+// attention_context_prepare or on first use.
+static inline int attention_context_try_cudnn(AttentionContext* ac, char* why, size_t why_len) {
+    const CudnnAllocator allocator = {attn_cudnn_alloc, attn_cudnn_release, NULL};
+    memset(ac, 0, sizeof(*ac));
+    ac->cudnn = cudnn_attention_create(&allocator, why, why_len);
+    if (!ac->cudnn) return -1;
+    ac->impl = ATTENTION_CUDNN;
+    if (attn_gpu_major() >= 8) attn_flash_setup(ac);  // for the forwards of shapes cuDNN refuses
+    return 0;
+}
+// Builds ac's graphs for one shape ahead of use, so that a shape cuDNN refuses is known at
+// startup (auto falls back; an explicit choice ends the run): 0, or -1 with why. Nothing to do
+// for flash and cublas.
+static inline int attention_context_prepare(AttentionContext* ac, int B, int T, int C, int NH, int KVH, int fp16,
+                                            char* why, size_t why_len) {
+    if (ac->impl != ATTENTION_CUDNN) return 0;
+    return cudnn_attention_prepare(ac->cudnn, B, T, NH, KVH, C / NH, fp16, why, why_len);
+}
+// Device memory the context holds (cuDNN's workspace; 0 for the others).
+static inline size_t attention_context_device_bytes(const AttentionContext* ac) {
+    return ac->cudnn ? cudnn_attention_workspace_bytes(ac->cudnn) : 0;
+}
+static inline void attention_context_destroy(AttentionContext* ac) {
+    cudnn_attention_destroy(ac->cudnn);
+    ac->cudnn = NULL;
+}
+
+static inline void attention_context_init(AttentionContext* ac, AttentionImpl impl) {
+    CUDA_REQUIRE(attention_impl_valid(impl), "attention_context_init: unknown attention implementation %d", (int)impl);
+    if (impl == ATTENTION_CUDNN) {
+        char why[512];
+        CUDA_REQUIRE(attention_context_try_cudnn(ac, why, sizeof(why)) == 0, "--attention cudnn: %s", why);
+        return;
+    }
+    ac->impl = impl;
+    ac->smem_optin = 0;
+    ac->cudnn = NULL;
+    if (impl == ATTENTION_CUBLAS) return;
+    const int major = attn_gpu_major();
+    CUDA_REQUIRE(major >= 8, "%s attention needs sm_80 or newer (cp.async, mma.sync m16n8k16), this GPU is sm_%d.x; "
+                 "use --attention cublas", attention_impl_name(impl), major);
+    attn_flash_setup(ac);
 }
 
 // out[B,T,C] and lse[B,NH,T] from qkv[B,T,QW] (both overwritten), by ac's implementation.
@@ -148,6 +215,17 @@ static inline void attention_forward_cuda(const AttentionContext* ac, MatmulCont
                                           int C, int NH, int KVH, cudaStream_t stream) {
     attn_check_args("attention_forward_cuda", false, ac, B, T, C, NH, KVH, scratch_bytes, scratch);
     CUDA_REQUIRE(out && lse && qkv, "attention_forward_cuda: NULL tensor");
+    if (ac->impl == ATTENTION_CUDNN) {
+        // A shape cuDNN refuses (not the run's: attention_context_prepare took those) runs on
+        // flash where it can: the sampler's and evaluation's forwards (their lse means the same).
+        char why[512];
+        const int rc = cudnn_attention_forward(ac->cudnn, out, lse, qkv, B, T, NH, KVH, C / NH, attn_is_fp16<T16>(),
+                                               (void*)stream, why, sizeof(why));
+        if (rc == 0) return;
+        CUDA_REQUIRE(rc > 0 && ac->smem_optin > 0 && attention_flash_supports(C / NH) && (long long)B * NH < 65536,
+                     "--attention cudnn: %s", why);
+        if (rc == 1) fprintf(stderr, "warning: --attention cudnn: %s; this shape's forward runs on flash\n", why);
+    }
     if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
                      "attention_forward_cuda: qkv and out must be 16-byte aligned, lse 4-byte aligned");
@@ -168,7 +246,12 @@ static inline void attention_backward_cuda(const AttentionContext* ac, MatmulCon
                                            int KVH, cudaStream_t stream) {
     attn_check_args("attention_backward_cuda", true, ac, B, T, C, NH, KVH, scratch_bytes, scratch);
     CUDA_REQUIRE(dqkv && dout && qkv && out && lse, "attention_backward_cuda: NULL tensor");
-    if (ac->impl != ATTENTION_CUBLAS) {
+    if (ac->impl == ATTENTION_CUDNN) {  // (no fallback: the scratch is sized for cudnn, which takes none)
+        char why[512];
+        CUDA_REQUIRE(cudnn_attention_backward(ac->cudnn, dqkv, dout, qkv, out, lse, B, T, NH, KVH, C / NH,
+                                              attn_is_fp16<T16>(), (void*)stream, why, sizeof(why)) == 0,
+                     "--attention cudnn: %s", why);
+    } else if (ac->impl == ATTENTION_FLASH) {
         CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&
                      ((uintptr_t)lse & 3) == 0 && is_aligned16(scratch),
                      "attention_backward_cuda: dqkv, dout, qkv, out and scratch must be 16-byte aligned");

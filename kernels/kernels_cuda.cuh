@@ -230,16 +230,17 @@ static void kernels_cuda_set_ops(Kernels* k) {
 // gelu_fusion: cuda_matmul.cuh's level; with recomputable_gelu the forward's GELU runs as
 // the kernel gelu_forward runs, never in the epilogue, so that a recomputed GELU output
 // (activation recompute) equals the forward's bit for bit.
-// param_fp16: the compute dtype is fp16 (else bf16).
+// param_fp16: the compute dtype is fp16 (else bf16). attention: an initialised context (its
+// graphs prepared for B x T where it is cudnn), which the table takes over.
 static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)(void*, cudaStream_t, const char*),
-                              void* host_wait_ctx, AttentionImpl attention, int gelu_fusion, int recomputable_gelu,
+                              void* host_wait_ctx, const AttentionContext* attention, int gelu_fusion, int recomputable_gelu,
                               int param_fp16, const CudaKernelsShape* s) {
     memset(k, 0, sizeof(*k));
     CudaKernels* cd = (CudaKernels*)calloc(1, sizeof(CudaKernels));
     cd->stream = stream;
     cd->host_wait = host_wait;
     cd->host_wait_ctx = host_wait_ctx;
-    attention_context_init(&cd->attn, attention);
+    cd->attn = *attention;  // the table owns it from here (kernels_cuda_free destroys it)
     cd->vocab = s->vocab;
     matmul_context_init(&cd->mm);
     matmul_set_gelu_fusion(&cd->mm, gelu_fusion);
@@ -247,7 +248,8 @@ static void kernels_cuda_init(Kernels* k, cudaStream_t stream, void (*host_wait)
     cd->mm.host_wait_ctx = host_wait_ctx;
     if (recomputable_gelu) cd->mm.fuse_gelu_forward = 0;
     cd->device_bytes += cd->mm.workspace_bytes;
-    cd->scratch_bytes = cuda_kernels_scratch_bytes(s, attention);
+    cd->device_bytes += attention_context_device_bytes(&cd->attn);  // cuDNN's workspace
+    cd->scratch_bytes = cuda_kernels_scratch_bytes(s, attention->impl);
     CUDA_CHECK(cudaMalloc(&cd->scratch, cd->scratch_bytes));
     cd->device_bytes += cd->scratch_bytes;
     cd->tokens_cap = (size_t)s->B * s->T;
@@ -279,6 +281,7 @@ static void kernels_cuda_free(Kernels* k) {
     CudaKernels* cd = cuda_of(k);
     cd->host_wait(cd->host_wait_ctx, cd->stream, "the model's stream at teardown");
     matmul_context_destroy(&cd->mm);
+    attention_context_destroy(&cd->attn);
     CUDA_CHECK(cudaFree(cd->scratch));
     for (int i = 0; i < 2; i++) CUDA_CHECK(cudaFree(cd->tokens[i]));
     CUDA_CHECK(cudaFreeHost(cd->host_row));

@@ -4,6 +4,7 @@
 # Makefile builds with NO_MPI=1 and ranks meet over TCP (scripts/launch_local.sh).
 #
 #   bash scripts/device_deps.sh fetch    # where apt works: Debian's .deb files into .deps/debs
+#                                        # and the cudnn-frontend headers (scripts/cudnn_frontend.sh)
 #                                        # (git-ignored; carry .deps to the other machine)
 #   source scripts/device_deps.sh use    # there, before make: when the system lacks a header
 #                                        # or library, unpacks the .debs into .deps/root and
@@ -31,6 +32,8 @@ device_deps_fetch() {
     mkdir -p "$dir" || return 1
     (cd "$dir" && apt-get download "${DEVICE_DEPS_PACKAGES[@]}") || { echo "device_deps: apt-get download failed" >&2; return 1; }
     echo "device_deps: $(ls "$dir"/*.deb | wc -l) packages, $(du -sh "$dir" | cut -f1) in $dir"
+    # The cudnn-frontend's headers (--attention cudnn) travel in .deps too.
+    bash "$(device_deps_root)/scripts/cudnn_frontend.sh"
 }
 
 device_deps_use() {

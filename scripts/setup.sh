@@ -55,6 +55,8 @@ if ! .venv/bin/python -c "import pyarrow, datasets" 2>/dev/null; then
     numpy_version=$(.venv/bin/python -c "import numpy; print(numpy.__version__)")
     .venv/bin/pip install -q --disable-pip-version-check "numpy==$numpy_version" pyarrow==25.0.1 datasets==5.2.0
 fi
+# The cudnn-frontend's headers (--attention cudnn), pinned, into .deps (scripts/cudnn_frontend.sh).
+PYTHON=.venv/bin/python bash scripts/cudnn_frontend.sh
 .venv/bin/python -c "import torch, numpy, tiktoken, safetensors, pyarrow, datasets, tensorboard" \
     || { echo "setup: the Python venv is incomplete (.venv)"; exit 1; }
 echo "setup: ok"

@@ -158,13 +158,37 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
                      prop.minor);
     AttentionImpl attention;
     int hs = c->channels / c->num_heads;
-    if (!strcmp(o->attention, "auto")) attention = sm80 && attention_flash_supports(hs) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
+    // cudnn (auto's first choice, on published figures: README "Attention"): the library must
+    // load and build this run's graphs; each rank checks its own GPU. An explicit cudnn that
+    // cannot ends the run with cuDNN's reason; auto falls back to the choice before cuDNN.
+    AttentionContext attn;
+    memset(&attn, 0, sizeof(attn));
+    char cudnn_why[512] = "";
+    int have_cudnn = 0;
+    if (!strcmp(o->attention, "auto") || !strcmp(o->attention, "cudnn")) {
+        const int kvh = c->num_kv_heads > 0 ? c->num_kv_heads : c->num_heads;
+        have_cudnn = attention_context_try_cudnn(&attn, cudnn_why, sizeof(cudnn_why)) == 0 &&
+                     attention_context_prepare(&attn, B, T, c->channels, c->num_heads, kvh, o->param_fp16, cudnn_why,
+                                               sizeof(cudnn_why)) == 0;
+        if (!have_cudnn) attention_context_destroy(&attn);
+        if (!strcmp(o->attention, "cudnn")) fatal_agreed_any(pg, !have_cudnn, "--attention cudnn: %s", cudnn_why);
+    }
+    if (have_cudnn) attention = ATTENTION_CUDNN;
+    else if (!strcmp(o->attention, "auto")) attention = sm80 && attention_flash_supports(hs) ? ATTENTION_FLASH : ATTENTION_CUBLAS;
     else if (strcmp(o->attention, "cublas") && !sm80)
         fatal_agreed(pg, "--attention %s needs sm_80 or newer (cp.async, mma.sync m16n8k16), %s is sm_%d%d; use --attention cublas",
                      o->attention, prop.name, prop.major, prop.minor);
     else if (strcmp(o->attention, "cublas") && !attention_flash_supports(hs))
         fatal_agreed(pg, "--attention %s supports head sizes 64 and 128, this model's is %d; use --attention cublas", o->attention, hs);
     else attention = (AttentionImpl)attention_impl_from_name(o->attention);
+
+    if (attention != ATTENTION_CUDNN) attention_context_init(&attn, attention);
+    if (pg->rank == 0) {
+        if (attention == ATTENTION_CUDNN) printf("attention: cudnn (%s)\n", cudnn_attention_describe(attn.cudnn));
+        else if (!strcmp(o->attention, "auto"))
+            printf("attention: %s (auto; cudnn unavailable: %s)\n", attention_impl_name(attention), cudnn_why);
+        else printf("attention: %s (requested)\n", attention_impl_name(attention));
+    }
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     bc.reduce_fp32 = o->reduce_fp32;
@@ -187,7 +211,7 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     // Selective recompute rebuilds the GELU output with the GELU kernel: the forward must have
     // made it that way too (its epilogue form differs in the last bits).
     const int recomputable_gelu = o->recompute == RECOMPUTE_SELECTIVE;
-    kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, attention, o->gelu_fusion, recomputable_gelu,
+    kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, &attn, o->gelu_fusion, recomputable_gelu,
                       o->param_fp16, &shape);
     kernels_cuda_set_matmul_autotune(&d->kernels, o->matmul_autotune, pg->rank == 0);
 

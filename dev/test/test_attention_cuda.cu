@@ -363,9 +363,12 @@ struct AttnRun {
     bool deterministic;
 };
 
-// Every implementation, flash first (cublas is compared with it).
-static const AttentionImpl kImpls[] = {ATTENTION_FLASH, ATTENTION_CUBLAS};
-static const int kNImpls = 2;
+// Every implementation, flash first (the others are compared with it). cudnn runs where its
+// library loads (FSDP_CUDNN_LIB; under the emulator the fake cuDNN of dev/cuda_emu/cudnn.cpp)
+// and only on the shapes of test_attention_cudnn (the fake interprets its graphs on the CPU).
+static const AttentionImpl kImpls[] = {ATTENTION_FLASH, ATTENTION_CUBLAS, ATTENTION_CUDNN};
+static const int kNImpls = 3;
+static const int kCudnn = 2;  // kImpls[kCudnn] == ATTENTION_CUDNN
 
 // Runs forward + backward of ac's implementation twice (second time into fresh NaN-filled
 // buffers; the scratch is refilled with NaN before each run) and returns the first results
@@ -428,7 +431,7 @@ static void dqkv_errs(const std::vector<float>& got, const std::vector<float>& r
 // NH query heads sharing KVH kv heads (KVH == NH: plain multi-head attention).
 template <class T16>
 static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B, int T, int NH, int KVH, int hs,
-                           float amp, uint64_t seed) {
+                           float amp, uint64_t seed, bool with_cudnn = false) {
     const double tol = tol16<T16>();
     const int C = NH * hs, kvw = KVH * hs;
     const size_t QW = (size_t)C + 2 * (size_t)kvw;
@@ -445,11 +448,12 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
     T16 *d_qkv = dev16<T16>(qkv), *d_dout = dev16<T16>(dout);
 
     AttnRun runs[kNImpls];
-    bool have[kNImpls] = {false, false};
+    bool have[kNImpls] = {false, false, false};
     for (int i = 0; i < kNImpls; i++) {
         const AttentionImpl impl = kImpls[i];
         const char* iname = attention_impl_name(impl);
-        if (impl != ATTENTION_CUBLAS && !attention_flash_supports(hs)) {
+        if (impl == ATTENTION_CUDNN && (!with_cudnn || !ctx[i].cudnn)) continue;  // (its skip is said once, in main)
+        if (impl == ATTENTION_FLASH && !attention_flash_supports(hs)) {
             snprintf(name, sizeof name, "attention %s %s # skip head size not supported", iname, shape);
             printf("ok - %s\n", name);
             continue;
@@ -480,8 +484,74 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
                  e[2], t2);
         report(eo <= t2 && el <= 1e-4 && e[0] <= t2 && e[1] <= t2 && e[2] <= t2, name, det);
     }
+    if (have[0] && have[kCudnn]) {
+        // cudnn's forward then flash's backward on cudnn's out and lse: the lse must mean what
+        // flash's does (natural-log LSE of the scaled scores) for the gradients to agree.
+        const size_t nout = (size_t)B * T * C, nlse = (size_t)B * NH * T, nqkv = (size_t)B * T * QW;
+        const size_t ss = attention_backward_scratch_bytes(ATTENTION_FLASH, B, T, C, NH);
+        T16 *out = dev16_fill<T16>(nout, 0xff), *dqkv = dev16_fill<T16>(nqkv, 0xff);
+        float* lse = NULL;
+        void* scratch = NULL;
+        CUDA_CHECK(cudaMalloc(&lse, nlse * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&scratch, ss));
+        attention_forward_cuda(&ctx[kCudnn], mm, out, lse, d_qkv, NULL, 0, B, T, C, NH, KVH, 0);
+        attention_backward_cuda(&ctx[0], mm, dqkv, d_dout, d_qkv, out, lse, scratch, ss, B, T, C, NH, KVH, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        double e[3];
+        dqkv_errs(host16(dqkv, nqkv), runs[0].dqkv, C, kvw, e);
+        snprintf(name, sizeof name, "attention cudnn forward + flash backward %s", shape);
+        snprintf(det, sizeof det, "dq %.2e dk %.2e dv %.2e against flash's own (tol %.3g)", e[0], e[1], e[2], 2 * tol);
+        report(e[0] <= 2 * tol && e[1] <= 2 * tol && e[2] <= 2 * tol, name, det);
+        CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dqkv)); CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
+    }
     CUDA_CHECK(cudaFree(d_qkv));
     CUDA_CHECK(cudaFree(d_dout));
+}
+
+// cudnn on a few shapes of each kind (the fake cuDNN interprets the frontend's graphs on the
+// CPU, slowly): GPT-2's heads (KVH == NH) and grouped-query attention (NH 4 over KVH 2, and 1),
+// head sizes 64 and 128, odd T, both 16-bit types; each against the CPU, flash and itself.
+template <class T16>
+static void test_attention_cudnn(const AttentionContext* ctx, MatmulContext* mm, uint64_t seed) {
+    test_attention<T16>(ctx, mm, 2, 37, 2, 2, 64, 2.0f, seed++, true);
+    test_attention<T16>(ctx, mm, 1, 45, 4, 2, 128, 2.0f, seed++, true);
+    if (!kFp16<T16>) {
+        test_attention<T16>(ctx, mm, 1, 33, 4, 1, 64, 2.0f, seed++, true);
+        test_attention<T16>(ctx, mm, 1, 29, 2, 2, 128, 3.0f, seed++, true);
+    }
+}
+
+// A forward shape cuDNN refuses runs on flash (the sampler's and evaluation's shapes; the
+// run's own are built at startup). The emulator's fake cuDNN is told to refuse
+// (EMU_CUDNN_REFUSE=1, read at each new graph): the output must be flash's, bitwise, twice (the
+// refusal is kept, said once). Where cuDNN is real the switch means nothing: skipped.
+static void test_attention_cudnn_refused_shape(const AttentionContext* ctx, MatmulContext* mm) {
+    const char* name = "attention cudnn: a forward shape cuDNN refuses runs on flash (bitwise flash's, twice)";
+    if (!strstr(cudnn_attention_describe(ctx[kCudnn].cudnn), "fake_cudnn")) {
+        printf("ok - %s # skip not the emulator's fake cuDNN\n", name);
+        return;
+    }
+    const int B = 1, T = 19, NH = 2, hs = 64, C = NH * hs;
+    Rng r(77);
+    bf16* d_qkv = dev16<bf16>(rand16<bf16>(r, (size_t)B * T * 3 * C, 2.0f));
+    bf16* out[3];
+    float* lse[3];
+    for (int k = 0; k < 3; k++) {
+        out[k] = dev16_fill<bf16>((size_t)B * T * C, 0xff);
+        CUDA_CHECK(cudaMalloc(&lse[k], (size_t)B * NH * T * sizeof(float)));
+    }
+    attention_forward_cuda(&ctx[0], mm, out[0], lse[0], d_qkv, NULL, 0, B, T, C, NH, NH, 0);
+    setenv("EMU_CUDNN_REFUSE", "1", 1);
+    for (int k = 1; k < 3; k++) attention_forward_cuda(&ctx[kCudnn], mm, out[k], lse[k], d_qkv, NULL, 0, B, T, C, NH, NH, 0);
+    unsetenv("EMU_CUDNN_REFUSE");
+    CUDA_CHECK(cudaDeviceSynchronize());
+    bool same = true;
+    for (int k = 1; k < 3; k++)
+        same = same && dev_equal(out[0], out[k], (size_t)B * T * C * sizeof(bf16)) &&
+               dev_equal(lse[0], lse[k], (size_t)B * NH * T * sizeof(float));
+    report(same, name, "B=1 T=19 NH=2 hs=64");
+    for (int k = 0; k < 3; k++) { CUDA_CHECK(cudaFree(out[k])); CUDA_CHECK(cudaFree(lse[k])); }
+    CUDA_CHECK(cudaFree(d_qkv));
 }
 
 // Every shape in bf16. fp16 (the emulator's run time: the shapes do not depend on the type)
@@ -520,8 +590,9 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
     const std::vector<float> dout = rand16<bf16>(r, (size_t)B * T * C, 1.0f);
     bf16 *d_qkv = dev16<bf16>(qkv), *d_dout = dev16<bf16>(dout);
     AttnRun runs[kNImpls];
-    for (int i = 0; i < kNImpls; i++) runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH, NH);
-    for (int i = 1; i < kNImpls; i++) {
+    const int n = ctx[kCudnn].cudnn ? kNImpls : kCudnn;  // cudnn where it loaded
+    for (int i = 0; i < n; i++) runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH, NH);
+    for (int i = 1; i < n; i++) {
         const double eo = rel_err(runs[0].out, runs[i].out), el = lse_err(runs[0].lse, runs[i].lse);
         double e[3];
         dqkv_errs(runs[0].dqkv, runs[i].dqkv, C, C, e);
@@ -529,9 +600,10 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
         snprintf(det, sizeof det, "out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tol 2e-2, lse 1e-4)", eo, el, e[0], e[1], e[2]);
         report(eo <= 2e-2 && el <= 1e-4 && e[0] <= 2e-2 && e[1] <= 2e-2 && e[2] <= 2e-2, name, det);
     }
-    snprintf(name, sizeof name, "attention flash and cublas bitwise deterministic %s", shape);
-    report(runs[0].deterministic && runs[1].deterministic, name,
-           "two forward+backward runs each");
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "attention %s bitwise deterministic %s", attention_impl_name(kImpls[i]), shape);
+        report(runs[i].deterministic, name, "two forward+backward runs");
+    }
 
     // Timings (informational).
     const size_t nout = (size_t)B * T * C;
@@ -543,7 +615,7 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
     const double fwd_flops = 2.0 * B * NH * (double)T * T * hs;  // causal: half of 2 GEMMs of 2 T^2 hs
-    for (int i = 0; i < kNImpls; i++) {
+    for (int i = 0; i < n; i++) {
         const AttentionContext* ac = &ctx[i];
         const AttentionImpl ai = ac->impl;
         const size_t fs = attention_forward_scratch_bytes(ai, B, T, C, NH), bs = attention_backward_scratch_bytes(ai, B, T, C, NH);
@@ -584,6 +656,7 @@ static AttentionContext host_context(AttentionImpl impl, int optin) {
     AttentionContext ac;
     ac.impl = impl;
     ac.smem_optin = optin;
+    ac.cudnn = NULL;
     return ac;
 }
 static void refuse_head_size(void) {  // hs = 96 / 3 = 32: not a flash head size
@@ -613,6 +686,10 @@ static void refuse_zero_kv_heads(void) {
     const AttentionContext ac = host_context(ATTENTION_CUBLAS, 0);
     attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
                             (const float*)256, (void*)256, 1 << 20, 1, 8, 256, 4, 0, 0);
+}
+static void refuse_cudnn_unloaded(void) {  // a cudnn context whose library never loaded
+    const AttentionContext ac = host_context(ATTENTION_CUDNN, 0);
+    attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 128, 2, 2, 0);
 }
 static void refuse_dgelu_accumulate(void) {
     matmul_backward_dinp_cuda(NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256, 8, 8, 8, 1, 0);
@@ -657,6 +734,8 @@ int main(int argc, char** argv) {
                    "3 kv heads do not divide the 4 heads");
     expect_refusal("attention backward refuses zero kv heads", refuse_zero_kv_heads, "0 kv heads do not divide");
     expect_refusal("matmul refuses DGELU with accumulation", refuse_dgelu_accumulate, "cannot accumulate");
+    expect_refusal("cudnn attention refuses a context without the library", refuse_cudnn_unloaded,
+                   "cuDNN is not loaded in this AttentionContext");
 
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -686,14 +765,31 @@ int main(int argc, char** argv) {
 
     // One context per implementation (as kImpls), made once: the shared-memory opt-in.
     AttentionContext ctx[kNImpls];
-    for (int i = 0; i < kNImpls; i++) attention_context_init(&ctx[i], kImpls[i]);
+    for (int i = 0; i < kCudnn; i++) attention_context_init(&ctx[i], kImpls[i]);
+    char why[512];
+    if (attention_context_try_cudnn(&ctx[kCudnn], why, sizeof why) == 0)
+        printf("# cudnn: %s\n", cudnn_attention_describe(ctx[kCudnn].cudnn));
+    else
+        printf("ok - attention cudnn # skip %s\n", why);
     printf("# shared memory per block: flash forward %zu / %zu, backward %zu / %zu bytes (hs 64 / 128); "
            "this GPU allows %d\n", FlashShape<64>::fwd_smem, FlashShape<128>::fwd_smem, FlashShape<64>::bwd_smem,
            FlashShape<128>::bwd_smem, ctx[0].smem_optin);
 
     test_attention_shapes<bf16>(ctx, mm, 10);
     test_attention_shapes<fp16>(ctx, mm, 100);
+    if (ctx[kCudnn].cudnn) {
+        test_attention_cudnn<bf16>(ctx, mm, 200);
+        test_attention_cudnn<fp16>(ctx, mm, 300);
+        test_attention_cudnn_refused_shape(ctx, mm);
+    }
+    if (argc > 1 && !strcmp(argv[1], "cudnn")) {  // everything but the large shape
+        for (int i = 0; i < kNImpls; i++) attention_context_destroy(&ctx[i]);
+        matmul_context_destroy(mm);
+        free(mm);
+        return g_failed ? 1 : 0;
+    }
     test_attention_large(ctx, mm, 4, 1024, 12, 64);
+    for (int i = 0; i < kNImpls; i++) attention_context_destroy(&ctx[i]);
 
     matmul_context_destroy(mm);
     free(mm);

@@ -6,6 +6,8 @@
 # Not run here: test_attention_large (GPT-2 size flash vs cublas and timings; hours on a CPU).
 # The matmul checks run a second time with EMU_CUBLASLT_NO_GELU=1 (a cuBLASLt whose heuristic
 # has nothing for the GELU epilogues): they must pass through the GELU kernels instead.
+# The attention test runs cudnn through the fake cuDNN (dev/cuda_emu/cudnn.cpp, CUDNN_ENV of
+# dev/cuda_emu/build.sh); that it loaded and passed its checks is checked here (a skip fails).
 # Then self-checks: with the __syncthreads of sum_partials_kernel deleted, the kernels test
 # must fail; dev/cuda_emu/selftest_streams.cu checks the emulator's asynchronous streams
 # (races between streams and with the host show for some EMU_SEED, never with the right
@@ -70,7 +72,7 @@ fi
 # Build: runtime objects, then the three programs (the attention test runs as soon as it is
 # built, in parallel with the rest)
 
-build_runtime &
+{ build_runtime && build_cudnn; } &
 p1=$!
 rc=0
 for twin in cpu_kernels cpu_kernels_llama; do  # the CPU twins
@@ -81,18 +83,20 @@ done
 wait $p1 || rc=1
 [ $rc -eq 0 ] || exit 1
 OBJS=($B/emu.o $B/cublaslt.o $B/cpu_kernels.o $B/cpu_kernels_llama.o)
+build_cudnn >/dev/null  # (built above: sets CUDNN_FAKE_WHY in this shell)
 
 # build_test NAME SRCDIR OUT
 build_test() {
     build "$3" "$2"/kernels/*.cuh "$2/dev/test/$1.cu" "${HDRS[@]}" kernels/*.h "${OBJS[@]}" -- \
-        "${CXX_TEST[@]}" -I"$2" -I. -x c++ "$2/dev/test/$1.cu" -x none "${OBJS[@]}" -o "$3" "${LIBS[@]}"
+        "${CXX_TEST[@]}" -I"$2" -I. -x c++ "$2/dev/test/$1.cu" -x none "${OBJS[@]}" "${CUDNN_OBJS[@]}" -o "$3" "${LIBS[@]}"
 }
 # run_test NAME: runs build/emu/NAME into $TMP/NAME.{out,err,rc}
 # (run_test NAME OUT ARGS...: into $TMP/OUT.{out,err,rc} instead, with these arguments)
 run_test() {  # (in a subshell: no "Aborted" notice from bash when it dies)
     local name=$1 out=${2:-$1}
     shift; [ $# -gt 0 ] && shift
-    (timeout 600 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $B/$name "$@" >"$TMP/$out.out" 2>"$TMP/$out.err"; exit $?) 2>/dev/null
+    (timeout 600 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${CUDNN_ENV[@]}" $B/$name "$@" >"$TMP/$out.out" \
+        2>"$TMP/$out.err"; exit $?) 2>/dev/null
     echo $? >"$TMP/$out.rc"
 }
 
@@ -162,6 +166,18 @@ report() {
 }
 report test_kernels_cuda
 report test_attention_cuda
+# The cudnn path through the fake cuDNN: it must have loaded and run (a skip would pass).
+m="cudnn attention through the fake cuDNN (dev/cuda_emu/cudnn.cpp) ran"
+if [ -n "$CUDNN_FAKE_WHY" ]; then
+    echo "ok - $TAG $m # skip $CUDNN_FAKE_WHY"
+else
+    ncudnn=$(grep -c '^ok - attention cudnn' "$TMP/test_attention_cuda.out" 2>/dev/null)
+    if grep -q '^# cudnn: .*libcudnn_graph.so.9' "$TMP/test_attention_cuda.out" 2>/dev/null && [ "${ncudnn:-0}" -ge 25 ]; then
+        echo "ok - $TAG $m ($ncudnn checks)"
+    else
+        echo "not ok - $TAG $m: $ncudnn checks passed, expected 25: $(grep -m2 'cudnn' "$TMP/test_attention_cuda.out" | tr '\n' ' ' | cut -c1-300)"
+    fi
+fi
 # The fallback run: every matmul check passes, with the GELU kernels, and each refused
 # epilogue (the forward's, the backward's) is said once.
 m="cuBLASLt with no GELU epilogue algorithm (EMU_CUBLASLT_NO_GELU=1): the matmuls fall back to the GELU kernels"

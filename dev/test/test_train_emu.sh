@@ -19,6 +19,11 @@
 #     also with --reduce-dtype fp32 and as HSDP (2 replicas); 2 micro-steps with
 #     --no-grad-sync-until-last vs 1 within 1e-2;
 #   - --attention cublas vs flash within 2%; sampling and validation run on cuda;
+#   - --attention cudnn through the fake cuDNN (dev/cuda_emu/cudnn.cpp, FSDP_CUDNN_LIB) for
+#     GPT-2 and the Llama (GQA) vs cpu and flash within 2%; auto picks it where it loads and
+#     says so; with the library missing or refusing the graphs (EMU_CUDNN_REFUSE=1) auto falls
+#     back to flash saying why, and an explicit cudnn ends the run with that reason (every
+#     other run is pointed at a missing library, so auto keeps flash there);
 #   - --gelu-fusion 0 (the GELU kernels) vs the cuBLASLt GELU epilogues within 1e-2; with
 #     EMU_CUBLASLT_NO_GELU=1 (no algorithm for those epilogues) the run says so for the forward
 #     and the backward and equals --gelu-fusion 0 bitwise;
@@ -65,6 +70,8 @@ source dev/test/lib.sh
 if [ -n "${TEST_TMP:-}" ]; then TMP=$TEST_TMP; else TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT; fi
 source dev/cuda_emu/build.sh
 start=$(date +%s)
+# auto must not pick up a cuDNN installed on this machine: the runs that use one say so.
+export FSDP_CUDNN_LIB=$PWD/$B/no_cudnn/libcudnn_graph.so.9
 PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
 
@@ -99,16 +106,17 @@ if ! python3 $E/transform.py $B/train_src "${CUDA_SRCS[@]}" 2>"$TMP/transform.er
     echo "not ok - $TAG transform.py failed on train_gpt.cu: $(tr '\n' ' ' <"$TMP/transform.err" | cut -c1-400)"
     exit 1
 fi
-if ! build_runtime; then
+if ! build_runtime || ! build_cudnn; then
     exit 1
 fi
 # build_train SRCDIR OUT: train_gpt.cu (transformed in SRCDIR) for the emulator.
 build_train() {
     build "$2" "$1"/train_gpt.cu "$1"/kernels/*.cuh "$1"/fsdp/*.cuh "$1"/train/*.cuh "${HDRS[@]}" \
-            $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
+            $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" \
+            $B/cuda_attention_cudnn.o -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
             -I"$1" -I. -I$BLAS_INC -fopenmp -x c++ "$1"/train_gpt.cu -x none "${RUNTIME_OBJS[@]}" \
-            "${LIB_OBJS[@]}" -o "$2" $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
+            "${LIB_OBJS[@]}" "${CUDNN_OBJS[@]}" -o "$2" $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
             -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 }
 
@@ -157,10 +165,10 @@ sbuild=$!
 BACKEND=$B/test_backend_cuda
 if python3 $E/transform.py $B/backend_src dev/test/test_backend_cuda.cu kernels/*.cuh fsdp/*.cuh 2>"$TMP/backend_transform.err"; then
     build $BACKEND $B/backend_src/dev/test/test_backend_cuda.cu $B/backend_src/kernels/*.cuh $B/backend_src/fsdp/*.cuh \
-            "${HDRS[@]}" $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
+            "${HDRS[@]}" $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h) "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" $B/cuda_attention_cudnn.o -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
             -I$B/backend_src -I. -I$BLAS_INC -fopenmp -x c++ $B/backend_src/dev/test/test_backend_cuda.cu -x none \
-            "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -o $BACKEND $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR \
+            "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" "${CUDNN_OBJS[@]}" -o $BACKEND $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR \
             -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm &
     bbuild=$!
 else
@@ -257,6 +265,23 @@ cuda llama_recompute_full 1 -b 2 "${llama[@]}" --recompute full -o "$TMP/llama_r
 cuda llama_recompute_sel 1 -b 2 "${llama[@]}" --recompute selective -o "$TMP/llama_recompute_sel"
 cuda llama_cublas 1 -b 2 "${llama[@]}" --attention cublas -o "$TMP/llama_cublas"
 cuda llama_offload 1 -b 2 -s 4 -g 8 "${llama[@]}" --offload optimizer -o "$TMP/llama_offload"
+# --attention cudnn through the fake cuDNN (dev/cuda_emu/cudnn.cpp, found via FSDP_CUDNN_LIB;
+# every other run is pointed at a file that does not exist, so auto keeps flash there): GPT-2
+# and Llama's GQA against the cpu and flash; auto picks it where it loads; missing or refusing
+# (EMU_CUDNN_REFUSE=1: no engine), auto falls back saying why and an explicit cudnn ends the run.
+if [ -z "$CUDNN_FAKE_WHY" ]; then
+    FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
+        cuda cuda_cudnn 1 -b 2 -s 4 -g 8 --attention cudnn -o "$TMP/cuda_cudnn"
+    FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
+        cuda llama_cudnn 1 -b 2 "${llama[@]}" --attention cudnn -o "$TMP/llama_cudnn"
+    FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
+        cuda cudnn_auto 1 -b 2 -x 1 -v 0 -o "$TMP/cudnn_auto"
+    cuda cudnn_missing 1 -b 2 -x 1 -v 0 --attention cudnn -o "$TMP/cudnn_missing"
+    EMU_CUDNN_REFUSE=1 FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
+        cuda cudnn_refuse_auto 1 -b 2 -x 1 -v 0 -o "$TMP/cudnn_refuse_auto"
+    EMU_CUDNN_REFUSE=1 FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
+        cuda cudnn_refuse 1 -b 2 -x 1 -v 0 --attention cudnn -o "$TMP/cudnn_refuse"
+fi
 wait $lane
 nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
 # Evaluation (--eval-only) and --generate of cuda_save's step-2 checkpoint, on the cpu, the
@@ -343,6 +368,7 @@ good() {
     done
 }
 compare() { "$PY" dev/test/compare_losses.py "$TAG $1" "${@:2}"; }
+
 
 if good cuda_ref; then
     grep -q '^sample (step 4)' "$TMP/cuda_ref.log" && ok "$TAG sampling on cuda" || not_ok "$TAG sampling on cuda: no sample printed"
@@ -703,6 +729,36 @@ refused() {
     if [ "$rc" != 0 ] && [ "$rc" != missing ] && grep -qE -- "$2" <<<"$msg"; then ok "$TAG $3: refused ($msg)"
     else not_ok "$TAG $3: status $rc, '$msg'"; fi
 }
+
+# --attention cudnn (the fake cuDNN): the runs, the startup line that names the pick, and the
+# refusals (one line naming the reason, status 1).
+if [ -n "$CUDNN_FAKE_WHY" ]; then
+    ok "$TAG --attention cudnn # skip $CUDNN_FAKE_WHY"
+else
+    picked() {  # RUN REGEX WHAT: the run's "attention: ..." startup line matches
+        local line
+        line=$(grep -m1 '^attention: ' "$TMP/$1.log")
+        if grep -qE -- "$2" <<<"$line"; then ok "$TAG $3 ($line)"; else not_ok "$TAG $3: '$line'"; fi
+    }
+    good cuda_cudnn && picked cuda_cudnn '^attention: cudnn \(.*libcudnn_graph\.so\.9, cuDNN 9\.' \
+        "--attention cudnn loads the library named by FSDP_CUDNN_LIB"
+    good cpu_ref cuda_cudnn && compare "cuda --attention cudnn vs cpu, 4 steps from the same init (within 2%)" \
+        "$TMP/cpu_ref/metrics.jsonl" "$TMP/cuda_cudnn/metrics.jsonl" --rtol 0.02
+    good cuda_ref cuda_cudnn && compare "cuda --attention cudnn vs flash (within 2%)" \
+        "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_cudnn/metrics.jsonl" --rtol 0.02
+    good llama_cpu llama_cudnn && compare "Llama (GQA): cuda --attention cudnn vs cpu (within 2%)" \
+        "$TMP/llama_cpu/metrics.jsonl" "$TMP/llama_cudnn/metrics.jsonl" --rtol 0.02
+    good llama_cuda llama_cudnn && compare "Llama (GQA): cuda --attention cudnn vs flash (within 2%)" \
+        "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_cudnn/metrics.jsonl" --rtol 0.02
+    good cudnn_auto && picked cudnn_auto '^attention: cudnn \(' "--attention auto picks cudnn where it loads"
+    good cuda_ref && picked cuda_ref '^attention: flash \(auto; cudnn unavailable: cannot load .*\(FSDP_CUDNN_LIB\)' \
+        "--attention auto without the library: flash, saying why"
+    good cudnn_refuse_auto && picked cudnn_refuse_auto '^attention: flash \(auto; cudnn unavailable: cuDNN SDPA' \
+        "--attention auto with a cuDNN that refuses the graphs (EMU_CUDNN_REFUSE=1): flash, saying why"
+    refused cudnn_missing '^error: --attention cudnn: cannot load .*\(FSDP_CUDNN_LIB\)' \
+        "--attention cudnn without the library"
+    refused cudnn_refuse '^error: --attention cudnn: cuDNN SDPA' "--attention cudnn with a cuDNN that refuses the graphs"
+fi
 refused sm75_bf16 'cuda_emu \(CPU emulation of an sm_75 GPU\) \(sm_75\) has no bf16 tensor cores: train with --param-dtype fp16' \
     "sm_75 GPU, bf16"
 refused sm75_flash '--attention flash needs sm_80 or newer .*; use --attention cublas' "sm_75 GPU, --attention flash"

@@ -177,6 +177,15 @@ if want variants; then
     # The reference attention path and fp32 gradient reductions.
     run cuda_cublas 1 --device cuda -b 4 --attention cublas -o "$out/cuda_cublas" && [ $cuda_ok = 1 ] &&
         compare "--attention cublas vs flash (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_cublas/metrics.jsonl" --rtol 0.02
+    # cuDNN's fused attention where scripts/find_cudnn.sh finds the library (else said as a skip).
+    if cudnn_env=($(bash scripts/find_cudnn.sh 2>"$out/find_cudnn.err")); then
+        (export "${cudnn_env[@]}"; run cuda_cudnn 1 --device cuda -b 4 --attention cudnn -o "$out/cuda_cudnn") &&
+            [ $cuda_ok = 1 ] &&
+            compare "--attention cudnn vs the default (within 2%): $(grep -m1 '^attention: ' "$out/cuda_cudnn.log")" \
+                "$out/cuda_ref/metrics.jsonl" "$out/cuda_cudnn/metrics.jsonl" --rtol 0.02
+    else
+        ok "--attention cudnn # skip $(cat "$out/find_cudnn.err")"
+    fi
     run cuda_fp32red 1 --device cuda -b 4 --reduce-dtype fp32 -o "$out/cuda_fp32red" && [ $cuda_ok = 1 ] &&
         compare "--reduce-dtype fp32 vs bf16 (within 2%)" "$out/cuda_ref/metrics.jsonl" "$out/cuda_fp32red/metrics.jsonl" --rtol 0.02
     # The GELU as kernels of its own instead of cuBLASLt epilogues.
