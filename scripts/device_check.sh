@@ -14,7 +14,7 @@
 # and the call (the device tool's run; the carried paths, with the tree, stay under 64 MiB:
 # device_prebuild.sh prints their size):
 #   command: bash scripts/device_check.sh
-#   carry:   [".deps/prebuilt", ".deps/debs", ".deps/llmc", ".deps/cudnn-frontend", "data/tinyshakespeare"]
+#   carry:   [".deps/prebuilt", ".deps/debs", ".deps/llmc", ".deps/cudnn_frontend", "data/tinyshakespeare"]
 #   timeout_s: 600
 #
 # Parts, in order. Each runs under `timeout`: its own cap, cut so that it ends inside the
@@ -63,6 +63,10 @@
 # under it; every log is in logs.tar.gz beside it (the device tool brings back a few files
 # only). Exit status 0 when no part failed or timed out.
 #
+# cuDNN: after part 1, scripts/find_cudnn.sh's environment (FSDP_CUDNN_LIB: PyTorch's pip wheel on
+# the GPU machines) is exported to every part, so --attention auto picks cudnn where it loads
+# and builds the graphs (each benchmark log's `attention:` line says which ran); the summary's
+# `cudnn:` line says what was found.
 # Data: Tiny Shakespeare from $FSDP_DATA, data/ or ../shared/data; without it, shards of random
 # tokens (throughput does not depend on the text; the end-to-end checks compare runs).
 # This script sources `scripts/device_deps.sh use` before it builds or checks the binaries.
@@ -200,6 +204,20 @@ else
     elif ver_ge "$drv" "$rel"; then record PASS gpu "$what"
     elif [ "${drv%%.*}" = "${rel%%.*}" ]; then record PASS gpu "$what: nvcc is newer, runs by minor-version compatibility"
     else record FAIL gpu "$what: the driver is too old for nvcc's programs"; fi
+fi
+
+# cuDNN for --attention cudnn / auto (train_gpt reads FSDP_CUDNN_LIB; the frontend compiled
+# into it loads its own CUDA runtime, CUDNN_FRONTEND_CUDART_LIB_NAME): scripts/find_cudnn.sh
+# finds PyTorch's pip wheel on the GPU machines. Exported for every later part, so that the
+# benchmarks' auto picks cudnn where it loads (their logs' `attention:` line says which ran)
+# and the kernel tests and the attention bench time it.
+if [ -z "$NO_GPU" ]; then
+    if cudnn_env=$(bash scripts/find_cudnn.sh 2>"$LOGS/find_cudnn.log"); then
+        for kv in $cudnn_env; do export "${kv?}"; done
+        note "cudnn: $(echo $cudnn_env)"
+    else
+        note "cudnn: none ($(head -n 1 "$LOGS/find_cudnn.log" | cut -c1-200)): --attention auto runs flash"
+    fi
 fi
 
 # Data: Tiny Shakespeare for the end-to-end tests and the benchmarks, else random tokens.

@@ -13,12 +13,14 @@
 // --reps [20] timed calls of each direction after --warmup [3] untimed forward+backward pairs.
 // An implementation is looked up by name (attention_impl_from_name): a name this build does
 // not have is reported "not available", as is one whose context cannot be initialised on this
-// machine (a library missing, a GPU too old); neither is a failure. Each implementation runs in
+// machine (a library missing, a GPU too old), or whose graphs for a shape cuDNN refuses
+// (attention_context_prepare; timing it would time flash's fallback); none is a failure. Each implementation runs in
 // a child process of its own (the parent makes no CUDA call, so fork is safe), so that a
 // context whose initialisation exits the process takes only its own line with it.
 // Output, one line per implementation and shape:
 //   attention impl=flash shape=d12 B=32 T=1024 NH=12 hs=64 fwd_ms=.. fwd_tflops=.. bwd_ms=.. bwd_tflops=.. fwdbwd_ms=.. fwdbwd_tflops=..
 //   attention impl=cudnn not available: REASON
+//   attention impl=cudnn shape=d48 not available: REASON
 // Exit status: 0; 1 when an implementation that initialised failed; 2 on bad arguments or
 // no usable GPU (sm_80 or newer). GPU only: built by `make build/bench_attention_cuda` where
 // nvcc is (scripts/device_prebuild.sh, scripts/device_check.sh), not part of `make all`.
@@ -69,9 +71,17 @@ static bf16* device_uniform(size_t n, uint32_t seed, float scale) {
 }
 
 // Times one implementation at one shape and prints its line.
-static void bench_shape(const AttentionContext* ac, MatmulContext* mm, const char* impl, const Shape& s,
+static void bench_shape(AttentionContext* ac, MatmulContext* mm, const char* impl, const Shape& s,
                         const Options& o) {
     const int B = s.B, T = s.T, NH = s.NH, C = NH * s.hs;
+    // cuDNN builds its graphs for the shape first: a shape it refuses would otherwise run its
+    // forward on flash (attention_forward_cuda's fallback) and be timed under cudnn's name.
+    char why[512];
+    if (attention_context_prepare(ac, B, T, C, NH, NH, 0, why, sizeof(why)) != 0) {
+        printf("attention impl=%s shape=%s not available: %s\n", impl, s.name, why);
+        fflush(stdout);
+        return;
+    }
     const size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     bf16* qkv = device_uniform(nqkv, 1u, 2.0f);
     bf16* dout = device_uniform(nout, 2u, 1.0f);

@@ -12,9 +12,9 @@
 # fetch: `git archive` of train_gpt2.cu and llmc/ from GIT_DIR (a git directory of llm.c, e.g.
 #   the one the session's fetch tool gives; default $LLMC_SNAPSHOT, else
 #   /work/.mirror/karpathy+llm.c/repo) into .deps/llmc/src, its commit in .deps/llmc/COMMIT;
-#   and, when .deps/cudnn-frontend/include lacks them, the cudnn-frontend headers (header-only,
-#   what llm.c's cudnn_att.cpp compiles against) from PyPI's nvidia-cudnn-frontend wheel
-#   ($LLMC_FRONTEND_VERSION [1.32.0]).
+#   and, when .deps/cudnn_frontend/include lacks them, the cudnn-frontend headers (header-only,
+#   what llm.c's cudnn_att.cpp compiles against, and our --attention cudnn too) through
+#   scripts/cudnn_frontend.sh (PyPI's nvidia-cudnn-frontend wheel, the version train_gpt pins).
 # build: nvcc as llm.c's Makefile builds train_gpt2cu (PRECISION=BF16: -DENABLE_BF16;
 #   --use_fast_math -std=c++17 -O3; --generate-code for compute/sm_$GPU_ARCH [90]; cuBLAS and
 #   cuBLASLt; NVML only where nvml.h is found, as llmc/mfu.h does; NVRTC for the cuDNN build, which
@@ -45,7 +45,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
 cd "$ROOT" || exit 1
 LLMC_DIR=$ROOT/.deps/llmc
 SRC=$LLMC_DIR/src
-FRONTEND=$ROOT/.deps/cudnn-frontend/include
+FRONTEND=$ROOT/.deps/cudnn_frontend/include
 BIN=${LLMC_BIN:-$ROOT/.deps/prebuilt}
 GPU_ARCH=${GPU_ARCH:-90}
 
@@ -53,7 +53,7 @@ die() { echo "llmc_side: $*" >&2; exit 1; }
 posint() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer (got '$2')"; }
 
 fetch() {
-    local git_dir=${1:-${LLMC_SNAPSHOT:-/work/.mirror/karpathy+llm.c/repo}} commit tmp ver=${LLMC_FRONTEND_VERSION:-1.32.0}
+    local git_dir=${1:-${LLMC_SNAPSHOT:-/work/.mirror/karpathy+llm.c/repo}} commit
     commit=$(git --git-dir="$git_dir" rev-parse --verify -q 'HEAD^{commit}' 2>/dev/null) ||
         die "fetch: no llm.c snapshot at $git_dir (a git directory of github:karpathy/llm.c; name one as the argument or in LLMC_SNAPSHOT)"
     git --git-dir="$git_dir" cat-file -e "HEAD:train_gpt2.cu" 2>/dev/null && git --git-dir="$git_dir" cat-file -e "HEAD:llmc/cudnn_att.cpp" 2>/dev/null ||
@@ -66,17 +66,8 @@ fetch() {
         echo "llmc_side: cudnn-frontend headers already in $FRONTEND"
         return 0
     fi
-    tmp=$(mktemp -d "${TMPDIR:-/tmp}/llmc_fe.XXXXXX") || die "fetch: no temporary folder"
-    if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-cudnn-frontend==$ver" > "$tmp/pip.log" 2>&1 &&
-       mkdir -p "$(dirname "$FRONTEND")" && (cd "$(dirname "$FRONTEND")" && unzip -q -o "$tmp"/nvidia_cudnn_frontend-*.whl 'include/*') &&
-       [ -f "$FRONTEND/cudnn_frontend.h" ]; then
-        echo "nvidia-cudnn-frontend $ver" > "$(dirname "$FRONTEND")/VERSION"
-        echo "llmc_side: cudnn-frontend $ver headers ($(du -sh "$FRONTEND" | cut -f1)) in $FRONTEND"
-        rm -rf "$tmp"
-    else
-        rm -rf "$tmp"
-        die "fetch: the cudnn-frontend $ver headers could not be had from PyPI (pip download nvidia-cudnn-frontend==$ver); only 'build nocudnn' can run"
-    fi
+    bash "$ROOT/scripts/cudnn_frontend.sh" ||
+        die "fetch: the cudnn-frontend headers could not be had (scripts/cudnn_frontend.sh); only 'build nocudnn' can run"
 }
 
 # cudnn_home: a folder with lib/libcudnn.so* (and, for a build, include/cudnn.h): CUDNN_PATH,

@@ -257,9 +257,9 @@ fi
 # fetch from a snapshot (a git repository with llm.c's two marker files; the frontend headers
 # already there, so that nothing is downloaded): the files and the commit, nothing else.
 snap=$T/snap
-mkdir -p "$snap/llmc" "$snap/dev" "$ROOT/.deps/cudnn-frontend/include"
+mkdir -p "$snap/llmc" "$snap/dev" "$ROOT/.deps/cudnn_frontend/include"
 echo "int main() { return 0; }" > "$snap/train_gpt2.cu"; echo "// att" > "$snap/llmc/cudnn_att.cpp"; echo "x" > "$snap/dev/other.py"
-: > "$ROOT/.deps/cudnn-frontend/include/cudnn_frontend.h"
+: > "$ROOT/.deps/cudnn_frontend/include/cudnn_frontend.h"
 (cd "$snap" && git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm "stub llm.c" && git rev-parse HEAD) > "$T/snap.commit"
 llmc fetch bash dev/bench/llmc_side.sh fetch "$snap/.git"
 if [ "$(cat "$T/fetch.rc")" = 0 ] && [ "$(cut -d' ' -f1 "$ROOT/.deps/llmc/COMMIT")" = "$(cat "$T/snap.commit")" ] &&
