@@ -10,9 +10,7 @@
 //             optional DGELU: dinp = gelu'(pre_gelu[N,C]) * (dout @ weight)   (overwrite only)
 //             dweight[OC,C] = dout^T @ inp                    accumulate=1: += (beta = 1),
 //                                                             how gradient accumulation works
-//             optional dbias[OC] = sum over the N rows of dout, WRITTEN by the same GEMM's
-//             epilogue (cuBLASLt's BGRADB) when accumulate=0 and cuBLASLt has a deterministic
-//             algorithm for it; otherwise the caller reduces it (kernels/cuda_bias.cuh)
+//             (the bias gradient in this GEMM's BGRADB epilogue: kernels/cuda_bias.cuh)
 //   The CPU twin always accumulates into dinp and dweight; here the caller chooses.
 //
 // The row-major -> column-major mapping is done in exactly one place, mm_plan_layouts()
@@ -103,31 +101,6 @@
 // never stops for want of an epilogue. Unfused, the pre-GELU values are rounded to 16 bits
 // before the GELU (fused, it is applied to the fp32 accumulator), so the two differ in the
 // last bits; each stays within the tests' tolerance of the CPU twin.
-//
-// The bias gradient in the weight-gradient GEMM (matmul_backward_dweight_dbias_cuda). cuBLASLt's
-// BGRADB epilogue ("bias gradient based on the input matrix B": a vector of D's columns,
-// summed over the GEMM's k) is, through the mapping of mm_plan_layouts (cuBLAS's B is our A,
-// D's columns are our D's rows), dbias[OC] = the sum over the N tokens of dout[N,OC]: the
-// bias gradient, in the GEMM that reads dout anyway, with no launch of its own (the
-// reduction kernels took two). What the epilogue does and does not do:
-//   - it WRITES the gradient (beta applies to D only), in the output's type (cublasLt.h: the
-//     bias gradient has "the same type as the output elements"; BIAS_DATA_TYPE is left
-//     unset). So it is used only where the gradient is overwritten: accumulate=0, which is
-//     every micro-step of an ordinary run (each micro-step's gradient is reduce-scattered
-//     and folded into the fp32 shard, fsdp/: the accumulation across micro-steps happens in
-//     that fold, in fp32) and the first micro-step of --no-grad-sync-until-last. The later
-//     micro-steps of --no-grad-sync-until-last add to a 16-bit slot: there the two reduction
-//     kernels run as before (an fp32 sum, one rounding of slot + sum), since the epilogue
-//     would need a 16-bit scratch (a second rounding) and an add kernel anyway.
-//   - its summation order is the algorithm's: the tuning hashes the bias gradient with D (a
-//     candidate whose gradient bits vary between calls, or differ from the reference's in the
-//     exact mode, is not chosen), and the reference for a BGRAD shape is the heuristic's
-//     first REPEATABLE candidate; when none repeats, or the heuristic has no algorithm for the
-//     epilogue, or every candidate fails, that shape is refused: the context remembers it
-//     (no further heuristic query), says so once on stderr (and in the tuning's summary), and
-//     the caller runs the reduction kernels for it from then on. Under MATMUL_TUNE_OFF there
-//     is no timing, so no repeatability check: the heuristic's first is trusted, as for every
-//     other GEMM.
 #ifndef FSDP_KERNELS_CUDA_MATMUL_CUH
 #define FSDP_KERNELS_CUDA_MATMUL_CUH
 
@@ -255,8 +228,7 @@ typedef struct {
     double tune_ratio_min, tune_ratio_max;  // per tuned shape: first's time / chosen's time
     double tune_first_ms, tune_best_ms;     // sums over the tuned shapes (one run of each)
     long long reported_shapes;       // tuned_shapes at the last matmul_autotune_report
-    // Shapes cuBLASLt cannot run (no algorithm, every candidate failed, or a BGRAD epilogue
-    // with no repeatable candidate): asked once, then refused at once (the caller's fallback).
+    // Shapes cuBLASLt cannot run (matmul_gemm_try_cuda's 0): asked once, then refused at once.
     MatmulKey refused[MATMUL_PLAN_CACHE];
     int nrefused;
     long long bgrad_refused;         // BGRAD shapes refused (their bias gradients: the kernels)
@@ -311,11 +283,9 @@ static inline int matmul_autotune_summary(const MatmulContext* ctx, char* buf, s
              ctx->tune_best_ms > 0 ? ctx->tune_first_ms / ctx->tune_best_ms : 1.0, ctx->timed_candidates,
              ctx->other_bits_candidates, ctx->unrepeatable_candidates, ctx->failed_candidates,
              ctx->untuned_shapes ? "; some shapes untuned: no scratch memory" : "");
-    if (ctx->bgrad_refused) {
-        const size_t len = strlen(buf);
-        snprintf(buf + len, n > len ? n - len : 0, "; bias gradient epilogue refused for %lld shapes (the reduction "
-                 "kernels there)", ctx->bgrad_refused);
-    }
+    const size_t len = strlen(buf);
+    if (ctx->bgrad_refused) snprintf(buf + len, n > len ? n - len : 0, "; bias gradient epilogue refused for %lld "
+                                     "shapes (the reduction kernels there)", ctx->bgrad_refused);
     return 1;
 }
 
@@ -418,10 +388,8 @@ static inline void mm_make_key(MatmulKey* k, const MatmulGemm* g) {
 //   Stored [K,M] (transA) reads as M x K: op T.
 // - D [M,N] reads as N x M, ld = ldd. The bias epilogue adds a vector over cuBLAS's rows
 //   (m = N): one bias per output feature of the row-major D, as wanted. The aux matrix has
-//   D's shape: column-major N x M with ld ldaux. The BGRADB epilogue sums cuBLAS's B
-//   (= our op(A)^T, k x n = K x M) over k: one value per column of cuBLAS's D, i.e. per row
-//   of ours: bias[i] = sum_k op(A)[i,k], M values (the weight gradient's case below: the
-//   tokens summed, one per output feature).
+//   D's shape: column-major N x M with ld ldaux. BGRADB sums cuBLAS's B (our op(A)^T) over
+//   k, one value per column of cuBLAS's D = per row of ours: bias[i] = sum_k op(A)[i,k].
 // Worked example, the forward out[Nr,OC] = inp[Nr,C] @ W[OC,C]^T: A = inp, B = W with
 // transB; cuBLAS computes out^T (OC x Nr) = (W, op T, stored C x OC) @ (inp, op N, stored
 // C x Nr), m = OC, n = Nr, k = C -- exactly the mapping in ../shared/CUDA_NOTES.md.
@@ -450,7 +418,7 @@ static inline void mm_plan_layouts(MatmulPlan* p, const MatmulGemm* g) {
     }
     const cublasLtEpilogue_t epi = mm_cublas_epilogue(g->epilogue);
     CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    // (BGRAD: unset, i.e. the output's type, the only one cuBLASLt documents for a gradient.)
+    // (BGRAD: unset = the output's type, the only one cuBLASLt documents for a gradient.)
     if (g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS) {
         const int32_t bias_type = g->ab_type;
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
@@ -606,11 +574,10 @@ static inline void mm_host_wait(MatmulContext* ctx, cudaStream_t stream) {
 
 // Times the n candidates of plan p (a new shape) on g's operands and returns the index of
 // the one to use, or -1 when the shape is not tuned (no scratch memory, or no candidate
-// ran): the caller then keeps the first that runs; -2 for a BGRAD shape none of whose
-// candidates repeats its bits (the caller refuses the shape). g's results are not touched
-// (see the top: the real call runs after this, and alone decides what D, aux and a bias
-// gradient hold; a refused BGRAD shape may keep the candidates' gradient in g->bias, which
-// the caller's fallback overwrites: BGRAD is asked for only where the gradient is fresh).
+// ran): the caller then keeps the first that runs; -2: a BGRAD shape none of whose
+// candidates repeats its bits (refused). g's results are left to the real call (see the top;
+// a refused BGRAD's candidates may leave a gradient in g->bias: the caller's fallback
+// overwrites it, BGRAD being asked for only where the gradient is fresh).
 static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g, const cublasLtMatmulAlgo_t* cand,
                           int n, cudaStream_t stream) {
     if (!mm_tune_resources(ctx) || p->key.alignD < 2) {  // (the hash reads 16-bit words)
@@ -628,8 +595,7 @@ static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g
     const int bgrad = g->epilogue == MATMUL_EPI_BGRAD;
     const size_t aux_bytes = g->aux ? mm_extent_bytes(g->M, g->N, g->ldaux, 1, 0, 2) : 0;
     const size_t bias_bytes = !g->bias ? 0 : bgrad ? (size_t)g->M * delem : (size_t)g->N * 2;
-    // The second output hashed beside D: the GELU's aux, or the bias gradient (whose bits
-    // depend on the algorithm's reduction order as D's do).
+    // The second output hashed beside D: the GELU's aux, or the bias gradient.
     const void* out2 = writes_aux ? g->aux : bgrad ? g->bias : NULL;
     const size_t out2_bytes = writes_aux ? aux_bytes : bgrad ? bias_bytes : 0;
     const int d_is_input = mm_overlap(g->D, d_bytes, g->A, a_bytes) || mm_overlap(g->D, d_bytes, g->B, b_bytes) ||
@@ -700,15 +666,12 @@ static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g
             CUDA_CHECK(cudaEventElapsedTime(&t, ctx->tune_ev[c][r], ctx->tune_ev[c][r + 1]));
             if (r == 0 || t < ms[c]) ms[c] = t;
         }
-        // The reference: the heuristic's first that ran; for a bias gradient, the first whose
-        // bits repeat (a gradient that changes from call to call is never used).
+        // The reference: the first that ran (for a bias gradient, the first that repeats).
         if (first < 0 && (repeats[c] || !bgrad)) first = c;
     }
-    if (first < 0) {
-        int any = 0;
-        for (int c = 0; c < n; c++) any |= ran[c];
-        return bgrad && any ? -2 : -1;  // none deterministic / nothing ran: the caller's fallback says so
-    }
+    int any = 0;
+    for (int c = 0; c < n; c++) any |= ran[c];
+    if (first < 0) return bgrad && any ? -2 : -1;  // none deterministic / nothing ran: the caller's fallback
     int best = first, timed = 0;
     for (int c = 0; c < n; c++) {
         if (!ran[c]) continue;
@@ -763,8 +726,7 @@ static inline void mm_validate(const MatmulGemm* g) {
                  mm_type_name(g->ab_type));
 }
 
-// Remembers a shape cuBLASLt cannot run (while the table has room), so that later calls are
-// refused without asking the heuristic again. Returns 0 (matmul_gemm_try_cuda's "no").
+// Remembers a shape cuBLASLt cannot run (while there is room). Returns 0 (try_cuda's "no").
 static inline int mm_refuse(MatmulContext* ctx, const MatmulKey* key) {
     if (ctx->nrefused < MATMUL_PLAN_CACHE) ctx->refused[ctx->nrefused++] = *key;
     if (key->epilogue == MATMUL_EPI_BGRAD) ctx->bgrad_refused++;
@@ -785,8 +747,7 @@ static inline int matmul_gemm_try_cuda(MatmulContext* ctx, const MatmulGemm* g, 
         CUBLASLT_CHECK(mm_launch(ctx, plan, g, g->D, &plan->algo, stream));
         return 1;
     }
-    for (int i = 0; i < ctx->nrefused; i++)
-        if (memcmp(&ctx->refused[i], &key, sizeof(key)) == 0) return 0;  // asked before: no algorithm
+    for (int i = 0; i < ctx->nrefused; i++) if (!memcmp(&ctx->refused[i], &key, sizeof(key))) return 0;
     // A new shape: plan it, choose its algorithm, run it.
     MatmulPlan scratch_plan;  // used when the table is full
     MatmulPlan* plan = ctx->nplans < MATMUL_PLAN_CACHE ? &ctx->plans[ctx->nplans] : &scratch_plan;
@@ -794,7 +755,7 @@ static inline int matmul_gemm_try_cuda(MatmulContext* ctx, const MatmulGemm* g, 
     cublasLtMatmulAlgo_t cand[MATMUL_MAX_CANDIDATES];
     const int n = mm_plan_create(ctx, plan, g, cand);
     if (n == 0) return mm_refuse(ctx, &key);
-    // (A BGRAD shape is timed even with one candidate: its repeatability is what is checked.)
+    // (A BGRAD shape is timed even with one candidate: its repeatability is checked.)
     const int timed = !transient && ctx->autotune != MATMUL_TUNE_OFF && (n > 1 || g->epilogue == MATMUL_EPI_BGRAD);
     const int tuned = timed ? mm_tune(ctx, plan, g, cand, n, stream) : -1;
     if (tuned == -2) {  // a bias gradient no candidate computes the same way twice
@@ -912,18 +873,12 @@ static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, T16* dinp, cons
     if (pre_gelu) gelu_backward_inplace_cuda(dinp, pre_gelu, (size_t)N * C, stream);
 }
 
-// dweight[OC,C] = dout[N,OC]^T @ inp[N,C]: accumulate = 1 adds (gradient accumulation across
-// micro-steps), 0 overwrites. dweight_type is T16's (mm_type_of) or CUDA_R_32F (fp32 gradients).
-// dbias (may be NULL): when accumulate = 0 and dweight is 16-bit (the bias gradient takes the
-// output's type), the same GEMM WRITES dbias[OC] = the column sums of dout in its BGRADB
-// epilogue (see the top) and this returns 1. Returns 0 when it did not (no dbias,
-// accumulate = 1, or cuBLASLt refused the epilogue for this shape, said once per shape): the
-// caller then reduces dbias itself.
+// The GEMM dweight[OC,C] = dout[N,OC]^T @ inp[N,C]: accumulate = 1 adds (gradient accumulation
+// across micro-steps), 0 overwrites. dweight_type is T16's (mm_type_of) or CUDA_R_32F (fp32
+// gradients). (cuda_bias.cuh adds the bias gradient's epilogue to it.)
 template <class T16>
-static inline int matmul_backward_dweight_dbias_cuda(MatmulContext* ctx, void* dweight, cudaDataType_t dweight_type,
-                                                     typename NoDeduce<T16>::type* dbias, const T16* dout,
-                                                     const T16* inp, int N, int C, int OC, int accumulate,
-                                                     cudaStream_t stream) {
+static inline MatmulGemm mm_dweight_gemm(void* dweight, cudaDataType_t dweight_type, const T16* dout, const T16* inp,
+                                         int N, int C, int OC, int accumulate) {
     MatmulGemm g = mm_gemm_init();
     g.ab_type = mm_type_of(dout);
     g.M = OC; g.N = C; g.K = N;
@@ -931,29 +886,14 @@ static inline int matmul_backward_dweight_dbias_cuda(MatmulContext* ctx, void* d
     g.B = inp; g.ldb = C;
     g.D = dweight; g.ldd = C; g.d_type = dweight_type;
     g.beta = accumulate ? 1.0f : 0.0f;
-    if (dbias && !accumulate && dweight_type == g.ab_type) {
-        g.epilogue = MATMUL_EPI_BGRAD;
-        g.bias = dbias;
-        const long long refused = ctx->bgrad_refused;
-        if (matmul_gemm_try_cuda(ctx, &g, stream)) return 1;
-        if (ctx->bgrad_refused > refused) {  // the first refusal of this shape
-            char desc[512];
-            mm_describe(desc, sizeof(desc), &g);
-            fprintf(stderr, "matmul: cuBLASLt has no deterministic algorithm for %s; this shape's bias gradient runs "
-                            "as the reduction kernels from now on\n", desc);
-        }
-        g.epilogue = MATMUL_EPI_NONE;
-        g.bias = NULL;
-    }
-    matmul_gemm_cuda(ctx, &g, stream);
-    return 0;
+    return g;
 }
-// The weight gradient alone.
 template <class T16>
 static inline void matmul_backward_dweight_cuda(MatmulContext* ctx, void* dweight, cudaDataType_t dweight_type,
                                                 const T16* dout, const T16* inp, int N, int C, int OC, int accumulate,
                                                 cudaStream_t stream) {
-    matmul_backward_dweight_dbias_cuda(ctx, dweight, dweight_type, (T16*)NULL, dout, inp, N, C, OC, accumulate, stream);
+    MatmulGemm g = mm_dweight_gemm(dweight, dweight_type, dout, inp, N, C, OC, accumulate);
+    matmul_gemm_cuda(ctx, &g, stream);
 }
 
 #endif  // FSDP_KERNELS_CUDA_MATMUL_CUH
