@@ -322,11 +322,15 @@ static inline void row_partition(int N, int min_rows, int max_blocks, int* rows,
 
 // dst[c] += (accumulate) or = (not: dst is not read) the sum over g (in order, strided by 8
 // per thread row, then the 8 partial sums in order) of partial[g * C + c]. Block (32, 8),
-// grid ceil(C / 32). Deterministic; both forms give the same bits on a zeroed dst.
+// grid (ceil(C / 32), 1 or 2): blockIdx.y 1 does the same for a second pair (dst2,
+// partial2) of the same shape, so that a reduction with two results (LayerNorm's dweight and
+// dbias) finishes in one launch. Deterministic; both forms give the same bits on a zeroed dst.
 template <class T16>
 static __global__ void __launch_bounds__(256)
-sum_partials_kernel(T16* __restrict__ dst, const float* __restrict__ partial, int G, int C, int accumulate) {
+sum_partials_kernel(T16* dst1, const float* partial1, T16* dst2, const float* partial2, int G, int C, int accumulate) {
     __shared__ float sh[8][32];
+    T16* dst = blockIdx.y == 0 ? dst1 : dst2;
+    const float* partial = blockIdx.y == 0 ? partial1 : partial2;
     const int c = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
     if (c < C) {
@@ -344,7 +348,15 @@ sum_partials_kernel(T16* __restrict__ dst, const float* __restrict__ partial, in
 
 template <class T16>
 static inline void sum_partials(T16* dst, const float* partial, int G, int C, int accumulate, cudaStream_t stream) {
-    sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dst, partial, G, C, accumulate);
+    sum_partials_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, stream>>>(dst, partial, dst, partial, G, C, accumulate);
+    CUDA_LAUNCH_CHECK();
+}
+// Two reductions of the same shape (G partial rows of C) in one launch.
+template <class T16>
+static inline void sum_partials_pair(T16* dst1, const float* partial1, T16* dst2, const float* partial2, int G, int C,
+                                     int accumulate, cudaStream_t stream) {
+    sum_partials_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(dst1, partial1, dst2, partial2, G, C,
+                                                                              accumulate);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -10,8 +10,8 @@
 //             optional DGELU: dinp = gelu'(pre_gelu[N,C]) * (dout @ weight)   (overwrite only)
 //             dweight[OC,C] = dout^T @ inp                    accumulate=1: += (beta = 1),
 //                                                             how gradient accumulation works
-//   The CPU twin always accumulates into dinp and dweight; here the caller chooses. Bias
-//   gradients are NOT computed here (a deterministic reduction kernel of its own does them).
+//             (the bias gradient in this GEMM's BGRADB epilogue: kernels/cuda_bias.cuh)
+//   The CPU twin always accumulates into dinp and dweight; here the caller chooses.
 //
 // The row-major -> column-major mapping is done in exactly one place, mm_plan_layouts()
 // below; every public function goes through matmul_gemm_cuda().
@@ -150,6 +150,7 @@ typedef enum {
     MATMUL_EPI_GELU_AUX,       // D = gelu(AB); aux = AB (pre-GELU)
     MATMUL_EPI_GELU_AUX_BIAS,  // D = gelu(AB + bias); aux = AB + bias
     MATMUL_EPI_DGELU,          // D = gelu'(aux) * AB   (aux: the forward's pre-GELU; beta 0)
+    MATMUL_EPI_BGRAD,          // D as NONE; bias[M] = sum over K of op(A) (WRITTEN, D's type)
 } MatmulEpilogue;
 
 // One row-major GEMM (possibly strided-batched):
@@ -159,8 +160,8 @@ typedef enum {
 // elements between consecutive matrices of the batch. A, B are 16-bit of type ab_type
 // (CUDA_R_16BF or CUDA_R_16F: the run's --param-dtype); D is that type or fp32 (d_type
 // CUDA_R_32F). C is D itself (in place when beta != 0).
-// Epilogues (batch must be 1): bias is ab_type [N]; aux is ab_type [M,N] row-major with ld
-// ldaux.
+// Epilogues (batch must be 1): bias is ab_type [N] (an input), or for BGRAD d_type [M] (an
+// output: the rows of op(A) summed); aux is ab_type [M,N] row-major with ld ldaux.
 typedef struct {
     int M, N, K;
     cudaDataType_t ab_type;
@@ -227,6 +228,10 @@ typedef struct {
     double tune_ratio_min, tune_ratio_max;  // per tuned shape: first's time / chosen's time
     double tune_first_ms, tune_best_ms;     // sums over the tuned shapes (one run of each)
     long long reported_shapes;       // tuned_shapes at the last matmul_autotune_report
+    // Shapes cuBLASLt cannot run (matmul_gemm_try_cuda's 0): asked once, then refused at once.
+    MatmulKey refused[MATMUL_PLAN_CACHE];
+    int nrefused;
+    long long bgrad_refused;         // BGRAD shapes refused (their bias gradients: the kernels)
     // Tuning's resources, made at the first tuning: events, the hashes' partial sums
     // (device, and pinned host memory they are copied to).
     int tune_ready;
@@ -278,6 +283,9 @@ static inline int matmul_autotune_summary(const MatmulContext* ctx, char* buf, s
              ctx->tune_best_ms > 0 ? ctx->tune_first_ms / ctx->tune_best_ms : 1.0, ctx->timed_candidates,
              ctx->other_bits_candidates, ctx->unrepeatable_candidates, ctx->failed_candidates,
              ctx->untuned_shapes ? "; some shapes untuned: no scratch memory" : "");
+    const size_t len = strlen(buf);
+    if (ctx->bgrad_refused) snprintf(buf + len, n > len ? n - len : 0, "; bias gradient epilogue refused for %lld "
+                                     "shapes (the reduction kernels there)", ctx->bgrad_refused);
     return 1;
 }
 
@@ -334,6 +342,7 @@ static inline cublasLtEpilogue_t mm_cublas_epilogue(MatmulEpilogue e) {
         case MATMUL_EPI_GELU_AUX: return CUBLASLT_EPILOGUE_GELU_AUX;
         case MATMUL_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
         case MATMUL_EPI_DGELU: return CUBLASLT_EPILOGUE_DGELU;
+        case MATMUL_EPI_BGRAD: return CUBLASLT_EPILOGUE_BGRADB;  // cuBLAS's B is our A (mm_plan_layouts)
     }
     return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -345,6 +354,7 @@ static inline const char* mm_epilogue_name(MatmulEpilogue e) {
         case MATMUL_EPI_GELU_AUX: return "gelu_aux";
         case MATMUL_EPI_GELU_AUX_BIAS: return "gelu_aux_bias";
         case MATMUL_EPI_DGELU: return "dgelu";
+        case MATMUL_EPI_BGRAD: return "bgradb";
     }
     return "?";
 }
@@ -378,7 +388,8 @@ static inline void mm_make_key(MatmulKey* k, const MatmulGemm* g) {
 //   Stored [K,M] (transA) reads as M x K: op T.
 // - D [M,N] reads as N x M, ld = ldd. The bias epilogue adds a vector over cuBLAS's rows
 //   (m = N): one bias per output feature of the row-major D, as wanted. The aux matrix has
-//   D's shape: column-major N x M with ld ldaux.
+//   D's shape: column-major N x M with ld ldaux. BGRADB sums cuBLAS's B (our op(A)^T) over
+//   k, one value per column of cuBLAS's D = per row of ours: bias[i] = sum_k op(A)[i,k].
 // Worked example, the forward out[Nr,OC] = inp[Nr,C] @ W[OC,C]^T: A = inp, B = W with
 // transB; cuBLAS computes out^T (OC x Nr) = (W, op T, stored C x OC) @ (inp, op N, stored
 // C x Nr), m = OC, n = Nr, k = C -- exactly the mapping in ../shared/CUDA_NOTES.md.
@@ -407,6 +418,7 @@ static inline void mm_plan_layouts(MatmulPlan* p, const MatmulGemm* g) {
     }
     const cublasLtEpilogue_t epi = mm_cublas_epilogue(g->epilogue);
     CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    // (BGRAD: unset = the output's type, the only one cuBLASLt documents for a gradient.)
     if (g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS) {
         const int32_t bias_type = g->ab_type;
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
@@ -421,7 +433,7 @@ static inline void mm_plan_layouts(MatmulPlan* p, const MatmulGemm* g) {
 // The bias / aux pointers live in the descriptor; the heuristic reads their alignment, and
 // each call sets the current ones (host-side attribute writes, no device work).
 static inline void mm_set_pointers(MatmulPlan* p, const MatmulGemm* g) {
-    if (g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS) {
+    if (g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS || g->epilogue == MATMUL_EPI_BGRAD) {
         const void* bias = g->bias;
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
@@ -562,8 +574,10 @@ static inline void mm_host_wait(MatmulContext* ctx, cudaStream_t stream) {
 
 // Times the n candidates of plan p (a new shape) on g's operands and returns the index of
 // the one to use, or -1 when the shape is not tuned (no scratch memory, or no candidate
-// ran): the caller then keeps the first that runs. g's results are not touched (see the top:
-// the real call runs after this, and alone decides what D and aux hold).
+// ran): the caller then keeps the first that runs; -2: a BGRAD shape none of whose
+// candidates repeats its bits (refused). g's results are left to the real call (see the top;
+// a refused BGRAD's candidates may leave a gradient in g->bias: the caller's fallback
+// overwrites it, BGRAD being asked for only where the gradient is fresh).
 static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g, const cublasLtMatmulAlgo_t* cand,
                           int n, cudaStream_t stream) {
     if (!mm_tune_resources(ctx) || p->key.alignD < 2) {  // (the hash reads 16-bit words)
@@ -578,9 +592,14 @@ static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g
                                      : mm_extent_bytes(g->K, g->N, g->ldb, g->batch, g->strideB, 2);
     const int writes_aux = g->epilogue == MATMUL_EPI_GELU_AUX || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS;
     const int reads_aux = g->epilogue == MATMUL_EPI_DGELU;
+    const int bgrad = g->epilogue == MATMUL_EPI_BGRAD;
     const size_t aux_bytes = g->aux ? mm_extent_bytes(g->M, g->N, g->ldaux, 1, 0, 2) : 0;
+    const size_t bias_bytes = !g->bias ? 0 : bgrad ? (size_t)g->M * delem : (size_t)g->N * 2;
+    // The second output hashed beside D: the GELU's aux, or the bias gradient.
+    const void* out2 = writes_aux ? g->aux : bgrad ? g->bias : NULL;
+    const size_t out2_bytes = writes_aux ? aux_bytes : bgrad ? bias_bytes : 0;
     const int d_is_input = mm_overlap(g->D, d_bytes, g->A, a_bytes) || mm_overlap(g->D, d_bytes, g->B, b_bytes) ||
-                           mm_overlap(g->D, d_bytes, g->bias, g->bias ? (size_t)g->N * 2 : 0) ||
+                           mm_overlap(g->D, d_bytes, g->bias, bias_bytes) ||
                            (reads_aux && mm_overlap(g->D, d_bytes, g->aux, aux_bytes));
     // Where the candidates write D: the real D when the real call will overwrite it from
     // inputs they cannot have changed, else a scratch copy (see the top).
@@ -607,7 +626,7 @@ static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g
             if (refill) CUDA_CHECK(cudaMemcpyAsync(D, g->D, d_bytes, cudaMemcpyDeviceToDevice, stream));
             if (mm_launch(ctx, p, g, D, &cand[c], stream) != CUBLAS_STATUS_SUCCESS) break;
             mm_hash_launch(h + (2 * u) * MM_HASH_MAX_BLOCKS, D, d_bytes, 0x6d6d44ull, stream);
-            if (writes_aux) mm_hash_launch(h + (2 * u + 1) * MM_HASH_MAX_BLOCKS, g->aux, aux_bytes, 0x6d6d41ull, stream);
+            if (out2) mm_hash_launch(h + (2 * u + 1) * MM_HASH_MAX_BLOCKS, out2, out2_bytes, 0x6d6d41ull, stream);
         }
         if (u < 2) {
             ctx->failed_candidates++;
@@ -627,8 +646,8 @@ static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g
     mm_host_wait(ctx, stream);
     if (scratch) CUDA_CHECK(cudaFree(scratch));
 
-    const int d_blocks = mm_hash_blocks(d_bytes / 2), aux_blocks = mm_hash_blocks(aux_bytes / 2);
-    unsigned long long hash[MATMUL_MAX_CANDIDATES][4];  // D, aux of the first run; D, aux of the second
+    const int d_blocks = mm_hash_blocks(d_bytes / 2), out2_blocks = mm_hash_blocks(out2_bytes / 2);
+    unsigned long long hash[MATMUL_MAX_CANDIDATES][4];  // D, out2 of the first run; D, out2 of the second
     int repeats[MATMUL_MAX_CANDIDATES];
     float ms[MATMUL_MAX_CANDIDATES];
     int first = -1;
@@ -637,7 +656,7 @@ static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g
         const unsigned long long* h = ctx->tune_hash_host + (size_t)c * MM_HASH_SLOTS;
         for (int k = 0; k < 4; k++) {
             hash[c][k] = 0;
-            const int blocks = k % 2 == 0 ? d_blocks : writes_aux ? aux_blocks : 0;
+            const int blocks = k % 2 == 0 ? d_blocks : out2 ? out2_blocks : 0;
             for (int b = 0; b < blocks; b++) hash[c][k] += h[k * MM_HASH_MAX_BLOCKS + b];
         }
         repeats[c] = hash[c][0] == hash[c][2] && hash[c][1] == hash[c][3];
@@ -647,9 +666,12 @@ static inline int mm_tune(MatmulContext* ctx, MatmulPlan* p, const MatmulGemm* g
             CUDA_CHECK(cudaEventElapsedTime(&t, ctx->tune_ev[c][r], ctx->tune_ev[c][r + 1]));
             if (r == 0 || t < ms[c]) ms[c] = t;
         }
-        if (first < 0) first = c;
+        // The reference: the first that ran (for a bias gradient, the first that repeats).
+        if (first < 0 && (repeats[c] || !bgrad)) first = c;
     }
-    if (first < 0) return -1;  // nothing ran: the caller's fallback says so
+    int any = 0;
+    for (int c = 0; c < n; c++) any |= ran[c];
+    if (first < 0) return bgrad && any ? -2 : -1;  // none deterministic / nothing ran: the caller's fallback
     int best = first, timed = 0;
     for (int c = 0; c < n; c++) {
         if (!ran[c]) continue;
@@ -688,7 +710,8 @@ static inline void mm_validate(const MatmulGemm* g) {
     CUDA_REQUIRE(g->ab_type == CUDA_R_16BF || g->ab_type == CUDA_R_16F, "matmul: A and B must be bf16 or fp16");
     CUDA_REQUIRE(g->d_type == g->ab_type || g->d_type == CUDA_R_32F, "matmul: D must be %s (as A and B) or fp32",
                  mm_type_name(g->ab_type));
-    const int has_bias = g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS;
+    const int has_bias = g->epilogue == MATMUL_EPI_BIAS || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS ||
+                         g->epilogue == MATMUL_EPI_BGRAD;
     const int has_aux = g->epilogue == MATMUL_EPI_GELU_AUX || g->epilogue == MATMUL_EPI_GELU_AUX_BIAS ||
                         g->epilogue == MATMUL_EPI_DGELU;
     CUDA_REQUIRE(!has_bias || g->bias, "matmul: epilogue %s needs a bias", mm_epilogue_name(g->epilogue));
@@ -703,8 +726,16 @@ static inline void mm_validate(const MatmulGemm* g) {
                  mm_type_name(g->ab_type));
 }
 
+// Remembers a shape cuBLASLt cannot run (while there is room). Returns 0 (try_cuda's "no").
+static inline int mm_refuse(MatmulContext* ctx, const MatmulKey* key) {
+    if (ctx->nrefused < MATMUL_PLAN_CACHE) ctx->refused[ctx->nrefused++] = *key;
+    if (key->epilogue == MATMUL_EPI_BGRAD) ctx->bgrad_refused++;
+    return 0;
+}
+
 // Runs g on stream. Returns 0 (and does nothing) when cuBLASLt has no algorithm for it (the
-// heuristic found none, or every candidate failed at run time).
+// heuristic found none, or every candidate failed at run time, or, for a BGRAD epilogue, the
+// tuning found no candidate that repeats its bits).
 static inline int matmul_gemm_try_cuda(MatmulContext* ctx, const MatmulGemm* g, cudaStream_t stream) {
     mm_validate(g);
     MatmulKey key;
@@ -716,14 +747,21 @@ static inline int matmul_gemm_try_cuda(MatmulContext* ctx, const MatmulGemm* g, 
         CUBLASLT_CHECK(mm_launch(ctx, plan, g, g->D, &plan->algo, stream));
         return 1;
     }
+    for (int i = 0; i < ctx->nrefused; i++) if (!memcmp(&ctx->refused[i], &key, sizeof(key))) return 0;
     // A new shape: plan it, choose its algorithm, run it.
     MatmulPlan scratch_plan;  // used when the table is full
     MatmulPlan* plan = ctx->nplans < MATMUL_PLAN_CACHE ? &ctx->plans[ctx->nplans] : &scratch_plan;
     const int transient = plan == &scratch_plan;
     cublasLtMatmulAlgo_t cand[MATMUL_MAX_CANDIDATES];
     const int n = mm_plan_create(ctx, plan, g, cand);
-    if (n == 0) return 0;
-    const int tuned = !transient && ctx->autotune != MATMUL_TUNE_OFF && n > 1 ? mm_tune(ctx, plan, g, cand, n, stream) : -1;
+    if (n == 0) return mm_refuse(ctx, &key);
+    // (A BGRAD shape is timed even with one candidate: its repeatability is checked.)
+    const int timed = !transient && ctx->autotune != MATMUL_TUNE_OFF && (n > 1 || g->epilogue == MATMUL_EPI_BGRAD);
+    const int tuned = timed ? mm_tune(ctx, plan, g, cand, n, stream) : -1;
+    if (tuned == -2) {  // a bias gradient no candidate computes the same way twice
+        mm_plan_destroy(plan);
+        return mm_refuse(ctx, &key);
+    }
     // The real call: the tuned choice, else (or should it fail) the candidates in the
     // heuristic's order; the first that runs is kept.
     int chosen = -1;
@@ -735,7 +773,7 @@ static inline int matmul_gemm_try_cuda(MatmulContext* ctx, const MatmulGemm* g, 
     }
     if (chosen < 0) {
         mm_plan_destroy(plan);
-        return 0;
+        return mm_refuse(ctx, &key);
     }
     plan->algo = cand[chosen];
     plan->chosen = chosen;
@@ -835,12 +873,12 @@ static inline void matmul_backward_dinp_cuda(MatmulContext* ctx, T16* dinp, cons
     if (pre_gelu) gelu_backward_inplace_cuda(dinp, pre_gelu, (size_t)N * C, stream);
 }
 
-// dweight[OC,C] = dout[N,OC]^T @ inp[N,C]: accumulate = 1 adds (gradient accumulation across
-// micro-steps), 0 overwrites. dweight_type is T16's (mm_type_of) or CUDA_R_32F (fp32 gradients).
+// The GEMM dweight[OC,C] = dout[N,OC]^T @ inp[N,C]: accumulate = 1 adds (gradient accumulation
+// across micro-steps), 0 overwrites. dweight_type is T16's (mm_type_of) or CUDA_R_32F (fp32
+// gradients). (cuda_bias.cuh adds the bias gradient's epilogue to it.)
 template <class T16>
-static inline void matmul_backward_dweight_cuda(MatmulContext* ctx, void* dweight, cudaDataType_t dweight_type,
-                                                const T16* dout, const T16* inp, int N, int C, int OC,
-                                                int accumulate, cudaStream_t stream) {
+static inline MatmulGemm mm_dweight_gemm(void* dweight, cudaDataType_t dweight_type, const T16* dout, const T16* inp,
+                                         int N, int C, int OC, int accumulate) {
     MatmulGemm g = mm_gemm_init();
     g.ab_type = mm_type_of(dout);
     g.M = OC; g.N = C; g.K = N;
@@ -848,6 +886,13 @@ static inline void matmul_backward_dweight_cuda(MatmulContext* ctx, void* dweigh
     g.B = inp; g.ldb = C;
     g.D = dweight; g.ldd = C; g.d_type = dweight_type;
     g.beta = accumulate ? 1.0f : 0.0f;
+    return g;
+}
+template <class T16>
+static inline void matmul_backward_dweight_cuda(MatmulContext* ctx, void* dweight, cudaDataType_t dweight_type,
+                                                const T16* dout, const T16* inp, int N, int C, int OC, int accumulate,
+                                                cudaStream_t stream) {
+    MatmulGemm g = mm_dweight_gemm(dweight, dweight_type, dout, inp, N, C, OC, accumulate);
     matmul_gemm_cuda(ctx, &g, stream);
 }
 

@@ -154,7 +154,7 @@ static inline void fused_residual_layernorm_forward_cuda(T16* residual, T16* out
 // totals), and each thread then writes dinp for its packs and adds norm * dout and dout to
 // its dweight/dbias accumulators, rows in order. At the end the block's accumulators are its
 // fp32 partials [G][C] (scratch), and a second kernel adds the G partials, in order, to
-// dweight and dbias. One barrier per RB rows (the row-sum buffer is double-buffered). Reads
+// dweight and dbias (both in one launch: sum_partials_pair). One barrier per RB rows (the row-sum buffer is double-buffered). Reads
 // x, dout, dinp once and writes dinp once; the fixed split makes the sums deterministic.
 // dinp must not alias dout or inp.
 static constexpr int kLayerNormBwdMaxThreads = 256;  // threads per block (at most)
@@ -323,8 +323,7 @@ static inline void layernorm_backward_cuda(T16* dinp, T16* dweight, T16* dbias, 
         layernorm_backward_kernel<4, RF / 4><<<blocks, threads, 0, stream>>>(dinp, partial_w, partial_b, dout, inp,
                                                                             weight, mean, rstd, N, C, rows);
     CUDA_LAUNCH_CHECK();
-    sum_partials(dweight, partial_w, blocks, C, accumulate, stream);
-    sum_partials(dbias, partial_b, blocks, C, accumulate, stream);
+    sum_partials_pair(dweight, partial_w, dbias, partial_b, blocks, C, accumulate, stream);  // one launch for both
 }
 
 // ----------------------------------------------------------------------------

@@ -91,12 +91,14 @@ static void cuda_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void*
     CudaKernels* cd = cuda_of(k);
     // dinp overwritten (with the GELU backward in the epilogue when pre_gelu is given); the
     // weight gradient is written into the 16-bit gradient slot (beta = 0: a fresh slot is
-    // neither zeroed nor read) or added to it (beta = 1); the bias gradient is a
-    // deterministic reduction of its own.
+    // neither zeroed nor read) or added to it (beta = 1). The bias gradient: written by the
+    // weight-gradient GEMM's epilogue when the slot is fresh (cuda_matmul.cuh: BGRADB), else
+    // (accumulating, or a shape cuBLASLt refused) a deterministic reduction of its own.
     matmul_backward_dinp_cuda(&cd->mm, BF(dinp), CBF(dout), CBF(weight), CBF(pre_gelu), N, C, OC, 0, cd->stream);
-    matmul_backward_dweight_cuda(&cd->mm, dweight, mm_type_of(CBF(dout)), CBF(dout), CBF(inp), N, C, OC, accumulate,
-                                 cd->stream);
-    if (dbias) bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, accumulate, cd->stream);
+    const int dbias_done = matmul_backward_dweight_dbias_cuda(&cd->mm, dweight, mm_type_of(CBF(dout)), BF(dbias),
+                                                              CBF(dout), CBF(inp), N, C, OC, accumulate, cd->stream);
+    if (dbias && !dbias_done)
+        bias_backward_cuda(BF(dbias), cd->scratch, cd->scratch_bytes, CBF(dout), N, OC, accumulate, cd->stream);
 }
 template <class T16>
 static void cuda_op_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {

@@ -6,6 +6,16 @@
 //   value (after the bias) to aux (m x n, ld = EPILOGUE_AUX_LD) and stores gelu() of it;
 //   DGELU multiplies by gelu'(aux). GELU is the tanh approximation. EMU_CUBLASLT_NO_GELU=1
 //   makes the heuristic find no algorithm for the GELU epilogues.
+//   BGRADA / BGRADB (cublasLt.h: "bias gradient based on the input matrix A / B"): D is
+//   computed as without an epilogue, and the bias gradient is WRITTEN (never accumulated,
+//   whatever beta is) to BIAS_POINTER: for BGRADA a vector of m (D's rows), bias[i] = sum
+//   over the GEMM's k of op(A)[i, p]; for BGRADB a vector of n (D's columns), bias[j] = sum
+//   over k of op(B)[p, j]. Its elements have the output's type (cublasLt.h: "the same type
+//   as the output elements"): BIAS_DATA_TYPE unset (-1) or set to D's type; any other type
+//   finds no algorithm. Summed in double in k order (one fixed order: deterministic), then
+//   rounded like D. Batches and alpha != 1 are refused (not emulated: the header does not
+//   say whether alpha scales the gradient). EMU_CUBLASLT_NO_BGRAD=1 makes the heuristic
+//   find no algorithm for them.
 // The heuristic returns several algorithms (up to the number requested), best first, so that
 // callers' choice among candidates runs here too. Which ones: EMU_CUBLASLT_ALGOS, a comma-
 // separated list, one entry per candidate, read at every heuristic call (default
@@ -16,6 +26,7 @@
 //   fail    cublasLtMatmul refuses it (CUBLAS_STATUS_NOT_SUPPORTED, nothing runs): a
 //           candidate that fails at run time;
 //   nogelu  like ok, but refused for the GELU_AUX(_BIAS) / DGELU epilogues;
+//   ulp and noisy flip the lowest bit of a BGRAD epilogue's bias gradient too;
 //   noisy   like ulp on every other call of a noisy candidate (the process's 2nd, 4th, ...),
 //           like ok on the others: an algorithm whose bits vary from call to call;
 //   :MS     the device thread spends MS more milliseconds on each call (the events, which
@@ -204,6 +215,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
         *returned = 0;
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+    // EMU_CUBLASLT_NO_BGRAD=1: a library without the bias-gradient epilogues. Without it the
+    // bias gradient must still have the output's type, and one matrix (no batch).
+    const bool bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADA || d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    const char* no_bgrad = getenv("EMU_CUBLASLT_NO_BGRAD");
+    if (bgrad && ((no_bgrad && strcmp(no_bgrad, "0")) || (d->bias_type >= 0 && d->bias_type != (int32_t)o->type) ||
+                  o->batch != 1)) {
+        *returned = 0;
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     const char* spec = getenv("EMU_CUBLASLT_ALGOS");
     if (!spec || !*spec) spec = "ok,ok,ok,ok";
     int n = 0;
@@ -280,7 +300,7 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
                        const cublasLtMatrixLayoutOpaque_t& LA, const void* B, const cublasLtMatrixLayoutOpaque_t& LB,
                        float beta, const void* C, const cublasLtMatrixLayoutOpaque_t& LC, void* D,
                        const cublasLtMatrixLayoutOpaque_t& LO, uint64_t k, bool bias, cudaDataType bias_type,
-                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type, bool flip);
+                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type, int bgrad, bool flip);
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A,
                               cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta_p,
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t lo,
@@ -295,13 +315,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     const bool bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     const bool gelu_aux = e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     const bool dgelu_aux = e == CUBLASLT_EPILOGUE_DGELU;
-    if (!(e == CUBLASLT_EPILOGUE_DEFAULT || bias || gelu_aux || dgelu_aux))
+    // The bias gradient's operand: 'A' (a vector of m), 'B' (of n), or 0.
+    const int bgrad = e == CUBLASLT_EPILOGUE_BGRADA ? 'A' : e == CUBLASLT_EPILOGUE_BGRADB ? 'B' : 0;
+    if (!(e == CUBLASLT_EPILOGUE_DEFAULT || bias || gelu_aux || dgelu_aux || bgrad))
         return bad(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u not emulated", e);
     if (e != CUBLASLT_EPILOGUE_DEFAULT && lo->batch != 1) return bad(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue with a batch");
     const cudaDataType bias_type = d->bias_type < 0 ? lo->type : (cudaDataType)d->bias_type;
     const cudaDataType aux_type = d->aux_type < 0 ? lo->type : (cudaDataType)d->aux_type;
     if (bias && (!d->bias || !emu::device_range_ok(d->bias, m * type_bytes(bias_type))))
         return bad(CUBLAS_STATUS_INVALID_VALUE, "bias: %llu elements not inside a device buffer", (unsigned long long)m);
+    if (bgrad && bias_type != lo->type)
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "bias gradient of type %d for an output of type %d", bias_type, lo->type);
+    if (bgrad && *(const float*)alpha_p != 1.0f)
+        return bad(CUBLAS_STATUS_NOT_SUPPORTED, "bias gradient epilogue with alpha %g not emulated", *(const float*)alpha_p);
+    const uint64_t bgrad_len = bgrad == 'A' ? m : n;
+    if (bgrad && (!d->bias || !emu::device_range_ok(d->bias, bgrad_len * type_bytes(bias_type))))
+        return bad(CUBLAS_STATUS_INVALID_VALUE, "bias gradient: %llu elements not inside a device buffer",
+                   (unsigned long long)bgrad_len);
     if ((gelu_aux || dgelu_aux) &&
         (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8 || ((uintptr_t)d->aux & 15) ||
          !emu::device_range_ok(d->aux, ((n - 1) * d->aux_ld + m) * type_bytes(aux_type))))
@@ -343,7 +373,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     emu::report_launch(1, "cublasLtMatmul");  // at least one kernel (cuLaunchKernel)
     emu::enqueue_compute(stream, "cublasLtMatmul", [=]() {
         if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-        matmul_run(desc, alpha, A, LA, B, LB, beta, C, LC, D, LO, k, bias, bias_type, gelu_aux, dgelu_aux, aux_type, flip);
+        matmul_run(desc, alpha, A, LA, B, LB, beta, C, LC, D, LO, k, bias, bias_type, gelu_aux, dgelu_aux, aux_type, bgrad,
+                   flip);
     });
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -366,7 +397,7 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
                        const cublasLtMatrixLayoutOpaque_t& LA, const void* B, const cublasLtMatrixLayoutOpaque_t& LB,
                        float beta, const void* C, const cublasLtMatrixLayoutOpaque_t& LC, void* D,
                        const cublasLtMatrixLayoutOpaque_t& LO, uint64_t k, bool bias, cudaDataType bias_type,
-                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type, bool flip) {
+                       bool gelu_aux, bool dgelu_aux, cudaDataType aux_type, int bgrad, bool flip) {
     const cublasLtMatmulDescOpaque_t* d = &desc;
     const cublasLtMatrixLayoutOpaque_t *la = &LA, *lb = &LB, *lc = &LC, *lo = &LO;
     const uint64_t m = lo->rows, n = lo->cols;
@@ -408,6 +439,23 @@ static void matmul_run(const cublasLtMatmulDescOpaque_t& desc, float alpha, cons
                 }
             }
         }
+    }
+    // The bias gradient: the rows of op(A) (BGRADA) or columns of op(B) (BGRADB) summed over
+    // k, in k order, written (not added) in the output's type.
+    if (bgrad) {
+        const uint64_t len = bgrad == 'A' ? m : n;
+        const std::vector<float>& rows = bgrad == 'A' ? opa : opb;
+        void* grad = (void*)d->bias;  // an output here (cublasLt.h: "Bias gradient case: void *")
+        for (uint64_t i = 0; i < len; i++) {
+            double s = 0;
+            for (uint64_t p = 0; p < k; p++) s += rows[i * k + p];
+            store(grad, bias_type, i, s);
+            if (flip) {
+                if (type_bytes(bias_type) == 2) ((uint16_t*)grad)[i] ^= 1u;
+                else ((uint32_t*)grad)[i] ^= 1u;
+            }
+        }
+        count_matrix(grad, bias_type, len, 1, (int64_t)len, 1, 0, 1);
     }
     count_layout(A, LA, 0);
     count_layout(B, LB, 0);

@@ -1459,6 +1459,118 @@ static void test_matmul_autotune(Rng& rng) {
     mm_operands_free(X);
     mm_operands_free(Y);
 }
+// The bias gradient in the weight-gradient GEMM's epilogue (cuBLASLt's BGRADB through
+// matmul_backward_dweight_dbias_cuda; CPU twin: matmul_backward's dweight and dbias): written
+// over NaN, two calls bitwise equal, never used to accumulate (accumulate 1 leaves dbias to
+// the caller). Under the emulator also its fallback: a shape the heuristic has nothing for
+// (EMU_CUBLASLT_NO_BGRAD) or whose every candidate's bits vary (tuned, all "noisy") is
+// refused once (one heuristic query, dbias untouched, dweight still right) and counted in
+// the tuning's summary.
+template <class T16>
+static bool same_bits(const std::vector<T16>& a, const std::vector<T16>& b) {
+    return a.size() == b.size() && !memcmp(a.data(), b.data(), a.size() * sizeof(T16));
+}
+template <class T16>
+static void test_matmul_bias_grad(Rng& rng) {
+    const DtypeScope<T16> dtype;
+    const int N = 64, C = 96, OC = 160;
+    MmOperands<T16> X = mm_operands<T16>(rng, N, C, OC);
+    std::vector<float> dw((size_t)OC * C, 0.0f), db(OC, 0.0f);
+    matmul_backward(NULL, dw.data(), db.data(), X.dout.data(), X.inp.data(), X.w.data(), N, C, OC);
+    const cudaDataType_t t16 = mm_type_of(X.d_inp);
+    T16* d_dw = dev_alloc<T16>((size_t)OC * C);
+    T16* d_db = dev_alloc<T16>(OC);
+    const std::vector<T16> nan16 = to16<T16>(std::vector<float>(OC, NAN));
+    const std::vector<T16> other = to16<T16>(rand16<T16>(rng, OC, 1.0f));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    char det[300];
+
+    MatmulContext* mm = mm_context(MATMUL_TUNE_OFF);
+    int done[3];
+    std::vector<T16> got[3];
+    for (int k = 0; k < 3; k++) {  // twice overwriting NaN, then accumulating onto `other`
+        dev_set(d_db, k < 2 ? nan16 : other);
+        CUDA_CHECK(cudaDeviceSynchronize());  // (a pageable copy is not ordered with stream s)
+        done[k] = matmul_backward_dweight_dbias_cuda(mm, d_dw, t16, d_db, X.d_dout, X.d_inp, N, C, OC, k == 2, s);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        got[k] = dev_download(d_db, OC);
+        if (k == 0) check16("matmul dweight with the bias gradient epilogue: dweight vs CPU twin",
+                            dev_download(d_dw, (size_t)OC * C), dw);
+    }
+    snprintf(det, sizeof det, "returned %d, %d (written), %d (accumulate: left to the caller); %lld plans, "
+             "%lld refused", done[0], done[1], done[2], (long long)mm->nplans, mm->bgrad_refused);
+    report(done[0] == 1 && done[1] == 1 && done[2] == 0 && mm->bgrad_refused == 0,
+           "matmul dweight GEMM writes the bias gradient in its epilogue only when it overwrites", "%s", det);
+    check16("matmul bias gradient epilogue (BGRADB) over NaN vs CPU twin's dbias", got[0], db);
+    check_bitwise("matmul bias gradient epilogue: two calls bitwise equal", got[0], got[1]);
+    check_bitwise("matmul bias gradient: accumulate 1 leaves dbias untouched", got[2], other);
+    mm_context_free(mm);
+
+#ifdef FSDP_CUBLASLT_EMULATED
+    for (int how = 0; how < 2; how++) {  // 0: no algorithm for the epilogue; 1: none repeats its bits
+        if (how == 0) setenv("EMU_CUBLASLT_NO_BGRAD", "1", 1);
+        else setenv("EMU_CUBLASLT_ALGOS", "noisy,noisy", 1);
+        MatmulContext* r = mm_context(how == 0 ? MATMUL_TUNE_OFF : MATMUL_TUNE_EXACT);
+        long long queries[2];
+        int ret[2];
+        bool untouched = true;
+        for (int k = 0; k < 2; k++) {
+            dev_set(d_db, other);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            ret[k] = matmul_backward_dweight_dbias_cuda(r, d_dw, t16, d_db, X.d_dout, X.d_inp, N, C, OC, 0, s);
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            queries[k] = r->heuristic_queries;
+            untouched = untouched && same_bits(dev_download(d_db, OC), other);
+        }
+        char summary[512] = "";
+        const int said = matmul_autotune_summary(r, summary, sizeof summary);
+        // The first call asks for the epilogue (refused) and for the plain GEMM; the second
+        // asks for nothing.
+        const bool said_ok = how == 0 ? !said : said && strstr(summary, "bias gradient epilogue refused for 1 shapes");
+        // (Refused after tuning, the candidates' gradient may be left in dbias: the caller's
+        // reduction overwrites it, as BGRAD is only asked for where dbias is overwritten.)
+        untouched = untouched || how == 1;
+        snprintf(det, sizeof det, "returned %d, %d; heuristic queries %lld, then %lld; %lld refused; dbias %s; "
+                 "summary: %s", ret[0], ret[1], queries[0], queries[1], r->bgrad_refused,
+                 untouched ? "untouched" : "WRITTEN", said ? summary : "(none)");
+        report(ret[0] == 0 && ret[1] == 0 && queries[0] == 2 && queries[1] == 2 && r->bgrad_refused == 1 && untouched &&
+               said_ok, how == 0 ? "matmul bias gradient epilogue the heuristic has nothing for: refused once, "
+                                   "left to the caller"
+                                 : "matmul bias gradient epilogue whose every candidate varies: refused once, "
+                                   "left to the caller", "%s", det);
+        if (how == 0) check16("matmul dweight beside a refused bias gradient epilogue vs CPU twin",
+                              dev_download(d_dw, (size_t)OC * C), dw);
+        mm_context_free(r);
+        unsetenv("EMU_CUBLASLT_NO_BGRAD");
+        unsetenv("EMU_CUBLASLT_ALGOS");
+    }
+    // Tuned, the bias gradient is hashed like D: a candidate with other bits (ulp flips the
+    // gradient's too) is not chosen in the exact mode, one whose bits vary in neither.
+    setenv("EMU_CUBLASLT_ALGOS", "ok:20,noisy,ulp,ok:4", 1);
+    {
+        MatmulContext* ex = mm_context(MATMUL_TUNE_EXACT);
+        dev_set(d_db, nan16);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const int ret = matmul_backward_dweight_dbias_cuda(ex, d_dw, t16, d_db, X.d_dout, X.d_inp, N, C, OC, 0, s);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        const std::vector<T16> g = dev_download(d_db, OC);
+        snprintf(det, sizeof det, "returned %d, plan %d of %d candidates, %lld other bits, %lld not repeatable", ret,
+                 ex->nplans ? ex->plans[0].chosen : -1, ex->nplans ? ex->plans[0].ncandidates : 0,
+                 ex->other_bits_candidates, ex->unrepeatable_candidates);
+        report(ret == 1 && ex->nplans == 1 && ex->plans[0].chosen == 3 && ex->other_bits_candidates >= 1 &&
+               ex->unrepeatable_candidates == 1 && same_bits(g, got[0]),
+               "matmul autotune exact: a bias gradient epilogue keeps the untuned bits (candidate #3 of "
+               "[20 ms, noisy, other bits, 4 ms])", "%s", det);
+        mm_context_free(ex);
+    }
+    unsetenv("EMU_CUBLASLT_ALGOS");
+#endif
+    CUDA_CHECK(cudaStreamDestroy(s));
+    cudaFree(d_dw); cudaFree(d_db);
+    mm_operands_free(X);
+}
+
 // ----------------------------------------------------------------------------
 // The Llama family (RMSNorm, RoPE, SwiGLU, the embedding without positions: cuda_norm.cuh,
 // cuda_rope.cuh, cuda_activation.cuh, cuda_encoder.cuh against kernels/cpu_kernels_llama.h)
@@ -1765,6 +1877,7 @@ static void test_storage_kernels(Rng& rng) {
 
     if constexpr (is_bf16<T16>) test_matmul_autotune(rng);
     else test_matmul_untuned<T16>(rng);
+    test_matmul_bias_grad<T16>(rng);
 }
 
 // ----------------------------------------------------------------------------

@@ -26,7 +26,11 @@
 #     other run is pointed at a missing library, so auto keeps flash there);
 #   - --gelu-fusion 0 (the GELU kernels) vs the cuBLASLt GELU epilogues within 1e-2; with
 #     EMU_CUBLASLT_NO_GELU=1 (no algorithm for those epilogues) the run says so for the forward
-#     and the backward and equals --gelu-fusion 0 bitwise;
+#     and the backward and equals --gelu-fusion 0 bitwise; with EMU_CUBLASLT_NO_BGRAD=1 (no
+#     algorithm for the bias-gradient epilogue) the run says so once per shape (4) and trains
+#     within 1e-2 of the epilogue's run, the bias gradients from the reduction kernels;
+#   - --profile-step's launch counts: per GPT-2 block forward 7.5, backward 16.0 (the final
+#     LayerNorm's share included);
 #   - the NCCL shim's own self-test (dev/cuda_emu/nccl_selftest.cpp: 3 forked ranks);
 #   - dev/test/test_backend_cuda.cu (every backend member against host computations, an
 #     event-ordering stress test) at 1 rank, 2 ranks staged, 2 ranks NCCL with HSDP;
@@ -244,6 +248,7 @@ cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
 cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
 EMU_CUBLASLT_NO_GELU=1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
+EMU_CUBLASLT_NO_BGRAD=1 cuda cuda_no_bgrad_epilogue 1 -b 2 -o "$TMP/cuda_no_bgrad_epilogue"
 cuda cuda_recompute_full 1 -b 2 --recompute full -o "$TMP/cuda_recompute_full"
 cuda cuda_recompute_sel 1 -b 2 --gelu-fusion 0 --recompute selective -o "$TMP/cuda_recompute_sel"
 # cuBLASLt's candidates per shape: the heuristic's first slower, the second faster with other
@@ -528,6 +533,20 @@ if good cuda_gelu0 cuda_no_gelu_epilogue; then
     fi
 fi
 
+# A cuBLASLt without the bias-gradient epilogue (BGRADB): the run says so once per weight-
+# gradient shape with a bias (qkv, attention projection, fc, fc projection) and trains as
+# with it, the bias gradients from the reduction kernels (the same sums, other order).
+if good cuda_ref cuda_no_bgrad_epilogue; then
+    said=$(grep -c 'cuBLASLt has no deterministic algorithm for .*epilogue bgradb.*bias gradient runs as the reduction kernels' \
+        "$TMP/cuda_no_bgrad_epilogue.log")
+    if [ "$said" = 4 ]; then
+        compare "cuda where cuBLASLt has no bias-gradient epilogue: said once per shape (4), the kernels instead (within 1e-2)" \
+            "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_no_bgrad_epilogue/metrics.jsonl" --rtol 0.01
+    else
+        not_ok "$TAG cuda where cuBLASLt has no bias-gradient epilogue: $said refusal lines (expected 4, one per shape)"
+    fi
+fi
+
 # The backend test's own checks, each prefixed with the configuration.
 for cfg in w1 w2_staged w2_nccl; do
     [ -x $BACKEND ] || break
@@ -775,16 +794,21 @@ fi
 # forward is 7 launches (LayerNorm, the residual add fused with the second LayerNorm, the QKV,
 # attention-projection, FC (GELU in its epilogue) and FC-projection GEMMs, one attention
 # kernel) plus the final LayerNorm's one launch shared by the L = 2 blocks: 7.5.
+# Per block, GPT-2 (2 layers: the final LayerNorm's launches count half to each): forward 7
+# + 0.5; backward 15 + 1 (each linear layer's dinp and dweight GEMMs, the bias gradient in
+# the latter's epilogue: 8; two LayerNorm backwards of 2 launches, their dweight and dbias
+# partial sums in one: 4; attention 3).
 launch_check() {  # NAME
-    local line total sum fwd
+    local line total sum fwd bwd
     line=$(grep -m1 '^  kernel launches in the step' "$TMP/$1.log")
     total=$(sed -n 's/.*in the step: \([0-9]*\) on every stream.*/\1/p' <<<"$line")
     fwd=$(sed -n 's/.*per transformer block: forward \([0-9.]*\),.*/\1/p' <<<"$line")
+    bwd=$(sed -n 's/.*per transformer block: forward [0-9.]*, backward \([0-9.]*\).*/\1/p' <<<"$line")
     sum=$(sed -n '/^profile of step/,/^  kernel launches/p' "$TMP/$1.log" | grep -oE '[0-9]+ launches$' | awk '{ s += $1 } END { print s + 0 }')
-    if [ -n "$total" ] && [ "$total" -gt 0 ] && [ "$total" = "$sum" ] && [ "$fwd" = 7.5 ]; then
+    if [ -n "$total" ] && [ "$total" -gt 0 ] && [ "$total" = "$sum" ] && [ "$fwd" = 7.5 ] && [ "$bwd" = 16.0 ]; then
         ok "$TAG --profile-step counts kernel launches ($1): ${line#  }"
     else
-        not_ok "$TAG --profile-step kernel launches ($1): total '$total', phases add to '$sum', per-block forward '$fwd' (want 7.5): '$line'"
+        not_ok "$TAG --profile-step kernel launches ($1): total '$total', phases add to '$sum', per block forward '$fwd' (want 7.5), backward '$bwd' (want 16.0): '$line'"
     fi
 }
 good nccl_again && launch_check nccl_again
