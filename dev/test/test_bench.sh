@@ -660,7 +660,7 @@ fi
 TG=$T/ttg
 mkdir -p "$TG/dev/test" "$TG/scripts"
 cp dev/test/test_train_gpu.sh dev/test/lib.sh dev/test/compare_losses.py "$TG/dev/test/"
-cp scripts/launch_local.sh "$TG/scripts/"
+cp scripts/launch_local.sh scripts/find_cudnn.sh "$TG/scripts/"
 cat > "$TG/train_gpt" <<'EOF2'
 #!/usr/bin/env bash
 o=""; x=20; stop=0; resume=""; sample=0
@@ -689,14 +689,15 @@ chmod +x "$TG/train_gpt"
 # ttg GROUPS: test_train_gpu.sh's ok / not ok lines with GPU_TESTS=GROUPS, names only.
 ttg() {
     (cd "$TG" && env PATH="$T/bin:$PATH" PYTHON=python3 GPU_TESTS="$1" TEST_TMP="$TG/tmp_${1// /_}" \
+        FSDP_CUDNN_LIB=/stand-in/libcudnn_graph.so.9 \
         timeout 60 bash dev/test/test_train_gpu.sh 2>&1) | grep -E '^(not )?ok - ' | sed -E 's/ \(.*//; s/: .*//' | tr '\n' '|'
 }
 got1=$(ttg "ref determinism resume")
 want1="ok - sampling on cuda|ok - validation on cuda|ok - GPU memory|ok - cuda vs cpu, 20 steps from the same init|ok - two identical cuda runs|ok - cuda|"
 got2=$(ttg "cross variants")
-want2="ok - cuda checkpoint resumed on the cpu|ok - cpu checkpoint resumed on cuda|ok - --attention cublas vs flash|ok - --reduce-dtype fp32 vs bf16|ok - --gelu-fusion 0 vs 2|"
+want2="ok - cuda checkpoint resumed on the cpu|ok - cpu checkpoint resumed on cuda|ok - --attention cublas vs flash|ok - --attention cudnn vs the default|ok - --reduce-dtype fp32 vs bf16|ok - --gelu-fusion 0 vs 2|"
 if [ "$got1" = "$want1" ] && [ "$got2" = "$want2" ]; then
-    ok "test_train_gpu.sh: GPU_TESTS=\"ref determinism resume\" runs those 6 checks, \"cross variants\" those 5"
+    ok "test_train_gpu.sh: GPU_TESTS=\"ref determinism resume\" runs those 6 checks, \"cross variants\" those 6 (cuDNN named by FSDP_CUDNN_LIB)"
 else
     not_ok "test_train_gpu.sh GPU_TESTS: 'ref determinism resume' gave '$got1' (want '$want1'); 'cross variants' gave '$got2' (want '$want2')"
 fi

@@ -76,14 +76,17 @@ emu_torch_check() {
         exit 0
     fi
     build_runtime || exit 0
+    build_cudnn || exit 0  # train_gpt.cu's device calls the cudnn object (the stub without headers)
+    # auto must not pick up a cuDNN installed here: this test checks the flash path.
+    export FSDP_CUDNN_LIB=$PWD/$B/no_cudnn/libcudnn_graph.so.9
     local exe=$B/test_gpt2
     if ! build $exe $B/gpt2_src/dev/test/test_gpt2.cu $B/gpt2_src/train_gpt.cu $B/gpt2_src/kernels/*.cuh \
             $B/gpt2_src/fsdp/*.cuh $B/gpt2_src/train/*.cuh "${HDRS[@]}" \
             $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) \
-            "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -- \
+            "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" $B/cuda_attention_cudnn.o -- \
         g++ -std=gnu++17 -O2 -w -D__CUDACC__ -I$E/include $(mpicxx --showme:compile) -DOMPI_SKIP_MPICXX \
             -I$B/gpt2_src -I. -I$BLAS_INC -fopenmp -x c++ $B/gpt2_src/dev/test/test_gpt2.cu -x none \
-            "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" -o $exe $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR \
+            "${RUNTIME_OBJS[@]}" "${LIB_OBJS[@]}" "${CUDNN_OBJS[@]}" -o $exe $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR \
             -lopenblas -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm; then
         build_failed "dev/test/test_gpt2.cu for the emulator" $exe
         exit 0

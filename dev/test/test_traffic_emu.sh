@@ -49,6 +49,9 @@ if ! python3 $E/transform.py $T/src "${SRCS[@]}" 2>"$TMP/transform.err"; then
     exit 1
 fi
 build_runtime || exit 1
+build_cudnn || exit 1  # train_gpt.cu's device calls the cudnn object (the stub without headers)
+# auto must not pick up a cuDNN installed here: the audit's attention is flash's.
+export FSDP_CUDNN_LIB=$PWD/$B/no_cudnn/libcudnn_graph.so.9
 build $T/traffic_hooks.o $E/traffic_hooks.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/traffic_hooks.cpp -o $T/traffic_hooks.o ||
     { build_failed traffic_hooks.cpp $T/traffic_hooks.o; exit 1; }
 OBJS=("${RUNTIME_OBJS[@]}" $T/traffic_hooks.o)
@@ -58,10 +61,11 @@ build $T/selftest_traffic $T/src/$E/selftest_traffic.cu "${HDRS[@]}" "${OBJS[@]}
 sbuild=$!
 EXE=$T/train_gpt
 build $EXE $T/src/train_gpt.cu $T/src/kernels/*.cuh $T/src/fsdp/*.cuh $T/src/train/*.cuh $E/traffic_audit.h "${HDRS[@]}" \
-        $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${OBJS[@]}" "${LIB_OBJS[@]}" -- \
+        $(ls util/*.h comm/*.h kernels/*.h fsdp/*.h dataloader/*.h checkpoint/*.h model/*.h train/*.h) "${OBJS[@]}" "${LIB_OBJS[@]}" \
+        $B/cuda_attention_cudnn.o -- \
     g++ -std=gnu++17 -w -D__CUDACC__ -include $E/traffic_audit.h "${COUNT[@]}" -I$E/include $(mpicxx --showme:compile) \
         -DOMPI_SKIP_MPICXX -I$T/src -I. -I$BLAS_INC -fopenmp -x c++ $T/src/train_gpt.cu -x none "${OBJS[@]}" \
-        "${LIB_OBJS[@]}" -o $EXE $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
+        "${LIB_OBJS[@]}" "${CUDNN_OBJS[@]}" -o $EXE $(mpicxx --showme:link) -L$BLAS_DIR -Wl,-rpath,$BLAS_DIR -lopenblas \
         -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 ebuild=$?
 wait $sbuild || build_failed selftest_traffic.cu $T/selftest_traffic
