@@ -37,6 +37,7 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "model/llmc.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "train/activations.h"
 #include "train/device.cuh"
 #include "train/eval.h"
 #include "train/metrics.h"
@@ -87,131 +88,12 @@ static BlockTensors block_tensors(const ModelLayout* m, int u, int layer_in_unit
 }
 
 // ----------------------------------------------------------------------------------------
-// Activations for one micro-batch of B x T, one allocation carved into named buffers, in the
-// device's activation dtype except the fp32 statistics and losses. Per-layer buffers are
-// strided by the allocated B*T, so a smaller forward (sampling with B = 1) uses the same memory.
-
-// Widths, from the family's table: Q = the qkv projection's rows (GPT-2 3C; Llama (NH + 2 KVH)
-// hs), H = the MLP's first matmul's (GPT-2 4C, the GELU's input; Llama 2F, gate|up), A = the
-// MLP's activation, its projection's input (GPT-2 4C; Llama F). RMSNorm keeps no mean: the mean
-// buffers are LayerNorm's only; with RoPE q and k in qkv are kept rotated, what attention reads.
-typedef struct {
-    void* encoded;                        // [B,T,C]
-    void* ln1; float *ln1_mean, *ln1_rstd;// [L,B,T,C], [L,B,T] x2
-    void* qkv;                            // [L,B,T,Q]
-    void* atty;                           // [L,B,T,C]
-    float* att_lse;                       // [L,B,NH,T]
-    void* residual2;                      // [L,B,T,C]
-    void* ln2; float *ln2_mean, *ln2_rstd;
-    void *fch, *fch_gelu;                 // [L,B,T,H], [L,B,T,A]
-    void* residual3;                      // [L,B,T,C]
-    void* lnf; float *lnf_mean, *lnf_rstd;// [B,T,C], [B,T] x2
-    void* logits;                         // [B,T,Vp]; the loss overwrites it with dlogits
-    float* losses;                        // [B,T]
-    void* proj_out;                       // [B,T,C] a projection's output before its residual add
-    // backward scratch, one layer's worth
-    void *dresidual, *dbtc, *dqkv, *dfch; // [B,T,C] x2, [B,T,Q], [B,T,H]
-    void* dact;                           // [B,T,A] SwiGLU: the gradient w.r.t. its output
-    void* gelu_scratch;                   // [B,T,H] GELU, where the device needs it (else NULL)
-    size_t Q, H, A;                       // the widths
-    size_t BT;                            // allocated B*T
-    // Layers kept of what a block's backward reads (--recompute; the rest is rebuilt in the
-    // backward, into slot 0): matmul and attention outputs, residual2 and the statistics
-    // ("kept"), the LayerNorm and GELU outputs ("cheap"). residual3, each block's output and
-    // the next one's input, is always kept for every layer.
-    size_t kept_layers, cheap_layers;
-    size_t total_bytes;
-} Activations;
-
-// Reserves n elements of elem bytes at *off (256-byte aligned: cuBLASLt's fast paths and the
-// 128-bit kernels want it); a pointer into base, or NULL when only measuring (base NULL).
-static void* carve(char* base, size_t* off, size_t n, size_t elem) {
-    void* p = base && n ? base + *off : NULL;
-    *off += (n * elem + 255) / 256 * 256;
-    return p;
-}
-
-static size_t carve_activations(Activations* a, const ModelLayout* m, size_t B, size_t T, const Kernels* k,
-                                Recompute recompute, void* mem) {
-    const ModelConfig* c = &m->config;
-    const ModelFamily* fam = m->family;
-    size_t BT = B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
-    size_t Vp = (size_t)c->padded_vocab_size, e = k->act_bytes, f = sizeof(float), off = 0;
-    size_t Lk = recompute == RECOMPUTE_FULL ? 1 : L, Lc = recompute == RECOMPUTE_NONE ? L : 1;
-    size_t Q, H, A, cols;
-    spec_shape(c, family_block_role(fam, BLOCK_QKVW), &Q, &cols);
-    spec_shape(c, family_block_role(fam, BLOCK_FCW), &H, &cols);
-    spec_shape(c, family_block_role(fam, BLOCK_FCPROJW), &cols, &A);
-    const int swiglu = fam->mlp == MLP_SWIGLU;
-    const size_t M = fam->norm == NORM_LAYERNORM;  // LayerNorm's means kept (RMSNorm has none)
-    char* base = (char*)mem;
-    a->Q = Q; a->H = H; a->A = A;
-    a->encoded = carve(base, &off, BT * C, e);
-    a->ln1 = carve(base, &off, Lc * BT * C, e);
-    a->ln1_mean = (float*)carve(base, &off, M * Lk * BT, f);
-    a->ln1_rstd = (float*)carve(base, &off, Lk * BT, f);
-    a->qkv = carve(base, &off, Lk * BT * Q, e);
-    a->atty = carve(base, &off, Lk * BT * C, e);
-    a->att_lse = (float*)carve(base, &off, Lk * B * NH * T, f);
-    a->residual2 = carve(base, &off, Lk * BT * C, e);
-    a->ln2 = carve(base, &off, Lc * BT * C, e);
-    a->ln2_mean = (float*)carve(base, &off, M * Lk * BT, f);
-    a->ln2_rstd = (float*)carve(base, &off, Lk * BT, f);
-    a->fch = carve(base, &off, Lk * BT * H, e);
-    a->fch_gelu = carve(base, &off, Lc * BT * A, e);
-    a->residual3 = carve(base, &off, L * BT * C, e);
-    a->kept_layers = Lk;
-    a->cheap_layers = Lc;
-    a->lnf = carve(base, &off, BT * C, e);
-    a->lnf_mean = (float*)carve(base, &off, M * BT, f);
-    a->lnf_rstd = (float*)carve(base, &off, BT, f);
-    a->logits = carve(base, &off, BT * Vp, e);
-    a->losses = (float*)carve(base, &off, BT, f);
-    a->proj_out = carve(base, &off, BT * C, e);
-    a->dresidual = carve(base, &off, BT * C, e);
-    a->dbtc = carve(base, &off, BT * C, e);
-    a->dqkv = carve(base, &off, BT * Q, e);
-    a->dfch = carve(base, &off, BT * H, e);
-    a->dact = carve(base, &off, swiglu ? BT * A : 0, e);
-    a->gelu_scratch = carve(base, &off, k->gelu_needs_scratch && !swiglu ? BT * H : 0, e);
-    a->BT = BT;
-    a->total_bytes = off;
-    return off;
-}
-
-// Layer l's slices of the per-layer activations: what its forward saves for its backward.
-typedef struct {
-    void *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu;
-    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
-} LayerActs;
-
-static LayerActs layer_acts(const Activations* a, int l, size_t C, int NH, size_t e) {
-    // Layer l's first row in each group (slot 0 where the group is recomputed).
-    const size_t at = (a->kept_layers > 1 ? (size_t)l : 0) * a->BT, cat = (a->cheap_layers > 1 ? (size_t)l : 0) * a->BT;
-    LayerActs x;
-    x.ln1 = elem_at(a->ln1, cat * C, e);
-    x.ln1_mean = a->ln1_mean ? a->ln1_mean + at : NULL;
-    x.ln1_rstd = a->ln1_rstd + at;
-    x.qkv = elem_at(a->qkv, at * a->Q, e);
-    x.atty = elem_at(a->atty, at * C, e);
-    x.lse = a->att_lse + at * NH;
-    x.residual2 = elem_at(a->residual2, at * C, e);
-    x.ln2 = elem_at(a->ln2, cat * C, e);
-    x.ln2_mean = a->ln2_mean ? a->ln2_mean + at : NULL;
-    x.ln2_rstd = a->ln2_rstd + at;
-    x.fch = elem_at(a->fch, at * a->H, e);
-    x.fch_gelu = elem_at(a->fch_gelu, cat * a->A, e);
-    return x;
-}
-
-// ----------------------------------------------------------------------------------------
 // The model: layout + engine + device + activations
 
 typedef struct {
-    ModelLayout layout;
+    ModelLayout layout;        // this rank's part of each tensor (tensor parallelism: its split)
     ModelConfig config;
     const ModelFamily* family; // its table, and the norm, MLP and positions the schedule runs
-    int kv_heads;              // the heads of k and v (grouped-query attention; else the heads)
     Fsdp fsdp;
     Device dev;
     Activations acts;
@@ -219,6 +101,8 @@ typedef struct {
     int B, T;                // micro-batch the activations were sized for
     Recompute recompute;     // what the backward rebuilds instead of keeping (--recompute)
     const int* tok_inputs;   // the last forward's token ids, where the device reads them
+    int* tok_pad;            // [T] a sampled row's tokens padded to the tensor-parallel group (host)
+    float* row_part;         // [Vp / tp] its logits' vocabulary range here (host; tensor parallel)
 } Model;
 
 // dopt NULL: the cpu device, no recompute.
@@ -227,9 +111,20 @@ static void model_build(Model* model, const ModelConfig* c, int layers_per_unit,
     char err[512];
     memset(model, 0, sizeof(*model));
     model->config = *c;
-    if (build_layout(&model->layout, c, layers_per_unit, pg->shard_size))
-        fatal(pg, "model: %s", model_config_check(c) ? model_config_check(c) : "a unit of more than 5 blocks (--fsdp-unit-layers), or out of memory");
+    const int tp = pg->tp_size > 1 ? pg->tp_size : 1;
+    if (build_layout_tp(&model->layout, c, layers_per_unit, pg->shard_size, tp, tp > 1 ? pg->tp_rank : 0))
+        fatal(pg, "model: %s", model_config_check(c) ? model_config_check(c) : model_tp_check(c, tp) ? model_tp_check(c, tp)
+                               : "a unit of more than 5 blocks (--fsdp-unit-layers), or out of memory");
+    // The tensors every rank of a tensor-parallel group holds whole: the engine sums their
+    // gradients over the group and counts them once in the norm.
+    for (int u = 0; tp > 1 && u < model->layout.n_units; u++)
+        for (int i = 0; i < model->layout.units[u].n_tensors; i++) {
+            TpView v;
+            layout_tp_view(&model->layout, u, i, &v);
+            model->layout.units[u].tensors[i].tp_replicated = v.replicated;
+        }
     device_open(&model->dev, dopt, pg, fcfg, &model->layout, B, T);
+    if (tp > 1 && !model->dev.tp.all_gather) fatal(pg, "--tp: the %s device has no tensor parallelism yet", model->dev.name);
     if (fsdp_init(&model->fsdp, pg, &model->dev.backend, fcfg, model->layout.units, model->layout.n_units, err, sizeof(err)))
         fatal(pg, "%s", err);
     model->family = model->layout.family;
@@ -240,9 +135,11 @@ static void model_build(Model* model, const ModelConfig* c, int layers_per_unit,
     size_t n = carve_activations(&model->acts, &model->layout, (size_t)B, (size_t)T, k, model->recompute, NULL);
     model->acts_memory = model->dev.backend.alloc(model->dev.backend.ctx, n);
     carve_activations(&model->acts, &model->layout, (size_t)B, (size_t)T, k, model->recompute, model->acts_memory);
-    // q holds the C channels of the heads, k and v the rest of qkv's rows, half each.
-    model->kv_heads = (int)((model->acts.Q - (size_t)c->channels) / 2 / (size_t)(c->channels / c->num_heads));
     k->gelu_scratch = model->acts.gelu_scratch;
+    model->tok_pad = (int*)calloc((size_t)T, sizeof(int));
+    model->row_part = (float*)calloc(model->acts.Vp, sizeof(float));
+    if (!model->tok_pad || !model->row_part) fatal(pg, "out of host memory");
+    k->lm_head_rows = (int)model->acts.Vp;  // (the profile's LM head: this rank's vocabulary)
 }
 
 static void model_free(Model* model) {
@@ -251,6 +148,8 @@ static void model_free(Model* model) {
     fsdp_free(&model->fsdp);
     model->dev.close(&model->dev);
     free(model->layout.units);
+    free(model->tok_pad);
+    free(model->row_part);
 }
 
 // Initial weights go into the host mirror of this rank's master shards, then up to the device.
@@ -272,6 +171,48 @@ static RopeParams model_rope(const ModelConfig* c) {
     RopeParams p = {c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                     c->rope_original_max_pos};
     return p;
+}
+
+// ---- tensor parallelism (Megatron's, sequence parallel): between the blocks a rank holds its
+// N / tp rows of the residual stream and runs the norms on them; a column-parallel matmul
+// (qkv, the MLP's first, the LM head) reads every row, gathered; a row-parallel one (the two
+// projections) leaves a partial sum of every row, which the group's reduce-scatter turns into
+// this rank's rows. The backward mirrors it. At tp 1 these are nothing: the same buffers.
+
+// Every row of x (this rank's N / tp rows of C): x itself at tp 1, else gathered into tp_full.
+static const void* tp_gather_rows(Model* model, const void* x, int N) {
+    Activations* a = &model->acts;
+    if (a->tp == 1) return x;
+    model->dev.tp.all_gather(model->dev.tp.ctx, a->tp_full, x, (size_t)(N / a->tp) * model->config.channels);
+    return a->tp_full;
+}
+// Where a row-parallel op writes its partial sums of every row (tp_full), or at tp 1 out itself.
+static void* tp_partial(Model* model, void* out) { return model->acts.tp == 1 ? out : model->acts.tp_full; }
+// out (this rank's rows) <- the group's sum of partial (every row); returns where the rows are.
+static const void* tp_sum_rows(Model* model, void* out, const void* partial, int N) {
+    if (model->acts.tp == 1) return partial;
+    model->dev.tp.reduce_scatter(model->dev.tp.ctx, out, partial, (size_t)(N / model->acts.tp) * model->config.channels);
+    return out;
+}
+// What one rank adds for the whole group (a row-parallel bias, the positions): the first one.
+static const void* tp_once(const Model* model, const void* x) { return model->acts.tp_rank == 0 ? x : NULL; }
+static void* tp_once_grad(const Model* model, void* x) { return model->acts.tp_rank == 0 ? x : NULL; }
+
+// The loss. Vocabulary parallel, each rank has its columns of the logits: the row maxima, then
+// the sums of exponentials and the targets' logits, are all-reduced over the group.
+static void loss_forward(Model* model, const int* tgt, int N, float dloss) {
+    Activations* a = &model->acts;
+    Kernels* k = &model->dev.kernels;
+    const int V = (int)a->V, Vp = (int)a->Vp, begin = (int)a->vocab_begin;
+    if (a->tp == 1) {
+        kernel_crossentropy(k, a->logits, a->losses, tgt, N, model->config.vocab_size, Vp, dloss);
+        return;
+    }
+    kernel_crossentropy_tp_max(k, a->ce_max, a->logits, N, V, Vp);
+    model->dev.tp.all_reduce_f32(model->dev.tp.ctx, a->ce_max, (size_t)N, 1);
+    kernel_crossentropy_tp_sums(k, a->ce_sums, a->logits, a->ce_max, tgt, N, V, Vp, begin);
+    model->dev.tp.all_reduce_f32(model->dev.tp.ctx, a->ce_sums, 2 * (size_t)N, 0);
+    kernel_crossentropy_tp_finish(k, a->logits, a->losses, a->ce_max, a->ce_sums, tgt, N, V, Vp, begin, dloss);
 }
 
 // ---- the pieces where the families differ (everything else in the schedule is shared)
@@ -301,47 +242,56 @@ static void norm_backward(Model* model, void* dinp, void* dweight, void* dbias, 
 
 // Attention: qkv = ln1 Wqkv^T (+ b), q and k rotated (RoPE), the causal attention (k and v
 // heads shared by groups of query heads with grouped-query attention), the output projection
-// into proj_out.
+// into proj_out. Tensor parallel: this rank's heads (qkv column-parallel by whole heads, each
+// kv head with its query group), the projection row-parallel.
 static void attention_block_forward(Model* model, const BlockTensors* p, const LayerActs* la, int B, int T) {
     const ModelConfig* c = &model->config;
+    Activations* a = &model->acts;
     Kernels* k = &model->dev.kernels;
-    const int N = B * T, C = c->channels, NH = c->num_heads, Q = (int)model->acts.Q, KVH = model->kv_heads;
-    kernel_matmul_forward(k, la->qkv, NULL, la->ln1, p->qkvw, p->qkvb, N, C, Q);
-    if (model->family->rope) kernel_rope(k, la->qkv, B, T, NH, KVH, C / NH, model_rope(c), 0);
-    kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, C, NH, KVH);
-    kernel_matmul_forward(k, model->acts.proj_out, NULL, la->atty, p->projw, p->projb, N, C, C);
+    const int N = B * T, C = c->channels, Q = (int)a->Q, CA = (int)a->CA;
+    kernel_matmul_forward(k, la->qkv, NULL, tp_gather_rows(model, la->ln1, N), p->qkvw, p->qkvb, N, C, Q);
+    if (model->family->rope) kernel_rope(k, la->qkv, B, T, a->NH, a->KVH, C / c->num_heads, model_rope(c), 0);
+    kernel_attention_forward(k, la->atty, la->lse, la->qkv, B, T, CA, a->NH, a->KVH);
+    kernel_matmul_forward(k, tp_partial(model, a->proj_out), NULL, la->atty, p->projw, tp_once(model, p->projb), N, CA, C);
+    tp_sum_rows(model, a->proj_out, a->tp_full, N);
 }
 // The MLP's first matmul and its activation: GELU fch = ln2 W^T + b, fch_gelu = gelu(fch)
 // (fused in the matmul where the device does); SwiGLU fch = ln2 W13^T (gate|up), fch_gelu =
 // swiglu(fch).
+// Tensor parallel: column-parallel, this rank's part of the MLP width (of gate and of up).
 static void mlp_up_forward(Model* model, const BlockTensors* p, const LayerActs* la, int N) {
     const Activations* a = &model->acts;
     Kernels* k = &model->dev.kernels;
+    const void* ln2 = tp_gather_rows(model, la->ln2, N);
     if (model->family->mlp == MLP_SWIGLU) {
-        kernel_matmul_forward(k, la->fch, NULL, la->ln2, p->fcw, p->fcb, N, model->config.channels, (int)a->H);
+        kernel_matmul_forward(k, la->fch, NULL, ln2, p->fcw, p->fcb, N, model->config.channels, (int)a->H);
         kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, (int)a->A);
     } else {
-        kernel_matmul_forward(k, la->fch_gelu, la->fch, la->ln2, p->fcw, p->fcb, N, model->config.channels, (int)a->H);
+        kernel_matmul_forward(k, la->fch_gelu, la->fch, ln2, p->fcw, p->fcb, N, model->config.channels, (int)a->H);
     }
 }
 
 // Forward over B x T tokens. Writes per-position losses to acts.losses (targets required;
 // device memory: see model_losses_to_host). With dloss != 0 the logits buffer is left holding
-// dlogits for the backward.
+// dlogits for the backward. Tensor parallel: B x T a multiple of the group's size, every rank
+// of the group the same tokens (the embedding vocabulary-parallel, summed by the reduce-scatter
+// into this rank's rows; the positions added by the first rank).
 static void model_forward(Model* model, const int* inputs, const int* targets, int B, int T, float dloss) {
     const ModelConfig* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
     Fsdp* f = &model->fsdp;
     Kernels* k = &model->dev.kernels;
-    size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = k->act_bytes, pe = model->dev.backend.param_bytes;
-    int N = (int)BT, NH = c->num_heads;
+    size_t C = (size_t)c->channels, BT = (size_t)B * T, e = k->act_bytes, pe = model->dev.backend.param_bytes;
+    int N = (int)BT, Nl = N / a->tp;
     const int* tok = kernel_tokens(k, 0, inputs, BT);
     const int* tgt = kernel_tokens(k, 1, targets, BT);
     model->tok_inputs = tok;
 
     RootTensors root = root_tensors(m, fsdp_forward_pre(f, 0), pe);
-    kernel_encoder_forward(k, a->encoded, tok, root.wte, root.wpe, B, T, (int)C);  // (Llama: no wpe)
+    kernel_encoder_forward(k, tp_partial(model, a->encoded), tok, root.wte, tp_once(model, root.wpe), B, T, (int)C,
+                           (int)a->vocab_begin, (int)(a->vocab_begin + a->Vp));  // (Llama: no wpe)
+    tp_sum_rows(model, a->encoded, a->tp_full, N);
     // The residual stream: block l's output is residual3[l] = residual2[l] + (MLP projection).
     // That add is fused into the norm that reads its result (the next block's first, or the
     // final one), so until then the stream is the pair (res_a, res_b); res_b NULL: just res_a.
@@ -354,23 +304,26 @@ static void model_forward(Model* model, const int* inputs, const int* targets, i
             int l = (u - 1) * m->layers_per_unit + j;
             if (l >= c->num_layers) break;
             BlockTensors p = block_tensors(m, u, j, unit_params, pe);
-            LayerActs la = layer_acts(a, l, C, NH, e);
+            LayerActs la = layer_acts(a, l, C, e);
 
-            norm_forward(model, res_out, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, res_b, p.ln1w, p.ln1b, N);
+            norm_forward(model, res_out, la.ln1, la.ln1_mean, la.ln1_rstd, res_a, res_b, p.ln1w, p.ln1b, Nl);
             void* residual = res_b ? res_out : res_a;
             attention_block_forward(model, &p, &la, B, T);
-            norm_forward(model, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual, a->proj_out, p.ln2w, p.ln2b, N);
+            norm_forward(model, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual, a->proj_out, p.ln2w, p.ln2b, Nl);
             mlp_up_forward(model, &p, &la, N);
-            kernel_matmul_forward(k, a->proj_out, NULL, la.fch_gelu, p.fcprojw, p.fcprojb, N, (int)a->A, (int)C);
+            kernel_matmul_forward(k, tp_partial(model, a->proj_out), NULL, la.fch_gelu, p.fcprojw, tp_once(model, p.fcprojb), N,
+                                  (int)a->A, (int)C);
+            tp_sum_rows(model, a->proj_out, a->tp_full, N);
             res_a = la.residual2;
             res_b = a->proj_out;
-            res_out = elem_at(a->residual3, l * stride * C, e);
+            res_out = elem_at(a->residual3, l * a->BTl * C, e);
         }
         fsdp_forward_post(f, u);
     }
-    norm_forward(model, res_out, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, res_b, root.lnfw, root.lnfb, N);
-    kernel_matmul_forward(k, a->logits, NULL, a->lnf, root.head, NULL, N, (int)C, c->padded_vocab_size);
-    kernel_crossentropy(k, a->logits, a->losses, tgt, N, c->vocab_size, c->padded_vocab_size, dloss);
+    norm_forward(model, res_out, a->lnf, a->lnf_mean, a->lnf_rstd, res_a, res_b, root.lnfw, root.lnfb, Nl);
+    // (Tensor parallel, the gathered lnf stays in tp_full for the LM head's backward.)
+    kernel_matmul_forward(k, a->logits, NULL, tp_gather_rows(model, a->lnf, N), root.head, NULL, N, (int)C, (int)a->Vp);
+    loss_forward(model, tgt, N, dloss);
     fsdp_forward_post(f, 0);
 }
 
@@ -389,42 +342,49 @@ static void model_losses_to_host(Model* model, float* dst, int B, int T) {
 static void recompute_block(Model* model, const BlockTensors* p, const LayerActs* la, void* residual, int B, int T) {
     Activations* a = &model->acts;
     Kernels* k = &model->dev.kernels;
-    int N = B * T;
-    norm_forward(model, NULL, la->ln1, la->ln1_mean, la->ln1_rstd, residual, NULL, p->ln1w, p->ln1b, N);
+    int N = B * T, Nl = N / a->tp;
+    norm_forward(model, NULL, la->ln1, la->ln1_mean, la->ln1_rstd, residual, NULL, p->ln1w, p->ln1b, Nl);
     if (model->recompute == RECOMPUTE_SELECTIVE) {
-        norm_forward(model, NULL, la->ln2, la->ln2_mean, la->ln2_rstd, la->residual2, NULL, p->ln2w, p->ln2b, N);
+        norm_forward(model, NULL, la->ln2, la->ln2_mean, la->ln2_rstd, la->residual2, NULL, p->ln2w, p->ln2b, Nl);
         if (model->family->mlp == MLP_SWIGLU) kernel_swiglu_forward(k, la->fch_gelu, la->fch, N, (int)a->A);
         else kernel_gelu_forward(k, la->fch_gelu, la->fch, (size_t)N * a->A);
         return;
     }
     attention_block_forward(model, p, la, B, T);
-    norm_forward(model, la->residual2, la->ln2, la->ln2_mean, la->ln2_rstd, residual, a->proj_out, p->ln2w, p->ln2b, N);
+    norm_forward(model, la->residual2, la->ln2, la->ln2_mean, la->ln2_rstd, residual, a->proj_out, p->ln2w, p->ln2b, Nl);
     mlp_up_forward(model, p, la, N);
 }
 
 // Backward of the last forward (which must have had dloss != 0), on the same tokens. Each
-// unit's gradient is reduce-scattered as soon as its backward is done.
+// unit's gradient is reduce-scattered as soon as its backward is done. Tensor parallel: the
+// residual stream's gradient is on this rank's rows, gathered before each row-parallel
+// matmul's backward; the norms' outputs are gathered again for the column-parallel weights'
+// gradients, whose input gradients (partial sums of every row) are reduce-scattered.
 static void model_backward(Model* model, int B, int T) {
     const ModelConfig* c = &model->config;
     const ModelLayout* m = &model->layout;
     Activations* a = &model->acts;
     Fsdp* f = &model->fsdp;
     Kernels* k = &model->dev.kernels;
-    size_t C = (size_t)c->channels, BT = (size_t)B * T, stride = a->BT, e = k->act_bytes, pe = model->dev.backend.param_bytes;
-    int N = (int)BT, NH = c->num_heads, Q = (int)a->Q, A = (int)a->A, KVH = model->kv_heads;
+    size_t C = (size_t)c->channels, BT = (size_t)B * T, e = k->act_bytes, pe = model->dev.backend.param_bytes;
+    int N = (int)BT, Nl = N / a->tp, Q = (int)a->Q, A = (int)a->A, CA = (int)a->CA;
     const int swiglu = model->family->mlp == MLP_SWIGLU, rope = model->family->rope;
 
     RootTensors root = root_tensors(m, fsdp_backward_pre(f, 0), pe);
     RootTensors droot = root_tensors(m, fsdp_grad(f, 0), pe);
     fsdp_backward_prefetch(f, m->n_units - 1);  // the last block, while the head runs
     // Each weight's first gradient write overwrites its part of a fresh gradient buffer (no
-    // zeroing pass, no read of zeros), or adds to the earlier micro-steps' sums.
-    const int acc = fsdp_grad_accumulates(f);
+    // zeroing pass, no read of zeros), or adds to the earlier micro-steps' sums. (Tensor
+    // parallel, what the first rank adds for the group it alone differentiates: elsewhere its
+    // gradient is zero, written here in a fresh buffer.)
+    const int acc = fsdp_grad_accumulates(f), zero_once = !acc && a->tp_rank > 0;
 
-    void* residual_last = c->num_layers > 0 ? elem_at(a->residual3, (size_t)(c->num_layers - 1) * stride * C, e) : a->encoded;
-    kernel_matmul_backward(k, a->dbtc, droot.head, NULL, a->logits, a->lnf, root.head, NULL, N, (int)C, c->padded_vocab_size, acc);
-    k->zero(k, a->dresidual, BT * C * e);
-    norm_backward(model, a->dresidual, droot.lnfw, droot.lnfb, a->dbtc, residual_last, root.lnfw, a->lnf_mean, a->lnf_rstd, N, acc);
+    void* residual_last = c->num_layers > 0 ? elem_at(a->residual3, (size_t)(c->num_layers - 1) * a->BTl * C, e) : a->encoded;
+    const void* lnf = a->tp == 1 ? a->lnf : a->tp_full;
+    kernel_matmul_backward(k, a->dbtc, droot.head, NULL, a->logits, lnf, root.head, NULL, N, (int)C, (int)a->Vp, acc);
+    const void* dlnf = tp_sum_rows(model, a->tp_dln, a->dbtc, N);
+    k->zero(k, a->dresidual, (size_t)Nl * C * e);
+    norm_backward(model, a->dresidual, droot.lnfw, droot.lnfb, dlnf, residual_last, root.lnfw, a->lnf_mean, a->lnf_rstd, Nl, acc);
 
     for (int u = m->n_units - 1; u >= 1; u--) {
         void* unit_params = fsdp_backward_pre(f, u);
@@ -435,37 +395,51 @@ static void model_backward(Model* model, int B, int T) {
         for (int l = last; l >= first; l--) {
             BlockTensors p = block_tensors(m, u, l - first, unit_params, pe);
             BlockTensors g = block_tensors(m, u, l - first, unit_grads, pe);
-            void* residual = l == 0 ? a->encoded : elem_at(a->residual3, (size_t)(l - 1) * stride * C, e);
-            LayerActs la = layer_acts(a, l, C, NH, e);
+            void* residual = l == 0 ? a->encoded : elem_at(a->residual3, (size_t)(l - 1) * a->BTl * C, e);
+            LayerActs la = layer_acts(a, l, C, e);
             if (model->recompute != RECOMPUTE_NONE) recompute_block(model, &p, &la, residual, B, T);
+            if (zero_once && g.fcprojb) k->zero(k, g.fcprojb, C * pe);
+            if (zero_once && g.projb) k->zero(k, g.projb, C * pe);
 
             // dresidual holds d(residual3); the MLP branch adds into it to give d(residual2).
+            const void* dout = tp_gather_rows(model, a->dresidual, N);
             if (swiglu) {
-                kernel_matmul_backward(k, a->dact, g.fcprojw, g.fcprojb, a->dresidual, la.fch_gelu, p.fcprojw, NULL, N, A, (int)C, acc);
+                kernel_matmul_backward(k, a->dact, g.fcprojw, tp_once_grad(model, g.fcprojb), dout, la.fch_gelu, p.fcprojw, NULL,
+                                       N, A, (int)C, acc);
                 kernel_swiglu_backward(k, a->dfch, a->dact, la.fch, N, A);
             } else {
-                kernel_matmul_backward(k, a->dfch, g.fcprojw, g.fcprojb, a->dresidual, la.fch_gelu, p.fcprojw, la.fch, N, A, (int)C, acc);
+                kernel_matmul_backward(k, a->dfch, g.fcprojw, tp_once_grad(model, g.fcprojb), dout, la.fch_gelu, p.fcprojw,
+                                       la.fch, N, A, (int)C, acc);
             }
-            kernel_matmul_backward(k, a->dbtc, g.fcw, g.fcb, a->dfch, la.ln2, p.fcw, NULL, N, (int)C, (int)a->H, acc);
-            norm_backward(model, a->dresidual, g.ln2w, g.ln2b, a->dbtc, la.residual2, p.ln2w, la.ln2_mean, la.ln2_rstd, N, acc);
+            kernel_matmul_backward(k, a->dbtc, g.fcw, g.fcb, a->dfch, tp_gather_rows(model, la.ln2, N), p.fcw, NULL, N, (int)C,
+                                   (int)a->H, acc);
+            const void* dln2 = tp_sum_rows(model, a->tp_dln, a->dbtc, N);
+            norm_backward(model, a->dresidual, g.ln2w, g.ln2b, dln2, la.residual2, p.ln2w, la.ln2_mean, la.ln2_rstd, Nl, acc);
             // Attention branch: d(residual2) -> d(residual). (Llama: the gradient w.r.t. the
             // rotated q and k is rotated back before the projection's backward.)
-            kernel_matmul_backward(k, a->dbtc, g.projw, g.projb, a->dresidual, la.atty, p.projw, NULL, N, (int)C, (int)C, acc);
-            kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, (int)C, NH, KVH);
-            if (rope) kernel_rope(k, a->dqkv, B, T, NH, KVH, (int)C / NH, model_rope(c), 1);
-            kernel_matmul_backward(k, a->dbtc, g.qkvw, g.qkvb, a->dqkv, la.ln1, p.qkvw, NULL, N, (int)C, Q, acc);
-            norm_backward(model, a->dresidual, g.ln1w, g.ln1b, a->dbtc, residual, p.ln1w, la.ln1_mean, la.ln1_rstd, N, acc);
+            dout = tp_gather_rows(model, a->dresidual, N);
+            kernel_matmul_backward(k, a->dbtc, g.projw, tp_once_grad(model, g.projb), dout, la.atty, p.projw, NULL, N, CA,
+                                   (int)C, acc);
+            kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, CA, a->NH, a->KVH);
+            if (rope) kernel_rope(k, a->dqkv, B, T, a->NH, a->KVH, (int)C / c->num_heads, model_rope(c), 1);
+            kernel_matmul_backward(k, a->dbtc, g.qkvw, g.qkvb, a->dqkv, tp_gather_rows(model, la.ln1, N), p.qkvw, NULL, N, (int)C,
+                                   Q, acc);
+            const void* dln1 = tp_sum_rows(model, a->tp_dln, a->dbtc, N);
+            norm_backward(model, a->dresidual, g.ln1w, g.ln1b, dln1, residual, p.ln1w, la.ln1_mean, la.ln1_rstd, Nl, acc);
         }
         fsdp_backward_post(f, u);
     }
     // The embedding's backward adds to wte: a tied one holds the LM head's gradient already; an
     // untied one (Llama's) is zeroed first in a fresh buffer. Learned positions (GPT-2's wpe):
     // the backward writes their first T rows; in a fresh buffer the rows from T on (none when T
-    // is the model's maximum) are zeroed here.
-    if (!acc && droot.head != droot.wte) k->zero(k, droot.wte, (size_t)c->padded_vocab_size * C * pe);
-    if (!acc && droot.wpe && T < c->max_seq_len)
-        k->zero(k, elem_at(droot.wpe, (size_t)T * C, pe), (size_t)(c->max_seq_len - T) * C * pe);
-    kernel_encoder_backward(k, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C, acc);
+    // is the model's maximum) are zeroed here (tensor parallel, all of them on the ranks but
+    // the first, which alone adds the positions).
+    if (!acc && droot.head != droot.wte) k->zero(k, droot.wte, a->Vp * C * pe);
+    const size_t wpe_from = zero_once ? 0 : (size_t)T;
+    if (!acc && droot.wpe && wpe_from < (size_t)c->max_seq_len)
+        k->zero(k, elem_at(droot.wpe, wpe_from * C, pe), ((size_t)c->max_seq_len - wpe_from) * C * pe);
+    kernel_encoder_backward(k, droot.wte, tp_once_grad(model, droot.wpe), tp_gather_rows(model, a->dresidual, N), model->tok_inputs,
+                            B, T, (int)C, (int)a->vocab_begin, (int)(a->vocab_begin + a->Vp), acc);
     fsdp_backward_post(f, 0);
 }
 
@@ -480,19 +454,26 @@ static void forward_losses(void* m, const int* inputs, const int* targets, int B
     model->dev.kernels.synchronize(&model->dev.kernels);
 }
 
-// (The row's tokens are its targets too: any valid ids, the loss is not read.)
+// (The row's tokens are its targets too: any valid ids, the loss is not read.) Tensor
+// parallel: the forward's rows padded to a multiple of the group (causal: the padding after
+// row n - 1 changes nothing before it), each rank's vocabulary range of the row gathered.
 static void forward_next_logits(void* m, const int* tokens, int n, float* row) {
     Model* model = (Model*)m;
     Kernels* k = &model->dev.kernels;
-    const size_t Vp = (size_t)model->config.padded_vocab_size;
-    model_forward(model, tokens, tokens, 1, n, 0.0f);
-    k->act_to_host_f32(k, row, elem_at(model->acts.logits, (size_t)(n - 1) * Vp, k->act_bytes), Vp);
+    const Activations* a = &model->acts;
+    const int rows = (n + a->tp - 1) / a->tp * a->tp;
+    memcpy(model->tok_pad, tokens, (size_t)n * sizeof(int));
+    for (int i = n; i < rows; i++) model->tok_pad[i] = tokens[n - 1];
+    model_forward(model, model->tok_pad, model->tok_pad, 1, rows, 0.0f);
+    float* mine = a->tp == 1 ? row : model->row_part;
+    k->act_to_host_f32(k, mine, elem_at(a->logits, (size_t)(n - 1) * a->Vp, k->act_bytes), a->Vp);
+    if (a->tp > 1) model->dev.tp.all_gather(model->dev.tp.ctx, row, mine, a->Vp);  // (host memory: the cpu device's)
 }
 
 static void forward_release(void* m) { fsdp_release_all(&((Model*)m)->fsdp); }
 
 static ModelForward model_forward_ops(Model* model) {
-    ModelForward f = {model, model->B, model->T, model->config.vocab_size, model->config.padded_vocab_size,
+    ModelForward f = {model, model->B, model->T, model->acts.tp, model->config.vocab_size, model->config.padded_vocab_size,
                       forward_losses, forward_next_logits, forward_release};
     return f;
 }
@@ -537,7 +518,7 @@ static void evaluate(Run* r, int step) {
     double local = 0.0;
     const long rounds = r->data.val_rounds;
     for (long k = 0; k < rounds; k++) {
-        if (loader_read_micro_batch(&r->data.val, (uint64_t)k, r->pg->world, r->pg->rank, r->B, r->inputs[0], r->targets[0],
+        if (loader_read_micro_batch(&r->data.val, (uint64_t)k, r->pg->dp_size, r->pg->dp_rank, r->B, r->inputs[0], r->targets[0],
                                     err, sizeof(err)))
             fatal(r->pg, "%s", err);
         forward_losses(model, r->inputs[0], r->targets[0], r->B, r->T, r->step_losses);
@@ -588,7 +569,7 @@ static void model_step_grads(Model* model, int grad_accum, float dloss, StepData
             double t0 = now_seconds();
             inputs = d->inputs + (size_t)k * B * T;
             targets = d->targets + (size_t)k * B * T;
-            if (loader_read_micro_batch(d->loader, k, d->pg->world, d->pg->rank, B, inputs, targets, err, sizeof(err)))
+            if (loader_read_micro_batch(d->loader, k, d->pg->dp_size, d->pg->dp_rank, B, inputs, targets, err, sizeof(err)))
                 fatal(d->pg, "%s", err);
             d->seconds += now_seconds() - t0;
         }
@@ -879,12 +860,14 @@ int main(int argc, char** argv) {
     }
     char why[256] = "";
     const char* device = choose_device(opt.device, why, sizeof(why));
-    if (!opt.resume && check_run_flags(&opt, &config, pg.world, device, why, &pe)) {  // (a resumed run's: below)
+    // The data-parallel ranks (tensor parallelism: every rank of a TP group reads the same rows).
+    const int dp_world = opt.tp > 1 && pg.world % opt.tp == 0 ? pg.world / opt.tp : pg.world;
+    if (!opt.resume && check_run_flags(&opt, &config, dp_world, device, why, &pe)) {  // (a resumed run's: below)
         if (pg.rank == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         process_group_finalize(&pg);
         return 1;
     }
-    if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
+    if (process_group_split(&pg, opt.tp, opt.shard_group_size, err, sizeof(err))) fatal_agreed(&pg, "%s", err);
     // A rank whose launcher dies exits at once (and run_ckpt_open's commits need the launcher).
     if (signals_watch_launcher(pg.launcher_pid, pg.rank)) fatal(&pg, "cannot start the launcher watch thread");
     int threads = set_threads(&opt, pg.local_world);
@@ -915,10 +898,10 @@ int main(int argc, char** argv) {
     if (opt.resume) {  // the checkpoint's model, and the flags checked against it
         run_resume_model(&pg, &opt, r->ckpt_root, r->resume_path, sizeof(r->resume_path), &config, &file_version, notes,
                          sizeof(notes));
-        if (check_run_flags(&opt, &config, pg.world, device, why, &pe)) fatal_agreed(&pg, "%s (see --help)", pe.msg);
+        if (check_run_flags(&opt, &config, dp_world, device, why, &pe)) fatal_agreed(&pg, "%s (see --help)", pe.msg);
     }
     if (pg.rank == 0) printf("%s", notes);
-    batch_split(&opt, pg.world, &r->total_tokens, &r->grad_accum);
+    batch_split(&opt, pg.dp_size, &r->total_tokens, &r->grad_accum);
     r->global_seqs = r->total_tokens / r->T;
 
     // Data
@@ -948,7 +931,8 @@ int main(int argc, char** argv) {
     int start_step;
     int resumed = maybe_resume(r, &start_step);
     // A writer whenever there is a checkpoint directory: a stop signal saves even without --ckpt-every.
-    if (r->ckpt_root[0] && !inference) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
+    // (Tensor parallel: no checkpoints yet, check_run_flags refuses asking for them.)
+    if (r->ckpt_root[0] && !inference && pg.tp_size == 1) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
     Tokenizer* tokenizer = opt.sample_every > 0 || opt.generate ? load_sample_tokenizer(opt.tokenizer_dir, pg.rank) : NULL;
 
     Metrics* mt = &r->metrics;
@@ -975,7 +959,7 @@ int main(int argc, char** argv) {
     r->step_losses = (float*)model->dev.backend.alloc_host(model->dev.backend.ctx, (size_t)r->B * r->T * sizeof(float));
     // Everything the budget counts is allocated and touched by now: what it measures.
     r->device_used_mib = print_setup_memory(&pg, &model->dev, budget.device);
-    r->dloss = 1.0f / (float)((double)r->B * r->T * r->grad_accum * pg.world);
+    r->dloss = 1.0f / (float)((double)r->B * r->T * r->grad_accum * pg.dp_size);
 
     // The loop: validation and samples at their steps, then one optimizer step and maybe a
     // checkpoint. The schedule spans max_steps whatever step this job starts from.

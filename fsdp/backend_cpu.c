@@ -62,11 +62,19 @@ static void cpu_all_reduce_replicas(void* ctx, float* buf, size_t n) {
     comm_all_reduce_f32_sum(c->pg->replicate_comm, buf, n);
 }
 
-// The world's loss sum (shard group, then replicas) and the shard group's sum of squares
-// (every replica holds the same shards after the HSDP all-reduce), then the decision.
+static void cpu_all_reduce_tp(void* ctx, void* buf, size_t n) {
+    CpuBackend* c = (CpuBackend*)ctx;
+    comm_all_reduce_f32(c->pg->tp_comm, (float*)buf, n, COMM_SUM);
+}
+
+// The world's loss sum (shard group, tensor-parallel group, then replicas) and the sum of
+// squares of the shard group and the TP group (every replica holds the same shards after the
+// HSDP all-reduce; the first rank of a TP group alone has counted the losses and the
+// replicated tensors), then the decision.
 static void cpu_step_decide(void* ctx, FsdpStepStats* s, double tokens, float grad_clip) {
     CpuBackend* c = (CpuBackend*)ctx;
     comm_all_reduce_f64(c->pg->shard_comm, &s->loss_sum, 2, COMM_SUM);
+    if (c->pg->tp_size > 1) comm_all_reduce_f64(c->pg->tp_comm, &s->loss_sum, 2, COMM_SUM);
     if (c->pg->replicate_size > 1) comm_all_reduce_f64(c->pg->replicate_comm, &s->loss_sum, 1, COMM_SUM);
     fsdp_decide_from_sums(s, tokens, grad_clip);
 }
@@ -107,6 +115,7 @@ void fsdp_backend_cpu_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops)
     be->reduce_scatter_start = cpu_reduce_scatter_start;
     be->wait = cpu_wait;
     be->all_reduce_replicas = cpu_all_reduce_replicas;
+    be->all_reduce_tp = cpu_all_reduce_tp;
     be->step_decide = cpu_step_decide;
     be->accumulate = cpu_accumulate;
     be->sum_squares = cpu_sum_squares;

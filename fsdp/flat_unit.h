@@ -23,6 +23,10 @@ typedef struct {
     size_t numel;
     size_t offset;                 // first element in the unit's flat buffer
     int decay;                     // AdamW weight decay applies (matrices only)
+    // Whole on every rank of a tensor-parallel group (norms, row-parallel biases, positions)
+    // while the unit's other tensors are split over it: the engine sums its gradient over
+    // the group and counts it once in the norm. 0 without tensor parallelism.
+    int tp_replicated;
 } FlatTensor;
 
 typedef struct {

@@ -126,6 +126,14 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     // (It decides the step on the device too: its AdamW reads the decision from there.)
     f->fused = !f->offload && be->fold_grad && be->folded_sum_squares && be->adamw_unit && be->sum_into &&
                be->sum_squares_into && be->step_stats_fetch && be->step_stats_wait;
+    // Tensor parallelism: the replicated tensors' gradients are summed over the group before
+    // the shard group's reduce-scatter, and the norm counts them on the group's first rank only,
+    // which the unfused (host-decided) path does piece by piece. The fused and offloaded paths
+    // (cuda) do not do that yet.
+    if (pg->tp_size > 1 && (f->fused || f->offload || !be->all_reduce_tp)) {
+        snprintf(err, errlen, "--tp: tensor parallelism runs on the cpu device only for now");
+        return 1;
+    }
     // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad and the
     // offloaded fold read others.
     if (be->reduce_out_bytes != sizeof(float) && (!(f->fused || f->offload) || be->reduce_out_bytes != be->param_bytes)) {
@@ -537,12 +545,29 @@ int fsdp_grad_accumulates(const Fsdp* f) {
     return !f->cfg.sync_every_micro_step && f->micro_step > 0;
 }
 
+// Tensor parallelism: each rank of the group computed the gradient of a replicated tensor
+// from its own part of the work (its rows of the sequence, or, for what one rank adds for the
+// group, all of it there and nothing elsewhere): their sum is the gradient, the same on every
+// rank, so that the replicas stay equal. Runs of adjacent replicated tensors go in one call.
+static void sum_replicated_over_tp(Fsdp* f, int u, void* grad) {
+    const FlatUnit* unit = &f->units[u];
+    for (int i = 0; i < unit->n_tensors;) {
+        if (!unit->tensors[i].tp_replicated) { i++; continue; }
+        const size_t begin = unit->tensors[i].offset;
+        size_t n = 0;
+        for (; i < unit->n_tensors && unit->tensors[i].tp_replicated; i++) n += unit->tensors[i].numel;
+        f->be.all_reduce_tp(f->be.ctx, (char*)grad + begin * f->be.param_bytes, n);
+        f->traffic.tp_replicated_reduced += (uint64_t)n * f->be.param_bytes;
+    }
+}
+
 void fsdp_backward_post(Fsdp* f, int u) {
     notify(f, FSDP_EVENT_BACKWARD);
     release_unit(f, u);
     int g = f->unit_grad_slot[u];
     if (g < 0) fatal(f->pg, "fsdp: unit %d finished its backward without a gradient", u);
     if (syncing_now(f)) {
+        if (f->pg->tp_size > 1) sum_replicated_over_tp(f, u, f->grad_slot[g]);
         if (!f->alias_params)
             f->be.reduce_scatter_start(f->be.ctx, reduce_op(f, g), f->grad_slot[g], f->rs_out[g],
                                        f->units[u].shard);
@@ -586,6 +611,8 @@ void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
         return;
     }
     double s = accumulate ? f->stats->loss_sum : 0.0;  // in order, as the reference sums
+    // Every rank of a tensor-parallel group holds the same losses: the first one counts them.
+    if (f->pg->tp_size > 1 && f->pg->tp_rank > 0) n = 0;
     for (size_t i = 0; i < n; i++) s += losses[i];
     f->stats->loss_sum = s;
 }
@@ -634,6 +661,15 @@ void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
         if (f->fused_norm) f->be.folded_sum_squares(f->be.ctx, &s->sumsq);  // (and cleared for the next step)
         if (!f->fused_norm || f->test_norm_from_shards)
             f->be.sum_squares_into(f->be.ctx, &s->sumsq, f->grad_shard, f->total_shard);
+    } else if (f->pg->tp_size > 1) {
+        // A replicated tensor's gradient is on every rank of the tensor-parallel group: the
+        // group's first rank counts it (the backend sums the norm over the group).
+        s->sumsq = 0.0;
+        for (int i = 0; i < f->n_pieces; i++) {
+            const FlatPiece* p = &f->pieces[i];
+            if (f->pg->tp_rank > 0 && f->units[p->unit].tensors[p->tensor].tp_replicated) continue;
+            s->sumsq += f->be.sum_squares(f->be.ctx, f->grad_shard + p->at, p->hi - p->lo);
+        }
     } else {
         s->sumsq = f->be.sum_squares(f->be.ctx, f->grad_shard, f->total_shard);
     }

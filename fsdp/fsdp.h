@@ -127,6 +127,9 @@ typedef struct FsdpBackend {
     void (*wait)(void* ctx, int op);
     // Sum over the replica groups (HSDP), in place, blocking.
     void (*all_reduce_replicas)(void* ctx, float* buf, size_t n);
+    // Tensor parallelism (pg->tp_size > 1): sum over the tensor-parallel group, in place,
+    // blocking, n elements of the compute dtype (a gathered gradient's replicated tensors).
+    void (*all_reduce_tp)(void* ctx, void* buf, size_t n);
     void (*accumulate)(void* ctx, float* dst, const float* src, size_t n);   // dst += src
     double (*sum_squares)(void* ctx, const float* x, size_t n);
     void (*adamw)(void* ctx, float* param, float* m, float* v, const float* grad, size_t n,
@@ -233,9 +236,11 @@ typedef struct {
 } FsdpConfig;
 
 // Bytes this rank exchanged with the other ranks of its shard group (what it received in
-// all-gathers, what it sent in reduce-scatters) and across replicas (HSDP all-reduces).
+// all-gathers, what it sent in reduce-scatters), across replicas (HSDP all-reduces) and over
+// its tensor-parallel group (all-reduces of the replicated tensors' gradients).
 typedef struct {
     uint64_t gathered, reduce_scattered, replica_reduced;
+    uint64_t tp_replicated_reduced;  // the replicated tensors' gradients summed over the TP group
 } FsdpTraffic;
 
 typedef struct {

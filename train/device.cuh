@@ -64,6 +64,19 @@ static const char* choose_device(const char* requested, char* why, size_t whylen
 
 static void cpu_close(Device* d) { fsdp_backend_cpu_free(&d->backend); }
 
+// Tensor parallelism on the cpu: the TP group's collectives on host memory (fp32).
+static void cpu_tp_all_gather(void* ctx, void* full, const void* local, size_t n) {
+    Comm* c = ((const ProcessGroup*)ctx)->tp_comm;
+    comm_wait(c, comm_all_gather_start(c, local, full, n * sizeof(float)));
+}
+static void cpu_tp_reduce_scatter(void* ctx, void* local, const void* full, size_t n) {
+    Comm* c = ((const ProcessGroup*)ctx)->tp_comm;
+    comm_wait(c, comm_reduce_scatter_f32_start(c, (const float*)full, (float*)local, n));
+}
+static void cpu_tp_all_reduce_f32(void* ctx, float* x, size_t n, int max) {
+    comm_all_reduce_f32(((const ProcessGroup*)ctx)->tp_comm, x, n, max ? COMM_MAX : COMM_SUM);
+}
+
 #ifdef __CUDACC__
 typedef struct {
     cudaStream_t stream;       // the model's compute stream (the backend orders its comm against it)
@@ -324,6 +337,7 @@ static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* p
     d->name = "cpu";
     fsdp_backend_cpu_init(&d->backend, pg, fsdp_max_ops(fcfg, m->n_units));
     kernels_cpu_init(&d->kernels, m->config.padded_vocab_size);
+    d->tp = (TpComm){(void*)pg, cpu_tp_all_gather, cpu_tp_reduce_scatter, cpu_tp_all_reduce_f32};
     d->close = cpu_close;
 }
 

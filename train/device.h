@@ -42,11 +42,25 @@ typedef struct {
 // A line of the memory budget: what, and how many bytes.
 typedef struct { const char* what; size_t bytes; } MemoryLine;
 
+// The collectives of tensor parallelism's schedule (train_gpt.cu) over this rank's TP group,
+// on activations in the compute dtype and the loss's fp32 statistics; blocking (in order with
+// the kernels). NULL where the device has none (no tensor parallelism there).
+typedef struct {
+    void* ctx;
+    // full[size * n] <- every rank's local[n], in rank order
+    void (*all_gather)(void* ctx, void* full, const void* local, size_t n);
+    // local[n] <- the group's sum of full[rank * n : (rank + 1) * n]
+    void (*reduce_scatter)(void* ctx, void* local, const void* full, size_t n);
+    // x[n] <- the group's sum, or with max its maximum, in place
+    void (*all_reduce_f32)(void* ctx, float* x, size_t n, int max);
+} TpComm;
+
 typedef struct Device Device;
 struct Device {
     const char* name;          // "cpu", "cuda" or "sim"
     Kernels kernels;
     FsdpBackend backend;
+    TpComm tp;
     char gpu_name[256];        // the GPU's (the peak-FLOPs table knows GPUs by name); "" on the cpu
     char description[512];     // the startup line about the device; "" on the cpu
     // Memory the device allocated itself beyond the engine's state and the activations, and

@@ -51,10 +51,14 @@ static int write_log(const char* path, const EvalSet* set, const size_t* first, 
 int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const ModelForward* fw, int* inputs, int* targets,
                          float* losses, const char* log_path, EvalResult* res, char* err, size_t errlen) {
     const double t0 = now_seconds();
-    const int W = pg->world, N = set->n_examples;
+    // Examples are split over the data-parallel ranks: every rank of a tensor-parallel group
+    // runs the same forwards.
+    const int W = pg->dp_size, N = set->n_examples;
     // The forwards' shape: rows of the longest row's positions (its tokens but the last),
-    // rounded up to 16, at most the micro-batch's T; as many as the micro-batch's tokens hold.
+    // rounded up to 16 and to the tensor-parallel group, at most the micro-batch's T; as many
+    // as the micro-batch's tokens hold.
     int T = (set->longest_row - 1 + 15) / 16 * 16;
+    T = (T + fw->tp - 1) / fw->tp * fw->tp;
     if (T > fw->T) T = fw->T;
     const int B = (int)((long)fw->B * fw->T / T);
     // Each completion's slot in the table of loss sums: example e's from first[e] on.
@@ -71,7 +75,7 @@ int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const Model
 
     // This rank's rows, and the forwards every rank runs: the most any rank needs.
     long n_rows = 0;
-    for (int e = pg->rank; e < N; e += W)
+    for (int e = pg->dp_rank; e < N; e += W)
         for (int c = 0; c < set->examples[e].n_completions; c++) rows[n_rows++] = (EvalRow){e, c};
     double most = (double)((n_rows + B - 1) / B);
     comm_all_reduce_f64(pg->world_comm, &most, 1, COMM_MAX);
@@ -103,7 +107,9 @@ int eval_multiple_choice(const EvalSet* set, const ProcessGroup* pg, const Model
         }
     }
     fw->release(fw->model);
-    // Every slot was written by one rank and is zero on the others: the sum is that value.
+    // Every slot was written by one rank (of a tensor-parallel group: by each, the first one's
+    // kept) and is zero on the others: the sum is that value.
+    if (pg->tp_rank > 0) memset(sums, 0, slots * sizeof(double));
     comm_all_reduce_f64(pg->world_comm, sums, slots, COMM_SUM);
 
     memset(res, 0, sizeof(*res));

@@ -28,6 +28,7 @@ extern "C" {
 typedef struct {
     void* model;
     int B, T;              // the micro-batch the model's activations hold
+    int tp;                // a forward's B x T: a multiple of this (the tensor-parallel group)
     int vocab_size, padded_vocab_size;
     // B rows of T tokens (B x T at most the micro-batch's tokens; inputs, targets: B*T each,
     // host) -> the loss at every position (losses: B*T, host), finished when it returns.

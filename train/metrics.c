@@ -113,8 +113,11 @@ void print_setup(const Options* opt, const ProcessGroup* pg, const char* device,
     printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s\n",
            m->layout->n_units - 1, opt->unit_layers, pg->shard_size, pg->replicate_size, opt->prefetch,
            opt->reshard_after_forward, opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step");
+    if (pg->tp_size > 1)
+        printf("tensor parallel: groups of %d rank(s) (sequence parallel), %d data-parallel rank(s)\n", pg->tp_size,
+               pg->dp_size);
     printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step; %d steps\n", m->B, m->T,
-           pg->world, grad_accum, tokens_per_step, max_steps);
+           pg->dp_size, grad_accum, tokens_per_step, max_steps);
     printf("train data: %d shard(s), %zu sequences per epoch%s\n", train->n_shards, train->windows_per_epoch,
            opt->shuffle ? ", shuffled" : "");
     print_memory_budget(m, b);

@@ -16,17 +16,17 @@ void run_data_open(RunData* d, const Options* o, const ProcessGroup* pg, int voc
     // wraps around and would count the same windows again, so --val-steps is clamped to what the
     // data holds whole (not refused: the default is more than Tiny Shakespeare's holds at -t 1024).
     if (d->have_val) {
-        const size_t held = d->val.windows_per_epoch / ((size_t)B * (size_t)pg->world);
+        const size_t held = d->val.windows_per_epoch / ((size_t)B * (size_t)pg->dp_size);
         d->val_rounds = (long)o->val_steps * grad_accum;
         if (held == 0)
             fatal_agreed(pg, "--val-data %s: %zu sequence(s) of %d+1 tokens, fewer than one micro-batch on every rank "
                          "(--batch-size %d x %d rank(s)): give more validation data, a smaller -b or -t, or -v 0", o->val_data,
-                         d->val.windows_per_epoch, T, B, pg->world);
+                         d->val.windows_per_epoch, T, B, pg->dp_size);
         if ((size_t)d->val_rounds > held) {
             if (pg->rank == 0)
                 printf("--val-steps %d: the validation data holds %zu sequences of %d+1 tokens, %zu micro-batch(es) of %d x "
                        "%d rank(s): validating on those, not on %ld\n", o->val_steps, d->val.windows_per_epoch, T, held, B,
-                       pg->world, d->val_rounds);
+                       pg->dp_size, d->val_rounds);
             d->val_rounds = (long)held;
         }
     }
