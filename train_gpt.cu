@@ -884,7 +884,7 @@ int main(int argc, char** argv) {
         process_group_finalize(&pg);
         return 1;
     }
-    if (process_group_split(&pg, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
+    if (process_group_split(&pg, 1, opt.shard_group_size, err, sizeof(err))) fatal(&pg, "%s", err);
     // A rank whose launcher dies exits at once (and run_ckpt_open's commits need the launcher).
     if (signals_watch_launcher(pg.launcher_pid, pg.rank)) fatal(&pg, "cannot start the launcher watch thread");
     int threads = set_threads(&opt, pg.local_world);
