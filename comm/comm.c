@@ -68,7 +68,8 @@ int comm_size(const Comm* c) { return c->size; }
 void comm_barrier(Comm* c) { c->w->ops->barrier(c); }
 void comm_all_reduce_f64(Comm* c, double* x, size_t n, CommOp op) { c->w->ops->all_reduce(c, x, n, COMM_F64, op); }
 void comm_all_reduce_i32(Comm* c, int32_t* x, size_t n, CommOp op) { c->w->ops->all_reduce(c, x, n, COMM_I32, op); }
-void comm_all_reduce_f32_sum(Comm* c, float* x, size_t n) { c->w->ops->all_reduce(c, x, n, COMM_F32, COMM_SUM); }
+void comm_all_reduce_f32(Comm* c, float* x, size_t n, CommOp op) { c->w->ops->all_reduce(c, x, n, COMM_F32, op); }
+void comm_all_reduce_f32_sum(Comm* c, float* x, size_t n) { comm_all_reduce_f32(c, x, n, COMM_SUM); }
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) { c->w->ops->broadcast(c, buf, bytes, root); }
 void comm_gather(Comm* c, const void* send, size_t bytes, void* recv, int root) {
     c->w->ops->gather(c, send, bytes, recv, root);

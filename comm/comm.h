@@ -9,15 +9,23 @@
 //          issued, so a non-blocking operation really progresses while the caller computes.
 //
 // Every rank must issue the same collective operations in the same order on each group
-// (as with MPI), and - because the TCP transport runs them all on one thread - the sequence
-// of operations across all groups must fit one global order (SPMD code, HSDP included, does). Errors are fatal: a peer that closed its connection (it died), or an
-// operation that did not complete within the world's timeout, prints one line naming this
-// rank, the operation and the peer, and ends the process with status 1; the launcher (or
-// the other ranks' own checks) then ends the job. Nothing waits forever. (mpi: an operation
-// must complete within the timeout; tcp: it must make progress, move bytes, within it.)
+// (as with MPI), and - because the TCP transport runs them all on one thread, in the order
+// they were issued - the sequence of operations across all groups must fit one global order.
+// SPMD code does: HSDP, and the mesh's pattern (process_group.h) of a gather or
+// reduce-scatter started on the shard group, then blocking collectives on the TP group, then
+// the wait: every rank starts its shard group's operation before its TP collectives, so all
+// of those come first in the global order. (On tcp a TP collective issued behind an
+// operation in flight starts once that one is done; on mpi it may overtake it.)
 //
-// Groups: comm_world() is every rank; comm_split() makes sub-groups (HSDP's shard and
-// replica groups). A group's ranks are numbered 0..size-1 in the order of their keys.
+// Errors are fatal: a peer that closed its connection (it died), or an operation that did
+// not complete within the world's timeout, prints one line naming this rank, the operation
+// and the peer, and ends the process with status 1; the launcher (or the other ranks' own
+// checks) then ends the job. Nothing waits forever. (mpi: an operation must complete within
+// the timeout; tcp: it must make progress, move bytes, within it.)
+//
+// Groups: comm_world() is every rank; comm_split() makes sub-groups (the mesh's shard,
+// replica, TP and model groups). A group's ranks are numbered 0..size-1 in the order of
+// their keys.
 #ifndef FSDP_COMM_H
 #define FSDP_COMM_H
 
@@ -80,7 +88,8 @@ int comm_size(const Comm* c);
 void comm_barrier(Comm* c);
 void comm_all_reduce_f64(Comm* c, double* x, size_t n, CommOp op);    // in place
 void comm_all_reduce_i32(Comm* c, int32_t* x, size_t n, CommOp op);   // in place
-void comm_all_reduce_f32_sum(Comm* c, float* x, size_t n);            // in place, any n
+void comm_all_reduce_f32(Comm* c, float* x, size_t n, CommOp op);    // in place, any n
+void comm_all_reduce_f32_sum(Comm* c, float* x, size_t n);            // comm_all_reduce_f32(.., COMM_SUM)
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
 // recv (root only, size * bytes) <- every rank's send[bytes], in rank order.
 void comm_gather(Comm* c, const void* send, size_t bytes, void* recv, int root);

@@ -136,33 +136,73 @@ int process_group_init(ProcessGroup* pg, int* argc, char*** argv, const ProcessG
         }
 #endif
     }
-    pg->transport = comm_transport(pg->comm);
-    pg->world_comm = comm_world(pg->comm);
+    process_group_attach(pg, pg->comm);
+    if (!strcmp(pg->transport, "tcp")) local_from_env(pg);  // the launcher knows best
+    return 0;
+}
+
+void process_group_attach(ProcessGroup* pg, CommWorld* comm) {
+    pg->comm = comm;
+    pg->transport = comm_transport(comm);
+    pg->world_comm = comm_world(comm);
     pg->rank = comm_rank(pg->world_comm);
     pg->world = comm_size(pg->world_comm);
-    comm_local(pg->comm, &pg->local_rank, &pg->local_world);
-    if (!strcmp(pg->transport, "tcp")) local_from_env(pg);  // the launcher knows best
+    comm_local(comm, &pg->local_rank, &pg->local_world);
+    pg->tp_size = 1; pg->tp_rank = 0;
+    pg->dp_size = pg->world; pg->dp_rank = pg->rank;
     pg->shard_size = pg->world; pg->shard_rank = pg->rank;
     pg->replicate_size = 1; pg->replicate_rank = 0;
     pg->shard_comm = pg->world_comm;
     pg->replicate_comm = NULL;
-    return 0;
+    pg->tp_comm = NULL;
+    pg->model_comm = pg->world_comm;
 }
 
-int process_group_split(ProcessGroup* pg, int shard_size, char* err, size_t errlen) {
-    if (shard_size == 0 || shard_size == pg->world) return 0;
-    if (shard_size < 0 || pg->world % shard_size != 0) {
-        snprintf(err, errlen, "--shard-group-size %d does not divide the world size %d",
-                 shard_size, pg->world);
+int process_group_split(ProcessGroup* pg, int tp_size, int shard_size, char* err, size_t errlen) {
+    // Every check comes before the first collective: a refusal leaves every rank where it was.
+    if (tp_size < 1) {
+        snprintf(err, errlen, "--tp %d must be at least 1", tp_size);
         return 1;
     }
+    if (pg->world % tp_size != 0) {
+        snprintf(err, errlen, "--tp %d does not divide the world size %d", tp_size, pg->world);
+        return 1;
+    }
+    int dp_size = pg->world / tp_size;
+    if (shard_size == 0) shard_size = dp_size;
+    if (shard_size < 0 || dp_size % shard_size != 0) {
+        if (tp_size == 1)
+            snprintf(err, errlen, "--shard-group-size %d does not divide the world size %d", shard_size, pg->world);
+        else
+            snprintf(err, errlen, "--shard-group-size %d does not divide the %d data-parallel ranks (world size %d / --tp %d)",
+                     shard_size, dp_size, pg->world, tp_size);
+        return 1;
+    }
+    int rank = pg->rank;
+    pg->tp_size = tp_size;
+    pg->tp_rank = rank % tp_size;
+    pg->dp_size = dp_size;
+    pg->dp_rank = rank / tp_size;
     pg->shard_size = shard_size;
-    pg->shard_rank = pg->rank % shard_size;
-    pg->replicate_size = pg->world / shard_size;
-    pg->replicate_rank = pg->rank / shard_size;
-    // Consecutive ranks (one node under the usual block mapping) form a shard group.
-    pg->shard_comm = comm_split(pg->world_comm, pg->replicate_rank, pg->shard_rank);
-    pg->replicate_comm = comm_split(pg->world_comm, pg->shard_rank, pg->replicate_rank);
+    pg->shard_rank = pg->dp_rank % shard_size;
+    pg->replicate_size = dp_size / shard_size;
+    pg->replicate_rank = pg->dp_rank / shard_size;
+    // The splits, each a collective over the world (the same ones, in the same order, on
+    // every rank: the conditions depend on the sizes only). A group's key is its members'
+    // position in it, so group rank = that position. Colors: the coordinates the members
+    // share, folded into one number. tp_comm comes last so that at tp_size 1 the shard and
+    // replica groups are made exactly as before the mesh existed.
+    Comm* w = pg->world_comm;
+    if (pg->replicate_size == 1) {
+        pg->shard_comm = tp_size == 1 ? w : comm_split(w, pg->tp_rank, pg->shard_rank);
+        pg->replicate_comm = NULL;
+        pg->model_comm = w;
+    } else {
+        pg->shard_comm = comm_split(w, pg->replicate_rank * tp_size + pg->tp_rank, pg->shard_rank);
+        pg->replicate_comm = comm_split(w, pg->shard_rank * tp_size + pg->tp_rank, pg->replicate_rank);
+        pg->model_comm = tp_size == 1 ? pg->shard_comm : comm_split(w, pg->replicate_rank, rank);
+    }
+    pg->tp_comm = comm_split(w, pg->dp_rank, pg->tp_rank);
     return 0;
 }
 

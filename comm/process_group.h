@@ -26,13 +26,25 @@ typedef struct {
     long launcher_pid;          // the parent process when a launcher started us (mpirun, mpiexec's
                                 // proxy, slurmstepd, launch_local.sh), read before MPI_Init; else 0
     const char* transport;      // "mpi" or "tcp"
-    // Sharding: ranks are split into groups of shard_size consecutive ranks (one node, usually).
-    // Parameters are sharded inside a group and replicated across groups (HSDP). With
-    // shard_size == world this is plain FSDP and replicate_size == 1.
-    int shard_size, shard_rank;       // within the shard group
+    // The mesh: world = replicate x shard x tp, the tensor-parallel position innermost:
+    //   rank = (replicate_rank * shard_size + shard_rank) * tp_size + tp_rank.
+    // The tp_size consecutive ranks of one dp_rank (one node, usually) hold one data-parallel
+    // rank's share of every tensor-parallel tensor. The data-parallel ranks are split into shard
+    // groups of shard_size consecutive dp ranks: parameters are sharded inside a group and
+    // replicated across groups (HSDP). With shard_size == dp_size this is plain FSDP and
+    // replicate_size == 1; with tp_size 1 the dp ranks are the world's ranks.
+    int tp_size, tp_rank;             // tensor-parallel group: tp_size consecutive ranks
+    int dp_size, dp_rank;             // data-parallel: world / tp_size, rank / tp_size
+    int shard_size, shard_rank;       // within the shard group (counted in dp ranks)
     int replicate_size, replicate_rank;
     CommWorld* comm;
-    Comm *world_comm, *shard_comm, *replicate_comm;
+    // shard_comm: the same (replicate_rank, tp_rank); replicate_comm: the same (shard_rank,
+    // tp_rank), NULL when replicate_size == 1; tp_comm: the same dp_rank (a group of its own even
+    // at tp_size 1); model_comm: the same replicate_rank - the ranks holding one copy of the
+    // model together (shard group x TP group), ordered by rank. Groups that coincide with one
+    // already made are that object (at tp_size 1 model_comm is shard_comm; without HSDP
+    // shard_comm or model_comm may be world_comm).
+    Comm *world_comm, *shard_comm, *replicate_comm, *tp_comm, *model_comm;
 } ProcessGroup;
 
 typedef struct {
@@ -49,9 +61,16 @@ int launcher_rank(void);
 // caller reports it (from launcher_rank() == 0) and exits.
 int process_group_init(ProcessGroup* pg, int* argc, char*** argv, const ProcessGroupOptions* opt,
                        char* err, size_t errlen);
-// Splits the world into shard groups of shard_size ranks (0 means world). Fails (non-zero,
-// message in err) when shard_size does not divide the world size.
-int process_group_split(ProcessGroup* pg, int shard_size, char* err, size_t errlen);
+// Fills pg's ranks and groups from a world already formed (process_group_init's last step;
+// tests that form the world with comm_*_init call it too): every rank one data-parallel rank,
+// one shard group of the whole world, no tp_comm until process_group_split.
+void process_group_attach(ProcessGroup* pg, CommWorld* comm);
+// Lays the mesh over the world (collective: every rank calls it with the same sizes): TP
+// groups of tp_size consecutive ranks, and the data-parallel ranks in shard groups of
+// shard_size dp ranks (0 means every dp rank). Fails (non-zero, one line in err, pg
+// unchanged, nothing communicated) when tp_size < 1, tp_size does not divide the world size,
+// or shard_size does not divide the number of data-parallel ranks.
+int process_group_split(ProcessGroup* pg, int tp_size, int shard_size, char* err, size_t errlen);
 void process_group_finalize(ProcessGroup* pg);
 
 // Abort the whole job from any rank: prints "error: <msg>" (prefixed with the rank when

@@ -758,7 +758,7 @@ int main(int argc, char** argv) {
     ProcessGroup hsdp[2] = {g_pg, g_pg};
     const int n_hsdp = g_pg.world == 1 ? 0 : (g_pg.world >= 4 && g_pg.world % 2 == 0) ? 2 : 1;
     for (int h = 0; h < n_hsdp; h++) {
-        if (process_group_split(&hsdp[h], h + 1, msg, sizeof msg)) {
+        if (process_group_split(&hsdp[h], 1, h + 1, msg, sizeof msg)) {
             printf("not ok - cuda backend: %s\n", msg);
             return 1;
         }

@@ -11,7 +11,8 @@
 // rank mid-run), --stall-rank R --stall S (rank R sleeps S seconds before a barrier),
 // --mismatch (rank 1 issues a different size), --free-port (print a free TCP port, exit),
 // --label NAME (instead of "comm tcp W=3" in the check names), --bench (64 MiB timings),
-// --minimal (the rendezvous and one all_reduce: for many ranks), --huge (> 2 GiB; by hand).
+// --minimal (the rendezvous and one all_reduce: for many ranks), --huge (> 2 GiB; by hand),
+// --mesh (process_group_split: every tp x shard layout of the world, and its refusals).
 #include <arpa/inet.h>
 #include <math.h>
 #ifndef FSDP_NO_MPI
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/process_group.h"
 
 typedef struct {
     CommWorld* cw;
@@ -147,15 +149,21 @@ static void fill_full_exact(float* full, int r, int p, size_t n) {
     for (size_t i = 0; i < (size_t)p * n; i++) full[i] = exact_f32(r, i);
 }
 
-static void check_reduce_scatter_exact(T* t, const float* shard, size_t n) {
+// shard: this rank's (group rank me's) part of the reduce-scatter over a group of p ranks
+// whose member g is world rank who[g] (who NULL: the world).
+static void check_reduce_scatter_in(T* t, const float* shard, size_t n, int p, int me, const int* who) {
     for (size_t i = 0; i < n; i++) {
         float want = 0;
-        for (int r = 0; r < t->size; r++) want += exact_f32(r, (size_t)t->rank * n + i);
+        for (int g = 0; g < p; g++) want += exact_f32(who ? who[g] : g, (size_t)me * n + i);
         if (shard[i] != want) {
             fail(t, "reduce_scatter of %zu per rank: element %zu is %g, expected %g", n, i, shard[i], want);
             return;
         }
     }
+}
+
+static void check_reduce_scatter_exact(T* t, const float* shard, size_t n) {
+    check_reduce_scatter_in(t, shard, n, t->size, t->rank, NULL);
 }
 
 static void test_reduce_scatter(T* t) {
@@ -310,20 +318,25 @@ static void test_all_reduce(T* t) {
         int32_t* x = (int32_t*)xmalloc(n * sizeof(int32_t));
         float* f = (float*)xmalloc(n * sizeof(float));
         for (int o = 0; o < 3; o++) {
-            for (size_t i = 0; i < n; i++) d[i] = f64_of(t->rank, i), x[i] = i32_of(t->rank, i);
+            for (size_t i = 0; i < n; i++) d[i] = f64_of(t->rank, i), x[i] = i32_of(t->rank, i), f[i] = exact_f32(t->rank, i);
             comm_all_reduce_f64(t->world, d, n, ops[o]);
             comm_all_reduce_i32(t->world, x, n, ops[o]);
+            comm_all_reduce_f32(t->world, f, n, ops[o]);
             for (size_t i = 0; i < n; i++) {
                 double wd = f64_of(0, i);
                 int32_t wx = i32_of(0, i);
+                float wf = exact_f32(0, i);
                 for (int r = 1; r < t->size; r++) {
                     double vd = f64_of(r, i);
                     int32_t vx = i32_of(r, i);
+                    float vf = exact_f32(r, i);
                     wd = ops[o] == COMM_SUM ? wd + vd : ops[o] == COMM_MAX ? fmax(wd, vd) : fmin(wd, vd);
                     wx = ops[o] == COMM_SUM ? wx + vx : ops[o] == COMM_MAX ? (vx > wx ? vx : wx) : (vx < wx ? vx : wx);
+                    wf = ops[o] == COMM_SUM ? wf + vf : ops[o] == COMM_MAX ? fmaxf(wf, vf) : fminf(wf, vf);
                 }
                 if (d[i] != wd) { fail(t, "f64 %s of %zu: element %zu is %g, expected %g", op_names[o], n, i, d[i], wd); break; }
                 if (x[i] != wx) { fail(t, "i32 %s of %zu: element %zu is %d, expected %d", op_names[o], n, i, x[i], wx); break; }
+                if (f[i] != wf) { fail(t, "f32 %s of %zu: element %zu is %g, expected %g", op_names[o], n, i, f[i], wf); break; }
             }
         }
         for (size_t i = 0; i < n; i++) f[i] = exact_f32(t->rank, i);
@@ -337,7 +350,7 @@ static void test_all_reduce(T* t) {
         free(x);
         free(f);
     }
-    verdict(t, "all_reduce f64/i32 sum/max/min and f32 sum of 1, 7, 1000, 100003 elements");
+    verdict(t, "all_reduce f64/i32/f32 sum/max/min (and f32 sum by comm_all_reduce_f32_sum) of 1, 7, 1000, 100003 elements");
 
     // Random floats: every rank must end with the same bits (small and ring paths).
     const size_t rn[2] = {100, 200003};
@@ -482,6 +495,181 @@ static void test_split(T* t) {
     verdict(t, "split: groups of rank / 2, rank %% 2 and reversed keys; operations on them and the world interleaved");
 }
 
+// --- the mesh (process_group_split) ----------------------------------------------------
+// Every expectation below is the formula rank = (replicate_rank * S + shard_rank) * tp + tp_rank
+// worked out directly, never read back from the ProcessGroup under test.
+
+enum { MESH_MAX = 64 };
+
+// c must be a group of `size` ranks where this rank is `rank` and member g is world rank
+// members[g]: checked by gathering every member's world rank over c itself.
+static void check_group(T* t, const char* what, Comm* c, int size, int rank, const int* members) {
+    if (!c) { fail(t, "%s is NULL", what); return; }
+    if (comm_size(c) != size || comm_rank(c) != rank) {
+        fail(t, "%s: rank %d of %d, expected %d of %d", what, comm_rank(c), comm_size(c), rank, size);
+        return;
+    }
+    int32_t me = t->rank, all[MESH_MAX];
+    comm_wait(c, comm_all_gather_start(c, &me, all, sizeof(me)));
+    for (int g = 0; g < size; g++)
+        if (all[g] != members[g]) { fail(t, "%s: member %d is world rank %d, expected %d", what, g, all[g], members[g]); return; }
+}
+
+// comm_all_reduce_f32 sum, max and min over a group with members who[0..p-1]: sums of the
+// exact values (multiples of 1/2) and extremes of random ones are exact in any order. The
+// sizes take the small path and the ring.
+static void check_all_reduce_f32_in(T* t, const char* what, Comm* c, int p, const int* who) {
+    const size_t sizes[3] = {1, 1000, 20001};
+    const CommOp ops[3] = {COMM_SUM, COMM_MAX, COMM_MIN};
+    const char* op_names[3] = {"sum", "max", "min"};
+    for (int k = 0; k < 3; k++) {
+        size_t n = sizes[k];
+        float* x = (float*)xmalloc(n * sizeof(float));
+        for (int o = 0; o < 3; o++) {
+            for (size_t i = 0; i < n; i++) x[i] = o == 0 ? exact_f32(t->rank, i) : random_f32(t->rank, i);
+            comm_all_reduce_f32(c, x, n, ops[o]);
+            for (size_t i = 0; i < n; i++) {
+                float want = o == 0 ? exact_f32(who[0], i) : random_f32(who[0], i);
+                for (int g = 1; g < p; g++) {
+                    float v = o == 0 ? exact_f32(who[g], i) : random_f32(who[g], i);
+                    want = o == 0 ? want + v : o == 1 ? fmaxf(want, v) : fminf(want, v);
+                }
+                if (x[i] != want) {
+                    fail(t, "f32 %s of %zu over the %s: element %zu is %.9g, expected %.9g", op_names[o], n, what, i, x[i], want);
+                    break;
+                }
+            }
+        }
+        free(x);
+    }
+}
+
+// The FSDP engine's pattern under tensor parallelism: the shard group's next gather (and a
+// gradient reduce-scatter) in flight while blocking collectives run on the TP group, then
+// the waits. Every result must be exact on every rank.
+static void check_interleaving(T* t, const ProcessGroup* pg, const int* shard_who, const int* tp_who) {
+    int S = pg->shard_size, tp = pg->tp_size;
+    size_t b = (1 << 18) + 13, n = 30011, tb = 4099, tn = 3001, an = 20001;
+    unsigned char* s = (unsigned char*)xmalloc(b);
+    unsigned char* sf = (unsigned char*)xmalloc(b * (size_t)S);
+    float* rs_full = (float*)xmalloc((size_t)S * n * sizeof(float));
+    float* rs_out = (float*)xmalloc(n * sizeof(float));
+    unsigned char* ts = (unsigned char*)xmalloc(tb);
+    unsigned char* tf = (unsigned char*)xmalloc(tb * (size_t)tp);
+    float* trs_full = (float*)xmalloc((size_t)tp * tn * sizeof(float));
+    float* trs_out = (float*)xmalloc(tn * sizeof(float));
+    float* ar = (float*)xmalloc(an * sizeof(float));
+    fill_shard(s, t->rank, b);
+    fill_full_exact(rs_full, t->rank, S, n);
+    fill_shard(ts, t->rank, tb);
+    fill_full_exact(trs_full, t->rank, tp, tn);
+    for (size_t i = 0; i < an; i++) ar[i] = exact_f32(t->rank, i);
+    memset(sf, 0xEE, b * (size_t)S);
+
+    CommTicket gather = comm_all_gather_start(pg->shard_comm, s, sf, b);
+    CommTicket scatter = comm_reduce_scatter_f32_start(pg->shard_comm, rs_full, rs_out, n);
+    comm_wait(pg->tp_comm, comm_all_gather_start(pg->tp_comm, ts, tf, tb));
+    comm_wait(pg->tp_comm, comm_reduce_scatter_f32_start(pg->tp_comm, trs_full, trs_out, tn));
+    comm_all_reduce_f32(pg->tp_comm, ar, an, COMM_SUM);
+    float mx = (float)t->rank;
+    comm_all_reduce_f32(pg->tp_comm, &mx, 1, COMM_MAX);
+    comm_wait(pg->shard_comm, scatter);
+    comm_wait(pg->shard_comm, gather);
+
+    check_gathered(t, tf, tb, tp, tp_who, "tp-group all_gather behind the shard group's");
+    check_reduce_scatter_in(t, trs_out, tn, tp, pg->tp_rank, tp_who);
+    for (size_t i = 0; i < an; i++) {
+        float want = 0;
+        for (int g = 0; g < tp; g++) want += exact_f32(tp_who[g], i);
+        if (ar[i] != want) { fail(t, "tp-group f32 sum in flight: element %zu is %g, expected %g", i, ar[i], want); break; }
+    }
+    if (mx != (float)tp_who[tp - 1]) fail(t, "tp-group f32 max of the ranks is %g, expected %d", mx, tp_who[tp - 1]);
+    check_gathered(t, sf, b, S, shard_who, "shard-group all_gather across tp-group collectives");
+    check_reduce_scatter_in(t, rs_out, n, S, pg->shard_rank, shard_who);
+    free(s); free(sf); free(rs_full); free(rs_out); free(ts); free(tf); free(trs_full); free(trs_out); free(ar);
+}
+
+static void mesh_case(T* t, CommWorld* cw, int tp, int shard) {
+    int W = t->size, dp = W / tp, S = shard ? shard : dp, R = dp / S;
+    int tp_rank = t->rank % tp, dp_rank = t->rank / tp, shard_rank = dp_rank % S, repl_rank = dp_rank / S;
+    ProcessGroup pg;
+    memset(&pg, 0, sizeof(pg));
+    process_group_attach(&pg, cw);
+    char err[256];
+    if (process_group_split(&pg, tp, shard, err, sizeof(err))) {
+        fail(t, "refused: %s", err);
+    } else {
+        if (pg.tp_size != tp || pg.tp_rank != tp_rank || pg.dp_size != dp || pg.dp_rank != dp_rank ||
+            pg.shard_size != S || pg.shard_rank != shard_rank || pg.replicate_size != R || pg.replicate_rank != repl_rank)
+            fail(t, "tp %d/%d dp %d/%d shard %d/%d replicate %d/%d, expected tp %d/%d dp %d/%d shard %d/%d replicate %d/%d",
+                 pg.tp_rank, pg.tp_size, pg.dp_rank, pg.dp_size, pg.shard_rank, pg.shard_size, pg.replicate_rank,
+                 pg.replicate_size, tp_rank, tp, dp_rank, dp, shard_rank, S, repl_rank, R);
+        int tp_who[MESH_MAX], shard_who[MESH_MAX], repl_who[MESH_MAX], model_who[MESH_MAX];
+        for (int g = 0; g < tp; g++) tp_who[g] = dp_rank * tp + g;
+        for (int g = 0; g < S; g++) shard_who[g] = (repl_rank * S + g) * tp + tp_rank;
+        for (int g = 0; g < R; g++) repl_who[g] = (g * S + shard_rank) * tp + tp_rank;
+        for (int g = 0; g < S * tp; g++) model_who[g] = repl_rank * S * tp + g;
+        check_group(t, "tp_comm", pg.tp_comm, tp, tp_rank, tp_who);
+        check_group(t, "shard_comm", pg.shard_comm, S, shard_rank, shard_who);
+        if (R == 1 && pg.replicate_comm) fail(t, "replicate_comm is not NULL with one replica");
+        if (R > 1) check_group(t, "replicate_comm", pg.replicate_comm, R, repl_rank, repl_who);
+        check_group(t, "model_comm", pg.model_comm, S * tp, shard_rank * tp + tp_rank, model_who);
+        // At tp 1 the groups are the very ones of before the mesh: no new shard group without
+        // HSDP, and the model group is the shard group.
+        if (tp == 1 && R == 1 && pg.shard_comm != pg.world_comm) fail(t, "tp 1 without HSDP: shard_comm is not the world's");
+        if (tp == 1 && pg.model_comm != pg.shard_comm) fail(t, "tp 1: model_comm is not shard_comm");
+        if (pg.tp_comm == pg.world_comm) fail(t, "tp_comm is the world's comm, not a group of its own");
+        if (!t->why[0]) {
+            check_all_reduce_f32_in(t, "tp group", pg.tp_comm, tp, tp_who);
+            check_all_reduce_f32_in(t, "model group", pg.model_comm, S * tp, model_who);
+            check_interleaving(t, &pg, shard_who, tp_who);
+        }
+    }
+    verdict(t, "mesh --tp %d --shard-group-size %d (%d x %d x %d): ranks, group members, f32 all_reduce on tp/model, "
+            "shard-group ops in flight across tp ops", tp, shard, R, S, tp);
+}
+
+// A refused split: non-zero, the one line expected, and nothing changed (nor communicated).
+static void mesh_refusal(T* t, CommWorld* cw, int tp, int shard, const char* want) {
+    ProcessGroup pg, before;
+    memset(&pg, 0, sizeof(pg));
+    process_group_attach(&pg, cw);
+    before = pg;
+    char err[256] = "";
+    int rc = process_group_split(&pg, tp, shard, err, sizeof(err));
+    if (rc == 0) fail(t, "--tp %d --shard-group-size %d was accepted", tp, shard);
+    else if (strcmp(err, want) != 0) fail(t, "message '%s', expected '%s'", err, want);
+    else if (memcmp(&pg, &before, sizeof(pg)) != 0) fail(t, "the refused split changed the process group");
+    verdict(t, "mesh refused: --tp %d --shard-group-size %d: '%s'", tp, shard, want);
+}
+
+static void test_mesh(T* t, CommWorld* cw) {
+    int W = t->size;
+    if (W > MESH_MAX) { fail(t, "more than %d ranks", MESH_MAX); verdict(t, "mesh"); return; }
+    for (int tp = 1; tp <= W; tp++) {
+        if (W % tp) continue;
+        for (int shard = 0; shard <= W / tp; shard++)
+            if (shard == 0 || (W / tp) % shard == 0) mesh_case(t, cw, tp, shard);
+    }
+    char want[256];
+    mesh_refusal(t, cw, 0, 0, "--tp 0 must be at least 1");
+    int bad = 2;
+    while (W % bad == 0) bad++;
+    snprintf(want, sizeof(want), "--tp %d does not divide the world size %d", bad, W);
+    mesh_refusal(t, cw, bad, 0, want);
+    snprintf(want, sizeof(want), "--shard-group-size %d does not divide the world size %d", W + 1, W);
+    mesh_refusal(t, cw, 1, W + 1, want);  // tp 1: the message of before the mesh
+    snprintf(want, sizeof(want), "--shard-group-size -1 does not divide the world size %d", W);
+    mesh_refusal(t, cw, 1, -1, want);
+    int tp = 2;
+    while (tp < W && W % tp) tp++;
+    if (tp < W) {
+        snprintf(want, sizeof(want), "--shard-group-size %d does not divide the %d data-parallel ranks (world size %d / --tp %d)",
+                 W / tp + 1, W / tp, W, tp);
+        mesh_refusal(t, cw, tp, W / tp + 1, want);
+    }
+}
+
 // After a barrier every rank must have entered it: compare entry and exit times (one host:
 // CLOCK_MONOTONIC is the same clock in every process).
 static void test_barrier(T* t) {
@@ -563,8 +751,8 @@ static void usage(void) {
     fprintf(stderr, "usage: test_comm --transport tcp --rank R --world W --rendezvous file:DIR|tcp://HOST:PORT "
                     "--run-id ID\n"
                     "                 [--timeout S] [--label NAME] [--quick] [--minimal] [--big] [--huge] [--bench]\n"
-                    "                 [--spin S] [--stall-rank R --stall S] [--mismatch]\n"
-                    "       mpirun -np W test_comm --transport mpi [--quick] [--big] [--huge] [--bench]\n"
+                    "                 [--spin S] [--stall-rank R --stall S] [--mismatch] [--mesh]\n"
+                    "       mpirun -np W test_comm --transport mpi [--quick] [--big] [--huge] [--bench] [--mesh]\n"
                     "       test_comm --free-port\n");
     exit(2);
 }
@@ -572,6 +760,7 @@ static void usage(void) {
 int main(int argc, char** argv) {
     const char *transport = NULL, *rendezvous = NULL, *run_id = NULL, *label = NULL;
     int rank = -1, world = -1, big = 0, huge = 0, bench_reps = 0, minimal = 0, quick = 0, stall_rank = -1, mismatch = 0;
+    int mesh = 0;
     double timeout = 30, spin = 0, stall = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -583,6 +772,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(a, "--minimal")) minimal = 1;
         else if (!strcmp(a, "--bench")) bench_reps = 5;
         else if (!strcmp(a, "--mismatch")) mismatch = 1;
+        else if (!strcmp(a, "--mesh")) mesh = 1;
         else if (!v) usage();
         else if (!strcmp(a, "--transport")) transport = argv[++i];
         else if (!strcmp(a, "--rank")) rank = atoi(argv[++i]);
@@ -673,6 +863,11 @@ int main(int argc, char** argv) {
         comm_all_reduce_i32(t.world, &one, 1, COMM_SUM);
         if (one != t.size) fail(&t, "a sum of ones is %d", one);
         verdict(&t, "all_reduce of one int32");
+        comm_finalize(cw);
+        return t.failures ? 1 : 0;
+    }
+    if (mesh) {
+        test_mesh(&t, cw);
         comm_finalize(cw);
         return t.failures ? 1 : 0;
     }

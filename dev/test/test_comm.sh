@@ -55,6 +55,25 @@ battery "tcp W=1" 1 "file:$RDV" w1
 battery "tcp W=2" 2 "file:$RDV" w2 --big
 battery "tcp W=3" 3 "file:$RDV" w3
 battery "tcp W=4" 4 "file:$RDV" w4
+
+# The mesh (process_group_split): every tp x shard layout of W = 4, 6 and 8 ranks (among them
+# tp 2 over 2 shards x 2 replicas at 8, tp 3 at 6, tp 4, and tp 1 as before the mesh), each
+# rank's coordinates and groups against the formula, f32 all-reduces on the TP and model
+# groups, shard-group operations in flight across blocking TP collectives; and the refusals.
+# mesh_layouts LABEL OUTPUT N: the run reported N layouts (a loop that skipped some would
+# otherwise pass unseen).
+mesh_layouts() {
+    local n
+    n=$(grep -c '^ok - .*: mesh --tp' <<<"$2")
+    if [ "$n" -eq "$3" ]; then ok "$1: $n mesh layouts checked"
+    else not_ok "$1: $n mesh layouts passed, expected $3"; fi
+}
+declare -A MESH_LAYOUTS=([4]=9 [6]=13 [8]=14)
+for w in 4 6 8; do
+    out=$(battery "tcp mesh W=$w" "$w" "file:$RDV" "mesh$w" --mesh)
+    echo "$out"
+    mesh_layouts "comm tcp W=$w" "$out" "${MESH_LAYOUTS[$w]}"
+done
 # Many ranks at once (the rendezvous's backlog and handshakes; one all_reduce).
 battery "tcp W=32" 32 "file:$RDV" w32 --minimal --label "comm tcp W=32 (file rendezvous, all at once)"
 PORT=$($BIN --free-port)
@@ -111,6 +130,18 @@ else
         not_ok "comm mpi W=3: mpirun exited with status $rc: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
     fi
 fi
+
+# MPI: the mesh at 4, 6 and 8 ranks.
+for w in 4 6 8; do
+    if ! command -v mpirun >/dev/null; then ok "comm mpi W=$w: mesh # skip no mpirun"; continue; fi
+    out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$w" "$BIN" --transport mpi --mesh 2>&1)
+    rc=$?
+    grep -E '^(ok|not ok) - ' <<<"$out"
+    if [ "$rc" -ne 0 ] && ! grep -q '^not ok' <<<"$out"; then
+        not_ok "comm mpi W=$w mesh: mpirun exited with status $rc: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+    fi
+    mesh_layouts "comm mpi W=$w" "$out" "${MESH_LAYOUTS[$w]}"
+done
 
 # --- failures -----------------------------------------------------------------------------
 
