@@ -341,7 +341,7 @@ static void model_forward(Model* model, const int* inputs, const int* targets, i
     model->tok_inputs = tok;
 
     RootTensors root = root_tensors(m, fsdp_forward_pre(f, 0), pe);
-    kernel_encoder_forward(k, a->encoded, tok, root.wte, root.wpe, B, T, (int)C);  // (Llama: no wpe)
+    kernel_encoder_forward(k, a->encoded, tok, root.wte, root.wpe, B, T, (int)C, 0, c->padded_vocab_size);  // (Llama: no wpe)
     // The residual stream: block l's output is residual3[l] = residual2[l] + (MLP projection).
     // That add is fused into the norm that reads its result (the next block's first, or the
     // final one), so until then the stream is the pair (res_a, res_b); res_b NULL: just res_a.
@@ -465,7 +465,7 @@ static void model_backward(Model* model, int B, int T) {
     if (!acc && droot.head != droot.wte) k->zero(k, droot.wte, (size_t)c->padded_vocab_size * C * pe);
     if (!acc && droot.wpe && T < c->max_seq_len)
         k->zero(k, elem_at(droot.wpe, (size_t)T * C, pe), (size_t)(c->max_seq_len - T) * C * pe);
-    kernel_encoder_backward(k, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C, acc);
+    kernel_encoder_backward(k, droot.wte, droot.wpe, a->dresidual, model->tok_inputs, B, T, (int)C, 0, c->padded_vocab_size, acc);
     fsdp_backward_post(f, 0);
 }
 
