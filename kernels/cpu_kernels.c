@@ -104,14 +104,20 @@ float cpu_fast_expf(float x) { return fast_expf(x); }
 // ----------------------------------------------------------------------------
 // Encoder
 
+// A token another tensor-parallel rank holds embeds as zero here: out = wpe[t] (or 0), which
+// the group's sum of partial embeddings completes.
 void encoder_forward(float* restrict out, const int* restrict inp, const float* restrict wte,
-                     const float* restrict wpe, int B, int T, int C) {
+                     const float* restrict wpe, int B, int T, int C, int vocab_begin, int vocab_end) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
-        const float* w = wte + (size_t)inp[n] * C;
         float* o = out + (size_t)n * C;
-        if (!wpe) { for (int c = 0; c < C; c++) o[c] = w[c]; continue; }  // no learned positions (Llama)
-        const float* p = wpe + (size_t)(n % T) * C;
+        const float* p = wpe ? wpe + (size_t)(n % T) * C : NULL;
+        if (inp[n] < vocab_begin || inp[n] >= vocab_end) {
+            for (int c = 0; c < C; c++) o[c] = p ? p[c] : 0.0f;
+            continue;
+        }
+        const float* w = wte + (size_t)(inp[n] - vocab_begin) * C;
+        if (!p) { for (int c = 0; c < C; c++) o[c] = w[c]; continue; }  // no learned positions (Llama)
         for (int c = 0; c < C; c++) o[c] = w[c] + p[c];
     }
 }
@@ -131,7 +137,7 @@ static inline void add_column_sums_tile(float* restrict dst, const float* restri
 }
 
 void encoder_backward(float* restrict dwte, float* restrict dwpe, const float* restrict dout,
-                      const int* restrict inp, int B, int T, int C) {
+                      const int* restrict inp, int B, int T, int C, int vocab_begin, int vocab_end) {
     const int N = B * T;
     const int ntiles = (C + COL_TILE - 1) / COL_TILE;
     #pragma omp parallel
@@ -143,7 +149,8 @@ void encoder_backward(float* restrict dwte, float* restrict dwpe, const float* r
         for (int tile = 0; tile < ntiles; tile++) {
             const int c0 = tile * COL_TILE, nc = min_int(COL_TILE, C - c0);
             for (int n = 0; n < N; n++) {
-                float* restrict dst = dwte + (size_t)inp[n] * C + c0;
+                if (inp[n] < vocab_begin || inp[n] >= vocab_end) continue;  // another rank's row
+                float* restrict dst = dwte + (size_t)(inp[n] - vocab_begin) * C + c0;
                 const float* restrict src = dout + (size_t)n * C + c0;
                 for (int c = 0; c < nc; c++) dst[c] += src[c];
             }
@@ -668,6 +675,59 @@ void crossentropy_softmax_fused(float* restrict logits, float* restrict losses,
             row[target] -= dloss;
             for (int j = V; j < Vp; j++) row[j] = 0.0f;
         }
+    }
+}
+
+// The vocab-parallel phases. Each does what crossentropy_softmax_fused does to its columns,
+// with the same operations in the same order where the row is not split (the max, the sum of
+// fast_expf over the real columns, log(sum) + (max - target logit), exp * (dloss / sum)), so
+// that with one rank holding the whole row the results are bitwise the fused kernel's.
+
+void crossentropy_tp_max(float* restrict row_max, const float* restrict logits, int N, int V_local, int Vp_local) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float* row = logits + (size_t)i * Vp_local;
+        float mx = -INFINITY;
+        #pragma omp simd reduction(max:mx)
+        for (int j = 0; j < V_local; j++) mx = row[j] > mx ? row[j] : mx;
+        row_max[i] = mx;
+    }
+}
+
+// The column of the target in this rank's range, or -1 where another rank holds it.
+static inline int local_target(int target, int vocab_begin, int V_local) {
+    return target >= vocab_begin && target - vocab_begin < V_local ? target - vocab_begin : -1;
+}
+
+void crossentropy_tp_sums(float* restrict sums, const float* restrict logits, const float* restrict row_max,
+                          const int* restrict targets, int N, int V_local, int Vp_local, int vocab_begin) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float* row = logits + (size_t)i * Vp_local;
+        const float mx = row_max[i];
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int j = 0; j < V_local; j++) sum += fast_expf(row[j] - mx);
+        const int t = local_target(targets[i], vocab_begin, V_local);
+        sums[2 * (size_t)i] = sum;
+        sums[2 * (size_t)i + 1] = t >= 0 ? row[t] : 0.0f;
+    }
+}
+
+void crossentropy_tp_finish(float* restrict logits, float* restrict losses, const float* restrict row_max,
+                            const float* restrict sums, const int* restrict targets, int N, int V_local, int Vp_local,
+                            int vocab_begin, float dloss) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float mx = row_max[i], sum = sums[2 * (size_t)i];
+        losses[i] = logf(sum) + (mx - sums[2 * (size_t)i + 1]);
+        if (dloss == 0.0f) continue;
+        float* row = logits + (size_t)i * Vp_local;
+        const float k = dloss / sum;
+        for (int j = 0; j < V_local; j++) row[j] = fast_expf(row[j] - mx) * k;
+        const int t = local_target(targets[i], vocab_begin, V_local);
+        if (t >= 0) row[t] -= dloss;
+        for (int j = V_local; j < Vp_local; j++) row[j] = 0.0f;
     }
 }
 

@@ -17,12 +17,15 @@
 extern "C" {
 #endif
 
-// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]; wpe NULL: no positions (dwpe NULL in the backward)
+// out[b,t,:] = wte[inp[b,t] - vocab_begin,:] + wpe[t,:]; wpe NULL: no positions (dwpe NULL in
+// the backward). wte holds the vocabulary rows [vocab_begin, vocab_end) (all of them: 0 and the
+// padded vocabulary; a tensor-parallel rank: its slice); a token outside embeds as zero.
 void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe,
-                     int B, int T, int C);
-// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
+                     int B, int T, int C, int vocab_begin, int vocab_end);
+// dwte[inp[b,t] - vocab_begin,:] += dout[b,t,:] for tokens in [vocab_begin, vocab_end);
+// dwpe[t,:] += sum_b dout[b,t,:]
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp,
-                      int B, int T, int C);
+                      int B, int T, int C, int vocab_begin, int vocab_end);
 
 // out = (inp - mean) * rstd * weight + bias per row of C, rstd = 1 / sqrt(var + eps); mean, rstd
 // are [N] (saved for backward). eps: the model's norm_eps (GPT-2's, PyTorch's default: 1e-5).
@@ -72,6 +75,24 @@ void residual_forward(float* out, const float* a, const float* b, size_t n);
 // When dloss == 0 the logits are left untouched (evaluation). No [N,V] probability buffer.
 void crossentropy_softmax_fused(float* logits, float* losses, const int* targets,
                                 int N, int V, int Vp, float dloss);
+
+// The same loss with the logits split by vocabulary columns over a tensor-parallel group
+// (kernels.h: crossentropy_tp_*). This rank's logits are [N, Vp_local], columns
+// [vocab_begin, vocab_begin + Vp_local) of the full row, the first V_local real (0 <= V_local
+// <= Vp_local), the rest padding; targets are global ids. The caller combines the phases
+// over the group: max of row_max, then sum of sums.
+//   row_max[i] = max of the real columns (-inf when V_local is 0)
+void crossentropy_tp_max(float* row_max, const float* logits, int N, int V_local, int Vp_local);
+//   sums[2i] = sum over the real columns of exp(logits[i,j] - row_max[i]) (the group's max);
+//   sums[2i+1] = logits[i, targets[i] - vocab_begin] when this rank holds the target, else 0
+void crossentropy_tp_sums(float* sums, const float* logits, const float* row_max, const int* targets,
+                          int N, int V_local, int Vp_local, int vocab_begin);
+//   losses[i] = log(sums[2i]) + row_max[i] - sums[2i+1] (the group's sums); dloss != 0: the
+//   logits are overwritten with (exp(x - row_max) / sums[2i] - onehot) * dloss on the real
+//   columns, 0 on the padding, as crossentropy_softmax_fused's columns of this range.
+void crossentropy_tp_finish(float* logits, float* losses, const float* row_max, const float* sums,
+                            const int* targets, int N, int V_local, int Vp_local, int vocab_begin,
+                            float dloss);
 
 // AdamW on a contiguous range (PyTorch semantics, decoupled weight decay):
 //   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2

@@ -4,10 +4,14 @@
 // llmc/encoder.cuh. CPU twins: encoder_forward / encoder_backward in kernels/cpu_kernels.h.
 // The conventions (storage, accumulation, launchers, preconditions) are kernels/cuda_common.cuh's.
 //
-//   encoder_forward_cuda        out[N,C] = wte[inp] + wpe[t] (wpe NULL: wte[inp], Llama)
-//                                                                                   no scratch
-//   encoder_backward_cuda       dwte[inp[n]] += dout[n]; dwpe[t] += (accumulate) or = (not:
-//                               dwpe not read) sum_b dout[b,t], t < T (dwpe NULL: none)
+//   wte and dwte hold the vocabulary rows [vocab_begin, vocab_end) (tensor parallelism: this
+//   rank's slice; 0 and the padded vocabulary: all), row 0 being token vocab_begin.
+//   encoder_forward_cuda        out[N,C] = wte[inp - vocab_begin] + wpe[t] (wpe NULL:
+//                               wte[...] alone, Llama); a token outside the range embeds
+//                               as zero (out = wpe[t], or 0)                        no scratch
+//   encoder_backward_cuda       dwte[inp[n] - vocab_begin] += dout[n] for tokens in the
+//                               range (the others are skipped); dwpe[t] += (accumulate) or
+//                               = (not: dwpe not read) sum_b dout[b,t], t < T (dwpe NULL: none)
 //                               scratch: encoder_backward_scratch_bytes(B, T, vocab)
 //                               (3 int arrays of N + CUB radix-sort temp storage; needs
 //                               the CUDA device current when called). Token ids must be
@@ -28,15 +32,16 @@ template <class T16>
 static __global__ void __launch_bounds__(256)
 encoder_forward_kernel(T16* __restrict__ out, const int* __restrict__ inp,
                        const T16* __restrict__ wte, const T16* __restrict__ wpe,
-                       int N, int T, int C) {
+                       int N, int T, int C, int vocab_begin, int vocab_end) {
     const int C8 = C / 8;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * C8) return;
     const int n = (int)(idx / C8);
     const size_t col = (idx % C8) * 8;
     const int t = n % T;
-    float a[8];
-    load8(a, wte + (size_t)inp[n] * C + col);
+    const int tok = inp[n];
+    float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // another rank's token: zero here
+    if (tok >= vocab_begin && tok < vocab_end) load8(a, wte + (size_t)(tok - vocab_begin) * C + col);
     if (wpe != NULL) {  // uniform: no learned positions (Llama) is one launch's choice
         float b[8];
         load8(b, wpe + (size_t)t * C + col);
@@ -53,22 +58,24 @@ static __global__ void iota_kernel(int* __restrict__ x, int n) {
 
 // dwte. One warp per (sorted position i, 256-channel chunk blockIdx.y); only the first
 // position of each run of equal token ids works: it adds the run's dout rows, in position
-// order, to its dwte row, starting from the row's current value (the CPU twin's order).
+// order, to its dwte row, starting from the row's current value (the CPU twin's order). A run
+// of a token outside [vocab_begin, vocab_end) is another rank's row: skipped whole.
 // Runs are read 32 entries at a time (ballot: a run is a prefix of the chunk) and the rows
 // four at a time so that several loads are in flight.
 template <class T16>
 static __global__ void __launch_bounds__(32)
 encoder_backward_wte_kernel(T16* __restrict__ dwte, const T16* __restrict__ dout,
                             const int* __restrict__ sorted_tok, const int* __restrict__ sorted_pos,
-                            int N, int C) {
+                            int N, int C, int vocab_begin, int vocab_end) {
     const int i = blockIdx.x;
     const int tok = sorted_tok[i];
     if (i > 0 && sorted_tok[i - 1] == tok) return;  // uniform over the warp
+    if (tok < vocab_begin || tok >= vocab_end) return;
     const int lane = threadIdx.x;
     const int pack = blockIdx.y * 32 + lane;
     const bool active = pack < C / 8;               // idle lanes still join the shuffles
     const size_t col = (size_t)pack * 8;
-    T16* wrow = dwte + (size_t)tok * C + col;
+    T16* wrow = dwte + (size_t)(tok - vocab_begin) * C + col;
     float acc[8];
 #pragma unroll
     for (int k = 0; k < 8; k++) acc[k] = 0.0f;
@@ -134,15 +141,17 @@ encoder_backward_wpe_kernel(T16* __restrict__ dwpe, const T16* __restrict__ dout
 template <class T16>
 static inline void encoder_forward_cuda(T16* out, const int* inp, const T16* wte,
                                         const typename NoDeduce<T16>::type* wpe, int B, int T, int C,
-                                        cudaStream_t stream) {
-    CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0, "need C %% 8 == 0 (B=%d T=%d C=%d)", B, T, C);
+                                        int vocab_begin, int vocab_end, cudaStream_t stream) {
+    CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0 && 0 <= vocab_begin && vocab_begin <= vocab_end,
+                 "need C %% 8 == 0 and 0 <= vocab_begin <= vocab_end (B=%d T=%d C=%d vocab [%d, %d))", B, T, C, vocab_begin,
+                 vocab_end);
     CUDA_REQUIRE(is_aligned16(out) && is_aligned16(wte) && is_aligned16(wpe),
                  "out, wte and wpe must be 16-byte aligned");  // a NULL wpe passes
     const int N = B * T;
     if (N == 0) return;
     const size_t threads = (size_t)N * (C / 8);
     encoder_forward_kernel<<<(unsigned)ceil_div(threads, (size_t)256), 256, 0, stream>>>(
-        out, inp, wte, wpe, N, T, C);
+        out, inp, wte, wpe, N, T, C, vocab_begin, vocab_end);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -169,9 +178,11 @@ static inline size_t encoder_backward_scratch_bytes(int B, int T, int vocab) {
 template <class T16>
 static inline void encoder_backward_cuda(T16* dwte, typename NoDeduce<T16>::type* dwpe, void* scratch, size_t scratch_bytes,
                                          const T16* dout, const int* inp, int B, int T, int C,
-                                         int vocab, int accumulate, cudaStream_t stream) {
-    CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0 && vocab > 0,
-                 "need C %% 8 == 0 and vocab > 0 (B=%d T=%d C=%d vocab=%d)", B, T, C, vocab);
+                                         int vocab, int vocab_begin, int vocab_end, int accumulate,
+                                         cudaStream_t stream) {
+    CUDA_REQUIRE(B >= 0 && T > 0 && C > 0 && C % 8 == 0 && vocab > 0 && 0 <= vocab_begin && vocab_begin <= vocab_end,
+                 "need C %% 8 == 0, vocab > 0 and 0 <= vocab_begin <= vocab_end (B=%d T=%d C=%d vocab=%d [%d, %d))", B, T, C,
+                 vocab, vocab_begin, vocab_end);
     CUDA_REQUIRE(is_aligned16(dwte) && is_aligned16(dwpe) && is_aligned16(dout),
                  "dwte, dwpe and dout must be 16-byte aligned");
     const int N = B * T;
@@ -197,7 +208,7 @@ static inline void encoder_backward_cuda(T16* dwte, typename NoDeduce<T16>::type
                                                N, 0, encoder_sort_bits(vocab), stream));
     const int chunks = ceil_div(C / 8, 32);
     encoder_backward_wte_kernel<<<dim3(N, chunks), 32, 0, stream>>>(dwte, dout, sorted_tok,
-                                                                    sorted_pos, N, C);
+                                                                    sorted_pos, N, C, vocab_begin, vocab_end);
     CUDA_LAUNCH_CHECK();
     if (dwpe == NULL) return;
     encoder_backward_wpe_kernel<<<dim3(T, chunks), 32, 0, stream>>>(dwpe, dout, B, T, C, accumulate);

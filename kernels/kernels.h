@@ -18,8 +18,27 @@
 //   rope: in place on qkv's q and k heads; inverse rotates back (the backward, on dqkv);
 //   swiglu_backward: dinp is OVERWRITTEN;
 //   encoder_forward/_backward with wpe/dwpe NULL: token embeddings only (Llama);
+//   encoder_forward/_backward's [vocab_begin, vocab_end): the vocabulary rows wte (dwte)
+//     holds, row 0 being token vocab_begin (tensor parallelism splits wte by rows over the
+//     TP group; (0, padded vocab) is the whole table). A token outside the range embeds as
+//     zero (out = wpe[t], or 0 without wpe) and adds nothing to dwte; wpe is added and dwpe
+//     written as without a range (where the group sums its partial embeddings, one rank
+//     passes wpe, the others NULL);
 //   crossentropy: losses[N] fp32; with dloss != 0 the logits become dlogits in place (times
-//     *loss_scale where the table has one).
+//     *loss_scale where the table has one);
+//   crossentropy_tp_max/_sums/_finish: the same loss over logits split by vocabulary columns
+//     over the TP group, in three phases with all-reduces between them (the caller's). Each
+//     rank holds logits [N, Vp_local] for columns [vocab_begin, vocab_begin + Vp_local), of
+//     which the first V_local are real (V_local = clamp(V - vocab_begin, 0, Vp_local)); the
+//     rest are padding: out of the max and the sums, dlogits 0. Targets are global ids.
+//       max:    row_max[n] = max of the real columns (-inf when V_local is 0); all-reduce MAX;
+//       sums:   sums[2n] = sum of exp(logit - row_max[n]) over the real columns (row_max:
+//               the group's), sums[2n + 1] = the target's logit where this rank holds it,
+//               else 0; all-reduce SUM;
+//       finish: losses[n] = log(sums[2n]) + row_max[n] - sums[2n + 1] (every rank the same);
+//               with dloss != 0 the logits become dlogits in place, as crossentropy's.
+//     row_max [N], sums [2N] and losses [N] are fp32; a target no rank holds contributes
+//     no target logit (the caller's data are checked against the vocabulary).
 //
 // The schedule calls the kernel_* functions at the end of this header rather than the table:
 // each tells the profiler (when one listens, --profile-step) what kind of work starts, so the
@@ -52,9 +71,10 @@ struct Kernels {
     void (*on_kernel)(void* ctx, KernelKind kind, int backward);
     void* on_kernel_ctx;
 
-    void (*encoder_forward)(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C);
+    void (*encoder_forward)(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
+                            int vocab_begin, int vocab_end);
     void (*encoder_backward)(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
-                             int accumulate);
+                             int vocab_begin, int vocab_end, int accumulate);
     // eps: the model's norm_eps (every norm forward takes it; the backwards use the saved rstd)
     void (*layernorm_forward)(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
                               const void* weight, const void* bias, int N, int C, float eps);
@@ -72,6 +92,12 @@ struct Kernels {
     void (*attention_backward)(Kernels* k, void* dqkv, const void* dout, const void* qkv, const void* out,
                                const float* lse, int B, int T, int C, int NH, int KVH);
     void (*crossentropy)(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss);
+    // The vocab-parallel cross-entropy's three phases (the semantics above).
+    void (*crossentropy_tp_max)(Kernels* k, float* row_max, const void* logits, int N, int V_local, int Vp_local);
+    void (*crossentropy_tp_sums)(Kernels* k, float* sums, const void* logits, const float* row_max, const int* targets,
+                                 int N, int V_local, int Vp_local, int vocab_begin);
+    void (*crossentropy_tp_finish)(Kernels* k, void* logits, float* losses, const float* row_max, const float* sums,
+                                   const int* targets, int N, int V_local, int Vp_local, int vocab_begin, float dloss);
     // The Llama family (kernels/cpu_kernels_llama.h): RMSNorm (rstd [N] fp32), the fused
     // residual add + RMSNorm, rotary embeddings on qkv [B,T,(NH + 2 KVH) hs], and SwiGLU on
     // the fused gate|up projection [N, 2F] -> [N, F].
@@ -118,14 +144,15 @@ static inline const int* kernel_tokens(Kernels* k, int slot, const int* host, si
     kernel_starts(k, KERNEL_EMBED, 0);
     return k->tokens(k, slot, host, n);
 }
-static inline void kernel_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+static inline void kernel_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
+                                          int vocab_begin, int vocab_end) {
     kernel_starts(k, KERNEL_EMBED, 0);
-    k->encoder_forward(k, out, inp, wte, wpe, B, T, C);
+    k->encoder_forward(k, out, inp, wte, wpe, B, T, C, vocab_begin, vocab_end);
 }
 static inline void kernel_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
-                                           int accumulate) {
+                                           int vocab_begin, int vocab_end, int accumulate) {
     kernel_starts(k, KERNEL_EMBED, 1);
-    k->encoder_backward(k, dwte, dwpe, dout, inp, B, T, C, accumulate);
+    k->encoder_backward(k, dwte, dwpe, dout, inp, B, T, C, vocab_begin, vocab_end, accumulate);
 }
 static inline void kernel_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
                                             const void* weight, const void* bias, int N, int C, float eps) {
@@ -169,6 +196,21 @@ static inline void kernel_crossentropy(Kernels* k, void* logits, float* losses, 
                                        float dloss) {
     kernel_starts(k, KERNEL_LOSS, 0);
     k->crossentropy(k, logits, losses, targets, N, V, Vp, dloss);
+}
+static inline void kernel_crossentropy_tp_max(Kernels* k, float* row_max, const void* logits, int N, int V_local, int Vp_local) {
+    kernel_starts(k, KERNEL_LOSS, 0);
+    k->crossentropy_tp_max(k, row_max, logits, N, V_local, Vp_local);
+}
+static inline void kernel_crossentropy_tp_sums(Kernels* k, float* sums, const void* logits, const float* row_max,
+                                               const int* targets, int N, int V_local, int Vp_local, int vocab_begin) {
+    kernel_starts(k, KERNEL_LOSS, 0);
+    k->crossentropy_tp_sums(k, sums, logits, row_max, targets, N, V_local, Vp_local, vocab_begin);
+}
+static inline void kernel_crossentropy_tp_finish(Kernels* k, void* logits, float* losses, const float* row_max,
+                                                 const float* sums, const int* targets, int N, int V_local, int Vp_local,
+                                                 int vocab_begin, float dloss) {
+    kernel_starts(k, KERNEL_LOSS, 0);
+    k->crossentropy_tp_finish(k, logits, losses, row_max, sums, targets, N, V_local, Vp_local, vocab_begin, dloss);
 }
 static inline void kernel_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C,
                                           float eps) {

@@ -10,13 +10,14 @@
 #include "kernels/cpu_kernels.h"
 #include "kernels/cpu_kernels_llama.h"
 
-static void cpu_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
-    encoder_forward((float*)out, inp, (const float*)wte, (const float*)wpe, B, T, C);
+static void cpu_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
+                                   int vocab_begin, int vocab_end) {
+    encoder_forward((float*)out, inp, (const float*)wte, (const float*)wpe, B, T, C, vocab_begin, vocab_end);
 }
 static void cpu_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
-                                    int accumulate) {
+                                    int vocab_begin, int vocab_end, int accumulate) {
     if (!accumulate && dwpe) memset(dwpe, 0, (size_t)T * C * sizeof(float));  // the CPU kernel adds
-    encoder_backward((float*)dwte, (float*)dwpe, (const float*)dout, inp, B, T, C);
+    encoder_backward((float*)dwte, (float*)dwpe, (const float*)dout, inp, B, T, C, vocab_begin, vocab_end);
 }
 static void cpu_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
                                   const void* weight, const void* bias, int N, int C, float eps) {
@@ -75,6 +76,17 @@ static void cpu_op_attention_backward(Kernels* k, void* dqkv, const void* dout, 
 static void cpu_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     crossentropy_softmax_fused((float*)logits, losses, targets, N, V, Vp, dloss);
 }
+static void cpu_op_crossentropy_tp_max(Kernels* k, float* row_max, const void* logits, int N, int V_local, int Vp_local) {
+    crossentropy_tp_max(row_max, (const float*)logits, N, V_local, Vp_local);
+}
+static void cpu_op_crossentropy_tp_sums(Kernels* k, float* sums, const void* logits, const float* row_max, const int* targets,
+                                        int N, int V_local, int Vp_local, int vocab_begin) {
+    crossentropy_tp_sums(sums, (const float*)logits, row_max, targets, N, V_local, Vp_local, vocab_begin);
+}
+static void cpu_op_crossentropy_tp_finish(Kernels* k, void* logits, float* losses, const float* row_max, const float* sums,
+                                          const int* targets, int N, int V_local, int Vp_local, int vocab_begin, float dloss) {
+    crossentropy_tp_finish((float*)logits, losses, row_max, sums, targets, N, V_local, Vp_local, vocab_begin, dloss);
+}
 static void cpu_op_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
     gelu_forward((float*)out, (const float*)inp, n);
 }
@@ -132,6 +144,9 @@ void kernels_cpu_init(Kernels* k, int padded_vocab) {
     k->attention_forward = cpu_op_attention_forward;
     k->attention_backward = cpu_op_attention_backward;
     k->crossentropy = cpu_op_crossentropy;
+    k->crossentropy_tp_max = cpu_op_crossentropy_tp_max;
+    k->crossentropy_tp_sums = cpu_op_crossentropy_tp_sums;
+    k->crossentropy_tp_finish = cpu_op_crossentropy_tp_finish;
     k->rmsnorm_forward = cpu_op_rmsnorm_forward;
     k->residual_rmsnorm_forward = cpu_op_residual_rmsnorm_forward;
     k->rmsnorm_backward = cpu_op_rmsnorm_backward;

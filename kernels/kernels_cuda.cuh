@@ -51,15 +51,16 @@ static CudaKernels* cuda_of(Kernels* k) { return (CudaKernels*)k->impl; }
 #define CBF(p) ((const T16*)(p))
 
 template <class T16>
-static void cuda_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
-    encoder_forward_cuda(BF(out), inp, CBF(wte), CBF(wpe), B, T, C, cuda_of(k)->stream);
+static void cuda_op_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
+                                    int vocab_begin, int vocab_end) {
+    encoder_forward_cuda(BF(out), inp, CBF(wte), CBF(wpe), B, T, C, vocab_begin, vocab_end, cuda_of(k)->stream);
 }
 template <class T16>
 static void cuda_op_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
-                                     int accumulate) {
+                                     int vocab_begin, int vocab_end, int accumulate) {
     CudaKernels* cd = cuda_of(k);
-    encoder_backward_cuda(BF(dwte), BF(dwpe), cd->scratch, cd->scratch_bytes, CBF(dout), inp, B, T, C, cd->vocab, accumulate,
-                          cd->stream);
+    encoder_backward_cuda(BF(dwte), BF(dwpe), cd->scratch, cd->scratch_bytes, CBF(dout), inp, B, T, C, cd->vocab, vocab_begin,
+                          vocab_end, accumulate, cd->stream);
 }
 template <class T16>
 static void cuda_op_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp,
@@ -115,6 +116,21 @@ static void cuda_op_attention_backward(Kernels* k, void* dqkv, const void* dout,
 template <class T16>
 static void cuda_op_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     crossentropy_softmax_fused_cuda(BF(logits), losses, targets, N, V, Vp, dloss, k->loss_scale, cuda_of(k)->stream);
+}
+template <class T16>
+static void cuda_op_crossentropy_tp_max(Kernels* k, float* row_max, const void* logits, int N, int V_local, int Vp_local) {
+    crossentropy_tp_max_cuda(row_max, CBF(logits), N, V_local, Vp_local, cuda_of(k)->stream);
+}
+template <class T16>
+static void cuda_op_crossentropy_tp_sums(Kernels* k, float* sums, const void* logits, const float* row_max, const int* targets,
+                                         int N, int V_local, int Vp_local, int vocab_begin) {
+    crossentropy_tp_sums_cuda(sums, CBF(logits), row_max, targets, N, V_local, Vp_local, vocab_begin, cuda_of(k)->stream);
+}
+template <class T16>
+static void cuda_op_crossentropy_tp_finish(Kernels* k, void* logits, float* losses, const float* row_max, const float* sums,
+                                           const int* targets, int N, int V_local, int Vp_local, int vocab_begin, float dloss) {
+    crossentropy_tp_finish_cuda(BF(logits), losses, row_max, sums, targets, N, V_local, Vp_local, vocab_begin, dloss,
+                                k->loss_scale, cuda_of(k)->stream);
 }
 template <class T16>
 static void cuda_op_rmsnorm_forward(Kernels* k, void* out, float* rstd, const void* inp, const void* weight, int N, int C,
@@ -218,6 +234,9 @@ static void kernels_cuda_set_ops(Kernels* k) {
     k->attention_forward = cuda_op_attention_forward<T16>;
     k->attention_backward = cuda_op_attention_backward<T16>;
     k->crossentropy = cuda_op_crossentropy<T16>;
+    k->crossentropy_tp_max = cuda_op_crossentropy_tp_max<T16>;
+    k->crossentropy_tp_sums = cuda_op_crossentropy_tp_sums<T16>;
+    k->crossentropy_tp_finish = cuda_op_crossentropy_tp_finish<T16>;
     k->gelu_forward = cuda_op_gelu_forward<T16>;
     k->rmsnorm_forward = cuda_op_rmsnorm_forward<T16>;
     k->residual_rmsnorm_forward = cuda_op_residual_rmsnorm_forward<T16>;

@@ -114,7 +114,9 @@ static double partials_bytes(int N, int cols, int min_rows, int max_blocks) {
 
 // A row of wte per token (rows of repeated tokens count as many times: a bound, reached
 // when a micro-batch's tokens are distinct), the T rows of wpe once, out written.
-static void sim_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+// (A vocabulary range: the same bound, its tokens all in this rank's rows.)
+static void sim_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
+                                int vocab_begin, int vocab_end) {
     double e = (double)k->act_bytes, BTC = (double)B * T * C;
     sim_kernel(clk(k), SIM_WORK_VECTOR, BTC, 2 * BTC * e + (wpe ? (double)T * C * e : 0) + (double)B * T * 4);
 }
@@ -124,7 +126,7 @@ static void sim_encoder_forward(Kernels* k, void* out, const int* inp, const voi
 // over ids and positions: the emulator's count; CUB makes one per 8 key bits) and read
 // back sorted.
 static void sim_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
-                                 int accumulate) {
+                                 int vocab_begin, int vocab_end, int accumulate) {
     double e = (double)k->act_bytes, BTC = (double)B * T * C, TC = (double)T * C, BT = (double)B * T;
     double bytes = dwpe ? (models_cuda(k) ? 2 : 1) * BTC * e + 2 * BTC * e + TC * e * (accumulate ? 2 : 1) : 3 * BTC * e;
     if (models_cuda(k)) bytes += BT * 4 * (1 + 4 + 2);
@@ -230,6 +232,22 @@ static void sim_crossentropy(Kernels* k, void* logits, float* losses, const int*
     double e = (double)k->act_bytes, NV = (double)N * Vp;
     sim_kernel(clk(k), SIM_WORK_VECTOR, 5 * NV, (dloss != 0.0f ? 2 : 1) * NV * e + 8.0 * N);
 }
+// The vocab-parallel phases, one pass over this rank's logits each (finish: a second, the
+// dlogits written, when it has a gradient to write) and their fp32 row vectors.
+static void sim_crossentropy_tp_max(Kernels* k, float* row_max, const void* logits, int N, int V_local, int Vp_local) {
+    double e = (double)k->act_bytes, NV = (double)N * Vp_local;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, NV, NV * e + 4.0 * N);
+}
+static void sim_crossentropy_tp_sums(Kernels* k, float* sums, const void* logits, const float* row_max, const int* targets,
+                                     int N, int V_local, int Vp_local, int vocab_begin) {
+    double e = (double)k->act_bytes, NV = (double)N * Vp_local;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 3 * NV, NV * e + 16.0 * N);
+}
+static void sim_crossentropy_tp_finish(Kernels* k, void* logits, float* losses, const float* row_max, const float* sums,
+                                       const int* targets, int N, int V_local, int Vp_local, int vocab_begin, float dloss) {
+    double e = (double)k->act_bytes, NV = dloss != 0.0f ? (double)N * Vp_local : 0.0;
+    sim_kernel(clk(k), SIM_WORK_VECTOR, 3 * NV, 2 * NV * e + 20.0 * N);
+}
 static void sim_gelu_forward(Kernels* k, void* out, const void* inp, size_t n) {
     sim_kernel(clk(k), SIM_WORK_VECTOR, 10.0 * (double)n, 2.0 * (double)n * k->act_bytes);
 }
@@ -301,6 +319,9 @@ void kernels_sim_init(Kernels* k, SimClock* clock, int padded_vocab, size_t act_
     k->attention_forward = sim_attention_forward;
     k->attention_backward = sim_attention_backward;
     k->crossentropy = sim_crossentropy;
+    k->crossentropy_tp_max = sim_crossentropy_tp_max;
+    k->crossentropy_tp_sums = sim_crossentropy_tp_sums;
+    k->crossentropy_tp_finish = sim_crossentropy_tp_finish;
     k->gelu_forward = sim_gelu_forward;
     k->rmsnorm_forward = sim_rmsnorm_forward;
     k->residual_rmsnorm_forward = sim_residual_rmsnorm_forward;

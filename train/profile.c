@@ -51,9 +51,10 @@ static void tee_count(StepProfile* p, double before) {
         tee_count(p, before);                                                                                    \
         p->inner.fn(k, __VA_ARGS__);                                                                             \
     }
-TEE(encoder_forward, (void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C), out, inp, wte, wpe, B, T, C)
-TEE(encoder_backward, (void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C, int accumulate), dwte, dwpe,
-    dout, inp, B, T, C, accumulate)
+TEE(encoder_forward, (void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C, int vocab_begin,
+    int vocab_end), out, inp, wte, wpe, B, T, C, vocab_begin, vocab_end)
+TEE(encoder_backward, (void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C, int vocab_begin,
+    int vocab_end, int accumulate), dwte, dwpe, dout, inp, B, T, C, vocab_begin, vocab_end, accumulate)
 TEE(layernorm_forward, (void* out, float* mean, float* rstd, const void* inp, const void* weight, const void* bias, int N, int C,
     float eps), out, mean, rstd, inp, weight, bias, N, C, eps)
 TEE(residual_layernorm_forward, (void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,

@@ -107,17 +107,18 @@ static void audit_call(const char* op, const char* shape, Sim sim, Real real) {
 
 // ---- the kernel table
 
-static void audit_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+static void audit_encoder_forward(Kernels* k, void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
+                                  int vb, int ve) {
     AUDIT_SHAPE("B=%d T=%d C=%d", B, T, C);
-    audit_call("encoder_forward", shape, [&] { g_audit->sim.encoder_forward(&g_audit->sim, out, inp, wte, wpe, B, T, C); },
-               [&] { g_audit->inner.encoder_forward(k, out, inp, wte, wpe, B, T, C); });
+    audit_call("encoder_forward", shape, [&] { g_audit->sim.encoder_forward(&g_audit->sim, out, inp, wte, wpe, B, T, C, vb, ve); },
+               [&] { g_audit->inner.encoder_forward(k, out, inp, wte, wpe, B, T, C, vb, ve); });
 }
 static void audit_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
-                                   int accumulate) {
+                                   int vb, int ve, int accumulate) {
     AUDIT_SHAPE("B=%d T=%d C=%d acc=%d", B, T, C, accumulate);
     audit_call("encoder_backward", shape,
-               [&] { g_audit->sim.encoder_backward(&g_audit->sim, dwte, dwpe, dout, inp, B, T, C, accumulate); },
-               [&] { g_audit->inner.encoder_backward(k, dwte, dwpe, dout, inp, B, T, C, accumulate); });
+               [&] { g_audit->sim.encoder_backward(&g_audit->sim, dwte, dwpe, dout, inp, B, T, C, vb, ve, accumulate); },
+               [&] { g_audit->inner.encoder_backward(k, dwte, dwpe, dout, inp, B, T, C, vb, ve, accumulate); });
 }
 static void audit_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp, const void* weight,
                                     const void* bias, int N, int C, float eps) {

@@ -24,6 +24,7 @@
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cpu_kernels_llama.h"
+#include "kernels/kernels.h"
 
 // ----------------------------------------------------------------------------
 // Tolerances
@@ -446,7 +447,7 @@ static void test_encoder(int B, int T, int C, int vocab) {
     float* wte = frand(nwte, 1.0, 0.0);
     float* wpe = frand(nwpe, 1.0, 0.0);
     float* out = falloc(N * C);
-    encoder_forward(out, inp, wte, wpe, B, T, C);
+    encoder_forward(out, inp, wte, wpe, B, T, C, 0, vocab);
     double *wte_d = to_double(wte, nwte), *wpe_d = to_double(wpe, nwpe), *out_ref = dalloc(N * C);
     ref_encoder_forward(out_ref, inp, wte_d, wpe_d, B, T, C);
     snprintf(name, sizeof name, "encoder_forward %s matches reference", tag);
@@ -457,11 +458,11 @@ static void test_encoder(int B, int T, int C, int vocab) {
     double *dwte_ref = dalloc(nwte), *dwpe_ref = dalloc(nwpe);
     ref_encoder_backward(dwte_ref, dwpe_ref, R_d, inp, B, T, C);
     float *dwte = falloc(nwte), *dwpe = falloc(nwpe), *dwte2 = falloc(nwte), *dwpe2 = falloc(nwpe);
-    encoder_backward(dwte, dwpe, R, inp, B, T, C);
-    encoder_backward(dwte2, dwpe2, R, inp, B, T, C);
+    encoder_backward(dwte, dwpe, R, inp, B, T, C, 0, vocab);
+    encoder_backward(dwte2, dwpe2, R, inp, B, T, C, 0, vocab);
     float *g0te = grad_start(dwte_ref, nwte), *g0pe = grad_start(dwpe_ref, nwpe);
     float *accte = fcopy(g0te, nwte), *accpe = fcopy(g0pe, nwpe);
-    encoder_backward(accte, accpe, R, inp, B, T, C);
+    encoder_backward(accte, accpe, R, inp, B, T, C, 0, vocab);
     snprintf(name, sizeof name, "encoder_backward %s dwte (repeated token ids)", tag);
     check_grad(name, dwte, dwte2, g0te, accte, dwte_ref, nwte);
     snprintf(name, sizeof name, "encoder_backward %s dwpe", tag);
@@ -476,6 +477,86 @@ static void test_encoder(int B, int T, int C, int vocab) {
     free(ctx.out); free(inp); free(wte); free(wpe); free(out); free(wte_d); free(wpe_d);
     free(out_ref); free(R); free(R_d); free(dwte_ref); free(dwpe_ref); free(dwte); free(dwpe);
     free(dwte2); free(dwpe2); free(g0te); free(g0pe); free(accte); free(accpe);
+}
+
+// The vocabulary range of a tensor-parallel rank (kernels.h), through the cpu table. With the
+// whole range (0, Vp) the kernels do the arithmetic they did before the range existed, written
+// out below in float in the same order: bitwise equal. Split over tp ranks (wpe given to the
+// first only, the one rank of the group that adds it), the partial embeddings summed over the
+// ranks are the full embedding, and each rank's dwte slice (accumulated onto a random start)
+// is its rows of the full dwte, bitwise: each sum has one nonzero term, each dwte row the same
+// additions in the same order. Tokens sit at the ranges' edges, and with V < Vp the last range
+// of tp = 4 holds no token at all (its slice must come back as it went in).
+static void test_encoder_vocab_split(int B, int T, int C, int V, int Vp, int with_wpe) {
+    char tag[96], name[256];
+    snprintf(tag, sizeof tag, "B=%d T=%d C=%d V=%d Vp=%d%s", B, T, C, V, Vp, with_wpe ? "" : " no wpe");
+    Kernels k;
+    kernels_cpu_init(&k, Vp);
+    const int N = B * T;
+    const size_t NC = (size_t)N * C, nwte = (size_t)Vp * C, nwpe = (size_t)T * C;
+    int* inp = xcalloc(N, sizeof(int));
+    for (int n = 0; n < N; n++) inp[n] = rng_int(V);
+    const int edges[] = {0, Vp / 4 - 1, Vp / 4, Vp / 2 - 1, Vp / 2, V - 1};
+    for (int e = 0; e < 6 && e < N; e++) inp[e] = edges[e] < V ? edges[e] : V - 1;
+    inp[N - 1] = inp[0];  // a repeated token
+    float *wte = frand(nwte, 1.0, 0.0), *wpe = with_wpe ? frand(nwpe, 1.0, 0.0) : NULL;
+    float *out = falloc(NC), *old = falloc(NC), *part = falloc(NC), *sum = falloc(NC);
+
+    kernel_encoder_forward(&k, out, inp, wte, wpe, B, T, C, 0, Vp);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++)
+            old[(size_t)n * C + c] = wte[(size_t)inp[n] * C + c] + (wpe ? wpe[(size_t)(n % T) * C + c] : 0.0f);
+    snprintf(name, sizeof name, "encoder_forward %s range (0, Vp) bitwise as before", tag);
+    check_bitwise(name, out, old, NC);
+
+    float *dout = frand(NC, 1.0, 0.0), *g0te = frand(nwte, 1.0, 0.0), *g0pe = frand(nwpe, 1.0, 0.0);
+    float *dwte = fcopy(g0te, nwte), *dwpe = fcopy(g0pe, nwpe), *old_te = fcopy(g0te, nwte), *old_pe = fcopy(g0pe, nwpe);
+    kernel_encoder_backward(&k, dwte, with_wpe ? dwpe : NULL, dout, inp, B, T, C, 0, Vp, 1);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) old_te[(size_t)inp[n] * C + c] += dout[(size_t)n * C + c];
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < C; c++) {
+            float acc = 0.0f;
+            for (int b = 0; b < B; b++) acc += dout[((size_t)b * T + t) * C + c];
+            old_pe[(size_t)t * C + c] += acc;
+        }
+    snprintf(name, sizeof name, "encoder_backward %s range (0, Vp) dwte bitwise as before", tag);
+    check_bitwise(name, dwte, old_te, nwte);
+    if (with_wpe) {
+        snprintf(name, sizeof name, "encoder_backward %s range (0, Vp) dwpe bitwise as before", tag);
+        check_bitwise(name, dwpe, old_pe, nwpe);
+    }
+
+    for (int tp = 2; tp <= 4; tp += 2) {
+        const int rows = Vp / tp;
+        for (int t = 0; t < tp; t++) {
+            const int vb = t * rows;
+            kernel_encoder_forward(&k, part, inp, wte + (size_t)vb * C, t == 0 ? wpe : NULL, B, T, C, vb, vb + rows);
+            if (t == 0) memcpy(sum, part, NC * sizeof(float));
+            else for (size_t i = 0; i < NC; i++) sum[i] += part[i];
+        }
+        snprintf(name, sizeof name, "encoder_forward %s tp=%d: the partial embeddings sum to the full one", tag, tp);
+        check_bitwise(name, sum, out, NC);
+
+        int slices_ok = 1, bad_rank = -1;
+        for (int t = 0; t < tp && slices_ok; t++) {
+            const int vb = t * rows;
+            float* slice = fcopy(g0te + (size_t)vb * C, (size_t)rows * C);
+            float* pe = t == 0 && with_wpe ? fcopy(g0pe, nwpe) : NULL;
+            kernel_encoder_backward(&k, slice, pe, dout, inp, B, T, C, vb, vb + rows, 1);
+            if (memcmp(slice, dwte + (size_t)vb * C, (size_t)rows * C * sizeof(float)) != 0) { slices_ok = 0; bad_rank = t; }
+            if (pe) {
+                snprintf(name, sizeof name, "encoder_backward %s tp=%d: rank 0's dwpe is the full dwpe", tag, tp);
+                check_bitwise(name, pe, dwpe, nwpe);
+            }
+            free(slice);
+            free(pe);
+        }
+        snprintf(name, sizeof name, "encoder_backward %s tp=%d: the dwte slices are the full dwte's rows", tag, tp);
+        report(slices_ok, name, "rank %d's slice differs", bad_rank);
+    }
+    free(inp); free(wte); free(wpe); free(out); free(old); free(part); free(sum); free(dout); free(g0te); free(g0pe);
+    free(dwte); free(dwpe); free(old_te); free(old_pe);
 }
 
 // ----------------------------------------------------------------------------
@@ -1018,6 +1099,103 @@ static void test_crossentropy(int N, int V, int Vp, double amp, int fd) {
     free(losses); free(tr); free(tr2); free(losses2); free(g);
 }
 
+// The vocab-parallel cross-entropy (kernels.h: crossentropy_tp_*) through the cpu table, each
+// rank of a tp group played in turn on its columns of the logits, the group's reductions done
+// here (the max, then the sums in rank order): every rank's losses equal the fused kernel's
+// within 1e-6 relative (the sum of exps is added in another order), the dlogits concatenated
+// equal its dlogits within 1e-6 of their largest magnitude and each element's 1e-6, padding
+// columns exactly 0; tp = 1 is bitwise the fused kernel. dloss = 0 leaves the logits alone.
+// The padding holds NaN and 1e30 that must not leak in; with V < Vp some rank has padding,
+// and where V <= (tp - 1) Vp / tp the last rank has no real column at all (its max -inf).
+static int local_vocab(int V, int vb, int Vl) { return V - vb < 0 ? 0 : V - vb > Vl ? Vl : V - vb; }
+
+static void test_crossentropy_vocab_split(int N, int V, int Vp, double amp, int tp) {
+    char tag[96], name[256];
+    snprintf(tag, sizeof tag, "N=%d V=%d Vp=%d tp=%d", N, V, Vp, tp);
+    Kernels k;
+    kernels_cpu_init(&k, Vp);
+    const size_t NV = (size_t)N * Vp;
+    const int Vl = Vp / tp;
+    float* logits = frand(NV, amp, 0.0);
+    for (int i = 0; i < N; i++)
+        for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = (j % 2) ? NAN : 1e30f;
+    for (int j = 0; j < V; j++) logits[(size_t)(N / 2) * Vp + j] += 1000.0f;  // exp would overflow without the max
+    int* targets = xcalloc(N, sizeof(int));
+    for (int i = 0; i < N; i++) targets[i] = rng_int(V);
+    targets[0] = V - 1;
+    targets[N - 1] = 0;
+    if (N > 2 && Vl < V) targets[1] = Vl;  // the first column of rank 1
+    const float dloss = 1.0f / (float)N;
+    float *full = fcopy(logits, NV), *losses_full = falloc(N);
+    kernel_crossentropy(&k, full, losses_full, targets, N, V, Vp, dloss);
+
+    float **part = xcalloc(tp, sizeof(float*)), **losses = xcalloc(tp, sizeof(float*));
+    float *row_max = falloc(N), *rm = falloc(N), *sums = falloc(2 * (size_t)N), *s = falloc(2 * (size_t)N);
+    for (int i = 0; i < N; i++) row_max[i] = -INFINITY;
+    int empty_rank_ok = 1;
+    for (int t = 0; t < tp; t++) {
+        const int vb = t * Vl, V_local = local_vocab(V, vb, Vl);
+        part[t] = falloc((size_t)N * Vl);
+        losses[t] = falloc(N);
+        for (int i = 0; i < N; i++) memcpy(part[t] + (size_t)i * Vl, logits + (size_t)i * Vp + vb, Vl * sizeof(float));
+        kernel_crossentropy_tp_max(&k, rm, part[t], N, V_local, Vl);
+        for (int i = 0; i < N; i++) {
+            if (rm[i] > row_max[i]) row_max[i] = rm[i];
+            if (V_local == 0 && rm[i] != -INFINITY) empty_rank_ok = 0;
+        }
+    }
+    if (V <= (tp - 1) * Vl) {
+        snprintf(name, sizeof name, "crossentropy_tp %s: a rank with no real column has max -inf", tag);
+        report(empty_rank_ok, name, "a finite max");
+    }
+    for (int t = 0; t < tp; t++) {
+        const int vb = t * Vl;
+        kernel_crossentropy_tp_sums(&k, s, part[t], row_max, targets, N, local_vocab(V, vb, Vl), Vl, vb);
+        for (int i = 0; i < 2 * N; i++) sums[i] = t == 0 ? s[i] : sums[i] + s[i];
+    }
+    // Evaluation first: the logits stay, the losses are those of the training call below.
+    float* ev = fcopy(part[0], (size_t)N * Vl);
+    kernel_crossentropy_tp_finish(&k, ev, losses[0], row_max, sums, targets, N, local_vocab(V, 0, Vl), Vl, 0, 0.0f);
+    snprintf(name, sizeof name, "crossentropy_tp %s dloss=0 leaves the logits untouched", tag);
+    check_bitwise(name, ev, part[0], (size_t)N * Vl);
+    float* ev_losses = fcopy(losses[0], N);
+
+    float* cat = falloc(NV);
+    int pad_zero = 1, same_losses = 1;
+    for (int t = 0; t < tp; t++) {
+        const int vb = t * Vl, V_local = local_vocab(V, vb, Vl);
+        kernel_crossentropy_tp_finish(&k, part[t], losses[t], row_max, sums, targets, N, V_local, Vl, vb, dloss);
+        for (int i = 0; i < N; i++) {
+            memcpy(cat + (size_t)i * Vp + vb, part[t] + (size_t)i * Vl, Vl * sizeof(float));
+            for (int j = V_local; j < Vl; j++) pad_zero &= part[t][(size_t)i * Vl + j] == 0.0f;
+        }
+        same_losses &= memcmp(losses[t], losses[0], N * sizeof(float)) == 0;
+    }
+    snprintf(name, sizeof name, "crossentropy_tp %s every rank has the same losses", tag);
+    report(same_losses, name, "the ranks' losses differ");
+    snprintf(name, sizeof name, "crossentropy_tp %s dloss=0 gives the same losses", tag);
+    check_bitwise(name, ev_losses, losses[0], N);
+    snprintf(name, sizeof name, "crossentropy_tp %s padding columns get zero gradient", tag);
+    report(pad_zero, name, "a padding column is not 0");
+    if (tp == 1) {
+        snprintf(name, sizeof name, "crossentropy_tp %s losses bitwise the fused kernel's", tag);
+        check_bitwise(name, losses[0], losses_full, N);
+        snprintf(name, sizeof name, "crossentropy_tp %s dlogits bitwise the fused kernel's", tag);
+        check_bitwise(name, cat, full, NV);
+    } else {
+        double *lf = to_double(losses_full, N), *df = to_double(full, NV);
+        snprintf(name, sizeof name, "crossentropy_tp %s losses match the fused kernel's", tag);
+        check_close_fd(name, losses[0], lf, N, 1e-6, 1e-6);
+        snprintf(name, sizeof name, "crossentropy_tp %s dlogits match the fused kernel's", tag);
+        check_close_fd(name, cat, df, NV, 1e-6, 1e-6);
+        free(lf);
+        free(df);
+    }
+    for (int t = 0; t < tp; t++) { free(part[t]); free(losses[t]); }
+    free(part); free(losses); free(logits); free(targets); free(full); free(losses_full); free(row_max); free(rm);
+    free(sums); free(s); free(ev); free(ev_losses); free(cat);
+}
+
 // ----------------------------------------------------------------------------
 // AdamW, sum of squares
 
@@ -1165,6 +1343,9 @@ int main(void) {
 
     test_encoder(2, 7, 12, 5);
     test_encoder(2, 5, 150, 4);  // C above the column tile width (64), ragged last tile
+    test_encoder_vocab_split(2, 7, 12, 13, 16, 1);
+    test_encoder_vocab_split(2, 5, 150, 13, 16, 1);  // C above the column tile width
+    test_encoder_vocab_split(3, 4, 12, 16, 16, 0);   // no wpe (Llama), V == Vp
 
     test_layernorm(13, 12, 1e-5f);
     test_layernorm(5, 150, 1e-5f);
@@ -1207,6 +1388,12 @@ int main(void) {
     test_crossentropy(13, 11, 16, 3.0, 1);
     test_crossentropy(3, 1000, 1024, 5.0, 1);
     test_crossentropy(4, 11, 11, 1.0, 1);  // V == Vp
+    // Vocab-parallel: V = 11 of 16 (tp = 4: the last rank has no real column, the third 3 of
+    // its 4); V = 40 of 48 (tp = 3, 4); V = 1000 of 1024; V == Vp.
+    for (int tp = 1; tp <= 4; tp *= 2) test_crossentropy_vocab_split(13, 11, 16, 3.0, tp);
+    for (int tp = 1; tp <= 4; tp++) test_crossentropy_vocab_split(5, 40, 48, 3.0, tp);
+    for (int tp = 2; tp <= 4; tp *= 2) test_crossentropy_vocab_split(3, 1000, 1024, 5.0, tp);
+    test_crossentropy_vocab_split(4, 12, 12, 1.0, 2);
 
     test_adamw();
     test_sum_squares();

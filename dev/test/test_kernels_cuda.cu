@@ -307,8 +307,8 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
 
     // Forward: one fp32 add, then round: exactly bf16 of the CPU's fp32 result.
     std::vector<float> ref((size_t)N * C);
-    encoder_forward(ref.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
-    encoder_forward_cuda(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
+    encoder_forward(ref.data(), inp.data(), wte.data(), wpe.data(), B, T, C, 0, V);
+    encoder_forward_cuda(d_out, d_inp, d_wte, d_wpe, B, T, C, 0, V, 0);
     snprintf(name, sizeof name, "encoder_forward B=%d T=%d C=%d V=%d", B, T, C, V);
     check16_exact(name, dev_download(d_out, (size_t)N * C), ref);
 
@@ -317,13 +317,13 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
     std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f);
     std::vector<float> dwte0 = rand16<T16>(rng, (size_t)V * C, 0.1f), dwpe0 = rand16<T16>(rng, (size_t)T * C, 0.1f);
     std::vector<float> dwte = dwte0, dwpe = dwpe0;
-    encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C, 0, V);
     T16* d_dout = dev_upload(to16<T16>(dout));
     T16* d_dwte = dev_upload(to16<T16>(dwte0));
     T16* d_dwpe = dev_upload(to16<T16>(dwpe0));
     const size_t sbytes = encoder_backward_scratch_bytes(B, T, V);
     void* scratch = dev_scratch(sbytes);
-    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 1, 0);
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0, V, 1, 0);
     std::vector<T16> g_dwte = dev_download(d_dwte, (size_t)V * C), g_dwpe = dev_download(d_dwpe, (size_t)T * C);
     snprintf(name, sizeof name, "encoder_backward dwte B=%d T=%d C=%d V=%d%s", B, T, C, V, one_token ? " (one token id)" : "");
     check16_exact(name, g_dwte, dwte);
@@ -332,7 +332,7 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
     // Determinism: again from the same state.
     dev_set(d_dwte, to16<T16>(dwte0));
     dev_set(d_dwpe, to16<T16>(dwpe0));
-    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 1, 0);
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0, V, 1, 0);
     snprintf(name, sizeof name, "encoder_backward deterministic B=%d T=%d C=%d V=%d", B, T, C, V);
     std::vector<T16> both1 = g_dwte, both2 = dev_download(d_dwte, (size_t)V * C);
     both1.insert(both1.end(), g_dwpe.begin(), g_dwpe.end());
@@ -341,10 +341,10 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
     check_bitwise(name, both1, both2);
     // accumulate 0: dwpe overwritten, never read (NaN there must not show); dwte still added to.
     std::vector<float> dwte_o = dwte0, dwpe_o((size_t)T * C, 0.0f);
-    encoder_backward(dwte_o.data(), dwpe_o.data(), dout.data(), inp.data(), B, T, C);
+    encoder_backward(dwte_o.data(), dwpe_o.data(), dout.data(), inp.data(), B, T, C, 0, V);
     dev_set(d_dwte, to16<T16>(dwte0));
     dev_set(d_dwpe, to16<T16>(std::vector<float>((size_t)T * C, NAN)));
-    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0, 0);
+    encoder_backward_cuda(d_dwte, d_dwpe, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0, V, 0, 0);
     snprintf(name, sizeof name, "encoder_backward overwrite: dwte added to B=%d T=%d C=%d V=%d", B, T, C, V);
     check16_exact(name, dev_download(d_dwte, (size_t)V * C), dwte_o);
     snprintf(name, sizeof name, "encoder_backward overwrite: dwpe over NaN B=%d T=%d C=%d", B, T, C);
@@ -352,6 +352,70 @@ static void test_encoder(Rng& rng, int B, int T, int C, int V, bool one_token) {
 
     cudaFree(d_inp); cudaFree(d_wte); cudaFree(d_wpe); cudaFree(d_out); cudaFree(d_dout);
     cudaFree(d_dwte); cudaFree(d_dwpe); cudaFree(scratch);
+}
+
+// The embedding over a tensor-parallel rank's vocabulary range, against the CPU twin with the
+// same range (itself checked in test_kernels_cpu: the whole range is the arithmetic of before,
+// the ranges' partial embeddings sum to the full one). test_encoder above runs the whole range.
+// Each rank's forward reads its slice of one wte (wpe: rank 0 only); each rank's backward adds
+// into its slice of one dwte (dwpe: rank 0), so every row is added to by one rank: bitwise
+// T16(cpu), and a rank writing outside its slice shows as a row added to twice. V < Vp: the
+// last rank of tp = 4 has no token.
+template <class T16>
+static void test_encoder_vocab_split(int B, int T, int C, int V, int Vp, bool with_wpe) {
+    const DtypeScope<T16> dtype;
+    Rng rng(4242);  // its own inputs: the other tests' random stream stays as it was
+    char name[200];
+    const int N = B * T;
+    std::vector<int> inp(N);
+    for (int n = 0; n < N; n++) inp[n] = rng.below(V);
+    inp[0] = Vp / 4 - 1;
+    inp[1] = Vp / 4;
+    std::vector<float> wte = rand16<T16>(rng, (size_t)Vp * C, 0.5f), wpe = rand16<T16>(rng, (size_t)T * C, 0.5f);
+    std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f);
+    std::vector<float> dwte0 = rand16<T16>(rng, (size_t)Vp * C, 0.1f), dwpe0 = rand16<T16>(rng, (size_t)T * C, 0.1f);
+    int* d_inp = dev_upload(inp);
+    T16* d_wte = dev_upload(to16<T16>(wte));
+    T16* d_wpe = dev_upload(to16<T16>(wpe));
+    T16* d_dout = dev_upload(to16<T16>(dout));
+    T16* d_dwte = dev_alloc<T16>((size_t)Vp * C);
+    T16* d_dwpe = dev_alloc<T16>((size_t)T * C);
+    T16* d_out = dev_alloc<T16>((size_t)N * C);
+    const size_t sbytes = encoder_backward_scratch_bytes(B, T, V);
+    void* scratch = dev_scratch(sbytes);
+    for (int tp = 2; tp <= 4; tp += 2) {
+        const int rows = Vp / tp;
+        std::vector<float> ref, part((size_t)N * C), dwte = dwte0, dwpe = dwpe0;
+        std::vector<T16> got;
+        dev_set(d_dwte, to16<T16>(dwte0));
+        dev_set(d_dwpe, to16<T16>(dwpe0));
+        for (int t = 0; t < tp; t++) {
+            const int vb = t * rows;
+            const bool pos = with_wpe && t == 0;
+            encoder_forward(part.data(), inp.data(), wte.data() + (size_t)vb * C, pos ? wpe.data() : NULL, B, T, C, vb,
+                            vb + rows);
+            encoder_forward_cuda(d_out, d_inp, d_wte + (size_t)vb * C, pos ? d_wpe : NULL, B, T, C, vb, vb + rows, 0);
+            ref.insert(ref.end(), part.begin(), part.end());
+            std::vector<T16> g = dev_download(d_out, (size_t)N * C);
+            got.insert(got.end(), g.begin(), g.end());
+            encoder_backward(dwte.data() + (size_t)vb * C, pos ? dwpe.data() : NULL, dout.data(), inp.data(), B, T, C, vb,
+                             vb + rows);
+            encoder_backward_cuda(d_dwte + (size_t)vb * C, pos ? d_dwpe : NULL, scratch, sbytes, d_dout, d_inp, B, T, C, V, vb,
+                                  vb + rows, 1, 0);
+        }
+        snprintf(name, sizeof name, "encoder_forward tp=%d vocabulary ranges%s B=%d T=%d C=%d V=%d Vp=%d", tp,
+                 with_wpe ? "" : " without wpe", B, T, C, V, Vp);
+        check16_exact(name, got, ref);
+        snprintf(name, sizeof name, "encoder_backward tp=%d vocabulary ranges: dwte slices%s B=%d T=%d C=%d V=%d Vp=%d", tp,
+                 with_wpe ? "" : " without wpe", B, T, C, V, Vp);
+        check16_exact(name, dev_download(d_dwte, (size_t)Vp * C), dwte);
+        if (with_wpe) {
+            snprintf(name, sizeof name, "encoder_backward tp=%d vocabulary ranges: rank 0's dwpe B=%d T=%d C=%d", tp, B, T, C);
+            check16_exact(name, dev_download(d_dwpe, (size_t)T * C), dwpe);
+        }
+    }
+    cudaFree(d_inp); cudaFree(d_wte); cudaFree(d_wpe); cudaFree(d_dout); cudaFree(d_dwte); cudaFree(d_dwpe);
+    cudaFree(d_out); cudaFree(scratch);
 }
 
 // ----------------------------------------------------------------------------
@@ -630,6 +694,105 @@ static void test_crossentropy_bad_target(Rng& rng) {
     report(isnan(l[0]) && isnan(l[1]), "crossentropy target outside [0, V) gives a NaN loss",
            "losses %g %g", (double)l[0], (double)l[1]);
     cudaFree(d_logits); cudaFree(d_targets); cudaFree(d_losses);
+}
+
+// The vocab-parallel cross-entropy's three phases against their CPU twins, each rank of a tp
+// group in turn on its columns (Vp / tp of them, the first V_local real), the group's
+// reductions done on the host from the CPU's results so that both sides see the same inputs at
+// every phase: the maxima bitwise (the same values compared), the sums and losses within the
+// fp32 statistics' tolerance (sums in another order, expf vs fast_expf), the dlogits within the
+// storage type's, padding +0; dloss = 0 leaves the logits alone; dloss_scale 1024 gives 1024 x
+// the CPU's dlogits. V < Vp: a rank with padding, and with tp = 4 one with no real column.
+template <class T16>
+static void test_crossentropy_vocab_split(int N, int V, int Vp, int tp) {
+    const DtypeScope<T16> dtype;
+    Rng rng(1717);  // its own inputs: the other tests' random stream stays as it was
+    char name[200], tag[80];
+    snprintf(tag, sizeof tag, "N=%d V=%d Vp=%d tp=%d", N, V, Vp, tp);
+    const int Vl = Vp / tp;
+    std::vector<float> logits = rand16<T16>(rng, (size_t)N * Vp, 2.0f);
+    for (int i = 0; i < N; i++)  // padded columns hold junk that must be ignored
+        for (int j = V; j < Vp; j++) logits[(size_t)i * Vp + j] = 100.0f;
+    std::vector<int> targets(N);
+    for (int i = 0; i < N; i++) targets[i] = rng.below(V);
+    targets[0] = V - 1;
+    const float dloss = 1.0f / (float)N;
+    auto local_vocab = [&](int vb) { return V - vb < 0 ? 0 : V - vb > Vl ? Vl : V - vb; };
+    std::vector<std::vector<float>> part(tp);
+    std::vector<float> row_max(N, -INFINITY), sums(2 * (size_t)N, 0.0f), rm(N), s(2 * (size_t)N);
+    std::vector<float> got_max, want_max;
+    for (int t = 0; t < tp; t++) {
+        part[t].resize((size_t)N * Vl);
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < Vl; j++) part[t][(size_t)i * Vl + j] = logits[(size_t)i * Vp + t * Vl + j];
+        crossentropy_tp_max(rm.data(), part[t].data(), N, local_vocab(t * Vl), Vl);
+        for (int i = 0; i < N; i++) row_max[i] = fmaxf(row_max[i], rm[i]);
+        want_max.insert(want_max.end(), rm.begin(), rm.end());
+    }
+    std::vector<float> got_sums, want_sums;
+    for (int t = 0; t < tp; t++) {
+        crossentropy_tp_sums(s.data(), part[t].data(), row_max.data(), targets.data(), N, local_vocab(t * Vl), Vl, t * Vl);
+        for (size_t i = 0; i < s.size(); i++) sums[i] += s[i];
+        want_sums.insert(want_sums.end(), s.begin(), s.end());
+    }
+    int* d_targets = dev_upload(targets);
+    float* d_row_max = dev_upload(row_max);
+    float* d_sums = dev_upload(sums);
+    float* d_out = dev_alloc<float>(2 * (size_t)N);
+    float* d_losses = dev_alloc<float>(N);
+    float* d_scale = dev_upload(std::vector<float>{1024.0f});
+    T16* d_part = dev_alloc<T16>((size_t)N * Vl);
+    std::vector<float> got_losses, want_losses, want_dlogits, want_scaled;
+    std::vector<T16> got_dlogits, got_scaled;
+    bool untouched = true, pad_zero = true;
+    for (int t = 0; t < tp; t++) {
+        const int vb = t * Vl, V_local = local_vocab(vb);
+        const std::vector<T16> p16 = to16<T16>(part[t]);
+        dev_set(d_part, p16);
+        crossentropy_tp_max_cuda(d_out, d_part, N, V_local, Vl, 0);
+        std::vector<float> g = dev_download(d_out, N);
+        got_max.insert(got_max.end(), g.begin(), g.end());
+        crossentropy_tp_sums_cuda(d_out, d_part, d_row_max, d_targets, N, V_local, Vl, vb, 0);
+        g = dev_download(d_out, 2 * (size_t)N);
+        got_sums.insert(got_sums.end(), g.begin(), g.end());
+        // dloss = 0: losses only.
+        crossentropy_tp_finish_cuda(d_part, d_losses, d_row_max, d_sums, d_targets, N, V_local, Vl, vb, 0.0f, NULL, 0);
+        const std::vector<T16> after = dev_download(d_part, (size_t)N * Vl);
+        for (size_t i = 0; i < after.size(); i++) untouched = untouched && bits_of(after[i]) == bits_of(p16[i]);
+        std::vector<float> ref = part[t], losses(N);
+        crossentropy_tp_finish(ref.data(), losses.data(), row_max.data(), sums.data(), targets.data(), N, V_local, Vl, vb,
+                               dloss);
+        want_losses.insert(want_losses.end(), losses.begin(), losses.end());
+        g = dev_download(d_losses, N);
+        got_losses.insert(got_losses.end(), g.begin(), g.end());
+        want_dlogits.insert(want_dlogits.end(), ref.begin(), ref.end());
+        crossentropy_tp_finish_cuda(d_part, d_losses, d_row_max, d_sums, d_targets, N, V_local, Vl, vb, dloss, NULL, 0);
+        std::vector<T16> d = dev_download(d_part, (size_t)N * Vl);
+        for (int i = 0; i < N; i++)
+            for (int j = V_local; j < Vl; j++) pad_zero = pad_zero && bits_of(d[(size_t)i * Vl + j]) == 0;
+        got_dlogits.insert(got_dlogits.end(), d.begin(), d.end());
+        dev_set(d_part, p16);
+        crossentropy_tp_finish_cuda(d_part, d_losses, d_row_max, d_sums, d_targets, N, V_local, Vl, vb, dloss, d_scale, 0);
+        d = dev_download(d_part, (size_t)N * Vl);
+        got_scaled.insert(got_scaled.end(), d.begin(), d.end());
+        for (float v : ref) want_scaled.push_back(v * 1024.0f);
+    }
+    snprintf(name, sizeof name, "crossentropy_tp max %s", tag);
+    check_bitwise(name, got_max, want_max);
+    snprintf(name, sizeof name, "crossentropy_tp sums %s", tag);
+    check_close(name, got_sums, want_sums, STAT_TOL_REL, LOSS_TOL_ABS);
+    snprintf(name, sizeof name, "crossentropy_tp losses %s", tag);
+    check_close(name, got_losses, want_losses, STAT_TOL_REL, LOSS_TOL_ABS);
+    snprintf(name, sizeof name, "crossentropy_tp dloss=0 leaves logits untouched %s", tag);
+    report(untouched, name, untouched ? NULL : "the logits changed");
+    snprintf(name, sizeof name, "crossentropy_tp dlogits in place %s", tag);
+    check16(name, got_dlogits, want_dlogits);
+    snprintf(name, sizeof name, "crossentropy_tp padding columns get +0 %s", tag);
+    report(pad_zero, name, pad_zero ? NULL : "a padding column is not +0");
+    snprintf(name, sizeof name, "crossentropy_tp dlogits with dloss_scale 1024 = 1024 x cpu %s", tag);
+    check16(name, got_scaled, want_scaled);
+    cudaFree(d_targets); cudaFree(d_row_max); cudaFree(d_sums); cudaFree(d_out); cudaFree(d_losses); cudaFree(d_scale);
+    cudaFree(d_part);
 }
 
 // ----------------------------------------------------------------------------
@@ -1584,24 +1747,24 @@ static void test_encoder_no_positions(Rng& rng, int B, int T, int C, int V) {
     std::vector<int> inp(N);
     for (int n = 0; n < N; n++) inp[n] = rng.below(V);
     std::vector<float> wte = rand16<T16>(rng, (size_t)V * C, 0.5f), ref((size_t)N * C);
-    encoder_forward(ref.data(), inp.data(), wte.data(), NULL, B, T, C);
+    encoder_forward(ref.data(), inp.data(), wte.data(), NULL, B, T, C, 0, V);
     int* d_inp = dev_upload(inp);
     T16* d_wte = dev_upload(to16<T16>(wte));
     T16* d_out = dev_alloc<T16>((size_t)N * C);
-    encoder_forward_cuda(d_out, d_inp, d_wte, NULL, B, T, C, 0);
+    encoder_forward_cuda(d_out, d_inp, d_wte, NULL, B, T, C, 0, V, 0);
     snprintf(name, sizeof name, "encoder_forward without wpe B=%d T=%d C=%d V=%d", B, T, C, V);
     check16_exact(name, dev_download(d_out, (size_t)N * C), ref);
 
     std::vector<float> dout = rand16<T16>(rng, (size_t)N * C, 1.0f), dwte0 = rand16<T16>(rng, (size_t)V * C, 0.1f);
     std::vector<float> dwte = dwte0;
-    encoder_backward(dwte.data(), NULL, dout.data(), inp.data(), B, T, C);
+    encoder_backward(dwte.data(), NULL, dout.data(), inp.data(), B, T, C, 0, V);
     T16* d_dout = dev_upload(to16<T16>(dout));
     T16* d_dwte = dev_alloc<T16>((size_t)V * C);
     const size_t sbytes = encoder_backward_scratch_bytes(B, T, V);
     void* scratch = dev_scratch(sbytes);
     for (int accumulate = 0; accumulate <= 1; accumulate++) {  // dwte added to either way
         dev_set(d_dwte, to16<T16>(dwte0));
-        encoder_backward_cuda(d_dwte, NULL, scratch, sbytes, d_dout, d_inp, B, T, C, V, accumulate, 0);
+        encoder_backward_cuda(d_dwte, NULL, scratch, sbytes, d_dout, d_inp, B, T, C, V, 0, V, accumulate, 0);
         snprintf(name, sizeof name, "encoder_backward without dwpe (accumulate %d) B=%d T=%d C=%d V=%d", accumulate, B, T,
                  C, V);
         check16_exact(name, dev_download(d_dwte, (size_t)V * C), dwte);
@@ -1878,6 +2041,16 @@ static void test_storage_kernels(Rng& rng) {
     if constexpr (is_bf16<T16>) test_matmul_autotune(rng);
     else test_matmul_untuned<T16>(rng);
     test_matmul_bias_grad<T16>(rng);
+
+    // Tensor parallelism's vocabulary ranges (their own random inputs: last, so nothing above
+    // changes). The embedding: tp = 2 and 4 over Vp = 64 (V = 50: the last range of 4 has no
+    // token), with and without wpe. The cross-entropy: Vp = 64 with V = 37 (tp = 2: a rank
+    // with padding; 4: one with no real column), tp = 1, N = 1, GPT-2-like 1000 of 1024.
+    test_encoder_vocab_split<T16>(3, 37, 24, 50, 64, true);
+    test_encoder_vocab_split<T16>(2, 16, 200, 50, 64, false);
+    for (int tp : {1, 2, 4}) test_crossentropy_vocab_split<T16>(5, 37, 64, tp);
+    test_crossentropy_vocab_split<T16>(1, 64, 64, 2);
+    test_crossentropy_vocab_split<T16>(3, 1000, 1024, 4);
 }
 
 // ----------------------------------------------------------------------------
