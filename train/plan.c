@@ -471,7 +471,7 @@ void plan_print_tp(const PlanRow* rows, int n, const SimProfile* p) {
     for (int i = 0; i < n; i++) {
         const PlanRow* r = &rows[i];
         const double total = r->budget_bytes / gib;
-        printf("  %4d %5d %6d %6d %11ld %8.2f %8.2f %8.2f %8.2f %8.2f %8.3f %8.3f %10.2f %11.0f %5.1f%% %5s\n", r->tp, r->dp,
+        printf("  %4d %5d %6d %6d %11ld %8.4g %8.4g %8.4g %8.4g %8.4g %8.4g %8.4g %10.2f %11.0f %5.1f%% %5s\n", r->tp, r->dp,
                r->shard_size, r->grad_accum, r->tokens_per_step, r->mem_params / gib, r->mem_grads / gib, r->mem_optimizer / gib,
                r->mem_activations / gib, total, r->tp_bytes / 1e9, r->fsdp_bytes / 1e9, r->step_s * 1e3, plan_tokens_per_s(r),
                100.0 * plan_mfu(r), total + (p->fp32 ? 0.0 : 1.0) <= p->mem_gib ? "yes" : "NO");
@@ -794,7 +794,16 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     // the compute-dtype shard and the decay toggles), the FSDP parts x share under TP.
     const FsdpMemory* mm = &m.fsdp->memory;
     const size_t fp32_shard = m.fsdp->total_shard * sizeof(float);
-    const size_t extra = budget.device - mm->shard_state - mm->gathered - mm->full_grads - m.activation_bytes;
+    // The device's own buffers (sim_open's lines in train/device.cuh): under TP its collective
+    // buffers hold the TP rank's share of a unit, its kernel scratch is a TP rank's (attention's
+    // heads / tp, the row kernels' N / tp rows); the workspace and the libraries stay.
+    size_t line_bytes[sizeof(m.dev->device_lines) / sizeof(m.dev->device_lines[0])], extra = 0;
+    for (int i = 0; i < m.dev->n_device_lines; i++) {
+        const char* what = m.dev->device_lines[i].what;
+        const double f = tp == 1 ? 1.0 : !strncmp(what, "collective buffers", 18) ? share : !strncmp(what, "kernel scratch", 14) ? 1.0 / tp : 1.0;
+        line_bytes[i] = (size_t)((double)m.dev->device_lines[i].bytes * f);
+        extra += line_bytes[i];
+    }
     if (mm->host_offload) {  // (TP 1 only) the optimizer's state and the gradient shards on the host
         row->mem_params = mm->shard_state + mm->gathered;
         row->mem_grads = mm->full_grads;
@@ -831,7 +840,7 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
             print_memory_line("grads (shards, full-gradient slots)", row->mem_grads);
             print_memory_line("optimizer (Adam m, v)", row->mem_optimizer);
             print_memory_line("activations", row->mem_activations);
-            for (int i = 0; i < m.dev->n_device_lines; i++) print_memory_line(m.dev->device_lines[i].what, m.dev->device_lines[i].bytes);
+            for (int i = 0; i < m.dev->n_device_lines; i++) print_memory_line(m.dev->device_lines[i].what, line_bytes[i]);
             print_memory_line("total", row->budget_bytes);
         }
     }
