@@ -100,7 +100,11 @@ void print_usage(void) {
 "                               their backward (ZeRO-2 style, more memory, fewer gathers) [1]\n"
 "      --no-grad-sync-until-last   keep unsharded gradients over the micro-steps and reduce-scatter\n"
 "                               only on the last (less communication, more memory)\n"
-"      --shard-group-size S     HSDP: shard within groups of S ranks, replicate across groups [world]\n"
+"      --shard-group-size S     HSDP: shard within groups of S data-parallel ranks, replicate across\n"
+"                               groups [world / --tp]\n"
+"      --tp N                   tensor parallel (Megatron-style, sequence parallel on) over N\n"
+"                               consecutive ranks of one node: world = replicas x shards x N, the\n"
+"                               data-parallel size world / N [1]\n"
 "checkpoints\n"
 "      --ckpt-every N           save a sharded checkpoint every N steps and at the end; 0 = never [0]\n"
 "      --ckpt-dir DIR           where [OUTPUT/ckpt with -o OUTPUT]\n"
@@ -175,6 +179,9 @@ void print_usage(void) {
 "                               still all ranks; --attention picks attention's efficiency), then exit\n"
 "      --plan-world W[,W...]    world sizes to plan, e.g. 8,64,512 (a scaling table when several;\n"
 "                               the first one in detail) [--gpus-per-node: one node]\n"
+"      --plan-tp N[,N...]       one row per TP degree at one world size, e.g. 1,2,4,8 (TP x DP = world;\n"
+"                               a degree that does not divide the world, the node or the model is\n"
+"                               skipped with a note); --plan with --tp N alone plans that run\n"
 "      --sim-device NAME|FILE   a100-40, a100-80, h100, h200, b200, cpu, or a KEY=VALUE profile file\n"
 "                               (README: Planning a run) [h100]\n"
 "      --gpus-per-node N        ranks per node: a group within one node uses NVLink, else the network [8]\n"
@@ -230,7 +237,7 @@ enum {
     OPT_COMM_TIMEOUT, OPT_MAX_BAD_STEPS, OPT_PEAK_TFLOPS, OPT_COMM, OPT_REDUCE_DTYPE, OPT_ATTENTION,
     OPT_PROFILE_STEP, OPT_GELU_FUSION, OPT_RECOMPUTE, OPT_OFFLOAD, OPT_MATMUL_AUTOTUNE,
     OPT_PARAM_DTYPE, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
-    OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM,
+    OPT_PLAN, OPT_PLAN_WORLD, OPT_SIM_DEVICE, OPT_GPUS_PER_NODE, OPT_CALIBRATE_FROM, OPT_TP, OPT_PLAN_TP,
     OPT_ARCH, OPT_KV_HEADS, OPT_FFN_DIM, OPT_ROPE_THETA, OPT_VOCAB, OPT_ROPE_FACTOR, OPT_ROPE_LOW, OPT_ROPE_HIGH,
     OPT_ROPE_ORIGINAL, OPT_NORM_EPS, OPT_TENSORBOARD, OPT_EVAL_DATA, OPT_EVAL_EVERY, OPT_EVAL_LOG, OPT_EVAL_ONLY,
     OPT_GENERATE,
@@ -254,7 +261,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     o->attention = "auto";
     o->gelu_fusion = 2;
     o->matmul_autotune = -1;
-    o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1;
+    o->unit_layers = 1; o->prefetch = 1; o->reshard_after_forward = 1; o->tp = 1;
     o->ckpt.codec = CKPT_CODEC_RAW; o->ckpt.zstd_level = 3; o->ckpt.keep = 3;
     o->comm_timeout = 600.0f; o->max_bad_steps = 10;
     o->loss_scale = 65536.0f; o->loss_scale_window = 1000;
@@ -295,7 +302,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"prefetch", required_argument, 0, OPT_PREFETCH},
         {"reshard-after-forward", required_argument, 0, OPT_RESHARD},
         {"no-grad-sync-until-last", no_argument, 0, OPT_NO_SYNC},
-        {"shard-group-size", required_argument, 0, OPT_SHARD_GROUP},
+        {"shard-group-size", required_argument, 0, OPT_SHARD_GROUP}, {"tp", required_argument, 0, OPT_TP},
         {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY}, {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
         {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP}, {"ckpt-compress", required_argument, 0, OPT_CKPT_COMPRESS},
         {"ckpt-async", required_argument, 0, OPT_CKPT_ASYNC}, {"resume", required_argument, 0, OPT_RESUME},
@@ -314,7 +321,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         {"recompute", required_argument, 0, OPT_RECOMPUTE}, {"offload", required_argument, 0, OPT_OFFLOAD},
         {"plan", no_argument, 0, OPT_PLAN}, {"plan-world", required_argument, 0, OPT_PLAN_WORLD},
         {"sim-device", required_argument, 0, OPT_SIM_DEVICE}, {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},
-        {"calibrate-from", required_argument, 0, OPT_CALIBRATE_FROM},
+        {"calibrate-from", required_argument, 0, OPT_CALIBRATE_FROM}, {"plan-tp", required_argument, 0, OPT_PLAN_TP},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     opterr = 0;
     optind = 1;
@@ -404,6 +411,7 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         case OPT_RESHARD: r = parse_int("--reshard-after-forward", optarg, 0, 1, &o->reshard_after_forward, e); break;
         case OPT_NO_SYNC: o->no_grad_sync_until_last = 1; break;
         case OPT_SHARD_GROUP: r = parse_int("--shard-group-size", optarg, 1, 1 << 20, &o->shard_group_size, e); break;
+        case OPT_TP: r = parse_int("--tp", optarg, 1, PLAN_MAX_TP, &o->tp, e); break;
         case OPT_CKPT_EVERY: r = parse_int("--ckpt-every", optarg, 0, INT32_MAX, &o->ckpt_every, e); break;
         case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
         case OPT_CKPT_KEEP: r = parse_int("--ckpt-keep", optarg, 1, 1 << 20, &o->ckpt.keep, e); break;
@@ -507,6 +515,13 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             if (!plan_only) plan_only = "--gpus-per-node";
             break;
         case OPT_CALIBRATE_FROM: o->calibrate_from = optarg; if (!plan_only) plan_only = "--calibrate-from"; break;
+        case OPT_PLAN_TP: {
+            int tps[PLAN_MAX_WORLDS], n;
+            r = plan_parse_tp(optarg, tps, &n, e->msg, sizeof(e->msg));
+            o->plan_tp = optarg;
+            if (!plan_only) plan_only = "--plan-tp";
+            break;
+        }
         case 'h': return 2;
         case ':': snprintf(e->msg, sizeof(e->msg), "%s needs a value", argv[optind - 1]); return 1;
         default: snprintf(e->msg, sizeof(e->msg), "unknown option '%s'", argv[optind - 1]); return 1;
@@ -517,6 +532,21 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
     if (plan_only && !o->plan) { snprintf(e->msg, sizeof(e->msg), "%s applies to --plan only", plan_only); return 1; }
     if (scaler_flag && !o->param_fp16) {
         snprintf(e->msg, sizeof(e->msg), "%s applies to --param-dtype fp16 only (bf16 needs no loss scaling)", scaler_flag);
+        return 1;
+    }
+    // Tensor parallel does not reach these yet: the offloaded optimizer's host shards and the
+    // llm.c file written from the gathered units know no TP split (#33).
+    if ((o->tp > 1 || o->plan_tp) && (o->offload || o->save_model)) {
+        snprintf(e->msg, sizeof(e->msg), "%s with %s: not supported yet", o->tp > 1 ? "--tp" : "--plan-tp",
+                 o->offload ? "--offload optimizer" : "--save-model");
+        return 1;
+    }
+    if (o->plan_tp && o->tp > 1) {
+        snprintf(e->msg, sizeof(e->msg), "--plan-tp with --tp %d: --plan-tp plans each degree it lists; give one of them", o->tp);
+        return 1;
+    }
+    if (o->plan_tp && o->calibrate_from) {
+        snprintf(e->msg, sizeof(e->msg), "--plan-tp with --calibrate-from: a calibration reads one run's table; give that run's --tp");
         return 1;
     }
     if (o->param_fp16 && o->offload) {
@@ -606,19 +636,31 @@ int check_run_flags(const Options* o, const ModelConfig* c, int world, const cha
     const size_t n = sizeof(e->msg);
     const int plan = device && !strcmp(device, "sim");
     ParseError split;
+    // The data-parallel size: what the batch split and the shard groups count (tp divides the
+    // world first). --plan-tp's rows check their own degree (plan.c) and pass o with it.
+    const int tp = o->tp > 0 ? o->tp : 1, dp = world / tp;
     const long micro_tokens = (long)o->batch_size * o->seq_len;  // each at most 2^20 (parse_options)
     if (micro_tokens > INT_MAX) {  // a micro-batch's positions are counted in an int (the kernels' N)
         snprintf(m, n, "--batch-size %d x --seq-len %d = %ld tokens per micro-batch, more than %d (the kernels count a "
                  "micro-batch's tokens in an int): use a smaller -b and more accumulation steps (-d)", o->batch_size,
                  o->seq_len, micro_tokens, INT_MAX);
-    } else if (world > 0 && check_batch_split(o, world, &split)) {  // the batch split: before anything divides by it
-        if (plan) snprintf(m, n, "--plan at world size %d: %s", world, split.msg);
-        else snprintf(m, n, "%s", split.msg);
+    } else if (world > 0 && world % tp != 0) {
+        if (plan) snprintf(m, n, "--plan at world size %d: --tp %d does not divide it", world, tp);
+        else snprintf(m, n, "--tp %d does not divide the world size %d", tp, world);
+    } else if (world > 0 && check_batch_split(o, dp, &split)) {  // the batch split: before anything divides by it
+        char dp_note[64] = "";  // check_batch_split's "world size" is the data-parallel size
+        if (tp > 1) snprintf(dp_note, sizeof(dp_note), " (the data-parallel size: world / --tp %d)", tp);
+        if (plan) snprintf(m, n, "--plan at world size %d: %s%s", world, split.msg, dp_note);
+        else snprintf(m, n, "%s%s", split.msg, dp_note);
     } else if (o->seq_len > c->max_seq_len) {
         snprintf(m, n, "--seq-len %d exceeds the model's %d positions (--max-seq)", o->seq_len, c->max_seq_len);
-    } else if (world > 0 && o->shard_group_size && world % o->shard_group_size != 0) {
-        if (plan) snprintf(m, n, "--plan at world size %d: --shard-group-size %d does not divide it", world, o->shard_group_size);
-        else snprintf(m, n, "--shard-group-size %d does not divide the world size %d", o->shard_group_size, world);
+    } else if (world > 0 && o->shard_group_size && dp % o->shard_group_size != 0) {
+        char size[96];  // what it counts: the world, or with --tp its data-parallel ranks
+        if (tp > 1) snprintf(size, sizeof(size), "the data-parallel size %d (world %d / --tp %d)", dp, world, tp);
+        else snprintf(size, sizeof(size), "the world size %d", world);
+        if (plan) snprintf(m, n, "--plan at world size %d: --shard-group-size %d does not divide %s", world, o->shard_group_size,
+                           tp > 1 ? size : "it");
+        else snprintf(m, n, "--shard-group-size %d does not divide %s", o->shard_group_size, size);
     } else if (plan) {
         return 0;
     } else if (!device) {

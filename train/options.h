@@ -63,6 +63,9 @@ typedef struct {
     int matmul_autotune;         // cuda: --matmul-autotune, -1 auto (cuda_matmul.cuh's MatmulTuneMode)
     int threads;
     int unit_layers, prefetch, reshard_after_forward, no_grad_sync_until_last, shard_group_size;
+    // --tp N: the tensor-parallel degree, the mesh's innermost dimension (world = replicas x
+    // shards x tp; consecutive ranks, one node); shard_group_size counts data-parallel ranks [1]
+    int tp;
     int ckpt_every, ckpt_keep, ckpt_async, stop_at_step;
     const char* ckpt_dir;
     const char* resume;
@@ -79,6 +82,7 @@ typedef struct {
     const char* sim_device;      // a built-in profile or a profile file [h100]
     int gpus_per_node;           // [8]
     const char* calibrate_from;  // --calibrate-from: a real run's output with a --profile-step table
+    const char* plan_tp;         // --plan-tp "1,2,4,8": one row per TP degree at one world (NULL: --tp's plan)
 } Options;
 
 typedef struct { char msg[1024]; } ParseError;

@@ -297,25 +297,51 @@ double plan_copy_gbs(const char* gpu_name, char* source, size_t n) {
     return 0.0;
 }
 
-int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen) {
+// A comma-separated list of 1 .. PLAN_MAX_WORLDS whole numbers in [1, max] (--plan-world's
+// world sizes, --plan-tp's degrees: `what`, with an example). 0, or 1 with err.
+static int parse_list(const char* flag, const char* what, const char* example, long max, const char* s, int* v, int* n,
+                      char* err, size_t errlen) {
     *n = 0;
     const char* q = s;
-    if (!*q) { snprintf(err, errlen, "--plan-world: expected a comma-separated list of world sizes, e.g. 8,64,512, got ''"); return 1; }
+    if (!*q) { snprintf(err, errlen, "%s: expected a comma-separated list of %s, e.g. %s, got ''", flag, what, example); return 1; }
     while (*q) {
         char* end;
         errno = 0;
-        long v = strtol(q, &end, 10);
-        if (end == q || errno || v < 1 || v > (1 << 20) || (*end && *end != ',')) {
-            snprintf(err, errlen, "--plan-world: expected a comma-separated list of world sizes in [1, %d], e.g. 8,64,512, got '%s'",
-                     1 << 20, s);
+        long x = strtol(q, &end, 10);
+        if (end == q || errno || x < 1 || x > max || (*end && *end != ',')) {
+            snprintf(err, errlen, "%s: expected a comma-separated list of %s in [1, %ld], e.g. %s, got '%s'", flag, what, max,
+                     example, s);
             return 1;
         }
-        if (*n == PLAN_MAX_WORLDS) { snprintf(err, errlen, "--plan-world: at most %d world sizes, got '%s'", PLAN_MAX_WORLDS, s); return 1; }
-        worlds[(*n)++] = (int)v;
+        if (*n == PLAN_MAX_WORLDS) { snprintf(err, errlen, "%s: at most %d %s, got '%s'", flag, PLAN_MAX_WORLDS, what, s); return 1; }
+        v[(*n)++] = (int)x;
         q = *end ? end + 1 : end;
-        if (*end == ',' && !*q) { snprintf(err, errlen, "--plan-world: a trailing comma in '%s'", s); return 1; }
+        if (*end == ',' && !*q) { snprintf(err, errlen, "%s: a trailing comma in '%s'", flag, s); return 1; }
     }
     return 0;
+}
+
+int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen) {
+    return parse_list("--plan-world", "world sizes", "8,64,512", 1 << 20, s, worlds, n, err, errlen);
+}
+
+int plan_parse_tp(const char* s, int* tps, int* n, char* err, size_t errlen) {
+    return parse_list("--plan-tp", "TP degrees", "1,2,4,8", PLAN_MAX_TP, s, tps, n, err, errlen);
+}
+
+const char* plan_tp_check(const ModelConfig* c, int tp, int B, int T, char* why, size_t n) {
+    const ModelFamily* f = model_family(c);
+    size_t H, A, cols;  // the MLP's first matmul's rows (each of its segments splits) and its projection's input
+    spec_shape(c, family_block_role(f, BLOCK_FCW), &H, &cols);
+    spec_shape(c, family_block_role(f, BLOCK_FCPROJW), &cols, &A);
+    const int kv = c->num_kv_heads > 0 ? c->num_kv_heads : c->num_heads;
+    if (c->num_heads % tp) snprintf(why, n, "the model's %d heads", c->num_heads);
+    else if (kv % tp) snprintf(why, n, "the model's %d kv heads", kv);
+    else if (A % tp || H % tp) snprintf(why, n, "the MLP's width %zu", A);
+    else if (c->padded_vocab_size % tp) snprintf(why, n, "the padded vocabulary %d", c->padded_vocab_size);
+    else if (((long)B * T) % tp) snprintf(why, n, "B x T = %d x %d tokens", B, T);
+    else return NULL;
+    return why;
 }
 
 SimCosts plan_costs(const SimProfile* p, SimAttention attention) {
@@ -359,7 +385,8 @@ const char* plan_limiter(const PlanRow* r, double* share) {
 
 void plan_print_detail(const PlanRow* r, const SimProfile* p) {
     static const char* phase[SIM_PHASES] = {"forward", "backward", "optimizer"};
-    double N = (double)r->num_parameters, tokens_rank = (double)r->B * r->T * r->grad_accum;
+    // A rank's tokens: its data-parallel rank's, which its TP group (tp ranks) shares.
+    double N = (double)r->num_parameters, tokens_rank = (double)r->B * r->T * r->grad_accum / (r->tp > 1 ? r->tp : 1);
     double budget_gib = r->budget_bytes / 1073741824.0;
     // On a GPU, 1 GiB is kept for the CUDA context, which the budget does not count (it is
     // measured above the context; the context's own size has not been measured yet).
@@ -388,6 +415,9 @@ void plan_print_detail(const PlanRow* r, const SimProfile* p) {
     printf("attention: %s at head size %d, %.3g of the peak (the profile's attention_eff_%s_%d%s)\n",
            p->fp32 ? "the cpu device's kernels" : sim_attention_names[r->attention], r->head_size, r->attention_eff,
            sim_attention_names[r->attention], sim_head_sizes[col], p->fp32 ? ": the cpu profile plans them in flash's column" : "");
+    if (r->tp > 1)
+        printf("tensor parallel: TP bytes per step %.0f (this rank's all-gathers, reduce-scatters and all-reduces), %.2f ms "
+               "exposed; FSDP bytes per step %.0f\n", r->tp_bytes, r->tp_s * 1e3, r->fsdp_bytes);
     printf("communication lower bound (bytes over the fastest link, no latency): %.2f ms\n", r->comm_lower_bound_s * 1e3);
     printf("step %.2f ms | %.0f tokens/s (all %d ranks) | MFU %.1f%%\n", r->step_s * 1e3, plan_tokens_per_s(r), r->world,
            100.0 * plan_mfu(r));
@@ -429,6 +459,23 @@ void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fix
     double share;
     const char* lim = plan_limiter(&rows[n - 1], &share);
     printf("limited by at %d ranks: %s (%.0f%% of the step)\n", rows[n - 1].world, lim, 100.0 * share);
+}
+
+void plan_print_tp(const PlanRow* rows, int n, const SimProfile* p) {
+    const double gib = 1073741824.0;
+    printf("tensor parallel at world size %d on %s (projections from the cost model, not measurements; TP x DP = world;\n",
+           rows[0].world, p->name);
+    printf("TP collectives on the intra-node link, exposed; memory per rank in GiB; bytes per step this rank's, GB):\n");
+    printf("  %4s %5s %6s %6s %11s %8s %8s %8s %8s %8s %8s %8s %10s %11s %6s %5s\n", "TP", "DP", "shard", "accum", "tokens/step",
+           "params", "grads", "optim", "acts", "total", "TP GB", "FSDP GB", "step ms", "tokens/s", "MFU", "fits");
+    for (int i = 0; i < n; i++) {
+        const PlanRow* r = &rows[i];
+        const double total = r->budget_bytes / gib;
+        printf("  %4d %5d %6d %6d %11ld %8.4g %8.4g %8.4g %8.4g %8.4g %8.4g %8.4g %10.2f %11.0f %5.1f%% %5s\n", r->tp, r->dp,
+               r->shard_size, r->grad_accum, r->tokens_per_step, r->mem_params / gib, r->mem_grads / gib, r->mem_optimizer / gib,
+               r->mem_activations / gib, total, r->tp_bytes / 1e9, r->fsdp_bytes / 1e9, r->step_s * 1e3, plan_tokens_per_s(r),
+               100.0 * plan_mfu(r), total + (p->fp32 ? 0.0 : 1.0) <= p->mem_gib ? "yes" : "NO");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -572,27 +619,143 @@ static void plan_on_kernel(void* ctx, KernelKind kind, int backward) {
     c->backward = backward;
 }
 
-// Plans world size W (checked by check_run_flags) into row, printing the setup and budget
-// lines when detail.
+// ---------------------------------------------------------------------------------------
+// Tensor parallel (--tp, --plan-tp). The model's TP schedule (#33: Megatron-style, sequence
+// parallel) does not run on the sim yet, so a TP rank is planned as the data-parallel rank the
+// sim steps (a world of world / tp ranks, gpus_per_node / tp of them per node), with the TP
+// rank's share of the work priced from that schedule:
+// - compute: every model kernel does 1 / tp of its work (matmul and attention FLOPs / tp, the
+//   norms and residual adds on N / tp rows, the MLP's activation on N x H / tp, the
+//   cross-entropy on Vp / tp columns): the sim's compute rates x tp, its launches unchanged;
+// - FSDP: the engine shards what a TP rank holds, the TP-split parameters / tp and the
+//   replicated ones whole: its bytes, memory and optimizer time x share, share = (split / tp +
+//   replicated) / all parameters (the links' bandwidth / share: the same gathers and waits, each
+//   moving share of the bytes; one share for every unit, where a unit's own differs a little);
+// - the TP collectives (tp_traffic) on the intra-node link, all exposed (the schedule's overlap
+//   of dX's reduce-scatter with the weight-gradient GEMM is not credited);
+// - activations: tp_activation_bytes.
+
+// The parameters by split (model/model.h's TpSplit): split over TP (column, row, vocabulary) or
+// replicated, the replicated of the root and of one block apart.
+typedef struct { double split, root_replicated, block_replicated; } TpParams;
+
+static TpParams tp_params(const ModelConfig* c) {
+    TpParams t = {0, 0, 0};
+    const ModelFamily* f = model_family(c);
+    size_t rows, cols;
+    for (int i = 0; i < f->n_root; i++) {
+        spec_shape(c, &f->root[i], &rows, &cols);
+        if (f->root[i].tp == TP_REPLICATED) t.root_replicated += (double)rows * cols;
+        else t.split += (double)rows * cols;
+    }
+    for (int i = 0; i < f->n_block; i++) {
+        spec_shape(c, &f->block[i], &rows, &cols);
+        if (f->block[i].tp == TP_REPLICATED) t.block_replicated += (double)rows * cols;
+        else t.split += (double)rows * cols * c->num_layers;
+    }
+    return t;
+}
+
+// What a TP rank holds of the parameters, as a share of them all.
+static double tp_share(const ModelConfig* c, const TpParams* t, int tp) {
+    const double replicated = t->root_replicated + t->block_replicated * c->num_layers;
+    return (t->split / tp + replicated) / (t->split + replicated);
+}
+
+// The TP collectives of one step, per phase: bytes this rank sends (a ring all-gather receives
+// (tp - 1) / tp of [N, C], a reduce-scatter sends as much; an all-reduce sends twice (tp - 1) /
+// tp of its buffer) and their time on link (sim_ring_time: the FSDP collectives' cost model).
+// e: activation bytes, ge: a replicated gradient's (fp32 on the cpu, the compute dtype on cuda).
+typedef struct { double bytes[SIM_PHASES], time[SIM_PHASES]; } TpTraffic;
+
+static TpTraffic tp_traffic(const ModelConfig* c, const TpParams* tpp, int tp, int B, int T, double e, double ge, int grad_accum,
+                            int syncs, int recompute, int layers_per_unit, const SimLink* link) {
+    TpTraffic x;
+    memset(&x, 0, sizeof(x));
+    if (tp <= 1) return x;
+    const double N = (double)B * T, C = c->channels, L = c->num_layers, part = (tp - 1.0) / tp;
+    const double ag_bytes = part * N * C * e, ag_s = sim_ring_time(link, tp, N * C * e / tp, 0);
+    // Per micro-step: each layer's forward 2 all-gathers (ln1, ln2) + 2 reduce-scatters (after
+    // the row-parallel projections), backward 4 + 2, full recompute 2 + 1 more; the root's
+    // forward 1 reduce-scatter (embedding) + 1 all-gather (final norm), backward the same.
+    const double fwd = 4 * L + 2, bwd = 6 * L + 2 + (recompute == RECOMPUTE_FULL ? 3 * L : 0);
+    // The vocab-parallel cross-entropy: all-reduces of the max (N fp32) and the sums (2N).
+    const double ce_bytes = 2 * part * 3 * N * sizeof(float);
+    const double ce_s = sim_ring_time(link, tp, N * sizeof(float) / tp, 1) + sim_ring_time(link, tp, 2 * N * sizeof(float) / tp, 1);
+    x.bytes[SIM_FORWARD] = grad_accum * (fwd * ag_bytes + ce_bytes);
+    x.time[SIM_FORWARD] = grad_accum * (fwd * ag_s + ce_s);
+    x.bytes[SIM_BACKWARD] = grad_accum * bwd * ag_bytes;
+    x.time[SIM_BACKWARD] = grad_accum * bwd * ag_s;
+    // The replicated parameters' gradients: one all-reduce per unit per gradient sync.
+    const double replicated = tpp->root_replicated + tpp->block_replicated * L;
+    double sync_s = sim_ring_time(link, tp, tpp->root_replicated * ge / tp, 1);
+    for (int first = 0; first < c->num_layers; first += layers_per_unit) {
+        const int layers = c->num_layers - first < layers_per_unit ? c->num_layers - first : layers_per_unit;
+        sync_s += sim_ring_time(link, tp, tpp->block_replicated * layers * ge / tp, 1);
+    }
+    x.bytes[SIM_BACKWARD] += syncs * 2 * part * replicated * ge;
+    x.time[SIM_BACKWARD] += syncs * sync_s;
+    return x;
+}
+
+// The activations of a TP rank (the schedule's buffers, train_gpt.cu's carve_activations, as
+// sequence parallelism sizes them): what stays between blocks (the norms' outputs and
+// statistics, residual2, residual3, the embedding's and the final norm's outputs) on its N / tp
+// rows; what a column-parallel GEMM makes (qkv, the attention's output and statistics, fch and
+// its activation, the logits) on all N rows and 1 / tp of the columns; one gathered [N, C]
+// buffer and one [N, C] gradient buffer; the backward's scratch likewise. --recompute keeps
+// one layer of what it rebuilds, as a run does.
+static size_t tp_activation_bytes(const ModelConfig* c, int tp, size_t B, size_t T, size_t e, int recompute) {
+    const ModelFamily* f = model_family(c);
+    const size_t N = B * T, Nt = N / tp, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
+    const size_t Lk = recompute == RECOMPUTE_FULL ? 1 : L, Lc = recompute == RECOMPUTE_NONE ? L : 1, fl = sizeof(float);
+    const size_t stats = (f->norm == NORM_LAYERNORM) + 1;  // LayerNorm keeps mean and rstd, RMSNorm rstd
+    size_t Q, H, A, cols;
+    spec_shape(c, family_block_role(f, BLOCK_QKVW), &Q, &cols);
+    spec_shape(c, family_block_role(f, BLOCK_FCW), &H, &cols);
+    spec_shape(c, family_block_role(f, BLOCK_FCPROJW), &cols, &A);
+    const size_t Vp = (size_t)c->padded_vocab_size;
+    size_t b = 0;
+    b += Nt * C * e;                                               // the embedding's output
+    b += 2 * Lc * Nt * C * e + 2 * stats * Lk * Nt * fl;           // ln1, ln2 and their statistics
+    b += Lk * N * (Q / tp) * e + Lk * N * (C / tp) * e;            // qkv, the attention's output
+    b += Lk * B * (NH / tp) * T * fl;                              // the attention's lse
+    b += Lk * Nt * C * e + L * Nt * C * e;                         // residual2, residual3
+    b += Lk * N * (H / tp) * e + Lc * N * (A / tp) * e;            // fch, its activation
+    b += Nt * C * e + stats * Nt * fl;                             // the final norm
+    b += N * (Vp / tp) * e + N * fl;                               // the logits, the losses
+    b += 2 * N * C * e;                                            // the gathered [N, C] and its gradient
+    b += 3 * Nt * C * e + N * (Q / tp) * e + N * (H / tp) * e;     // backward scratch: proj_out, dresidual, dbtc, dqkv, dfch
+    if (f->mlp == MLP_SWIGLU) b += N * (A / tp) * e;               // dact
+    return b;
+}
+
+// Plans world size W at TP degree tp (both checked by check_run_flags and plan_tp_check)
+// into row, printing the setup and budget lines when detail.
 static void plan_one(const Options* opt, const ModelConfig* config, const SimProfile* prof, const PlanModelOps* ops,
-                     int world, int detail, PlanRow* row) {
-    int S = opt->shard_group_size ? opt->shard_group_size : world;
-    // Rank 0 of the virtual world (no transport: nothing is sent).
+                     int world, int tp, int detail, PlanRow* row) {
+    const int dp = world / tp, gpn = opt->gpus_per_node / tp > 0 ? opt->gpus_per_node / tp : 1;
+    const int S = opt->shard_group_size ? opt->shard_group_size : dp;
+    const TpParams tpp = tp_params(config);
+    const double share = tp > 1 ? tp_share(config, &tpp, tp) : 1.0;
+    // Rank 0 of the virtual data-parallel world (no transport: nothing is sent).
     ProcessGroup pg;
     memset(&pg, 0, sizeof(pg));
-    pg.world = world;
-    pg.local_world = world < opt->gpus_per_node ? world : opt->gpus_per_node;
+    pg.world = dp;
+    pg.local_world = dp < gpn ? dp : gpn;
     pg.launcher = "plan";
     pg.transport = "sim";
     pg.shard_size = S;
-    pg.replicate_size = world / S;
+    pg.replicate_size = dp / S;
     memset(row, 0, sizeof(*row));
     row->world = world;
+    row->tp = tp;
+    row->dp = dp;
     row->shard_size = S;
-    row->replicas = world / S;
+    row->replicas = dp / S;
     row->B = opt->batch_size;
     row->T = opt->seq_len;
-    batch_split(opt, world, &row->tokens_per_step, &row->grad_accum);
+    batch_split(opt, dp, &row->tokens_per_step, &row->grad_accum);
 
     SimClock clock;
     memset(&clock, 0, sizeof(clock));
@@ -604,27 +767,82 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     dopt.gpus_per_node = opt->gpus_per_node;
     FsdpConfig fcfg = run_fsdp_config(opt);
     ModelParts m;
+    char description[sizeof(m.dev->description)];
+    SimProfile tprof = *prof;
+    if (tp > 1) {
+        // The device line names the profile as given: from a build on it, before the one that
+        // plans on the TP rank's links.
+        void* shown = ops->build(config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T, &m);
+        snprintf(description, sizeof(description), "%s", m.dev->description);
+        ops->free(shown);
+        tprof.nvlink_gbs /= share;
+        tprof.ib_gbs /= share;
+        dopt.sim = &tprof;
+        dopt.gpus_per_node = gpn;
+        clock.costs.peak_flops *= tp;
+        clock.costs.mem_bw *= tp;
+        clock.costs.time_scale[SIM_GROUP_OPTIMIZER] *= tp * share;
+    }
     void* model = ops->build(config, opt->unit_layers, &pg, &fcfg, &dopt, row->B, row->T, &m);
+    if (tp == 1) snprintf(description, sizeof(description), "%s", m.dev->description);
     m.fsdp->on_event = plan_on_event;
     m.fsdp->on_event_ctx = &clock;
     m.dev->kernels.on_kernel = plan_on_kernel;
     m.dev->kernels.on_kernel_ctx = &clock;
     const MemoryBudget budget = memory_budget(&m, row->grad_accum);
-    row->budget_bytes = budget.device;
+    // The budget's parts (fsdp.c's shard state: master, m, v and gradient shards of fp32, plus
+    // the compute-dtype shard and the decay toggles), the FSDP parts x share under TP.
+    const FsdpMemory* mm = &m.fsdp->memory;
+    const size_t fp32_shard = m.fsdp->total_shard * sizeof(float);
+    // The device's own buffers (sim_open's lines in train/device.cuh): under TP its collective
+    // buffers hold the TP rank's share of a unit, its kernel scratch is a TP rank's (attention's
+    // heads / tp, the row kernels' N / tp rows); the workspace and the libraries stay.
+    size_t line_bytes[sizeof(m.dev->device_lines) / sizeof(m.dev->device_lines[0])], extra = 0;
+    for (int i = 0; i < m.dev->n_device_lines; i++) {
+        const char* what = m.dev->device_lines[i].what;
+        const double f = tp == 1 ? 1.0 : !strncmp(what, "collective buffers", 18) ? share : !strncmp(what, "kernel scratch", 14) ? 1.0 / tp : 1.0;
+        line_bytes[i] = (size_t)((double)m.dev->device_lines[i].bytes * f);
+        extra += line_bytes[i];
+    }
+    if (mm->host_offload) {  // (TP 1 only) the optimizer's state and the gradient shards on the host
+        row->mem_params = mm->shard_state + mm->gathered;
+        row->mem_grads = mm->full_grads;
+    } else {
+        row->mem_params = (size_t)((double)(mm->shard_state - 3 * fp32_shard + mm->gathered) * share);
+        row->mem_grads = (size_t)((double)(fp32_shard + mm->full_grads) * share);
+        row->mem_optimizer = (size_t)((double)(2 * fp32_shard) * share);
+    }
+    row->mem_activations = tp > 1 ? tp_activation_bytes(config, tp, row->B, row->T, prof->fp32 ? 4 : 2, opt->recompute)
+                                  : m.activation_bytes;
+    row->budget_bytes = row->mem_params + row->mem_grads + row->mem_optimizer + row->mem_activations + extra;
     row->offload = opt->offload;
     row->num_parameters = m.layout->num_parameters;
     row->model_flops_per_token = model_flops_per_token(config, m.layout->num_parameters, row->T);
     row->peak_tflops = prof->tflops;
     if (detail) {
-        printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, m.dev->description);
+        printf("plan: rank 0 of %d on %s (a model of the run, not a measurement)\n", world, description);
         print_model_line(config, m.layout->num_parameters);
+        if (tp > 1)
+            printf("tensor parallel: TP %d x DP %d (sequence parallel; TP collectives on the intra-node link); a TP rank holds "
+                   "%.4f of the parameters (the TP-split / %d, the replicated whole)\n", tp, dp, share, tp);
         printf("sharding: %d unit(s) of %d block(s) + root, shard group %d x %d replica(s), prefetch %d, reshard after forward %d, grad sync %s, recompute %s\n",
-               m.layout->n_units - 1, opt->unit_layers, S, world / S, opt->prefetch, opt->reshard_after_forward,
+               m.layout->n_units - 1, opt->unit_layers, S, dp / S, opt->prefetch, opt->reshard_after_forward,
                opt->no_grad_sync_until_last ? "last micro-step" : "every micro-step",
                opt->recompute == RECOMPUTE_FULL ? "full" : opt->recompute == RECOMPUTE_SELECTIVE ? "selective" : "none");
-        printf("batch: %d x %d per rank, %d rank(s), %d accumulation step(s) = %ld tokens per step\n", row->B, row->T, world,
-               row->grad_accum, row->tokens_per_step);
-        print_memory_budget(&m, &budget);
+        printf("batch: %d x %d per %s, %d rank(s), %d accumulation step(s) = %ld tokens per step\n", row->B, row->T,
+               tp > 1 ? "data-parallel rank (its TP ranks share it)" : "rank", dp, row->grad_accum, row->tokens_per_step);
+        if (tp == 1) {
+            print_memory_budget(&m, &budget);
+        } else {
+            printf("memory budget per rank%s (the FSDP parts x %.4f; activations sequence-parallel):\n",
+                   prof->fp32 ? "" : " (GPU memory)", share);
+            print_memory_line("params (shards, gathered slots)", row->mem_params);
+            print_memory_line("grads (shards, full-gradient slots)", row->mem_grads);
+            print_memory_line("optimizer (Adam m, v)", row->mem_optimizer);
+            print_memory_line("activations", row->mem_activations);
+            for (int i = 0; i < m.dev->n_device_lines; i++) print_memory_line(m.dev->device_lines[i].what, line_bytes[i]);
+            print_memory_line("total", row->budget_bytes);
+        }
     }
     // A first step settles the slots (as every later step finds them); the second is timed.
     clock.phase = SIM_FORWARD;
@@ -635,22 +853,43 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     clock.phase = SIM_FORWARD;
     ops->step(model, row->grad_accum);
     row->step_s = clock.compute - t0;
+    // Under TP the sim's FLOPs and bytes are the data-parallel rank's: a TP rank's are 1 / tp
+    // of the model's kernels' and share of the engine's.
+    const double work = 1.0 / tp;
     for (int i = 0; i < SIM_PHASES; i++) {
         row->busy[i] = clock.busy[i];
         row->exposed[i] = clock.exposed[i];
         row->comm_busy[i] = clock.comm_busy[i];
-        row->comm_bytes[i] = clock.comm_bytes[i];
-        row->mem_bytes[i] = clock.mem_bytes[i];
-        row->flops[i] = clock.flops[i];
+        row->comm_bytes[i] = clock.comm_bytes[i] * share;
+        row->mem_bytes[i] = clock.mem_bytes[i] * (i == SIM_OPTIMIZER ? share : work);
+        row->flops[i] = clock.flops[i] * (i == SIM_OPTIMIZER ? share : work);
+        row->fsdp_bytes += row->comm_bytes[i];
     }
     for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
     row->kernels = clock.kernels;
-    memcpy(row->kind_bytes, clock.kind_bytes, sizeof(row->kind_bytes));
-    memcpy(row->kind_time, clock.kind_time, sizeof(row->kind_time));
+    for (int i = 0; i < KERNEL_KINDS; i++)
+        for (int b = 0; b < 2; b++) {
+            row->kind_bytes[i][b] = clock.kind_bytes[i][b] * work;
+            row->kind_time[i][b] = clock.kind_time[i][b];
+        }
     row->head_size = config->channels / config->num_heads;
     row->attention = sim_attention_resolve(clock.costs.attention, row->head_size);
     row->attention_eff = sim_attention_eff(&clock.costs, row->head_size);
     for (int g = 0; g <= SIM_GROUPS; g++) row->group_time[g] = clock.group_time[g];
+    // The TP collectives: on the compute stream's critical path (exposed), in the phase that
+    // issues them.
+    const SimLink tp_link = plan_link(prof, opt->gpus_per_node, 1, tp);
+    const double e = prof->fp32 ? 4.0 : 2.0;
+    const TpTraffic x = tp_traffic(config, &tpp, tp, row->B, row->T, e, e, row->grad_accum,
+                                   opt->no_grad_sync_until_last ? 1 : row->grad_accum, opt->recompute, opt->unit_layers, &tp_link);
+    for (int i = 0; i < SIM_PHASES; i++) {
+        row->exposed[i] += x.time[i];
+        row->comm_busy[i] += x.time[i];
+        row->comm_bytes[i] += x.bytes[i];
+        row->tp_bytes += x.bytes[i];
+        row->tp_s += x.time[i];
+    }
+    row->step_s += row->tp_s;
     double fastest = (prof->nvlink_gbs > prof->ib_gbs ? prof->nvlink_gbs : prof->ib_gbs) * 1e9;
     row->comm_lower_bound_s = (row->comm_bytes[0] + row->comm_bytes[1] + row->comm_bytes[2]) / fastest;
     ops->free(model);
@@ -667,6 +906,49 @@ static int cpu_profile_at(const Options* opt, int world, SimProfile* prof, int* 
     *threads = t;
     if (plan_profile("cpu", prof, err, errlen)) return 1;
     prof->threads = t;
+    return 0;
+}
+
+// --plan-tp: a row per degree at the one world size, a note for each degree that cannot run
+// there (one that does not divide the world, the node or the model, or that the run's flags
+// refuse at it: check_run_flags with that --tp). 1 with the error when none plans.
+static int plan_tp_table(const Options* opt, const ModelConfig* config, const PlanModelOps* ops, SimProfile* prof, int cpu,
+                         const int* worlds, int n_worlds) {
+    if (n_worlds > 1) {
+        fprintf(stderr, "error: --plan-tp plans one world size: give --plan-world one size, got '%s'\n", opt->plan_world);
+        return 1;
+    }
+    const int world = worlds[0];
+    int tps[PLAN_MAX_WORLDS], n = 0, planned = 0, threads = 0;
+    char err[1024], notes[PLAN_MAX_WORLDS][1100], what[128];
+    if (plan_parse_tp(opt->plan_tp, tps, &n, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
+    if (cpu && cpu_profile_at(opt, world, prof, &threads, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
+    PlanRow rows[PLAN_MAX_WORLDS];
+    for (int i = 0; i < n; i++) {
+        Options o = *opt;
+        o.tp = tps[i];
+        ParseError e;
+        notes[i][0] = '\0';
+        if (world % o.tp)
+            snprintf(notes[i], sizeof(notes[i]), "does not divide the world size %d", world);
+        else if (opt->gpus_per_node % o.tp)
+            snprintf(notes[i], sizeof(notes[i]), "does not divide --gpus-per-node %d (tensor parallel stays within one node)",
+                     opt->gpus_per_node);
+        else if (plan_tp_check(config, o.tp, o.batch_size, o.seq_len, what, sizeof(what)))
+            snprintf(notes[i], sizeof(notes[i]), "does not divide %s", what);
+        else if (check_run_flags(&o, config, world, "sim", NULL, &e))
+            snprintf(notes[i], sizeof(notes[i]), "%s", e.msg);
+        else
+            plan_one(&o, config, prof, ops, world, o.tp, 0, &rows[planned++]);
+    }
+    print_model_line(config, model_num_parameters(config));
+    if (planned) plan_print_tp(rows, planned, prof);
+    for (int i = 0; i < n; i++)
+        if (notes[i][0]) printf("  TP %d skipped: %s\n", tps[i], notes[i]);
+    if (!planned) {
+        fprintf(stderr, "error: --plan-tp %s: no degree plans at world size %d\n", opt->plan_tp, world);
+        return 1;
+    }
     return 0;
 }
 
@@ -690,18 +972,29 @@ int plan_main(const Options* opt, const ModelConfig* config, const PlanModelOps*
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
+    PlanRow rows[PLAN_MAX_WORLDS];
+    if (opt->plan_tp) return plan_tp_table(opt, config, ops, &prof, cpu, worlds, n);
+    char what[128];
+    if (opt->tp > 1 && opt->gpus_per_node % opt->tp) {
+        fprintf(stderr, "error: --plan with --tp %d: it does not divide --gpus-per-node %d (tensor parallel stays within one node)\n",
+                opt->tp, opt->gpus_per_node);
+        return 1;
+    }
+    if (opt->tp > 1 && plan_tp_check(config, opt->tp, opt->batch_size, opt->seq_len, what, sizeof(what))) {
+        fprintf(stderr, "error: --plan with --tp %d: it does not divide %s\n", opt->tp, what);
+        return 1;
+    }
     for (int i = 0; i < n; i++)
         if (check_run_flags(opt, config, worlds[i], "sim", NULL, &e)) { fprintf(stderr, "error: %s\n", e.msg); return 1; }
-    PlanRow rows[PLAN_MAX_WORLDS];
     if (opt->calibrate_from) {  // only the calibrated profile, for the first world
         if (cpu && cpu_profile_at(opt, worlds[0], &prof, &threads, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
-        plan_one(opt, config, &prof, ops, worlds[0], 0, &rows[0]);
+        plan_one(opt, config, &prof, ops, worlds[0], opt->tp, 0, &rows[0]);
         if (plan_calibrate(opt->calibrate_from, &rows[0], &prof, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
         return 0;
     }
     for (int i = 0; i < n; i++) {
         if (cpu && cpu_profile_at(opt, worlds[i], &prof, &threads, err, sizeof(err))) { fprintf(stderr, "error: %s\n", err); return 1; }
-        plan_one(opt, config, &prof, ops, worlds[i], i == 0, &rows[i]);
+        plan_one(opt, config, &prof, ops, worlds[i], opt->tp, i == 0, &rows[i]);
         if (i == 0) plan_print_detail(&rows[0], &prof);
     }
     if (n > 1) plan_print_scaling(rows, n, &prof, opt->total_batch_tokens > 0);

@@ -23,6 +23,7 @@ extern "C" {
 #endif
 
 #define PLAN_MAX_WORLDS 16
+#define PLAN_MAX_TP 1024   // --tp's bound (tensor parallel stays within one node of --gpus-per-node)
 
 // A device as the cost model sees it. Bandwidths are per GPU and per direction.
 typedef struct SimProfile {
@@ -54,6 +55,13 @@ const char* plan_profile_names(void);   // "a100-40, a100-80, h100, h200, b200, 
 // --plan-world "8,64,512": 1 .. PLAN_MAX_WORLDS sizes, each >= 1. 0, or 1 with err.
 int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errlen);
 
+// --plan-tp "1,2,4,8": 1 .. PLAN_MAX_WORLDS degrees, each in [1, PLAN_MAX_TP]. 0, or 1 with err.
+int plan_parse_tp(const char* s, int* tps, int* n, char* err, size_t errlen);
+// Whether tensor parallelism of degree tp can split c for micro-batches of B x T: NULL, else
+// what it does not divide ("the 12 heads"). The planner's own check of the heads, kv heads,
+// the MLP's widths, the padded vocabulary and B x T (model_tp_check is not on main yet).
+const char* plan_tp_check(const ModelConfig* c, int tp, int B, int T, char* why, size_t n);
+
 // The costs of a run on p whose attention is `attention` (--attention's name, resolved per
 // head size by the sim).
 SimCosts plan_costs(const SimProfile* p, SimAttention attention);
@@ -64,6 +72,12 @@ SimLink plan_link(const SimProfile* p, int gpus_per_node, int stride, int size);
 // What one simulated step of rank 0 gave.
 typedef struct {
     int world, shard_size, replicas, B, T, grad_accum;
+    int tp, dp;                                 // --tp and the data-parallel size world / tp
+    double tp_bytes, tp_s;                      // TP collectives per step: bytes this rank sends, their time
+    double fsdp_bytes;                          // the FSDP engine's bytes per step (this rank)
+    // The budget's parts (device memory per rank): parameters (shards in every dtype and the
+    // gathered slots), gradients (shards and full-gradient slots), Adam's m and v, activations.
+    size_t mem_params, mem_grads, mem_optimizer, mem_activations;
     long tokens_per_step;                       // all ranks
     size_t num_parameters;
     double model_flops_per_token;               // 6N + 6LCT, as the MFU of a real run
@@ -97,6 +111,8 @@ double plan_copy_gbs(const char* gpu_name, char* source, size_t n);
 // The per-world detail (after the budget) and the scaling table.
 void plan_print_detail(const PlanRow* r, const SimProfile* p);
 void plan_print_scaling(const PlanRow* rows, int n, const SimProfile* p, int fixed_global_batch);
+// --plan-tp's table: one row per TP degree planned at one world size.
+void plan_print_tp(const PlanRow* rows, int n, const SimProfile* p);
 // --calibrate-from LOG: a real run's --profile-step table (LOG: its output) against the plan
 // of the same flags (row, planned with profile p): prints to stdout a profile file, p's
 // figures with each kernel group's time scaled by measured / planned, so that a plan with it

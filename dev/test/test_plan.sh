@@ -374,3 +374,88 @@ if /usr/bin/time -f "%M" -o "$out/d48.rss" $TG --plan -m d48 -b 16 -t 1024 --pla
 else
     not_ok "d48 --plan failed: $(tail -n 2 "$out/d48.log" | tr '\n' ' ')"
 fi
+
+# 7. Tensor parallel (--tp, --plan-tp). The TP bytes a plan prints are the sequence-parallel
+#    schedule's, computed here from the model's shape alone: per micro-step, each layer's
+#    forward 2 all-gathers + 2 reduce-scatters, backward 4 + 2 (full recompute: 2 + 1 more),
+#    the root's forward and backward 1 + 1, each moving (tp - 1) / tp of [N, C] at e bytes;
+#    the cross-entropy's all-reduces of 3N fp32; per gradient sync an all-reduce of the
+#    replicated parameters' gradients (2 (tp - 1) / tp of them, e bytes each). Replicated:
+#    GPT-2's LayerNorms, the row-parallel biases (attn.c_proj, mlp.c_proj) and wpe; Llama's norms.
+# tp_bytes_expected L C N E TP ACCUM SYNCS FULL REPLICATED
+tp_bytes_expected() {
+    awk -v L="$1" -v C="$2" -v N="$3" -v e="$4" -v t="$5" -v a="$6" -v s="$7" -v full="$8" -v R="$9" 'BEGIN {
+        p = (t - 1) / t; n = (4 * L + 2) + (6 * L + 2) + (full ? 3 * L : 0)
+        printf "%.0f\n", a * (n * p * N * C * e + 2 * p * 3 * N * 4) + s * 2 * p * R * e }'
+}
+tp_bytes_printed() { sed -nE 's/^tensor parallel: TP bytes per step ([0-9]+) .*/\1/p' "$1"; }
+# check_tp_bytes NAME L C N E TP ACCUM SYNCS FULL REPLICATED -- FLAGS...
+check_tp_bytes() {
+    local name=$1 want; want=$(tp_bytes_expected "${@:2:9}"); shift 11
+    if ! $TG --plan "$@" >"$out/tp_$name.log" 2>&1; then not_ok "TP bytes $name: --plan failed: $(tail -n 2 "$out/tp_$name.log" | tr '\n' ' ')"; return; fi
+    local got; got=$(tp_bytes_printed "$out/tp_$name.log")
+    if [ -n "$got" ] && awk -v g="$got" -v w="$want" 'BEGIN { exit !(g - w <= 1 && w - g <= 1) }'; then
+        ok "TP bytes $name: $got per step, the schedule's formula"
+    else
+        not_ok "TP bytes $name: printed '$got', the formula gives $want"
+    fi
+}
+gpt=(--layers 4 --channels 64 --heads 4 --max-seq 64 -t 32)
+gpt_R=$((4 * 6 * 64 + 64 * 64 + 2 * 64))
+check_tp_bytes bf16-tp2       4 64 64 2 2 1 1 0 $gpt_R -- "${gpt[@]}" -b 2 --tp 2
+check_tp_bytes fp32-tp4-accum 4 64 32 4 4 4 4 0 $gpt_R -- "${gpt[@]}" -b 1 -d 256 --tp 4 --sim-device "$out/fp32.prof" --plan-world 8
+check_tp_bytes full-nosync    4 64 64 2 2 8 1 1 $gpt_R -- "${gpt[@]}" -b 2 -d 2048 --tp 2 --recompute full --no-grad-sync-until-last --fsdp-unit-layers 3
+llama=(--arch llama3 --layers 3 --channels 64 --heads 4 --kv-heads 2 --ffn-dim 96 --vocab 384 --max-seq 64 -t 32)
+check_tp_bytes llama-tp2      3 64 64 2 2 1 1 0 $((3 * 2 * 64 + 64)) -- "${llama[@]}" -b 2 --tp 2
+
+# --plan-tp: one row per degree at one world (TP x DP = world), the TP bytes of a --tp plan's
+# row, less activation memory per rank as TP grows; a degree that cannot run is skipped with
+# its reason, and none at all is an error.
+if $TG --plan "${gpt[@]}" -b 2 --plan-tp 1,2,4 >"$out/plan_tp.log" 2>&1; then
+    rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF == 16 { print $1 "x" $2 ":" $9 ":" $11 }' "$out/plan_tp.log" | tr '\n' ' ')
+    tp2_gb=$(awk '$1 == 2 && $2 == 4 && NF == 16 { print $11 }' "$out/plan_tp.log")
+    want_gb=$(awk -v b="$(tp_bytes_printed "$out/tp_bf16-tp2.log")" 'BEGIN { printf "%.4g", b / 1e9 }')
+    if [ "$(wc -w <<<"$rows")" -eq 3 ] && [[ "$rows" == "1x8:"*" 2x4:"*" 4x2:"* ]] && [ "$tp2_gb" = "$want_gb" ] &&
+       awk '$1 ~ /^[0-9]+$/ && NF == 16 { if (n++ && $9 >= last) bad = 1; last = $9 } END { exit bad || n != 3 }' "$out/plan_tp.log"; then
+        ok "--plan-tp 1,2,4: rows TPxDP:acts GiB:TP GB $rows(TP 2's TP bytes = --tp 2's)"
+    else
+        not_ok "--plan-tp 1,2,4: rows '$rows', TP 2's TP GB '$tp2_gb' (--tp 2's: $want_gb): $(head -c 600 "$out/plan_tp.log" | tr '\n' '|')"
+    fi
+else
+    not_ok "--plan-tp 1,2,4 failed: $(tail -n 2 "$out/plan_tp.log" | tr '\n' ' ')"
+fi
+if $TG --plan "${gpt[@]}" -b 2 --plan-tp 3,2,8 >"$out/plan_tp_skip.log" 2>&1 &&
+   grep -q "^  TP 3 skipped: does not divide the world size 8$" "$out/plan_tp_skip.log" &&
+   grep -q "^  TP 8 skipped: does not divide the model's 4 heads$" "$out/plan_tp_skip.log" &&
+   [ "$(awk '$1 ~ /^[0-9]+$/ && NF == 16' "$out/plan_tp_skip.log" | wc -l)" -eq 1 ]; then
+    ok "--plan-tp 3,2,8: TP 2 planned, 3 and 8 skipped with their reasons"
+else
+    not_ok "--plan-tp 3,2,8: $(tr '\n' '|' <"$out/plan_tp_skip.log" | head -c 600)"
+fi
+expect_error "--plan-tp: no degree plans" "^error: --plan-tp 3,8: no degree plans at world size 8" $TG --plan "${gpt[@]}" --plan-tp 3,8
+
+# Refusals: one line naming the flag, exit status 1.
+refused() {
+    local name=$1 pattern=$2; shift 2
+    local o rc
+    o=$("$@" 2>&1); rc=$?
+    if [ "$rc" -eq 1 ] && [ "$(wc -l <<<"$o")" -eq 1 ] && grep -qE -- "$pattern" <<<"$o"; then ok "$name ($o)"
+    else not_ok "$name: exit $rc, output: $(head -c 300 <<<"$o" | tr '\n' '|')"; fi
+}
+refused "--tp 0"                     "^error: --tp: 0 is out of range \\[1, 1024\\]" $TG --tp 0
+refused "--tp x"                     "^error: --tp: expected an integer, got 'x'" $TG --tp x
+refused "--tp with --offload"        "^error: --tp with --offload optimizer: not supported yet" $TG --tp 2 --offload optimizer
+refused "--tp with --save-model"     "^error: --tp with --save-model: not supported yet" $TG --tp 2 --save-model "$out/m.bin"
+refused "--plan-tp with --offload"   "^error: --plan-tp with --offload optimizer: not supported yet" $TG --plan --plan-tp 1,2 --offload optimizer
+refused "--plan-tp without --plan"   "^error: --plan-tp applies to --plan only" $TG --plan-tp 1,2
+refused "--plan-tp 2,"               "^error: --plan-tp: a trailing comma in '2,'" $TG --plan --plan-tp 2,
+refused "--plan-tp 0"                "^error: --plan-tp: expected a comma-separated list of TP degrees in \\[1, 1024\\]" $TG --plan --plan-tp 0
+refused "--plan-tp with --tp"        "^error: --plan-tp with --tp 2: " $TG --plan --plan-tp 1,2 --tp 2
+refused "--plan-tp at two worlds"    "^error: --plan-tp plans one world size: give --plan-world one size, got '8,16'" \
+    $TG --plan "${gpt[@]}" --plan-tp 1,2 --plan-world 8,16
+refused "--plan --tp beyond a node"  "^error: --plan with --tp 16: it does not divide --gpus-per-node 8" $TG --plan "${gpt[@]}" --tp 16 --plan-world 16
+refused "--plan --tp vs the heads"   "^error: --plan with --tp 8: it does not divide the model's 4 heads" $TG --plan "${gpt[@]}" --tp 8
+refused "--plan --tp vs kv heads"    "^error: --plan with --tp 4: it does not divide the model's 2 kv heads" $TG --plan "${llama[@]}" --tp 4
+refused "--plan --tp vs the world"   "^error: --plan at world size 6: --tp 4 does not divide it" $TG --plan "${gpt[@]}" --tp 4 --plan-world 6
+refused "--tp: shard groups count DP" "^error: --plan at world size 8: --shard-group-size 4 does not divide the data-parallel size 2 \\(world 8 / --tp 4\\)" \
+    $TG --plan "${gpt[@]}" --tp 4 --shard-group-size 4
