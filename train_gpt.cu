@@ -860,9 +860,7 @@ int main(int argc, char** argv) {
     }
     char why[256] = "";
     const char* device = choose_device(opt.device, why, sizeof(why));
-    // The data-parallel ranks (tensor parallelism: every rank of a TP group reads the same rows).
-    const int dp_world = opt.tp > 1 && pg.world % opt.tp == 0 ? pg.world / opt.tp : pg.world;
-    if (!opt.resume && check_run_flags(&opt, &config, dp_world, device, why, &pe)) {  // (a resumed run's: below)
+    if (!opt.resume && check_run_flags(&opt, &config, pg.world, device, why, &pe)) {  // (a resumed run's: below)
         if (pg.rank == 0) fprintf(stderr, "error: %s (see --help)\n", pe.msg);
         process_group_finalize(&pg);
         return 1;
@@ -898,7 +896,7 @@ int main(int argc, char** argv) {
     if (opt.resume) {  // the checkpoint's model, and the flags checked against it
         run_resume_model(&pg, &opt, r->ckpt_root, r->resume_path, sizeof(r->resume_path), &config, &file_version, notes,
                          sizeof(notes));
-        if (check_run_flags(&opt, &config, dp_world, device, why, &pe)) fatal_agreed(&pg, "%s (see --help)", pe.msg);
+        if (check_run_flags(&opt, &config, pg.world, device, why, &pe)) fatal_agreed(&pg, "%s (see --help)", pe.msg);
     }
     if (pg.rank == 0) printf("%s", notes);
     batch_split(&opt, pg.dp_size, &r->total_tokens, &r->grad_accum);

@@ -69,7 +69,7 @@ PY
 sample() {  # sample NAME NP ARGS...: the sample text of a 2-step run
     local name=$1 np=$2; shift 2
     run_logged "$out" 300 "$name" "$np" "${gpt2[@]}" -x 2 -v 0 -s 2 --sample-tokens 24 -b 12 "$@" -o "$out/$name" &&
-        sed -n '/^sample/,$p' "$out/$name.log" | grep -v '^step\|^val\|^done\|^peak' > "$out/$name.txt"
+        awk '/^sample \(step/ { on = 1; next } on && /^---$/ { if (++bars == 2) on = 0; next } on' "$out/$name.log" > "$out/$name.txt"
 }
 if sample sample_tp1 1 && sample sample_tp2 2 --tp 2; then
     if [ -s "$out/sample_tp1.txt" ] && cmp -s "$out/sample_tp1.txt" "$out/sample_tp2.txt"; then
