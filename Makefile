@@ -188,7 +188,7 @@ print-host-cxxflags:
 # ---------------------------------------------------------------------------------------
 # Sanitizers and fuzzing (dev/test/test_asan.sh, dev/test/test_fuzz.sh). Separate build
 # folders: the normal build above is never touched.
-#   make asan   build/asan/{train_gpt,ckpt,tokenize_text}_asan: ASan + UBSan, host-only
+#   make asan   build/asan/{train_gpt,ckpt,tokenize_text,test_tp_layout}_asan: ASan + UBSan, host-only
 #               (the cpu device, as NO_CUDA=1), the same compiler and MPI choice as above
 #   make fuzz   build/fuzz/fuzz_*: the libFuzzer harnesses of dev/fuzz/ (clang, no MPI)
 ASAN_DIR    := build/asan
@@ -199,7 +199,8 @@ ASAN_CXXFLAGS := -O1 -g $(ASAN_SAN) -std=gnu++17 $(filter-out -Werror,$(WARN)) $
                  -fopenmp -I. -I$(BLAS_INC)
 ASAN_OBJS   := $(patsubst %.c,$(ASAN_DIR)/%.o,$(LIB_SRCS))
 ASAN_STAMP  := $(ASAN_DIR)/flavour_$(if $(filter 1,$(NO_MPI)),nompi,mpi)
-ASAN_BINS   := $(ASAN_DIR)/train_gpt_asan $(ASAN_DIR)/ckpt_asan $(ASAN_DIR)/tokenize_text_asan
+ASAN_BINS   := $(ASAN_DIR)/train_gpt_asan $(ASAN_DIR)/ckpt_asan $(ASAN_DIR)/tokenize_text_asan \
+               $(ASAN_DIR)/test_tp_layout_asan
 
 .PHONY: asan fuzz
 asan: $(ASAN_BINS)
@@ -222,6 +223,10 @@ $(ASAN_DIR)/ckpt_asan: checkpoint/tool/ckpt.c $(ASAN_OBJS) $(HEADERS) $(ASAN_STA
 
 $(ASAN_DIR)/tokenize_text_asan: data/tokenize_text.c $(ASAN_OBJS) $(HEADERS) $(ASAN_STAMP)
 	$(CC) $(ASAN_CFLAGS) $< $(ASAN_OBJS) -o $@ $(LDLIBS) $(ZLIB_FLAGS)
+
+# The tensor-parallel layout's index arithmetic (dev/test/test_tp_layout.c) under the sanitizers.
+$(ASAN_DIR)/test_tp_layout_asan: dev/test/test_tp_layout.c $(ASAN_OBJS) $(HEADERS) $(ASAN_STAMP)
+	$(CC) $(ASAN_CFLAGS) $< $(ASAN_OBJS) -o $@ $(LDLIBS)
 
 FUZZ_CC     ?= $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
 FUZZ_DIR    := build/fuzz

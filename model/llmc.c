@@ -142,10 +142,18 @@ int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pi
         const TensorSpec* spec = unit_tensor_spec(m, p->unit, p->tensor, &layer);
         char what[1200];
         snprintf(what, sizeof(what), "%s (%s)", path, m->units[p->unit].tensors[p->tensor].name);
-        if (llmc_read_params(fd, what, version, llmc_offset(&m->config, spec->llmc_kind, layer) + p->lo, p->hi - p->lo,
-                             arena + p->at, err, errlen)) {
-            close(fd);
-            return 1;
+        const size_t first = llmc_offset(&m->config, spec->llmc_kind, layer);
+        // The file holds the whole tensor: a tensor-parallel rank reads the global runs its local
+        // elements are (one run, the piece, when the tensor is whole).
+        TpView view;
+        layout_tp_view(m, p->unit, p->tensor, &view);
+        for (size_t e = p->lo, run; e < p->hi; e += run) {
+            const size_t g = tp_view_global_element(&view, e, &run);
+            if (run > p->hi - e) run = p->hi - e;
+            if (llmc_read_params(fd, what, version, first + g, run, arena + p->at + (e - p->lo), err, errlen)) {
+                close(fd);
+                return 1;
+            }
         }
     }
     close(fd);

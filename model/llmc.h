@@ -40,7 +40,8 @@ int llmc_read_params(int fd, const char* path, int version, size_t first, size_t
 // dst, fp32, tensor i of model_tensor_at's order at model_tensor_offset(i): the whole model in
 // one buffer in our layout (the ckpt tool's import).
 int llmc_read_model(const char* path, const ModelConfig* c, int version, float* dst, char* err, size_t errlen);
-// This rank's pieces of an llm.c model file into its arena (every rank reads only its ranges).
+// This rank's pieces of an llm.c model file into its arena (every rank reads only its ranges; a
+// tensor-parallel rank, the global elements of its local ones: layout_global_element).
 int llmc_read_model_file(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena,
                          const char* path, int version, char* err, size_t errlen);
 

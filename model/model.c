@@ -207,11 +207,93 @@ void model_rope_text(const ModelConfig* c, char* out, size_t n) {
         snprintf(out, n, "theta %g, no scaling", (double)c->rope_theta);
 }
 
+// ---- tensor parallelism
+
+// The view of a tensor of spec s on TP rank t of tp (model.h: a vector as [n, 1]). Its local
+// shape is the boxes' rows stacked, by their cols.
+static void spec_tp_view(const ModelConfig* c, const TensorSpec* s, int tp, int t, TpView* v) {
+    size_t rows, cols;
+    spec_shape(c, s, &rows, &cols);
+    const int vector = s->rows == DIM_ONE;
+    memset(v, 0, sizeof(*v));
+    v->global_rows = vector ? cols : rows;
+    v->global_cols = vector ? 1 : cols;
+    v->replicated = tp <= 1 || s->tp == TP_REPLICATED;
+    v->n_boxes = 1;
+    TpBox* b = &v->boxes[0];
+    b->rows = v->global_rows;
+    b->cols = v->global_cols;
+    if (v->replicated) return;
+    const size_t n = (size_t)tp, r = (size_t)t;
+    if (s->tp == TP_ROW && !vector) {   // the input features (the tables have no row-parallel vector)
+        b->cols = v->global_cols / n;
+        b->global_col = r * b->cols;
+        return;
+    }
+    // COLUMN and VOCAB: rows by range, each segment on its own (VOCAB and an unsegmented
+    // COLUMN are one segment of every row).
+    v->n_boxes = s->n_segments > 0 ? s->n_segments : 1;
+    size_t local_row = 0;
+    for (int i = 0; i < v->n_boxes; i++) {
+        size_t seg_rows = v->global_rows, first = 0;
+        if (s->n_segments > 0) first = spec_segment_row(c, s, i, &seg_rows);
+        b = &v->boxes[i];
+        b->rows = seg_rows / n;
+        b->global_row = first + r * b->rows;
+        b->local_row = local_row;
+        b->cols = v->global_cols;
+        local_row += b->rows;
+    }
+}
+
+size_t tp_view_global_element(const TpView* v, size_t e, size_t* run) {
+    const size_t cols = v->boxes[0].cols, row = e / cols, col = e % cols;
+    const TpBox* b = &v->boxes[0];
+    for (int i = 1; i < v->n_boxes && row >= v->boxes[i].local_row; i++) b = &v->boxes[i];
+    // A box as wide as the tensor is one run to its end; a narrower one (ROW) to the row's end.
+    if (run) *run = cols == v->global_cols ? (b->local_row + b->rows) * cols - e : cols - col;
+    return (b->global_row + row - b->local_row) * v->global_cols + b->global_col + col;
+}
+
+void layout_tp_view(const ModelLayout* m, int u, int i, TpView* v) {
+    int layer;
+    spec_tp_view(&m->config, unit_tensor_spec(m, u, i, &layer), m->tp_size, m->tp_rank, v);
+}
+
+size_t layout_global_element(const ModelLayout* m, int u, int i, size_t e) {
+    TpView v;
+    layout_tp_view(m, u, i, &v);
+    return tp_view_global_element(&v, e, NULL);
+}
+
+const char* model_tp_check(const ModelConfig* c, int tp) {
+    static _Thread_local char msg[160];  // (the refusal names numbers: no literal can)
+    const char* bad = model_config_check(c);
+    if (bad) return bad;
+    if (tp < 1) { snprintf(msg, sizeof(msg), "--tp %d is not a positive number", tp); return msg; }
+    const ModelFamily* f = model_family(c);
+    // What a rank must hold whole (heads), then the split widths, each by the name a user knows.
+    const size_t mlp = model_dim(c, family_block_role(f, BLOCK_FCPROJW)->cols), n = (size_t)tp;
+    if (c->num_heads % tp) snprintf(msg, sizeof(msg), "--tp %d does not divide the %d heads", tp, c->num_heads);
+    else if (family_has_config(f, offsetof(ModelConfig, num_kv_heads)) && c->num_kv_heads % tp)
+        snprintf(msg, sizeof(msg), "--tp %d does not divide the %d kv heads", tp, c->num_kv_heads);
+    else if (mlp % n) snprintf(msg, sizeof(msg), "--tp %d does not divide the MLP width %zu", tp, mlp);
+    else if (c->padded_vocab_size % tp)
+        snprintf(msg, sizeof(msg), "--tp %d does not divide the padded vocabulary %d", tp, c->padded_vocab_size);
+    else return NULL;
+    return msg;
+}
+
 int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count) {
+    return build_layout_tp(m, c, layers_per_unit, shard_count, 1, 0);
+}
+
+int build_layout_tp(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count, int tp_size, int tp_rank) {
     memset(m, 0, sizeof(*m));
     // Nothing is computed or allocated from an unchecked config: the bounds come first.
     if (model_config_check(c) != NULL || layers_per_unit < 1 || layers_per_unit > INT32_MAX / 2 || shard_count < 1)
         return 1;
+    if (model_tp_check(c, tp_size) != NULL || tp_rank < 0 || tp_rank >= tp_size) return 1;
     // A unit holds at most FLAT_UNIT_MAX_TENSORS tensors: more would be dropped.
     int per_unit = layers_per_unit < c->num_layers ? layers_per_unit : c->num_layers;
     if (per_unit > MODEL_MAX_LAYERS_PER_UNIT) return 1;
@@ -219,31 +301,31 @@ int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int 
     m->config = *c;
     m->family = f;
     m->layers_per_unit = layers_per_unit;
+    m->tp_size = tp_size;
+    m->tp_rank = tp_rank;
     m->n_units = 1 + (c->num_layers + layers_per_unit - 1) / layers_per_unit;   // <= 100001
     m->units = (FlatUnit*)calloc((size_t)m->n_units, sizeof(FlatUnit));
     if (!m->units) { m->n_units = 0; return 2; }
-    char name[FLAT_UNIT_NAME_LEN];
-    size_t rows, cols;
     int full = 0;
-    for (int i = 0; i < f->n_root; i++) {
-        spec_name(f, &f->root[i], 0, 0, name, sizeof(name));
-        spec_shape(c, &f->root[i], &rows, &cols);
-        full |= flat_unit_add(&m->units[0], name, rows, cols, f->root[i].decay) < 0;
-    }
-    for (int l = 0; l < c->num_layers; l++) {
-        FlatUnit* u = &m->units[1 + l / layers_per_unit];
-        for (int j = 0; j < f->n_block; j++) {
-            spec_name(f, &f->block[j], 1, l, name, sizeof(name));
-            spec_shape(c, &f->block[j], &rows, &cols);
-            full |= flat_unit_add(u, name, rows, cols, f->block[j].decay) < 0;
+    for (int l = -1; l < c->num_layers; l++) {   // -1: the root
+        const int is_block = l >= 0;
+        FlatUnit* u = &m->units[is_block ? 1 + l / layers_per_unit : 0];
+        for (int j = 0; j < (is_block ? f->n_block : f->n_root); j++) {
+            const TensorSpec* s = is_block ? &f->block[j] : &f->root[j];
+            char name[FLAT_UNIT_NAME_LEN];
+            spec_name(f, s, is_block, l, name, sizeof(name));
+            // The local shape: the view's boxes stacked (a vector stays one row).
+            TpView v;
+            spec_tp_view(c, s, tp_size, tp_rank, &v);
+            size_t rows = 0;
+            for (int b = 0; b < v.n_boxes; b++) rows += v.boxes[b].rows;
+            const int vector = s->rows == DIM_ONE;
+            full |= flat_unit_add(u, name, vector ? 1 : rows, vector ? rows : v.boxes[0].cols, s->decay) < 0;
         }
     }
     if (full) { free(m->units); m->units = NULL; m->n_units = 0; return 1; }  // (bounded above: cannot happen)
-    m->num_parameters = 0;
-    for (int u = 0; u < m->n_units; u++) {
-        flat_unit_finalize(&m->units[u], shard_count, SHARD_ALIGN);
-        m->num_parameters += m->units[u].numel;
-    }
+    for (int u = 0; u < m->n_units; u++) flat_unit_finalize(&m->units[u], shard_count, SHARD_ALIGN);
+    m->num_parameters = model_num_parameters(c);
     return 0;
 }
 

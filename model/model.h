@@ -283,7 +283,8 @@ typedef struct {
     int layers_per_unit;
     int n_units;
     FlatUnit* units;      // [n_units], finalized for the shard group (free() it)
-    size_t num_parameters;
+    size_t num_parameters;  // every parameter of the model: all tensor-parallel ranks' together
+    int tp_size, tp_rank;   // the tensor-parallel rank whose local tensors the units hold (1, 0: whole)
 } ModelLayout;
 
 // The flat units of a config for a shard group of shard_count ranks. Returns 0; 1 when the
@@ -291,6 +292,47 @@ typedef struct {
 // blocks (callers check first, for the message); 2 when out of memory. On failure m is zeroed
 // (no units) and nothing stays allocated.
 int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count);
+
+// ---- tensor parallelism: each TP rank's local part of every tensor (the spec's TpSplit)
+//
+// For tp ranks t of tp_size: REPLICATED, the whole tensor; COLUMN, the output features (a
+// weight's rows; a bias's elements), each segment on its own: segment i of R_i rows starting at
+// global row G_i gives rows [G_i + t R_i/tp, + R_i/tp), stacked in segment order; ROW, the input
+// features: local [rows, cols/tp] at global column t cols/tp; VOCAB, rows [t Vp/tp, + Vp/tp).
+// Every split is even (model_tp_check), so every TP rank's units have the same sizes and offsets.
+
+// NULL when a model of c can be split over tp ranks, else the refusal, naming the flag: "--tp 3
+// does not divide the 12 heads", "... the 4 kv heads", "... the MLP width 3072", "... the padded
+// vocabulary 50304" (or "--tp 0 is not a positive number", a config failing model_config_check:
+// its message). tp 1 passes any valid config. The message is in a buffer of the calling thread's,
+// good until its next call.
+const char* model_tp_check(const ModelConfig* c, int tp);
+// As build_layout, for TP rank tp_rank of tp_size (tp_size 1: exactly build_layout's units): the
+// FlatTensors hold the local shapes (rows, cols, numel, offset: what the engine shards); the names
+// stay the global names. Returns as build_layout, and 1 too when model_tp_check fails or tp_rank is
+// not in [0, tp_size).
+int build_layout_tp(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count, int tp_size, int tp_rank);
+
+// A local tensor as boxes of its global [global_rows, global_cols] tensor: box b is its global
+// rows [global_row, + rows) x cols [global_col, + cols), held at local rows [local_row, + rows)
+// (every local column: all boxes have the local tensor's cols). A vector ([1, n]: rows DIM_ONE)
+// is viewed as [n, 1], its elements as rows, so that its segments split like a weight's rows (the
+// row-major element order of [1, n] and [n, 1] is the same).
+typedef struct { size_t local_row, global_row, rows, global_col, cols; } TpBox;
+typedef struct {
+    size_t global_rows, global_cols;
+    int n_boxes;
+    TpBox boxes[MAX_SEGMENTS];
+    int replicated;   // 1: the tensor is whole on every TP rank (TP_REPLICATED, or tp_size 1)
+} TpView;
+// The TP view of tensor i of unit u of m.
+void layout_tp_view(const ModelLayout* m, int u, int i, TpView* v);
+// The global element (row-major in the global tensor) of local element e of tensor i of unit u.
+size_t layout_global_element(const ModelLayout* m, int u, int i, size_t e);
+// The same from a view (a loop over a tensor's elements computes the view once); *run (when not
+// NULL): how many local elements from e on are consecutive global elements (one read of a file).
+size_t tp_view_global_element(const TpView* v, size_t e, size_t* run);
+
 // Tensor i of unit u: its table row and layer (0 for the root's).
 const TensorSpec* unit_tensor_spec(const ModelLayout* m, int u, int i, int* layer);
 // Its index in model_tensor_at's order.

@@ -32,23 +32,27 @@ void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     for (int i = 0; i < n_pieces; i++) {
         const FlatPiece* p = &pieces[i];
-        const FlatTensor* t = &m->units[p->unit].tensors[p->tensor];
         int layer;
         const TensorSpec* spec = unit_tensor_spec(m, p->unit, p->tensor, &layer);
         const InitRule rule = spec->init;
         uint64_t stream = (uint64_t)spec->init_stream * 4096 + (uint64_t)layer;
-        // Rows from here on are padding of the vocabulary: zero.
-        const size_t real_rows = spec->rows == DIM_VOCAB ? (size_t)c->vocab_size : t->rows;
+        // A tensor-parallel rank's local element e is global element g of the whole tensor, and
+        // draws g's value: the initial model is the same at any --tp (at tp 1, g is e).
+        TpView view;
+        layout_tp_view(m, p->unit, p->tensor, &view);
+        // Global rows from here on are padding of the vocabulary: zero.
+        const size_t real_rows = spec->rows == DIM_VOCAB ? (size_t)c->vocab_size : view.global_rows;
         const float std = rule == INIT_NORMAL_SCALED ? proj_std : 0.02f;
         float* dst = arena + p->at;
         const size_t lo = p->lo, hi = p->hi;
         // Each element is a pure function of its index: threads do not change the result.
         #pragma omp parallel for schedule(static)
         for (size_t e = lo; e < hi; e++) {
+            const size_t g = tp_view_global_element(&view, e, NULL);
             float v;
             if (rule == INIT_ONES) v = 1.0f;
-            else if (rule == INIT_ZEROS || e / t->cols >= real_rows) v = 0.0f;
-            else v = normal_at(seed, stream, e) * std;
+            else if (rule == INIT_ZEROS || g / view.global_cols >= real_rows) v = 0.0f;
+            else v = normal_at(seed, stream, g) * std;
             dst[e - lo] = v;
         }
     }

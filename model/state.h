@@ -28,6 +28,9 @@ uint64_t splitmix64(uint64_t x);
 // projections scaled by 1/sqrt(2L), biases zero, norm weights one, padded vocabulary rows
 // zero), from its init_stream. Each element is a pure function of (seed, stream, layer,
 // element index): a rank fills just its pieces and the model does not depend on the world size.
+// At tensor parallelism (m->tp_size > 1) the index is the global element of the rank's local one
+// (layout_global_element), and padding rows are the global vocabulary's: the model does not depend
+// on --tp either.
 void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* arena, uint64_t seed);
 
 // ---- checkpoints (checkpoint/checkpoint.h knows no model: these are its tables of a model)

@@ -13,7 +13,8 @@
 #      verify --finite and --resume refuse it; and NaN weights through the kernels (--init-from a
 #      model file holding one: fast_expf's exponent arithmetic overflowed on a NaN, undefined);
 #   3. model files and safetensors that are lies (ckpt_asan import, train_gpt_asan -e);
-#   4. dev/test/test_tokenizer.sh with tokenize_text_asan.
+#   4. dev/test/test_tokenizer.sh with tokenize_text_asan;
+#   5. dev/test/test_tp_layout.c (the tensor-parallel layout's index arithmetic) as test_tp_layout_asan.
 # Builds build/asan/ first when needed (about a minute on 2 cores, once).
 set -u
 source dev/test/lib.sh
@@ -255,6 +256,11 @@ expect_error "asan: ckpt import of a model.safetensors symlink loop" "st_loop/mo
 case $A in /*) tt=$A/tokenize_text_asan ;; *) tt=$PWD/$A/tokenize_text_asan ;; esac
 TOKENIZE_TEXT=$tt bash dev/test/test_tokenizer.sh > "$out/tokenizer.log" 2>&1
 sed -E 's/^(ok|not ok) - /\1 - asan: tokenize_text: /' "$out/tokenizer.log" | grep -E '^(ok|not ok) - '
+
+# 5. The tensor-parallel layout's unit test.
+$A/test_tp_layout_asan "$out" > "$out/tp_layout.log" 2>&1
+sed -E 's/^(ok|not ok) - /\1 - asan: /' "$out/tp_layout.log" | grep -E '^(ok|not ok) - ' ||
+    not_ok "asan: test_tp_layout_asan printed no result: $(tail -n 3 "$out/tp_layout.log" | tr '\n' ' ' | head -c 300)"
 
 # Anything a sanitizer said anywhere (a report in a run whose status was not checked).
 reports=$(sanitizer_report "$out"/*.log "$out"/*/*.log)
