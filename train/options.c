@@ -624,8 +624,6 @@ static int check_tp_flags(const Options* o, const ModelConfig* c, const char* de
         snprintf(m, n, "--tp %d: tensor parallelism runs on the cpu device only for now (this run is on %s)", o->tp, device);
     else if (o->ckpt_every > 0 || o->resume)
         snprintf(m, n, "--tp %d with checkpoints: not supported yet (--ckpt-every, --resume)", o->tp);
-    else if (o->init_from)
-        snprintf(m, n, "--tp %d with --init-from: not supported yet", o->tp);
     else
         return 0;
     return 1;
