@@ -113,8 +113,7 @@ static void model_build(Model* model, const ModelConfig* c, int layers_per_unit,
     model->config = *c;
     const int tp = pg->tp_size > 1 ? pg->tp_size : 1;
     if (build_layout_tp(&model->layout, c, layers_per_unit, pg->shard_size, tp, tp > 1 ? pg->tp_rank : 0))
-        fatal(pg, "model: %s", model_config_check(c) ? model_config_check(c) : model_tp_check(c, tp) ? model_tp_check(c, tp)
-                               : "a unit of more than 5 blocks (--fsdp-unit-layers), or out of memory");
+        fatal(pg, "model: %s", model_tp_check(c, tp, err, sizeof(err)) ? err : "a unit of more than 5 blocks (--fsdp-unit-layers), or out of memory");
     // The tensors every rank of a tensor-parallel group holds whole: the engine sums their
     // gradients over the group and counts them once in the norm.
     for (int u = 0; tp > 1 && u < model->layout.n_units; u++)

@@ -266,22 +266,21 @@ size_t layout_global_element(const ModelLayout* m, int u, int i, size_t e) {
     return tp_view_global_element(&v, e, NULL);
 }
 
-const char* model_tp_check(const ModelConfig* c, int tp) {
-    static _Thread_local char msg[160];  // (the refusal names numbers: no literal can)
+int model_tp_check(const ModelConfig* c, int tp, char* msg, size_t n) {
     const char* bad = model_config_check(c);
-    if (bad) return bad;
-    if (tp < 1) { snprintf(msg, sizeof(msg), "--tp %d is not a positive number", tp); return msg; }
+    if (bad) { snprintf(msg, n, "%s", bad); return 1; }
+    if (tp < 1) { snprintf(msg, n, "--tp %d is not a positive number", tp); return 1; }
     const ModelFamily* f = model_family(c);
     // What a rank must hold whole (heads), then the split widths, each by the name a user knows.
-    const size_t mlp = model_dim(c, family_block_role(f, BLOCK_FCPROJW)->cols), n = (size_t)tp;
-    if (c->num_heads % tp) snprintf(msg, sizeof(msg), "--tp %d does not divide the %d heads", tp, c->num_heads);
+    const size_t mlp = model_dim(c, family_block_role(f, BLOCK_FCPROJW)->cols);
+    if (c->num_heads % tp) snprintf(msg, n, "--tp %d does not divide the %d heads", tp, c->num_heads);
     else if (family_has_config(f, offsetof(ModelConfig, num_kv_heads)) && c->num_kv_heads % tp)
-        snprintf(msg, sizeof(msg), "--tp %d does not divide the %d kv heads", tp, c->num_kv_heads);
-    else if (mlp % n) snprintf(msg, sizeof(msg), "--tp %d does not divide the MLP width %zu", tp, mlp);
+        snprintf(msg, n, "--tp %d does not divide the %d kv heads", tp, c->num_kv_heads);
+    else if (mlp % (size_t)tp) snprintf(msg, n, "--tp %d does not divide the MLP width %zu", tp, mlp);
     else if (c->padded_vocab_size % tp)
-        snprintf(msg, sizeof(msg), "--tp %d does not divide the padded vocabulary %d", tp, c->padded_vocab_size);
-    else return NULL;
-    return msg;
+        snprintf(msg, n, "--tp %d does not divide the padded vocabulary %d", tp, c->padded_vocab_size);
+    else return 0;
+    return 1;
 }
 
 int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int shard_count) {
@@ -293,7 +292,8 @@ int build_layout_tp(ModelLayout* m, const ModelConfig* c, int layers_per_unit, i
     // Nothing is computed or allocated from an unchecked config: the bounds come first.
     if (model_config_check(c) != NULL || layers_per_unit < 1 || layers_per_unit > INT32_MAX / 2 || shard_count < 1)
         return 1;
-    if (model_tp_check(c, tp_size) != NULL || tp_rank < 0 || tp_rank >= tp_size) return 1;
+    char why[160];
+    if (model_tp_check(c, tp_size, why, sizeof(why)) || tp_rank < 0 || tp_rank >= tp_size) return 1;
     // A unit holds at most FLAT_UNIT_MAX_TENSORS tensors: more would be dropped.
     int per_unit = layers_per_unit < c->num_layers ? layers_per_unit : c->num_layers;
     if (per_unit > MODEL_MAX_LAYERS_PER_UNIT) return 1;

@@ -304,9 +304,8 @@ int build_layout(ModelLayout* m, const ModelConfig* c, int layers_per_unit, int 
 // NULL when a model of c can be split over tp ranks, else the refusal, naming the flag: "--tp 3
 // does not divide the 12 heads", "... the 4 kv heads", "... the MLP width 3072", "... the padded
 // vocabulary 50304" (or "--tp 0 is not a positive number", a config failing model_config_check:
-// its message). tp 1 passes any valid config. The message is in a buffer of the calling thread's,
-// good until its next call.
-const char* model_tp_check(const ModelConfig* c, int tp);
+// its message), into msg[n]. tp 1 passes any valid config. 0: it splits; 1: it does not.
+int model_tp_check(const ModelConfig* c, int tp, char* msg, size_t n);
 // As build_layout, for TP rank tp_rank of tp_size (tp_size 1: exactly build_layout's units): the
 // FlatTensors hold the local shapes (rows, cols, numel, offset: what the engine shards); the names
 // stay the global names. Returns as build_layout, and 1 too when model_tp_check fails or tp_rank is

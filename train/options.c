@@ -616,9 +616,8 @@ void batch_split(const Options* o, int world, long* total_tokens, int* grad_accu
 // splits evenly (model_tp_check), the sequence too (a sampled row is padded within T), and what
 // does not compose with it yet. Non-zero with the message in m.
 static int check_tp_flags(const Options* o, const ModelConfig* c, const char* device, char* m, size_t n) {
-    const char* split = model_tp_check(c, o->tp);
-    if (split) snprintf(m, n, "%s", split);
-    else if (o->seq_len % o->tp != 0)
+    if (model_tp_check(c, o->tp, m, n)) {
+    } else if (o->seq_len % o->tp != 0)
         snprintf(m, n, "--tp %d does not divide -t %d (sequence parallel splits each micro-batch's positions)", o->tp, o->seq_len);
     else if (strcmp(device, "cpu"))
         snprintf(m, n, "--tp %d: tensor parallelism runs on the cpu device only for now (this run is on %s)", o->tp, device);

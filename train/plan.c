@@ -329,19 +329,10 @@ int plan_parse_tp(const char* s, int* tps, int* n, char* err, size_t errlen) {
     return parse_list("--plan-tp", "TP degrees", "1,2,4,8", PLAN_MAX_TP, s, tps, n, err, errlen);
 }
 
-const char* plan_tp_check(const ModelConfig* c, int tp, int B, int T, char* why, size_t n) {
-    const ModelFamily* f = model_family(c);
-    size_t H, A, cols;  // the MLP's first matmul's rows (each of its segments splits) and its projection's input
-    spec_shape(c, family_block_role(f, BLOCK_FCW), &H, &cols);
-    spec_shape(c, family_block_role(f, BLOCK_FCPROJW), &cols, &A);
-    const int kv = c->num_kv_heads > 0 ? c->num_kv_heads : c->num_heads;
-    if (c->num_heads % tp) snprintf(why, n, "the model's %d heads", c->num_heads);
-    else if (kv % tp) snprintf(why, n, "the model's %d kv heads", kv);
-    else if (A % tp || H % tp) snprintf(why, n, "the MLP's width %zu", A);
-    else if (c->padded_vocab_size % tp) snprintf(why, n, "the padded vocabulary %d", c->padded_vocab_size);
-    else if (((long)B * T) % tp) snprintf(why, n, "B x T = %d x %d tokens", B, T);
-    else return NULL;
-    return why;
+const char* plan_tp_check(const ModelConfig* c, int tp, int T, char* why, size_t n) {
+    if (model_tp_check(c, tp, why, n)) return why;
+    if (T % tp) { snprintf(why, n, "--tp %d does not divide -t %d", tp, T); return why; }
+    return NULL;
 }
 
 SimCosts plan_costs(const SimProfile* p, SimAttention attention) {
@@ -934,8 +925,8 @@ static int plan_tp_table(const Options* opt, const ModelConfig* config, const Pl
         else if (opt->gpus_per_node % o.tp)
             snprintf(notes[i], sizeof(notes[i]), "does not divide --gpus-per-node %d (tensor parallel stays within one node)",
                      opt->gpus_per_node);
-        else if (plan_tp_check(config, o.tp, o.batch_size, o.seq_len, what, sizeof(what)))
-            snprintf(notes[i], sizeof(notes[i]), "does not divide %s", what);
+        else if (plan_tp_check(config, o.tp, o.seq_len, what, sizeof(what)))
+            snprintf(notes[i], sizeof(notes[i]), "%s", what);
         else if (check_run_flags(&o, config, world, "sim", NULL, &e))
             snprintf(notes[i], sizeof(notes[i]), "%s", e.msg);
         else
@@ -980,8 +971,8 @@ int plan_main(const Options* opt, const ModelConfig* config, const PlanModelOps*
                 opt->tp, opt->gpus_per_node);
         return 1;
     }
-    if (opt->tp > 1 && plan_tp_check(config, opt->tp, opt->batch_size, opt->seq_len, what, sizeof(what))) {
-        fprintf(stderr, "error: --plan with --tp %d: it does not divide %s\n", opt->tp, what);
+    if (opt->tp > 1 && plan_tp_check(config, opt->tp, opt->seq_len, what, sizeof(what))) {
+        fprintf(stderr, "error: --plan: %s\n", what);
         return 1;
     }
     for (int i = 0; i < n; i++)

@@ -57,10 +57,9 @@ int plan_parse_world(const char* s, int* worlds, int* n, char* err, size_t errle
 
 // --plan-tp "1,2,4,8": 1 .. PLAN_MAX_WORLDS degrees, each in [1, PLAN_MAX_TP]. 0, or 1 with err.
 int plan_parse_tp(const char* s, int* tps, int* n, char* err, size_t errlen);
-// Whether tensor parallelism of degree tp can split c for micro-batches of B x T: NULL, else
-// what it does not divide ("the 12 heads"). The planner's own check of the heads, kv heads,
-// the MLP's widths, the padded vocabulary and B x T (model_tp_check is not on main yet).
-const char* plan_tp_check(const ModelConfig* c, int tp, int B, int T, char* why, size_t n);
+// Whether tensor parallelism of degree tp can split c for sequences of T, as a run checks it
+// (model_tp_check, then T): NULL, else the refusal in why ("--tp 8 does not divide the 4 heads").
+const char* plan_tp_check(const ModelConfig* c, int tp, int T, char* why, size_t n);
 
 // The costs of a run on p whose attention is `attention` (--attention's name, resolved per
 // head size by the sim).

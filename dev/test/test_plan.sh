@@ -426,7 +426,7 @@ else
 fi
 if $TG --plan "${gpt[@]}" -b 2 --plan-tp 3,2,8 >"$out/plan_tp_skip.log" 2>&1 &&
    grep -q "^  TP 3 skipped: does not divide the world size 8$" "$out/plan_tp_skip.log" &&
-   grep -q "^  TP 8 skipped: does not divide the model's 4 heads$" "$out/plan_tp_skip.log" &&
+   grep -q "^  TP 8 skipped: --tp 8 does not divide the 4 heads$" "$out/plan_tp_skip.log" &&
    [ "$(awk '$1 ~ /^[0-9]+$/ && NF == 16' "$out/plan_tp_skip.log" | wc -l)" -eq 1 ]; then
     ok "--plan-tp 3,2,8: TP 2 planned, 3 and 8 skipped with their reasons"
 else
@@ -454,8 +454,8 @@ refused "--plan-tp with --tp"        "^error: --plan-tp with --tp 2: " $TG --pla
 refused "--plan-tp at two worlds"    "^error: --plan-tp plans one world size: give --plan-world one size, got '8,16'" \
     $TG --plan "${gpt[@]}" --plan-tp 1,2 --plan-world 8,16
 refused "--plan --tp beyond a node"  "^error: --plan with --tp 16: it does not divide --gpus-per-node 8" $TG --plan "${gpt[@]}" --tp 16 --plan-world 16
-refused "--plan --tp vs the heads"   "^error: --plan with --tp 8: it does not divide the model's 4 heads" $TG --plan "${gpt[@]}" --tp 8
-refused "--plan --tp vs kv heads"    "^error: --plan with --tp 4: it does not divide the model's 2 kv heads" $TG --plan "${llama[@]}" --tp 4
+refused "--plan --tp vs the heads"   "^error: --plan: --tp 8 does not divide the 4 heads" $TG --plan "${gpt[@]}" --tp 8
+refused "--plan --tp vs kv heads"    "^error: --plan: --tp 4 does not divide the 2 kv heads" $TG --plan "${llama[@]}" --tp 4
 refused "--plan --tp vs the world"   "^error: --plan at world size 6: --tp 4 does not divide it" $TG --plan "${gpt[@]}" --tp 4 --plan-world 6
 refused "--tp: shard groups count DP" "^error: --plan at world size 8: --shard-group-size 4 does not divide the data-parallel size 2 \\(world 8 / --tp 4\\)" \
     $TG --plan "${gpt[@]}" --tp 4 --shard-group-size 4

@@ -314,8 +314,14 @@ static void write_llmc(const ModelConfig* c, const char* path) {
     free(whole);
 }
 
+// model_tp_check's verdict: NULL, or its message (in a buffer of this test's).
+static const char* tp_check(const ModelConfig* c, int tp) {
+    static char msg[200];
+    return model_tp_check(c, tp, msg, sizeof(msg)) ? msg : NULL;
+}
+
 static void expect_refusal(const ModelConfig* c, int tp, const char* want, const char* name) {
-    const char* got = model_tp_check(c, tp);
+    const char* got = tp_check(c, tp);
     CHECK(got && !strcmp(got, want), "%s: model_tp_check(%d) says \"%s\", expected \"%s\"", name, tp, got ? got : "(nothing)", want);
     ModelLayout m;
     int rc = build_layout_tp(&m, c, 1, 2, tp, 0);
@@ -336,11 +342,11 @@ int main(int argc, char** argv) {
     const int n_models = (int)(sizeof(models) / sizeof(models[0]));
     for (int i = 0; i < n_models; i++) {
         CHECK(model_config_check(&models[i].c) == NULL, "%s: not a valid config", models[i].name);
-        CHECK(model_tp_check(&models[i].c, 1) == NULL, "%s: tp 1 refused", models[i].name);
+        CHECK(tp_check(&models[i].c, 1) == NULL, "%s: tp 1 refused", models[i].name);
         check_tp1(&models[i].c, models[i].name);
         for (int k = 0; k < 3 && models[i].tps[k]; k++) {
-            CHECK(model_tp_check(&models[i].c, models[i].tps[k]) == NULL, "%s: tp %d refused: %s", models[i].name, models[i].tps[k],
-                  model_tp_check(&models[i].c, models[i].tps[k]));
+            CHECK(tp_check(&models[i].c, models[i].tps[k]) == NULL, "%s: tp %d refused: %s", models[i].name, models[i].tps[k],
+                  tp_check(&models[i].c, models[i].tps[k]));
             for (int shards = 1; shards <= 3; shards++) check_mesh(&models[i].c, models[i].tps[k], shards, 1, models[i].name);
         }
     }
@@ -350,7 +356,7 @@ int main(int argc, char** argv) {
     // The refusals, each naming --tp and the number it does not divide.
     ModelConfig d12;
     preset_config("d12", &d12);
-    CHECK(model_tp_check(&d12, 1) == NULL && model_tp_check(&d12, 3) == NULL && model_tp_check(&d12, 12) == NULL,
+    CHECK(tp_check(&d12, 1) == NULL && tp_check(&d12, 3) == NULL && tp_check(&d12, 12) == NULL,
           "d12: tp 1, 3 or 12 refused");
     expect_refusal(&d12, 5, "--tp 5 does not divide the 12 heads", "d12");
     expect_refusal(&d12, 0, "--tp 0 is not a positive number", "d12");
@@ -358,12 +364,12 @@ int main(int argc, char** argv) {
     expect_refusal(&models[3].c, 4, "--tp 4 does not divide the 2 kv heads", "llama3 KVH2");
     ModelConfig odd_mlp = shape("llama3:tiny", 1, 8, 4, 128, 90, 1000);
     expect_refusal(&odd_mlp, 4, "--tp 4 does not divide the MLP width 90", "llama3 F90");
-    CHECK(model_tp_check(&odd_mlp, 2) == NULL, "llama3 F90: tp 2 refused");
+    CHECK(tp_check(&odd_mlp, 2) == NULL, "llama3 F90: tp 2 refused");
     ModelConfig odd_vocab = shape("d12", 1, 6, 0, 96, 0, 1000);   // Vp 1024
     expect_refusal(&odd_vocab, 3, "--tp 3 does not divide the padded vocabulary 1024", "gpt2 NH6 V1000");
     ModelConfig bad_config = d12;
     bad_config.num_heads = 0;
-    CHECK(model_tp_check(&bad_config, 2) && strstr(model_tp_check(&bad_config, 2), "dimension"),
+    CHECK(tp_check(&bad_config, 2) && strstr(tp_check(&bad_config, 2), "dimension"),
           "a config failing model_config_check passes model_tp_check");
     ModelLayout m;
     CHECK(build_layout_tp(&m, &models[0].c, 1, 2, 2, 2) == 1 && m.units == NULL, "tp_rank 2 of 2 accepted");
