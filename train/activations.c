@@ -1,4 +1,5 @@
-// The model schedule's activations: train/activations.h.
+// train/: what the training program is made of besides its story (train/device.cuh opens with the
+// list). This file: the model schedule's activations, carved for a micro-batch (activations.h).
 #include "train/activations.h"
 
 // Reserves n elements of elem bytes at *off (256-byte aligned: cuBLASLt's fast paths and the
