@@ -3,7 +3,8 @@
 # ranks, FSDP/HSDP over the data-parallel ranks of each TP position, Megatron's splits with
 # sequence parallel and a vocabulary-parallel embedding and loss): the same 20-step runs as
 # test_fsdp.sh's np=1 reference at (TP, DP) = (2,1), (2,2), (2,3), (4,1), (2,2) with HSDP, with
-# micro-steps and with --no-grad-sync-until-last, GPT-2 and Llama with grouped-query attention;
+# micro-steps, with --no-grad-sync-until-last, with 2-block units kept gathered, over the TCP
+# transport, GPT-2 and Llama with grouped-query attention;
 # a TP run twice and recompute on/off at TP 2 bitwise; samples; the refusals.
 set -u
 source dev/test/lib.sh
@@ -36,6 +37,15 @@ check gpt2_ref gpt2_tp4_dp1       4 "${gpt2[@]}" -b 12 --tp 4
 check gpt2_ref gpt2_tp2_hsdp      4 "${gpt2[@]}" -b 6 --tp 2 --shard-group-size 1
 check gpt2_ref gpt2_tp2_accum3    4 "${gpt2[@]}" -b 2 --tp 2
 check gpt2_ref gpt2_tp2_no_sync   4 "${gpt2[@]}" -b 2 --tp 2 --no-grad-sync-until-last
+check gpt2_ref gpt2_tp2_units     4 "${gpt2[@]}" -b 6 --tp 2 --fsdp-unit-layers 2 --reshard-after-forward 0
+# Over the TCP transport (ranks started torchrun-style): its one communication thread runs the
+# shard group's prefetched gathers and the TP group's collectives in the order every rank issues them.
+if timeout 300 scripts/launch_local.sh -n 4 "${gpt2[@]}" -b 6 --tp 2 --prefetch 2 -o "$out/gpt2_tp2_tcp" > "$out/gpt2_tp2_tcp.log" 2>&1; then
+    grep -q " via tcp" "$out/gpt2_tp2_tcp.log" || not_ok "gpt2_tp2_tcp: not on the TCP transport: $(grep -m1 'rank(s) via' "$out/gpt2_tp2_tcp.log")"
+    $PYTHON dev/test/compare_losses.py gpt2_tp2_tcp "$out/gpt2_ref/metrics.jsonl" "$out/gpt2_tp2_tcp/metrics.jsonl" --rtol $RTOL
+else
+    not_ok "gpt2_tp2_tcp: run failed: $(tail -n 3 "$out/gpt2_tp2_tcp.log" | tr '\n' ' ')"
+fi
 lap "GPT-2 W-equivalence"
 
 run llama_ref 1 "${llama[@]}" -b 12 || exit 1
