@@ -716,7 +716,7 @@ static void maybe_checkpoint(Run* r, int completed, int stop_now) {
         double t0 = now_seconds();
         fsdp_download_state(&r->model.fsdp);  // the checkpoint's pieces point into the host mirror
         const LoaderState* ls = &r->data.train.state;
-        cJSON* state = model_checkpoint_state(&r->model.config, completed, r->total_tokens * (long)completed, r->pg->world, r->T,
+        cJSON* state = model_checkpoint_state(&r->model.config, completed, r->total_tokens * (long)completed, r->pg->world, r->pg->tp_size, r->T,
                                              r->total_tokens, ls->windows_consumed, ls->seed, ls->shuffle);
         if (opt->param_fp16) {  // the figures of step `completed` were read (finish_step) before this
             const FsdpStepStats* s = fsdp_step_stats_wait(&r->model.fsdp);
@@ -928,8 +928,7 @@ int main(int argc, char** argv) {
     int start_step;
     int resumed = maybe_resume(r, &start_step);
     // A writer whenever there is a checkpoint directory: a stop signal saves even without --ckpt-every.
-    // (Tensor parallel: no checkpoints yet, check_run_flags refuses asking for them.)
-    if (r->ckpt_root[0] && !inference && pg.tp_size == 1) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
+    if (r->ckpt_root[0] && !inference) run_ckpt_open(&r->ckpt, &opt.ckpt, &pg, &model->layout, &model->fsdp, resumed ? start_step : -1);
     Tokenizer* tokenizer = opt.sample_every > 0 || opt.generate ? load_sample_tokenizer(opt.tokenizer_dir, pg.rank) : NULL;
 
     Metrics* mt = &r->metrics;

@@ -253,8 +253,11 @@ static int commit(const char* root, long step, int world, const CkptTensor* tens
     step_dir_name(tmp_dir, sizeof(tmp_dir), root, step, 1);
     step_dir_name(final_dir, sizeof(final_dir), root, step, 0);
 
+    // Version 1 unless a chunk is a box: a save of ranges writes what it wrote before boxes.
+    int boxed = 0;
+    for (int i = 0; i < n_chunks; i++) boxed |= chunks[i].box.rows > 0;
     cJSON* m = cJSON_CreateObject();
-    cJSON_AddNumberToObject(m, "format_version", CKPT_FORMAT_VERSION);
+    cJSON_AddNumberToObject(m, "format_version", boxed ? CKPT_FORMAT_VERSION : 1);
     cJSON_AddNumberToObject(m, "step", (double)step);
     cJSON_AddNumberToObject(m, "world", world);
     cJSON_AddItemToObject(m, "state", state ? state : cJSON_CreateObject());
@@ -267,22 +270,31 @@ static int commit(const char* root, long step, int world, const CkptTensor* tens
         cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)tensors[i].cols));
         cJSON_AddItemToArray(ts, t);
     }
-    // Chunks as compact rows: [tensor, kind, lo, hi, file, offset, bytes, codec, xxh64 hex]
+    // Chunks as compact rows: [tensor, kind, lo, hi, file, offset, bytes, codec, xxh64 hex],
+    // and a box's row0, col0, rows, cols (its lo, hi: its span in the tensor).
     cJSON* cs = cJSON_AddArrayToObject(m, "chunks");
-    cJSON_AddStringToObject(m, "chunk_fields", "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64");
+    cJSON_AddStringToObject(m, "chunk_fields", boxed ? "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64,row0,col0,rows,cols"
+                                                     : "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64");
     for (int i = 0; i < n_chunks; i++) {
         const CkptChunk* c = &chunks[i];
+        const CkptBox* b = &c->box;
+        const int t = b->rows ? tensor_index(tensors, n_tensors, c->tensor) : -1;
+        const uint64_t cols = t >= 0 ? tensors[t].cols : 0;
         char hex[17];
         cJSON* row = cJSON_CreateArray();
         cJSON_AddItemToArray(row, cJSON_CreateString(c->tensor));
         cJSON_AddItemToArray(row, cJSON_CreateString(CKPT_KIND_NAMES[c->kind]));
-        cJSON_AddItemToArray(row, cJSON_CreateNumber((double)c->lo));
-        cJSON_AddItemToArray(row, cJSON_CreateNumber((double)c->hi));
+        cJSON_AddItemToArray(row, cJSON_CreateNumber((double)(b->rows ? b->row0 * cols + b->col0 : c->lo)));
+        cJSON_AddItemToArray(row, cJSON_CreateNumber((double)(b->rows ? (b->row0 + b->rows - 1) * cols + b->col0 + b->cols : c->hi)));
         cJSON_AddItemToArray(row, cJSON_CreateNumber(c->file));
         cJSON_AddItemToArray(row, cJSON_CreateNumber((double)c->offset));
         cJSON_AddItemToArray(row, cJSON_CreateNumber((double)c->bytes));
         cJSON_AddItemToArray(row, cJSON_CreateString(CKPT_CODEC_NAMES[c->codec]));
         cJSON_AddItemToArray(row, cJSON_CreateString(hex64(c->checksum, hex)));
+        if (b->rows) {
+            const uint64_t box[4] = {b->row0, b->col0, b->rows, b->cols};
+            for (int k = 0; k < 4; k++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)box[k]));
+        }
         cJSON_AddItemToArray(cs, row);
     }
     char* text = cJSON_PrintUnformatted(m);
@@ -387,13 +399,105 @@ static int push_chunk(ChunkWriter* cw, const CkptChunk* c) {
     return 0;
 }
 
+uint64_t ckpt_chunk_elems(const CkptChunk* ch) { return ch->box.rows ? ch->box.rows * ch->box.cols : ch->hi - ch->lo; }
+static uint64_t piece_elems(const CkptPiece* p) { return p->box.rows ? p->box.rows * p->box.cols : p->hi - p->lo; }
+
+// One rank file being written: where the next chunk goes, and how chunks are encoded.
+typedef struct {
+    const char* path;
+    int fd, file_index, codec, zstd_level;
+    uint64_t offset;
+    long delay_ms;
+} RankFile;
+
+// Encodes n values as chunk `c` (its tensor, kind, range or box set), appends them to the file
+// and the chunk to the table.
+static int put_chunk(RankFile* f, ChunkWriter* cw, CkptChunk* c, const float* values, uint64_t n, char* err, size_t errlen) {
+    const void* stored = values;
+    size_t stored_bytes = (size_t)n * sizeof(float);
+    if (f->codec != CKPT_CODEC_RAW) {
+        const void* in = values;
+        if (f->codec == CKPT_CODEC_ZSTD_SHUFFLE) {
+            byte_shuffle((const unsigned char*)values, cw->shuffled, (size_t)n);
+            in = cw->shuffled;
+        }
+        size_t z = ZSTD_compressCCtx(cw->cctx, cw->zbuf, cw->zcap, in, stored_bytes, f->zstd_level);
+        if (ZSTD_isError(z)) { set_err(err, errlen, "%s: zstd: %s", f->path, ZSTD_getErrorName(z)); return 1; }
+        stored = cw->zbuf;
+        stored_bytes = z;
+    }
+    if (write_all(f->fd, stored, stored_bytes) != 0) {
+        set_err(err, errlen, "%s: write failed: %s", f->path, strerror(errno));
+        return 1;
+    }
+    c->file = f->file_index;
+    c->offset = f->offset;
+    c->bytes = stored_bytes;
+    c->codec = f->codec;
+    c->checksum = XXH64(stored, stored_bytes, 0);
+    if (push_chunk(cw, c) != 0) { set_err(err, errlen, "%s: out of memory", f->path); return 1; }
+    f->offset += stored_bytes;
+    if (f->delay_ms > 0) usleep((useconds_t)f->delay_ms * 1000);
+    return 0;
+}
+
+// A piece as chunks of up to CKPT_CHUNK_ELEMS values: a range in consecutive ranges; a box in
+// bands of its whole rows (a row wider than a chunk: that row in pieces of columns), each
+// band itself a box whose values are consecutive in the piece's.
+static int put_piece(RankFile* f, ChunkWriter* cw, const CkptPiece* p, char* err, size_t errlen) {
+    CkptChunk c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.tensor, sizeof(c.tensor), "%s", p->tensor);
+    c.kind = p->kind;
+    if (!p->box.rows) {
+        for (uint64_t lo = p->lo; lo < p->hi; lo += CKPT_CHUNK_ELEMS) {
+            c.lo = lo;
+            c.hi = lo + CKPT_CHUNK_ELEMS < p->hi ? lo + CKPT_CHUNK_ELEMS : p->hi;
+            if (put_chunk(f, cw, &c, p->data + (lo - p->lo), c.hi - lo, err, errlen)) return 1;
+        }
+        return 0;
+    }
+    const CkptBox* b = &p->box;
+    const uint64_t band = b->cols <= CKPT_CHUNK_ELEMS ? CKPT_CHUNK_ELEMS / b->cols : 1;
+    const uint64_t width = b->cols <= CKPT_CHUNK_ELEMS ? b->cols : CKPT_CHUNK_ELEMS;
+    for (uint64_t r = 0; r < b->rows; r += band)
+        for (uint64_t col = 0; col < b->cols; col += width) {
+            c.box.row0 = b->row0 + r;
+            c.box.col0 = b->col0 + col;
+            c.box.rows = b->rows - r < band ? b->rows - r : band;
+            c.box.cols = b->cols - col < width ? b->cols - col : width;
+            if (put_chunk(f, cw, &c, p->data + r * b->cols + col, c.box.rows * c.box.cols, err, errlen)) return 1;
+        }
+    return 0;
+}
+
+// A save's pieces name tensors of its table, and its boxes lie inside them (a manifest that
+// says otherwise would be refused by every reader).
+static int check_pieces(const CkptTensor* tensors, int n_tensors, const CkptPiece* pieces, int n_pieces, char* err,
+                        size_t errlen) {
+    for (int i = 0; i < n_pieces; i++) {
+        const int t = tensor_index(tensors, n_tensors, pieces[i].tensor);
+        const CkptBox* b = &pieces[i].box;
+        if (t < 0) {
+            set_err(err, errlen, "checkpoint: piece of unknown tensor '%s'", pieces[i].tensor);
+            return 1;
+        }
+        if (b->rows && (b->cols == 0 || b->row0 + b->rows > tensors[t].rows || b->col0 + b->cols > tensors[t].cols)) {
+            set_err(err, errlen, "checkpoint: piece of %s: box [%" PRIu64 ", %" PRIu64 "] + [%" PRIu64 ", %" PRIu64
+                    "] is not inside its [%" PRIu64 ", %" PRIu64 "]", pieces[i].tensor, b->row0, b->col0, b->rows, b->cols,
+                    tensors[t].rows, tensors[t].cols);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int write_rank_file(const char* path, int file_index, const CkptPiece* pieces, int n_pieces,
                            const CkptOptions* opt, ChunkWriter* cw, char* err, size_t errlen) {
     cw->n_chunks = 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) { set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno)); return 1; }
     const char* delay_env = getenv("FSDP_TEST_CKPT_WRITE_DELAY_MS");
-    long delay_ms = delay_env ? atol(delay_env) : 0;
     int zstd = opt->codec == CKPT_CODEC_ZSTD || opt->codec == CKPT_CODEC_ZSTD_SHUFFLE;
     // zstd chunks are byte-shuffled first; FSDP_TEST_CKPT_ZSTD_PLAIN=1 writes the old plain
     // "zstd" chunks (for the tests that readers still take them, and the benchmark's ratio).
@@ -406,46 +510,9 @@ static int write_rank_file(const char* path, int file_index, const CkptPiece* pi
         cw->shuffled = (unsigned char*)malloc(CKPT_CHUNK_ELEMS * sizeof(float));
         if (!cw->cctx || !cw->zbuf || !cw->shuffled) { set_err(err, errlen, "%s: out of memory for zstd", path); close(fd); return 1; }
     }
-    uint64_t offset = 0;
-    for (int i = 0; i < n_pieces; i++) {
-        const CkptPiece* p = &pieces[i];
-        for (uint64_t lo = p->lo; lo < p->hi; lo += CKPT_CHUNK_ELEMS) {
-            uint64_t hi = lo + CKPT_CHUNK_ELEMS < p->hi ? lo + CKPT_CHUNK_ELEMS : p->hi;
-            const void* raw = p->data + (lo - p->lo);
-            size_t raw_bytes = (size_t)(hi - lo) * sizeof(float);
-            const void* stored = raw;
-            size_t stored_bytes = raw_bytes;
-            if (zstd) {
-                const void* in = raw;
-                if (codec == CKPT_CODEC_ZSTD_SHUFFLE) {
-                    byte_shuffle((const unsigned char*)raw, cw->shuffled, (size_t)(hi - lo));
-                    in = cw->shuffled;
-                }
-                size_t z = ZSTD_compressCCtx(cw->cctx, cw->zbuf, cw->zcap, in, raw_bytes, opt->zstd_level);
-                if (ZSTD_isError(z)) { set_err(err, errlen, "%s: zstd: %s", path, ZSTD_getErrorName(z)); close(fd); return 1; }
-                stored = cw->zbuf;
-                stored_bytes = z;
-            }
-            if (write_all(fd, stored, stored_bytes) != 0) {
-                set_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
-                close(fd); return 1;
-            }
-            CkptChunk c;
-            memset(&c, 0, sizeof(c));
-            snprintf(c.tensor, sizeof(c.tensor), "%s", p->tensor);
-            c.kind = p->kind;
-            c.lo = lo;
-            c.hi = hi;
-            c.file = file_index;
-            c.offset = offset;
-            c.bytes = stored_bytes;
-            c.codec = codec;
-            c.checksum = XXH64(stored, stored_bytes, 0);
-            if (push_chunk(cw, &c) != 0) { set_err(err, errlen, "%s: out of memory", path); close(fd); return 1; }
-            offset += stored_bytes;
-            if (delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
-        }
-    }
+    RankFile f = {path, fd, file_index, codec, opt->zstd_level, 0, delay_env ? atol(delay_env) : 0};
+    for (int i = 0; i < n_pieces; i++)
+        if (put_piece(&f, cw, &pieces[i], err, errlen)) { close(fd); return 1; }
     if (fsync(fd) != 0) { set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno)); close(fd); return 1; }
     if (close(fd) != 0) { set_err(err, errlen, "%s: close failed: %s", path, strerror(errno)); return 1; }
     return 0;
@@ -646,18 +713,14 @@ int ckpt_save(CkptWriter* w, const char* root_dir, long step, const CkptTensor* 
             if (mkdir(tmp_dir, 0755) != 0) { local_rc = 1; set_err(local_err, sizeof(local_err), "%s: cannot create: %s", tmp_dir, strerror(errno)); }
         }
     }
-    for (int i = 0; i < n_pieces && !local_rc; i++)
-        if (tensor_index(tensors, n_tensors, pieces[i].tensor) < 0) {
-            local_rc = 1;
-            set_err(local_err, sizeof(local_err), "checkpoint: piece of unknown tensor '%s'", pieces[i].tensor);
-        }
+    if (!local_rc) local_rc = check_pieces(tensors, n_tensors, pieces, n_pieces, local_err, sizeof(local_err));
     if (agree(w, local_rc, local_err, err, errlen)) { cJSON_Delete(state); w->state = NULL; w->blocked += seconds_now() - t0; return 1; }
 
     // The pieces: names copied (the caller's strings may not outlive an async save), data
     // either referenced (sync) or snapshotted (async).
     w->n_pieces = n_pieces;
     size_t total = 0;
-    for (int i = 0; i < n_pieces; i++) total += (size_t)(pieces[i].hi - pieces[i].lo);
+    for (int i = 0; i < n_pieces; i++) total += (size_t)piece_elems(&pieces[i]);
     if (w->opt.async && total > w->snapshot_cap) {
         free(w->snapshot);
         w->snapshot = (float*)malloc(total * sizeof(float));
@@ -670,7 +733,7 @@ int ckpt_save(CkptWriter* w, const char* root_dir, long step, const CkptTensor* 
         w->pieces[i] = pieces[i];
         w->pieces[i].tensor = w->piece_names[i];
         if (snapshot) {
-            size_t n = (size_t)(pieces[i].hi - pieces[i].lo);
+            size_t n = (size_t)piece_elems(&pieces[i]);
             memcpy(w->snapshot + at, pieces[i].data, n * sizeof(float));
             w->pieces[i].data = w->snapshot + at;
             at += n;
@@ -722,6 +785,7 @@ int ckpt_write_offline(const char* root_dir, long step, int world, const CkptTen
     memset(&cw, 0, sizeof(cw));
     CkptChunk* all = NULL;
     int total = 0, rc = 0;
+    for (int r = 0; r < world && !rc; r++) rc = check_pieces(tensors, n_tensors, pieces[r], n_pieces[r], err, errlen);
     for (int r = 0; r < world && !rc; r++) {
         snprintf(path, sizeof(path), "%s/rank_%05d.bin", tmp_dir, r);
         rc = write_rank_file(path, r, pieces[r], n_pieces[r], opt, &cw, err, errlen);
@@ -886,14 +950,52 @@ static int parse_tensors(Ckpt* c, const cJSON* tensors, const char* path, char* 
     return rc;
 }
 
-static int parse_chunk(Ckpt* c, int i, const cJSON* row, const char* path, char* err, size_t errlen) {
+// A box chunk's four fields (f: row0, col0, rows, cols): whole numbers, at least one row and
+// column, inside tensor t, of at most CKPT_CHUNK_ELEMS values, and lo, hi its span.
+static int parse_box(Ckpt* c, int i, int t, const cJSON* const* f, const char* path, char* err, size_t errlen) {
     CkptChunk* ch = &c->chunks[i];
-    const cJSON* f[9];
-    if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != 9) {
-        set_err(err, errlen, "%s: chunks[%d] is not a row of 9 fields (%s)", path, i, "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64");
+    CkptBox* b = &ch->box;
+    const CkptTensor* ct = &c->tensors[t];
+    static const char* const names[4] = {"row0", "col0", "rows", "cols"};
+    uint64_t* dst[4] = {&b->row0, &b->col0, &b->rows, &b->cols};
+    char what[96];
+    for (int k = 0; k < 4; k++) {
+        snprintf(what, sizeof(what), "chunks[%d].%s", i, names[k]);
+        if (field_uint(f[k], path, what, k < 2 ? 0 : 1, CKPT_MAX_INT, dst[k], err, errlen)) return 1;
+    }
+    if (b->row0 > ct->rows || b->rows > ct->rows - b->row0 || b->col0 > ct->cols || b->cols > ct->cols - b->col0) {
+        set_err(err, errlen, "%s: chunks[%d]: box [%" PRIu64 ", %" PRIu64 "] + [%" PRIu64 ", %" PRIu64 "] is out of bounds "
+                "of %s, which is [%" PRIu64 ", %" PRIu64 "]", path, i, b->row0, b->col0, b->rows, b->cols, ct->name, ct->rows,
+                ct->cols);
         return 1;
     }
-    for (int k = 0; k < 9; k++) f[k] = cJSON_GetArrayItem(row, k);
+    if (b->rows * b->cols > CKPT_CHUNK_ELEMS) {   // both within the tensor: no overflow
+        set_err(err, errlen, "%s: chunks[%d]: box [%" PRIu64 ", %" PRIu64 "] holds %" PRIu64 " values (a chunk holds 1 to %"
+                PRIu64 ")", path, i, b->rows, b->cols, b->rows * b->cols, (uint64_t)CKPT_CHUNK_ELEMS);
+        return 1;
+    }
+    const uint64_t lo = b->row0 * ct->cols + b->col0, hi = (b->row0 + b->rows - 1) * ct->cols + b->col0 + b->cols;
+    if (ch->lo != lo || ch->hi != hi) {
+        set_err(err, errlen, "%s: chunks[%d]: elements [%" PRIu64 ", %" PRIu64 ") are not the span [%" PRIu64 ", %" PRIu64
+                ") of its box of %s", path, i, ch->lo, ch->hi, lo, hi, ct->name);
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_chunk(Ckpt* c, int i, const cJSON* row, const char* path, char* err, size_t errlen) {
+    CkptChunk* ch = &c->chunks[i];
+    const cJSON* f[13];
+    const int n_fields = cJSON_IsArray(row) ? cJSON_GetArraySize(row) : 0;
+    if (n_fields != 9 && (n_fields != 13 || c->format_version < 2)) {
+        if (c->format_version < 2)
+            set_err(err, errlen, "%s: chunks[%d] is not a row of 9 fields (%s)", path, i, "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64");
+        else
+            set_err(err, errlen, "%s: chunks[%d] is not a row of 9 fields (%s) or 13 (and row0,col0,rows,cols)", path, i,
+                    "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64");
+        return 1;
+    }
+    for (int k = 0; k < n_fields; k++) f[k] = cJSON_GetArrayItem(row, k);
     int t = cJSON_IsString(f[0]) ? find_tensor(c, f[0]->valuestring) : -1;
     if (t < 0) {
         char d[96];
@@ -931,7 +1033,11 @@ static int parse_chunk(Ckpt* c, int i, const cJSON* row, const char* path, char*
     }
     ch->file = (int)file;
     uint64_t numel = c->tensors[t].rows * c->tensors[t].cols, n = ch->hi - ch->lo;
-    if (!(ch->lo < ch->hi && ch->hi <= numel && n <= CKPT_CHUNK_ELEMS)) {
+    if (n_fields == 13) {
+        if (parse_box(c, i, t, f + 9, path, err, errlen)) return 1;
+        c->boxed = 1;
+        n = ckpt_chunk_elems(ch);
+    } else if (!(ch->lo < ch->hi && ch->hi <= numel && n <= CKPT_CHUNK_ELEMS)) {
         set_err(err, errlen, "%s: chunks[%d]: elements [%" PRIu64 ", %" PRIu64 ") of %s, which has %" PRIu64
                 " (a chunk holds 1 to %" PRIu64 ")", path, i, ch->lo, ch->hi, ch->tensor, numel, (uint64_t)CKPT_CHUNK_ELEMS);
         return 1;
@@ -957,8 +1063,109 @@ static int parse_chunk(Ckpt* c, int i, const cJSON* row, const char* path, char*
     return 0;
 }
 
+// Where a chunk's or a request's values sit: element (r, c) of the region's box is value
+// base + (r - row0) * stride + (c - col0) of them.
+typedef struct { uint64_t row0, col0, rows, cols, base, stride; int owner; } Region;
+
+// A range [lo, hi) of a tensor of `cols` columns as regions: its partial first row, its whole
+// rows, its partial last row (up to 3, stored consecutively: stride cols); a box (rows > 0)
+// is one region of its own width. Returns the count.
+static int to_regions(uint64_t lo, uint64_t hi, const CkptBox* box, uint64_t cols, Region out[3]) {
+    if (box->rows) { out[0] = (Region){box->row0, box->col0, box->rows, box->cols, 0, box->cols, 0}; return 1; }
+    if (cols == 0 || lo >= hi) return 0;
+    int n = 0;
+    uint64_t at = lo;
+    if (at % cols) {
+        const uint64_t w = cols - at % cols < hi - at ? cols - at % cols : hi - at;
+        out[n++] = (Region){at / cols, at % cols, 1, w, 0, cols, 0};
+        at += w;
+    }
+    if (hi - at >= cols) {
+        const uint64_t rows = (hi - at) / cols;
+        out[n++] = (Region){at / cols, 0, rows, cols, at - lo, cols, 0};
+        at += rows * cols;
+    }
+    if (at < hi) out[n++] = (Region){at / cols, 0, 1, hi - at, at - lo, cols, 0};
+    return n;
+}
+
+static int region_row_cmp(const void* a, const void* b) {
+    const Region *x = (const Region*)a, *y = (const Region*)b;
+    if (x->row0 != y->row0) return x->row0 < y->row0 ? -1 : 1;
+    return x->col0 < y->col0 ? -1 : x->col0 > y->col0;
+}
+static int region_col_cmp(const void* a, const void* b) {
+    const Region *x = (const Region*)a, *y = (const Region*)b;
+    return x->col0 < y->col0 ? -1 : x->col0 > y->col0;
+}
+
+// The boxes of one (tensor, kind) (regs[n], sorted by row0 then col0; owner: the chunk) cover
+// it exactly: a sweep down the rows, band by band (a band: rows between two box edges), where
+// the boxes of the band, sorted by column, must each begin where the previous ended, from
+// column 0 to the last. active: room for n regions.
+static int sweep_boxes(const CkptTensor* ct, int kind, Region* regs, int n, Region* active, const char* path,
+                       char* err, size_t errlen) {
+    int next = 0, n_active = 0;
+    for (uint64_t r = 0; r < ct->rows;) {
+        int kept = 0;
+        for (int a = 0; a < n_active; a++) if (active[a].row0 + active[a].rows > r) active[kept++] = active[a];
+        n_active = kept;
+        while (next < n && regs[next].row0 == r) active[n_active++] = regs[next++];
+        qsort(active, (size_t)n_active, sizeof(Region), region_col_cmp);
+        uint64_t col = 0, band_end = next < n ? regs[next].row0 : ct->rows;
+        for (int a = 0; a < n_active; a++) {
+            const Region* x = &active[a];
+            if (x->col0 < col) {
+                const Region* prev = &active[a - 1];
+                set_err(err, errlen, "%s: chunks of %s (%s) overlap: chunks[%d] and chunks[%d] both hold row %" PRIu64
+                        ", columns [%" PRIu64 ", %" PRIu64 ")", path, ct->name, CKPT_KIND_NAMES[kind], prev->owner, x->owner, r,
+                        x->col0, col < x->col0 + x->cols ? col : x->col0 + x->cols);
+                return 1;
+            }
+            if (x->col0 > col) break;   // a gap: reported below
+            col = x->col0 + x->cols;
+            if (x->row0 + x->rows < band_end) band_end = x->row0 + x->rows;
+        }
+        if (col != ct->cols) {
+            uint64_t gap_end = ct->cols;
+            for (int a = 0; a < n_active; a++) if (active[a].col0 >= col && active[a].col0 < gap_end) gap_end = active[a].col0;
+            set_err(err, errlen, "%s: elements of %s (%s) in row %" PRIu64 ", columns [%" PRIu64 ", %" PRIu64 ") are in no chunk",
+                    path, ct->name, CKPT_KIND_NAMES[kind], r, col, gap_end);
+            return 1;
+        }
+        r = band_end;
+    }
+    return 0;
+}
+
+// With boxes: each (tensor, kind)'s chunks, as regions, swept (sweep_boxes). keys: sorted.
+static int check_box_coverage(Ckpt* c, const ChunkKey* keys, const char* path, char* err, size_t errlen) {
+    Region* regs = (Region*)calloc(3 * (size_t)c->n_chunks + 1, sizeof(Region));
+    Region* active = (Region*)calloc(3 * (size_t)c->n_chunks + 1, sizeof(Region));
+    int rc = !regs || !active;
+    if (rc) set_err(err, errlen, "%s: out of memory for %d chunks", path, c->n_chunks);
+    int p = 0;
+    for (int t = 0; t < c->n_tensors && !rc; t++)
+        for (int k = 0; k < CKPT_KINDS && !rc; k++) {
+            const CkptTensor* ct = &c->tensors[t];
+            int n = 0;
+            for (; p < c->n_chunks && keys[p].tensor == t && keys[p].kind == k; p++) {
+                const CkptChunk* ch = &c->chunks[keys[p].idx];
+                const int m = to_regions(ch->lo, ch->hi, &ch->box, ct->cols, regs + n);
+                for (int j = 0; j < m; j++) regs[n + j].owner = keys[p].idx;
+                n += m;
+            }
+            qsort(regs, (size_t)n, sizeof(Region), region_row_cmp);
+            rc = sweep_boxes(ct, k, regs, n, active, path, err, errlen);
+        }
+    free(regs);
+    free(active);
+    return rc;
+}
+
 // Each (tensor, kind) must be covered exactly by its chunks: sorted by lo, each begins where
-// the previous ended (a sum of lengths would let an overlap hide a gap).
+// the previous ended (a sum of lengths would let an overlap hide a gap). With boxes, the box
+// sweep.
 static int check_coverage(Ckpt* c, const char* path, char* err, size_t errlen) {
     ChunkKey* keys = (ChunkKey*)calloc((size_t)c->n_chunks + 1, sizeof(ChunkKey));
     if (!keys) { set_err(err, errlen, "%s: out of memory for %d chunks", path, c->n_chunks); return 1; }
@@ -970,6 +1177,11 @@ static int check_coverage(Ckpt* c, const char* path, char* err, size_t errlen) {
     }
     qsort(keys, (size_t)c->n_chunks, sizeof(ChunkKey), chunk_cmp);
     for (int i = 0; i < c->n_chunks; i++) c->chunk_order[i] = keys[i].idx;
+    if (c->boxed) {
+        int rc = check_box_coverage(c, keys, path, err, errlen);
+        free(keys);
+        return rc;
+    }
     int p = 0, rc = 0;
     for (int t = 0; t < c->n_tensors && !rc; t++)
         for (int k = 0; k < CKPT_KINDS && !rc; k++) {
@@ -1013,8 +1225,8 @@ int ckpt_open(Ckpt* c, const char* dir, char* err, size_t errlen) {
     const cJSON* version = cJSON_GetObjectItemCaseSensitive(c->manifest, "format_version");
     if (field_uint(version, path, "format_version", 0, INT32_MAX, &v, err, errlen)) { ckpt_close(c); return 1; }
     c->format_version = (int)v;
-    if (c->format_version != CKPT_FORMAT_VERSION) {
-        set_err(err, errlen, "%s: format version %d, this build reads version %d%s", path, c->format_version,
+    if (c->format_version < 1 || c->format_version > CKPT_FORMAT_VERSION) {
+        set_err(err, errlen, "%s: format version %d, this build reads versions 1 to %d%s", path, c->format_version,
                 CKPT_FORMAT_VERSION, c->format_version > CKPT_FORMAT_VERSION ? " (written by a newer fsdp.c)" : "");
         ckpt_close(c);
         return 1;
@@ -1108,7 +1320,7 @@ static int grow(void** buf, size_t* cap, size_t need) {
 // chunk's bytes (zstd_shuffle decompresses there, then unshuffles into out).
 static int decode_chunk(const Ckpt* c, const CkptChunk* ch, const unsigned char* stored, float* out, unsigned char* shuffled,
                         char* err, size_t errlen) {
-    uint64_t n = ch->hi - ch->lo;
+    uint64_t n = ckpt_chunk_elems(ch);
     if (ch->codec == CKPT_CODEC_RAW) { memcpy(out, stored, n * sizeof(float)); return 0; }
     char path[1200];
     chunk_path(c, ch, path, sizeof(path));
@@ -1137,7 +1349,9 @@ static int decode_chunk(const Ckpt* c, const CkptChunk* ch, const unsigned char*
 #define SPAN_GAP ((uint64_t)64 << 10)     // chunks this far apart still share a span
 #define DIO_ALIGN ((uint64_t)4096)        // O_DIRECT offsets, lengths and buffers
 
-typedef struct { int req; uint64_t a, b; } PipeTarget;   // chunk elements [a, b) go to request req
+// rows x cols of a chunk's values go to request req's: row i from value src + i src_stride of
+// the chunk to dst + i dst_stride of the request's dst (one run when rows is 1).
+typedef struct { int req; uint64_t rows, cols, src, src_stride, dst, dst_stride; } PipeTarget;
 typedef struct { int chunk, first_target, n_targets; } PipeJob;
 typedef struct { int first_job, n_jobs, file; uint64_t start, end; } PipeSpan;  // bytes [start, end) of a rank file
 
@@ -1325,7 +1539,7 @@ void ckpt_nonfinite_error(char* err, size_t errlen, const char* dir, const char*
 // bytes of its span available from there on); finite: refuses the chunk's first value that is
 // not finite.
 static int consume_chunk(Ckpt* c, const PipeJob* jb, const unsigned char* at, size_t avail, const PipeTarget* targets,
-                         float* const* dsts, const uint64_t* req_lo, int finite, char* err, size_t errlen) {
+                         float* const* dsts, int finite, char* err, size_t errlen) {
     const CkptChunk* ch = &c->chunks[jb->chunk];
     if (avail < ch->bytes) {
         char path[1200];
@@ -1337,7 +1551,7 @@ static int consume_chunk(Ckpt* c, const PipeJob* jb, const unsigned char* at, si
     if (check_sum(c, ch, at, err, errlen)) return 1;
     // Bytes, not floats: a raw chunk after a zstd one (or at a bad offset) need not be aligned.
     const unsigned char* values = at;
-    uint64_t n = ch->hi - ch->lo;
+    uint64_t n = ckpt_chunk_elems(ch);
     if (ch->codec != CKPT_CODEC_RAW) {
         if (grow((void**)&c->decoded, &c->decoded_cap, n * sizeof(float)) ||
             (ch->codec == CKPT_CODEC_ZSTD_SHUFFLE && grow((void**)&c->shuffled, &c->shuffled_cap, n * sizeof(float)))) {
@@ -1348,14 +1562,22 @@ static int consume_chunk(Ckpt* c, const PipeJob* jb, const unsigned char* at, si
         values = (const unsigned char*)c->decoded;
     }
     const size_t bad = finite ? ckpt_first_nonfinite(values, (size_t)n) : (size_t)n;
-    if (bad < n) {
-        ckpt_nonfinite_error(err, errlen, c->dir, ch->tensor, ch->kind, ch->lo + bad, values + bad * sizeof(float));
+    if (bad < n) {   // the element of the tensor: a box's value bad is in its row bad / cols
+        const uint64_t cols = c->tensors[c->chunk_tensor[jb->chunk]].cols, w = ch->box.cols;
+        const uint64_t element = ch->box.rows ? (ch->box.row0 + bad / w) * cols + ch->box.col0 + bad % w : ch->lo + bad;
+        ckpt_nonfinite_error(err, errlen, c->dir, ch->tensor, ch->kind, element, values + bad * sizeof(float));
         return 1;
     }
     for (int t = 0; t < jb->n_targets; t++) {
         const PipeTarget* tg = &targets[jb->first_target + t];
-        memcpy(dsts[tg->req] + (tg->a - req_lo[tg->req]), values + (tg->a - ch->lo) * sizeof(float),
-               (size_t)(tg->b - tg->a) * sizeof(float));
+        float* dst = dsts[tg->req];
+        if (tg->rows == 1 || (tg->src_stride == tg->cols && tg->dst_stride == tg->cols)) {
+            memcpy(dst + tg->dst, values + tg->src * sizeof(float), (size_t)(tg->rows * tg->cols) * sizeof(float));
+            continue;
+        }
+        for (uint64_t i = 0; i < tg->rows; i++)
+            memcpy(dst + tg->dst + i * tg->dst_stride, values + (tg->src + i * tg->src_stride) * sizeof(float),
+                   (size_t)tg->cols * sizeof(float));
     }
     return 0;
 }
@@ -1363,7 +1585,7 @@ static int consume_chunk(Ckpt* c, const PipeJob* jb, const unsigned char* at, si
 // Runs jobs (each one chunk, read once, copied to its targets; sorted by file and offset)
 // through the pipeline (finite: consume_chunk's).
 static int run_pipe(Ckpt* c, const PipeJob* jobs, int n_jobs, const PipeTarget* targets, float* const* dsts,
-                    const uint64_t* req_lo, int finite, char* err, size_t errlen) {
+                    int finite, char* err, size_t errlen) {
     if (n_jobs == 0) return 0;
     Pipe* p = (Pipe*)calloc(1, sizeof(Pipe));
     PipeSpan* spans = (PipeSpan*)calloc((size_t)n_jobs, sizeof(PipeSpan));
@@ -1408,13 +1630,13 @@ static int run_pipe(Ckpt* c, const PipeJob* jobs, int n_jobs, const PipeTarget* 
         for (int j = spans[s].first_job; targets && j < spans[s].first_job + spans[s].n_jobs; j++)
             for (int t = 0; t < jobs[j].n_targets; t++) {
                 const PipeTarget* tg = &targets[jobs[j].first_target + t];
-                populate(dsts[tg->req] + (tg->a - req_lo[tg->req]), (size_t)(tg->b - tg->a) * sizeof(float));
+                populate(dsts[tg->req] + tg->dst, (size_t)((tg->rows - 1) * tg->dst_stride + tg->cols) * sizeof(float));
             }
         for (int j = spans[s].first_job; j < spans[s].first_job + spans[s].n_jobs && !rc; j++) {
             const CkptChunk* ch = &c->chunks[jobs[j].chunk];
             uint64_t off = ch->offset - spans[s].start;
             size_t avail = off < p->got[slot] ? p->got[slot] - (size_t)off : 0;
-            rc = consume_chunk(c, &jobs[j], p->buf[slot] + off, avail, targets, dsts, req_lo, finite, err, errlen);
+            rc = consume_chunk(c, &jobs[j], p->buf[slot] + off, avail, targets, dsts, finite, err, errlen);
         }
         pthread_mutex_lock(&p->mu);
         p->used = s + 1;
@@ -1435,9 +1657,8 @@ static int run_pipe(Ckpt* c, const PipeJob* jobs, int n_jobs, const PipeTarget* 
     return rc;
 }
 
-// The position in chunk_order of the first chunk of (tensor t, kind) that ends after lo, or
-// the end of that run of chunks.
-static int first_chunk(const Ckpt* c, int t, int kind, uint64_t lo, int* end) {
+// The run of chunks of (tensor t, kind) in chunk_order: [returned, *end).
+static int chunk_run(const Ckpt* c, int t, int kind, int* end) {
     int a = 0, b = c->n_chunks;   // first position with key >= (t, kind, 0)
     while (a < b) {
         int mid = a + (b - a) / 2;
@@ -1448,7 +1669,13 @@ static int first_chunk(const Ckpt* c, int t, int kind, uint64_t lo, int* end) {
     int e = a;
     while (e < c->n_chunks && c->chunk_tensor[c->chunk_order[e]] == t && c->chunks[c->chunk_order[e]].kind == kind) e++;
     *end = e;
-    int lo_i = a, hi_i = e;   // first with ch->hi > lo (chunks of a run are disjoint and sorted)
+    return a;
+}
+
+// The position in chunk_order of the first chunk of (tensor t, kind) that ends after lo, or
+// the end of that run of chunks (ranges only: chunks of a run are disjoint and sorted).
+static int first_chunk(const Ckpt* c, int t, int kind, uint64_t lo, int* end) {
+    int lo_i = chunk_run(c, t, kind, end), hi_i = *end;   // first with ch->hi > lo
     while (lo_i < hi_i) {
         int mid = lo_i + (hi_i - lo_i) / 2;
         if (c->chunks[c->chunk_order[mid]].hi <= lo) lo_i = mid + 1; else hi_i = mid;
@@ -1465,51 +1692,89 @@ static int item_cmp(const void* x, const void* y) {
     return a->t.req < b->t.req ? -1 : a->t.req > b->t.req;
 }
 
+// Appends an item (chunk ci's values to a request: target t) to items[*n] (grown).
+static int push_item(const Ckpt* c, PipeItem** items, size_t* n, size_t* cap, int ci, PipeTarget t) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        PipeItem* grown = (PipeItem*)realloc(*items, *cap * sizeof(PipeItem));
+        if (!grown) return 1;
+        *items = grown;
+    }
+    (*items)[(*n)++] = (PipeItem){ci, c->chunks[ci].file, c->chunks[ci].offset, t};
+    return 0;
+}
+
 int ckpt_read_batch(Ckpt* c, const CkptRequest* req, int n_req, char* err, size_t errlen) {
     // Every (chunk, request) overlap, then grouped by chunk in file order: each chunk is read
     // once, front to back through each rank file.
     size_t n_items = 0, cap = 0;
     PipeItem* items = NULL;
     float** dsts = (float**)calloc((size_t)n_req + 1, sizeof(float*));
-    uint64_t* req_lo = (uint64_t*)calloc((size_t)n_req + 1, sizeof(uint64_t));
-    int rc = !dsts || !req_lo;
+    int rc = !dsts;
     if (rc) set_err(err, errlen, "%s: out of memory", c->dir);
     for (int r = 0; r < n_req && !rc; r++) {
         const CkptRequest* q = &req[r];
         int t = find_tensor(c, q->tensor);
         if (t < 0) { set_err(err, errlen, "%s/manifest.json: no tensor '%s'", c->dir, q->tensor); rc = 1; break; }
         const CkptTensor* ct = &c->tensors[t];
-        if (q->kind < 0 || q->kind >= CKPT_KINDS || q->lo > q->hi || q->hi > ct->rows * ct->cols) {
+        const CkptBox* qb = &q->box;
+        if (q->kind < 0 || q->kind >= CKPT_KINDS || (!qb->rows && (q->lo > q->hi || q->hi > ct->rows * ct->cols))) {
             set_err(err, errlen, "%s/manifest.json: tensor %s has %" PRIu64 " elements, [%" PRIu64 ", %" PRIu64 ") requested",
                     c->dir, q->tensor, ct->rows * ct->cols, q->lo, q->hi);
             rc = 1;
             break;
         }
-        dsts[r] = q->dst;
-        req_lo[r] = q->lo;
-        int end, first = first_chunk(c, t, q->kind, q->lo, &end);
-        uint64_t covered = 0;
-        for (int k = first; k < end && c->chunks[c->chunk_order[k]].lo < q->hi; k++) {
-            int ci = c->chunk_order[k];
-            const CkptChunk* ch = &c->chunks[ci];
-            if (n_items == cap) {
-                cap = cap ? 2 * cap : 256;
-                PipeItem* grown = (PipeItem*)realloc(items, cap * sizeof(PipeItem));
-                if (!grown) { set_err(err, errlen, "%s: out of memory", c->dir); rc = 1; break; }
-                items = grown;
-            }
-            PipeItem* it = &items[n_items++];
-            it->chunk = ci;
-            it->file = ch->file;
-            it->offset = ch->offset;
-            it->t.req = r;
-            it->t.a = ch->lo > q->lo ? ch->lo : q->lo;
-            it->t.b = ch->hi < q->hi ? ch->hi : q->hi;
-            covered += it->t.b - it->t.a;
+        if (qb->rows && (!qb->cols || qb->row0 > ct->rows || qb->rows > ct->rows - qb->row0 || qb->col0 > ct->cols ||
+                         qb->cols > ct->cols - qb->col0)) {
+            set_err(err, errlen, "%s/manifest.json: tensor %s is [%" PRIu64 ", %" PRIu64 "], box [%" PRIu64 ", %" PRIu64
+                    "] + [%" PRIu64 ", %" PRIu64 "] requested", c->dir, q->tensor, ct->rows, ct->cols, qb->row0, qb->col0,
+                    qb->rows, qb->cols);
+            rc = 1;
+            break;
         }
-        if (!rc && covered != q->hi - q->lo) {   // cannot happen after ckpt_open's coverage check; a guard
-            set_err(err, errlen, "%s: chunks of %s (%s) cover %" PRIu64 " of elements [%" PRIu64 ", %" PRIu64 ")",
-                    c->dir, q->tensor, CKPT_KIND_NAMES[q->kind], covered, q->lo, q->hi);
+        dsts[r] = q->dst;
+        uint64_t covered = 0, want = qb->rows ? qb->rows * qb->cols : q->hi - q->lo;
+        int end;
+        if (!c->boxed && !qb->rows) {
+            // Ranges from ranges: the chunks from the first that ends after lo, in order.
+            for (int k = first_chunk(c, t, q->kind, q->lo, &end); k < end && c->chunks[c->chunk_order[k]].lo < q->hi && !rc; k++) {
+                const int ci = c->chunk_order[k];
+                const CkptChunk* ch = &c->chunks[ci];
+                const uint64_t a = ch->lo > q->lo ? ch->lo : q->lo, b = ch->hi < q->hi ? ch->hi : q->hi;
+                rc = push_item(c, &items, &n_items, &cap, ci, (PipeTarget){r, 1, b - a, a - ch->lo, 0, a - q->lo, 0});
+                covered += b - a;
+            }
+        } else {
+            // Boxes: every chunk whose span meets the request's, region against region (a range is
+            // up to 3 regions); chunks are sorted by the start of their span.
+            Region qr[3], cr[3];
+            const int nq = to_regions(q->lo, q->hi, qb, ct->cols, qr);
+            const uint64_t span_lo = nq ? qr[0].row0 * ct->cols + qr[0].col0 : 0;
+            const uint64_t span_hi = nq ? (qr[nq - 1].row0 + qr[nq - 1].rows - 1) * ct->cols + qr[nq - 1].col0 + qr[nq - 1].cols : 0;
+            for (int k = chunk_run(c, t, q->kind, &end); k < end && c->chunks[c->chunk_order[k]].lo < span_hi && !rc; k++) {
+                const int ci = c->chunk_order[k];
+                const CkptChunk* ch = &c->chunks[ci];
+                if (ch->hi <= span_lo) continue;
+                const int nc = to_regions(ch->lo, ch->hi, &ch->box, ct->cols, cr);
+                for (int i = 0; i < nc && !rc; i++)
+                    for (int j = 0; j < nq && !rc; j++) {
+                        const Region *x = &cr[i], *y = &qr[j];
+                        const uint64_t r0 = x->row0 > y->row0 ? x->row0 : y->row0, c0 = x->col0 > y->col0 ? x->col0 : y->col0;
+                        const uint64_t r1 = x->row0 + x->rows < y->row0 + y->rows ? x->row0 + x->rows : y->row0 + y->rows;
+                        const uint64_t c1 = x->col0 + x->cols < y->col0 + y->cols ? x->col0 + x->cols : y->col0 + y->cols;
+                        if (r0 >= r1 || c0 >= c1) continue;
+                        const PipeTarget tg = {r, r1 - r0, c1 - c0,
+                                               x->base + (r0 - x->row0) * x->stride + (c0 - x->col0), x->stride,
+                                               y->base + (r0 - y->row0) * y->stride + (c0 - y->col0), y->stride};
+                        rc = push_item(c, &items, &n_items, &cap, ci, tg);
+                        covered += (r1 - r0) * (c1 - c0);
+                    }
+            }
+        }
+        if (rc) { set_err(err, errlen, "%s: out of memory", c->dir); break; }
+        if (covered != want) {   // cannot happen after ckpt_open's coverage check; a guard
+            set_err(err, errlen, "%s: chunks of %s (%s) cover %" PRIu64 " of the %" PRIu64 " elements requested", c->dir,
+                    q->tensor, CKPT_KIND_NAMES[q->kind], covered, want);
             rc = 1;
         }
     }
@@ -1528,17 +1793,16 @@ int ckpt_read_batch(Ckpt* c, const CkptRequest* req, int n_req, char* err, size_
             jobs[n_jobs - 1].n_targets++;
         }
     }
-    if (!rc) rc = run_pipe(c, jobs, n_jobs, targets, dsts, req_lo, 0, err, errlen);
+    if (!rc) rc = run_pipe(c, jobs, n_jobs, targets, dsts, 0, err, errlen);
     free(items);
     free(jobs);
     free(targets);
     free(dsts);
-    free(req_lo);
     return rc;
 }
 
 int ckpt_read(Ckpt* c, const char* tensor, int kind, uint64_t lo, uint64_t hi, float* dst, char* err, size_t errlen) {
-    CkptRequest r = {tensor, kind, lo, hi, dst};
+    CkptRequest r = {tensor, kind, lo, hi, dst, {0, 0, 0, 0}};
     return ckpt_read_batch(c, &r, 1, err, errlen);
 }
 
@@ -1550,11 +1814,11 @@ static int verify_chunks(Ckpt* c, int finite, char* err, size_t errlen) {
     PipeJob* jobs = (PipeJob*)calloc((size_t)c->n_chunks + 1, sizeof(PipeJob));
     int rc = !items || !jobs;
     if (rc) set_err(err, errlen, "%s: out of memory", c->dir);
-    for (int i = 0; !rc && i < c->n_chunks; i++) items[i] = (PipeItem){i, c->chunks[i].file, c->chunks[i].offset, {0, 0, 0}};
+    for (int i = 0; !rc && i < c->n_chunks; i++) items[i] = (PipeItem){i, c->chunks[i].file, c->chunks[i].offset, {0, 0, 0, 0, 0, 0, 0}};
     if (!rc) {
         qsort(items, (size_t)c->n_chunks, sizeof(PipeItem), item_cmp);
         for (int i = 0; i < c->n_chunks; i++) jobs[i] = (PipeJob){items[i].chunk, 0, 0};
-        rc = run_pipe(c, jobs, c->n_chunks, NULL, NULL, NULL, finite, err, errlen);
+        rc = run_pipe(c, jobs, c->n_chunks, NULL, NULL, finite, err, errlen);
     }
     free(items);
     free(jobs);
@@ -1568,7 +1832,7 @@ void ckpt_sizes(const Ckpt* c, uint64_t* stored, uint64_t* raw) {
     *stored = *raw = 0;
     for (int i = 0; i < c->n_chunks; i++) {
         *stored += c->chunks[i].bytes;
-        *raw += (c->chunks[i].hi - c->chunks[i].lo) * sizeof(float);
+        *raw += ckpt_chunk_elems(&c->chunks[i]) * sizeof(float);
     }
 }
 

@@ -4,14 +4,23 @@
 //         manifest.json      format version, world size at save, the caller's state (model
 //                            config, step, data position, ...), every tensor's shape, and
 //                            every chunk: tensor, kind, element range, file, offset, bytes,
-//                            codec, checksum (XXH64 of the stored bytes)
+//                            codec, checksum (XXH64 of the stored bytes), and for a box its
+//                            [row0, col0] + [rows, cols] in the tensor
 //         rank_00000.bin ... one per rank, written in parallel
 //     ROOT/latest            name of the newest complete checkpoint, replaced atomically
 //
-// What a rank saves is a list of pieces: a contiguous element range [lo, hi) of one tensor
-// (row-major, global element indices) for one kind (parameter, Adam m, Adam v), in fp32.
-// Pieces are cut into chunks of at most CKPT_CHUNK_ELEMS elements, so a reader that needs
-// a small range never reads (or decompresses) much more than that.
+// What a rank saves is a list of pieces of one tensor for one kind (parameter, Adam m, Adam v),
+// in fp32: a contiguous element range [lo, hi) (row-major, global element indices), or a box
+// of the tensor, rows [row0, + rows) x columns [col0, + cols), its values row-major (DCP's
+// offsets and sizes: what a tensor-parallel rank holds of a row-split weight is not one range
+// of the whole). Pieces are cut into chunks of at most CKPT_CHUNK_ELEMS elements (a box into
+// bands of whole rows of it), so a reader that needs a small range never reads (or
+// decompresses) much more than that.
+//
+// Format versions: 1, every chunk an element range (what a save of ranges writes: byte for
+// byte what it wrote before boxes existed); 2, a save with boxes: a box's chunk row carries
+// four more fields, row0, col0, rows, cols, and its lo, hi are its span in the tensor's
+// row-major order (first element, last element + 1); a row of 9 fields is still a range.
 //
 // Commit protocol: every rank writes ROOT/step_N.tmp/rank_R.bin and fsyncs it; rank 0
 // gathers the chunk tables, fsyncs step_N.tmp, writes manifest.json atomically into it
@@ -26,12 +35,14 @@
 // timeline's. Before its first commit such directories are renamed (never deleted) to
 // step_M.abandoned_<UTC time>, which no reader takes, so --resume auto cannot later pick one.
 //
-// Loading is independent of the world size: a reader asks for any element range of any
-// tensor and gets it from the chunks that overlap it, each verified against its checksum.
+// Loading is independent of the world size and of how the tensors were split: a reader asks
+// for any element range or box of any tensor and gets it from the chunks that intersect it
+// (box against box, copied row by row), each verified against its checksum.
 // Every number in a manifest is untrusted: ckpt_open range-checks each one (whole numbers
 // within the field's range, chunk sizes against their element counts, file indices against
-// the world size) and checks that each tensor's chunks cover it exactly, without overlaps,
-// before anything is read, allocated or indexed with it; errors name the file and field.
+// the world size, boxes inside their tensor) and checks that each tensor's chunks cover it
+// exactly, without overlaps, before anything is read, allocated or indexed with it; errors
+// name the file and field.
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
 
@@ -44,7 +55,7 @@
 extern "C" {
 #endif
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2   // the newest this build reads; 1: ranges only (no boxes)
 #define CKPT_CHUNK_ELEMS ((uint64_t)1 << 22)  // 4 Mi elements = 16 MiB of fp32 per chunk
 #define CKPT_NAME_LEN 48
 #define CKPT_MAX_WORLD (1 << 20)             // rank files a manifest may name
@@ -72,22 +83,29 @@ typedef struct {
     uint64_t rows, cols;        // numel = rows * cols
 } CkptTensor;
 
+// A box of a tensor: rows [row0, + rows) x columns [col0, + cols). rows 0: none (a range).
+typedef struct { uint64_t row0, col0, rows, cols; } CkptBox;
+
 typedef struct {
     const char* tensor;         // a name from the tensor table
     int kind;                   // CKPT_PARAM, CKPT_ADAM_M, CKPT_ADAM_V
-    uint64_t lo, hi;            // element range of the tensor
-    const float* data;          // hi - lo values
+    uint64_t lo, hi;            // element range of the tensor (box.rows 0)
+    const float* data;          // hi - lo values; a box's rows x cols, row-major
+    CkptBox box;                // box.rows > 0: the piece is this box (lo, hi unused)
 } CkptPiece;
 
 typedef struct {
     char tensor[CKPT_NAME_LEN];
     int kind;
-    uint64_t lo, hi;
+    uint64_t lo, hi;            // element range; a box's span (first element, last + 1)
     int file;                   // rank_%05d.bin
     uint64_t offset, bytes;     // where the stored bytes are in that file
     int codec;
     uint64_t checksum;          // XXH64 (seed 0) of the stored bytes
+    CkptBox box;                // box.rows > 0: the chunk holds this box, row-major
 } CkptChunk;
+// Values a chunk holds: hi - lo, or its box's rows x cols.
+uint64_t ckpt_chunk_elems(const CkptChunk* ch);
 
 typedef struct {
     int codec;                  // CKPT_CODEC_RAW or CKPT_CODEC_ZSTD (writes zstd_shuffle chunks)
@@ -158,6 +176,7 @@ typedef struct {
     char dir[1024];
     int format_version;
     int world;                  // ranks at save
+    int boxed;                  // some chunk is a box (format version 2)
     long step;
     cJSON* manifest;            // the whole parsed manifest
     const cJSON* state;         // manifest["state"]
@@ -180,11 +199,13 @@ typedef struct {
 
 // Opens dir (a step directory) and parses its manifest. Refuses, naming the file and the
 // field: a directory without a committed manifest (or a manifest that is not a regular
-// file), a manifest that does not parse, misses fields or has a format version other than
-// CKPT_FORMAT_VERSION; any number that is not a whole number within its field's range
-// (world 1..CKPT_MAX_WORLD, a chunk's file below world, offsets and sizes up to 2^53); a raw
-// chunk whose bytes are not 4 x its elements; duplicate tensor names; and chunks of a tensor
-// that overlap or leave part of it uncovered.
+// file), a manifest that does not parse, misses fields or has a format version other than 1
+// or CKPT_FORMAT_VERSION; any number that is not a whole number within its field's range
+// (world 1..CKPT_MAX_WORLD, a chunk's file below world, offsets and sizes up to 2^53); a box
+// of no rows or columns, outside its tensor, of more than CKPT_CHUNK_ELEMS values, or whose
+// lo, hi are not its span; a box in a version 1 manifest; a raw chunk whose bytes are not 4 x
+// its elements; duplicate tensor names; and chunks of a tensor that overlap or leave part of
+// it uncovered (a box check when any chunk is a box: the first row where they do).
 int ckpt_open(Ckpt* c, const char* dir, char* err, size_t errlen);
 // The tensor's entry in the manifest, or NULL.
 const CkptTensor* ckpt_tensor(const Ckpt* c, const char* name);
@@ -203,6 +224,7 @@ typedef struct {
     int kind;
     uint64_t lo, hi;
     float* dst;
+    CkptBox box;                // box.rows > 0: read this box into dst (rows x cols, row-major; lo, hi unused)
 } CkptRequest;
 int ckpt_read_batch(Ckpt* c, const CkptRequest* req, int n_req, char* err, size_t errlen);
 // Reads every chunk (in file order, pipelined) and checks its checksum and decoding. 0 when

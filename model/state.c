@@ -60,33 +60,97 @@ void model_init_parameters(const ModelLayout* m, const FlatPiece* pieces, int n_
 
 // ----------------------------------------------------------------------------------------
 // Checkpoints
+//
+// The manifest names every tensor by its global name and shape. At --tp 1 a rank's piece is
+// an element range of it, as it always was (the files and the manifest are what they were).
+// At --tp N a piece of a rank's local tensor is, in the global tensor, a few boxes (DCP's
+// offsets and sizes): a COLUMN or VOCAB piece whole rows of each segment it crosses, a ROW
+// piece rows x cols/N at the rank's columns; each box's values are consecutive in the piece.
+// A replicated tensor (whole on every TP rank) is written by TP rank 0 alone, and read by all.
+
+// A box of the manifest's tensor and where its values start in the piece (elements from lo).
+typedef struct { CkptBox box; size_t at; } PieceBox;
+#define MAX_PIECE_BOXES (MAX_SEGMENTS + 2)
+
+// Local elements [lo, hi) of piece p as global boxes: its partial first row, its whole rows
+// (cut where the TP view's boxes, the segments, begin), its partial last row. A vector, viewed
+// as [n, 1], is boxed in the manifest's [1, n]. Returns the count.
+static int piece_boxes(const ModelLayout* m, const FlatPiece* p, PieceBox out[MAX_PIECE_BOXES]) {
+    TpView v;
+    layout_tp_view(m, p->unit, p->tensor, &v);
+    int layer;
+    const int vector = unit_tensor_spec(m, p->unit, p->tensor, &layer)->rows == DIM_ONE;
+    const size_t cols = v.boxes[0].cols;   // the local tensor's
+    int n = 0;
+    for (size_t e = p->lo; e < p->hi;) {
+        const size_t row = e / cols, col = e % cols;
+        const TpBox* b = &v.boxes[0];
+        for (int i = 1; i < v.n_boxes && row >= v.boxes[i].local_row; i++) b = &v.boxes[i];
+        size_t rows = 1, width = cols - col < p->hi - e ? cols - col : p->hi - e;
+        if (col == 0 && p->hi - e >= cols) {   // whole rows, up to the end of the view's box
+            rows = (p->hi - e) / cols;
+            if (rows > b->local_row + b->rows - row) rows = b->local_row + b->rows - row;
+        }
+        CkptBox g = {b->global_row + row - b->local_row, b->global_col + col, rows, width};
+        if (vector) g = (CkptBox){0, g.row0, 1, g.rows};
+        out[n++] = (PieceBox){g, e - p->lo};
+        e += rows * width;
+    }
+    return n;
+}
+
+// The manifest's shape of tensor i of unit u: the global one (the spec's; at --tp 1 the
+// FlatTensor's, which is the same).
+static void global_shape(const ModelLayout* m, int u, int i, uint64_t* rows, uint64_t* cols) {
+    const FlatTensor* t = &m->units[u].tensors[i];
+    *rows = t->rows;
+    *cols = t->cols;
+    if (m->tp_size <= 1) return;
+    int layer;
+    size_t r, c;
+    spec_shape(&m->config, unit_tensor_spec(m, u, i, &layer), &r, &c);
+    *rows = r;
+    *cols = c;
+}
 
 int model_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n_pieces, float* const arenas[CKPT_KINDS],
                            int writes, ModelCkptTables* ct) {
     int total = flat_tensor_count(m->units, m->n_units);
+    const int boxes = m->tp_size > 1 ? MAX_PIECE_BOXES : 1;
     memset(ct, 0, sizeof(*ct));
     ct->tensors = (CkptTensor*)calloc((size_t)total + 1, sizeof(CkptTensor));
-    ct->pieces = (CkptPiece*)calloc((size_t)n_pieces * CKPT_KINDS + 1, sizeof(CkptPiece));
+    ct->pieces = (CkptPiece*)calloc((size_t)n_pieces * CKPT_KINDS * boxes + 1, sizeof(CkptPiece));
     if (!ct->tensors || !ct->pieces) { model_checkpoint_tables_free(ct); return 1; }
     for (int u = 0; u < m->n_units; u++)
         for (int i = 0; i < m->units[u].n_tensors; i++) {
-            const FlatTensor* t = &m->units[u].tensors[i];
             CkptTensor* ck = &ct->tensors[ct->n_tensors++];
-            snprintf(ck->name, sizeof(ck->name), "%s", t->name);
-            ck->rows = t->rows;
-            ck->cols = t->cols;
+            snprintf(ck->name, sizeof(ck->name), "%s", m->units[u].tensors[i].name);
+            global_shape(m, u, i, &ck->rows, &ck->cols);
         }
     for (int i = 0; writes && i < n_pieces; i++) {
         const FlatPiece* fp = &pieces[i];
-        for (int k = 0; k < CKPT_KINDS; k++) {
-            CkptPiece* p = &ct->pieces[ct->n_pieces++];
-            p->tensor = m->units[fp->unit].tensors[fp->tensor].name;
-            p->kind = k;
-            p->lo = fp->lo;
-            p->hi = fp->hi;
-            p->data = arenas[k] + fp->at;
-            ct->local_bytes += (fp->hi - fp->lo) * sizeof(float);
+        PieceBox pb[MAX_PIECE_BOXES];
+        int n = 1;
+        if (m->tp_size > 1) {
+            TpView v;
+            layout_tp_view(m, fp->unit, fp->tensor, &v);
+            if (v.replicated && m->tp_rank != 0) continue;   // TP rank 0 writes it
+            n = piece_boxes(m, fp, pb);
         }
+        for (int b = 0; b < n; b++)
+            for (int k = 0; k < CKPT_KINDS; k++) {
+                CkptPiece* p = &ct->pieces[ct->n_pieces++];
+                p->tensor = m->units[fp->unit].tensors[fp->tensor].name;
+                p->kind = k;
+                p->lo = fp->lo;
+                p->hi = fp->hi;
+                p->data = arenas[k] + fp->at;
+                if (m->tp_size > 1) {
+                    p->box = pb[b].box;
+                    p->data += pb[b].at;
+                }
+                ct->local_bytes += (m->tp_size > 1 ? pb[b].box.rows * pb[b].box.cols : fp->hi - fp->lo) * sizeof(float);
+            }
     }
     return 0;
 }
@@ -111,7 +175,7 @@ static void config_fields(ModelConfig* c, int* f[CONFIG_KEYS]) {
 static int* config_int(ModelConfig* c, const ConfigKey* k) { return (int*)((char*)c + k->offset); }
 static float* config_float(ModelConfig* c, const ConfigKey* k) { return (float*)((char*)c + k->offset); }
 
-cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int seq_len,
+cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int tp, int seq_len,
                              long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle) {
     cJSON* s = cJSON_CreateObject();
     cJSON* cfg = cJSON_AddObjectToObject(s, "config");
@@ -128,6 +192,7 @@ cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int 
     cJSON_AddNumberToObject(s, "step", (double)step);
     cJSON_AddNumberToObject(s, "tokens", (double)tokens);
     cJSON_AddNumberToObject(s, "world", world);
+    if (tp > 1) cJSON_AddNumberToObject(s, "tp", tp);   // none at --tp 1: what a save wrote before TP
     cJSON_AddNumberToObject(s, "seq_len", seq_len);
     cJSON_AddNumberToObject(s, "total_batch_tokens", (double)total_batch_tokens);
     cJSON* l = cJSON_AddObjectToObject(s, "loader");
@@ -306,9 +371,10 @@ int model_checkpoint_read_state(const Ckpt* c, ModelConfig* cfg, RunState* rs, c
     }
     // Recorded, never read back (ckpt info shows them; the world that matters is the
     // manifest's): whole numbers in range all the same.
-    static const char* const counters[3] = {"tokens", "total_batch_tokens", "world"};
-    static const double counter_max[3] = {CKPT_MAX_INT, CKPT_MAX_INT, CKPT_MAX_WORLD};
-    for (int i = 0; i < 3; i++) {
+    // (state.tp too: a checkpoint resumes at any --tp, the loader reads boxes of any layout.)
+    static const char* const counters[4] = {"tokens", "total_batch_tokens", "world", "tp"};
+    static const double counter_max[4] = {CKPT_MAX_INT, CKPT_MAX_INT, CKPT_MAX_WORLD, CKPT_MAX_WORLD};
+    for (int i = 0; i < 4; i++) {
         char what[64];
         snprintf(what, sizeof(what), "state.%s", counters[i]);
         if (cJSON_GetObjectItemCaseSensitive(c->state, counters[i]) &&
@@ -377,18 +443,26 @@ int model_checkpoint_load(const char* dir, const ModelLayout* m, const FlatPiece
         ckpt_close(&c);
         return 1;
     }
-    // Every piece of every kind in one batch: the reader pipelines the whole load.
+    // Every piece of every kind in one batch: the reader pipelines the whole load. At --tp N a
+    // piece is read as its global boxes (every TP rank reads a replicated tensor), from
+    // whatever layout saved them: the reader intersects boxes with the chunks.
     *bytes_read = 0;
-    CkptRequest* req = (CkptRequest*)calloc((size_t)n_pieces * CKPT_KINDS + 1, sizeof(CkptRequest));
+    const int boxes = m->tp_size > 1 ? MAX_PIECE_BOXES : 1;
+    CkptRequest* req = (CkptRequest*)calloc((size_t)n_pieces * CKPT_KINDS * boxes + 1, sizeof(CkptRequest));
     if (!req) { snprintf(err, errlen, "%s: out of memory", dir); ckpt_close(&c); return 1; }
+    int n_req = 0;
     for (int i = 0; i < n_pieces; i++) {
         const FlatPiece* p = &pieces[i];
-        for (int k = 0; k < CKPT_KINDS; k++) {
-            req[i * CKPT_KINDS + k] = (CkptRequest){m->units[p->unit].tensors[p->tensor].name, k, p->lo, p->hi, arenas[k] + p->at};
-            *bytes_read += (p->hi - p->lo) * sizeof(float);
-        }
+        PieceBox pb[MAX_PIECE_BOXES] = {{{0, 0, 0, 0}, 0}};
+        const int n = m->tp_size > 1 ? piece_boxes(m, p, pb) : 1;
+        for (int b = 0; b < n; b++)
+            for (int k = 0; k < CKPT_KINDS; k++) {
+                req[n_req++] = (CkptRequest){m->units[p->unit].tensors[p->tensor].name, k, p->lo, p->hi,
+                                             arenas[k] + p->at + pb[b].at, pb[b].box};
+                *bytes_read += (m->tp_size > 1 ? pb[b].box.rows * pb[b].box.cols : p->hi - p->lo) * sizeof(float);
+            }
     }
-    int rc = ckpt_read_batch(&c, req, n_pieces * CKPT_KINDS, err, errlen);
+    int rc = ckpt_read_batch(&c, req, n_req, err, errlen);
     free(req);
     ckpt_close(&c);
     return rc;
@@ -402,7 +476,9 @@ int model_checkpoint_check_finite(const char* dir, const ModelLayout* m, const F
             const float* x = arenas[k] + p->at;
             const size_t bad = ckpt_first_nonfinite(x, p->hi - p->lo);
             if (bad == p->hi - p->lo) continue;
-            ckpt_nonfinite_error(err, errlen, dir, m->units[p->unit].tensors[p->tensor].name, k, p->lo + bad, x + bad);
+            // The element as the manifest counts it: the global one (at --tp N not the local one).
+            ckpt_nonfinite_error(err, errlen, dir, m->units[p->unit].tensors[p->tensor].name, k,
+                                 layout_global_element(m, p->unit, p->tensor, p->lo + bad), x + bad);
             return 1;
         }
     }

@@ -50,9 +50,10 @@ int model_checkpoint_tables(const ModelLayout* m, const FlatPiece* pieces, int n
 void model_checkpoint_tables_free(ModelCkptTables* ct);
 
 // The manifest's "state" of a run: the model config (six common keys, "arch", the family's
-// own), step, tokens, world size, sequence length, tokens per step and the loader position
-// (windows consumed, the seed as a decimal string since JSON numbers are doubles, shuffle).
-// Written by train_gpt and ckpt import.
+// own), step, tokens, world size, the --tp degree (only when above 1: a record, never required
+// to match on resume), sequence length, tokens per step and the loader position (windows
+// consumed, the seed as a decimal string since JSON numbers are doubles, shuffle). Written by
+// train_gpt and ckpt import.
 typedef struct {
     long step;
     long seq_len;                // 0: no data position yet (an import)
@@ -62,7 +63,7 @@ typedef struct {
     float loss_scale;            // state.loss_scaler.scale (fp16 runs); 0: the checkpoint has none
     int loss_scale_good_steps;   // state.loss_scaler.good_steps (below the saving run's window)
 } RunState;
-struct cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int seq_len,
+struct cJSON* model_checkpoint_state(const ModelConfig* c, long step, long tokens, int world, int tp, int seq_len,
                                     long total_batch_tokens, uint64_t windows_consumed, uint64_t seed, int shuffle);
 // An fp16 run's loss scaler (the next step's scale, finite steps in a row at it, and the
 // window of such steps that doubles it: --loss-scale-window, 0 for a fixed scale) into state.
@@ -76,7 +77,7 @@ int model_checkpoint_check_tensors(const Ckpt* c, const ModelConfig* cfg, char* 
 // state.step (a whole number in [0, 2^31), equal to the manifest's step), state.seq_len (up to
 // MODEL_MAX_SEQ), state.loader.windows_consumed (a whole number up to 2^53), shuffle (0 or 1),
 // seed (a decimal string of a uint64), state.tokens and .total_batch_tokens when present (whole
-// numbers up to 2^53), state.world when present (up to CKPT_MAX_WORLD), and when present state.loss_scaler: scale in [1, 2^24], window a whole
+// numbers up to 2^53), state.world and state.tp when present (up to CKPT_MAX_WORLD), and when present state.loss_scaler: scale in [1, 2^24], window a whole
 // number up to 2^31-1, good_steps a whole number below the window (0 for a window of 0; below
 // 2^31-1 when no window is recorded). The one set of checks of train_gpt --resume
 // (model_checkpoint_load) and ckpt verify: verify passes exactly what a resume accepts, save

@@ -621,8 +621,6 @@ static int check_tp_flags(const Options* o, const ModelConfig* c, const char* de
         snprintf(m, n, "--tp %d does not divide -t %d (sequence parallel splits each micro-batch's positions)", o->tp, o->seq_len);
     else if (strcmp(device, "cpu"))
         snprintf(m, n, "--tp %d: tensor parallelism runs on the cpu device only for now (this run is on %s)", o->tp, device);
-    else if (o->ckpt_every > 0 || o->resume)
-        snprintf(m, n, "--tp %d with checkpoints: not supported yet (--ckpt-every, --resume)", o->tp);
     else
         return 0;
     return 1;

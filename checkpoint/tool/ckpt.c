@@ -197,6 +197,12 @@ static int cmd_info(int argc, char** argv) {
     printf("%-16s %ld\n", "step", c.step);
     print_state_number(c.state, "tokens", "tokens");
     printf("%-16s %d\n", "world at save", c.world);
+    print_state_number(c.state, "tp", "tp at save");   // only a tensor-parallel save records it
+    if (c.boxed) {
+        int boxes = 0;
+        for (int i = 0; i < c.n_chunks; i++) boxes += c.chunks[i].box.rows > 0;
+        printf("%-16s %d of %d chunks (boxes of the global tensors)\n", "boxes", boxes, c.n_chunks);
+    }
     ModelConfig cfg;
     char err[ERRLEN];
     const int have_cfg = model_checkpoint_config(&c, &cfg, err, sizeof(err)) == 0;
@@ -250,7 +256,7 @@ static int cmd_info(int argc, char** argv) {
         const CkptChunk* ch = &c.chunks[i];
         int k = ch->kind >= 0 && ch->kind < CKPT_KINDS ? ch->kind : 0;
         stored[k] += ch->bytes;
-        raw[k] += (ch->hi - ch->lo) * sizeof(float);
+        raw[k] += ckpt_chunk_elems(ch) * sizeof(float);
         per_kind_chunks[k]++;
         per_codec[ch->codec]++;   // checked by ckpt_open
     }
@@ -551,7 +557,7 @@ static int cmd_import(int argc, char** argv) {
     // consumed; the loader seed and shuffle default to train_gpt's (--seed 1337, --shuffle 0).
     if (seq_len > cfg->max_seq_len) fail("--seq-len %d exceeds the model's %d positions", seq_len, cfg->max_seq_len);
     // seq_len 0 (no --seq-len): no data position yet, so any --seq-len may resume it.
-    cJSON* state = model_checkpoint_state(cfg, step, 0, world, seq_len, 0, 0, (uint64_t)seed, shuffle);
+    cJSON* state = model_checkpoint_state(cfg, step, 0, world, 1, seq_len, 0, 0, (uint64_t)seed, shuffle);
     cJSON_AddStringToObject(state, "imported_from", src);
 
     char err[ERRLEN];

@@ -9,7 +9,9 @@
 #      flipped byte, a truncated or missing rank file, and manifests whose numbers are out of
 #      range (file index 2^31, 2^32-1, -1; bytes beyond the chunk; lo/hi of 2^64; world 1e300;
 #      state.step -5; windows_consumed -1 and 1e30; loss_scaler.good_steps 2^31-1; overlapping
-#      chunks hiding a gap; `latest` naming ..); a NaN in the parameters (checksums matching):
+#      chunks hiding a gap; `latest` naming ..; boxes of a --tp 2 checkpoint that overlap, leave a
+#      gap, lie out of bounds, or hold 2^64 or negative numbers, and a good one read at --tp 1:
+#      the box reader's intersections); a NaN in the parameters (checksums matching):
 #      verify --finite and --resume refuse it; and NaN weights through the kernels (--init-from a
 #      model file holding one: fast_expf's exponent arithmetic overflowed on a NaN, undefined);
 #   3. model files and safetensors that are lies (ckpt_asan import, train_gpt_asan -e);
@@ -150,6 +152,43 @@ if $A/train_gpt_asan "${tiny[@]}" -x 3 -o "$out/bad/dotdot" --resume auto > "$lo
    grep -q "latest names '../../../../etc', not a step_N directory.*ignored" "$log" && grep -q "resumed from .*/step_00000002 " "$log"; then
     ok "asan: --resume auto with latest naming ..: not followed (said, and the newest step_N resumed)"
 else not_ok "asan: --resume auto with latest naming ..: $(tail -n 3 "$log" | tr '\n' ' ')"; fi
+
+# Boxes: a --tp 2 checkpoint (./train_gpt over MPI writes it), read whole by ckpt_asan verify
+# --finite and at --tp 1 by train_gpt_asan --resume (every box intersected with the ranges a
+# rank asks for), then damaged boxes of its row-parallel h.0.mlp.c_proj.weight ([32, 128],
+# TP rank 1's box at columns [64, 128)).
+if run_np 2 ./train_gpt "${tiny[@]}" --tp 2 -x 2 -o "$out/runtp" --ckpt-every 2 > "$out/runtp.log" 2>&1; then
+    goodtp=$out/runtp/ckpt/step_00000002
+    if $A/ckpt_asan verify --finite "$goodtp" > "$out/verifytp.log" 2>&1 &&
+       $A/train_gpt_asan "${tiny[@]}" -x 3 -o "$out/resumetp" --resume "$goodtp" > "$out/resumetp.log" 2>&1; then
+        ok "asan: a --tp 2 checkpoint (boxes) verified, and resumed at --tp 1"
+    else not_ok "asan: a --tp 2 checkpoint: $(tail -n 2 "$out/verifytp.log" "$out/resumetp.log" | tr '\n' ' ')"; fi
+    box() {  # box NAME LABEL PATTERN CODE: CODE edits r, the box's chunk row (a dict); both readers refuse it
+        local name=$1 label=$2 pattern=$3 code=$4
+        rm -rf "$out/bad/$name"; mkdir -p "$out/bad/$name/ckpt"; cp -a "$goodtp" "$out/bad/$name/ckpt/"
+        $PYTHON - "$out/bad/$name/ckpt/step_00000002/manifest.json" "$code" <<'PY'
+import json, sys
+path, code = sys.argv[1], sys.argv[2]
+m = json.load(open(path)); F = m["chunk_fields"].split(",")
+i = next(i for i, r in enumerate(m["chunks"]) if r[0] == "h.0.mlp.c_proj.weight" and r[1] == "param" and r[F.index("col0")] == 64)
+r = dict(zip(F, m["chunks"][i]))
+exec(code)
+if r: m["chunks"][i] = [r[f] for f in F]
+else: del m["chunks"][i]
+open(path, "w").write(json.dumps(m))
+PY
+        both "$name" "$label" "$pattern"
+    }
+    box box_overlap "overlapping boxes" "chunks of h\.0\.mlp\.c_proj\.weight \(param\) overlap" \
+        'r["col0"] = 32; r["lo"], r["hi"] = 32, 31 * 128 + 32 + 64'
+    box box_gap "a box missing (a gap)" "elements of h\.0\.mlp\.c_proj\.weight \(param\) in row 0, columns \[64, 128\) are in no chunk" \
+        'r.clear()'
+    box box_out "a box out of bounds" "box \[0, 64\] \+ \[33, 64\] is out of bounds" 'r["rows"] = 33'
+    box box_huge "a box of 2^64 columns" "cols = 1\.8446744073709552e\+19 is not a whole number" 'r["cols"] = 2**64'
+    box box_neg "a box at row -1" "row0 = -1 is not a whole number" 'r["row0"] = -1'
+else
+    not_ok "asan: the --tp 2 fixture: $(tail -n 3 "$out/runtp.log" | tr '\n' ' ')"
+fi
 
 # 3. Model files and safetensors whose headers lie.
 $PYTHON - "$out" <<'PY'

@@ -300,11 +300,11 @@ $PYTHON - "$out/bad/version/manifest.json" <<'PY'
 import json, sys
 p = sys.argv[1]; m = json.load(open(p))
 keys = [k for k in m if "version" in k]
-for k in keys: m[k] = 2
+for k in keys: m[k] = 3
 json.dump(m, open(p, "w"), indent=1)
 if not keys: print("no version key at the top of the manifest", file=sys.stderr)
 PY
-expect_error "manifest of format version 2 is refused" "manifest\.json.*version|version.*manifest\.json" \
+expect_error "manifest of format version 3 is refused" "manifest\.json.*version|version.*manifest\.json" \
     "${resume1[@]}" -o "$out/bad_version" --resume "$out/bad/version"
 bad nomanifest; rm "$out/bad/nomanifest/manifest.json"
 expect_error "directory without manifest.json is refused" "nomanifest.*manifest\.json|manifest\.json.*nomanifest" \

@@ -104,6 +104,4 @@ expect_error "--tp 2, -t 15" "error: --tp 2 does not divide -t 15" \
     run_np 2 "${T[@]}" --layers 1 --channels 64 --heads 4 --max-seq 64 -t 15 -b 2 --tp 2
 expect_error "--tp 3, world 4" "error: --tp 3 does not divide the world size 4" \
     run_np 4 "${T[@]}" --layers 1 --channels 48 --heads 3 --max-seq 64 -t 16 -b 3 --tp 3
-expect_error "--tp 2 with checkpoints" "error: --tp 2 with checkpoints: not supported yet" \
-    run_np 2 "${T[@]}" --layers 1 --channels 64 --heads 4 --max-seq 64 -t 16 -b 2 --tp 2 -o "$out/ck" --ckpt-every 1
 lap "refusals"

@@ -6,7 +6,10 @@
 //     says the step is complete and verified, and ckpt_find_latest still finds the step;
 //   - ckpt_resolve takes a step directory, a checkpoint root and a run directory holding ckpt/,
 //     and refuses the rest with a message (no exit);
-//   - the zstd_shuffle codec round-trips every value bitwise, old "zstd" chunks still read.
+//   - the zstd_shuffle codec round-trips every value bitwise, old "zstd" chunks still read;
+//   - boxes (tensor parallelism): a checkpoint of boxes and ranges mixed (format version 2) reads
+//     back any range or box bitwise, from either codec; a box is cut into bands of whole rows
+//     of at most CKPT_CHUNK_ELEMS values; a save of a box outside its tensor is refused.
 //   usage: build/test_untrusted_ckpt DIR      (DIR: a fresh scratch directory)
 #include <dirent.h>
 #include <fcntl.h>
@@ -40,7 +43,7 @@ static float values[N];
 static int save(CkptWriter* w, const char* root, long step, char* err, size_t errlen) {
     for (int i = 0; i < N; i++) values[i] = (float)step + 1e-3f * (float)i;
     CkptPiece pieces[CKPT_KINDS];
-    for (int k = 0; k < CKPT_KINDS; k++) pieces[k] = (CkptPiece){"w", k, 0, N, values};
+    for (int k = 0; k < CKPT_KINDS; k++) pieces[k] = (CkptPiece){"w", k, 0, N, values, {0, 0, 0, 0}};
     cJSON* state = cJSON_CreateObject();
     cJSON_AddNumberToObject(state, "step", (double)step);
     return ckpt_save(w, root, step, &tensor, 1, pieces, CKPT_KINDS, state, err, errlen);
@@ -76,6 +79,86 @@ static void evict(const char* path) {
     fsync(fd);
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
+}
+
+// Boxes: g [6, 10] held by three "ranks" as a row-parallel split would (columns 0-4 whole, 5-9
+// in two boxes of rows), v [1, 12] as a box and a range (a 9-field row in a version 2 manifest),
+// and band [5, 2^20 + 1] as one box of 5 rows (3 rows fit a chunk: cut 3 + 2).
+static void check_boxes(const char* dir, int codec) {
+    enum { BAND_COLS = (1 << 20) + 1 };
+    static const CkptTensor tensors[3] = {{"g", 6, 10}, {"v", 1, 12}, {"band", 5, BAND_COLS}};
+    static float g[60], v[12];
+    float* band = (float*)malloc((size_t)5 * BAND_COLS * sizeof(float));
+    float* back = (float*)malloc((size_t)5 * BAND_COLS * sizeof(float));
+    if (!band || !back) { check(0, "boxes: out of memory"); free(band); free(back); return; }
+    for (int i = 0; i < 60; i++) g[i] = 1.0f + 0.5f * (float)i;
+    for (int i = 0; i < 12; i++) v[i] = -2.0f - (float)i;
+    for (size_t i = 0; i < (size_t)5 * BAND_COLS; i++) band[i] = (float)(i % 1000003) * 0.25f;
+    // each rank's pieces, values row-major in the box
+    static float g0[30], g1[15], g2[15];
+    for (int r = 0; r < 6; r++)
+        for (int c = 0; c < 10; c++) {
+            if (c < 5) g0[r * 5 + c] = g[r * 10 + c];
+            else if (r < 3) g1[r * 5 + c - 5] = g[r * 10 + c];
+            else g2[(r - 3) * 5 + c - 5] = g[r * 10 + c];
+        }
+    CkptPiece p0[3 * CKPT_KINDS], p1[2 * CKPT_KINDS], p2[CKPT_KINDS];
+    for (int k = 0; k < CKPT_KINDS; k++) {
+        p0[3 * k] = (CkptPiece){"g", k, 0, 0, g0, {0, 0, 6, 5}};
+        p0[3 * k + 1] = (CkptPiece){"v", k, 0, 0, v, {0, 0, 1, 7}};
+        p0[3 * k + 2] = (CkptPiece){"band", k, 0, 0, band, {0, 0, 5, BAND_COLS}};
+        p1[2 * k] = (CkptPiece){"g", k, 0, 0, g1, {0, 5, 3, 5}};
+        p1[2 * k + 1] = (CkptPiece){"v", k, 7, 12, v + 7, {0, 0, 0, 0}};
+        p2[k] = (CkptPiece){"g", k, 0, 0, g2, {3, 5, 3, 5}};
+    }
+    const CkptPiece* const per_rank[3] = {p0, p1, p2};
+    const int n_pieces[3] = {3 * CKPT_KINDS, 2 * CKPT_KINDS, CKPT_KINDS};
+    CkptOptions opt = {codec, 3, 0, 10};
+    char root[1024], path[1200], err[2048];
+    snprintf(root, sizeof(root), "%s/boxes_%s", dir, CKPT_CODEC_NAMES[codec]);
+    int rc = ckpt_write_offline(root, 1, 3, tensors, 3, per_rank, n_pieces, cJSON_CreateObject(), &opt, err, sizeof(err));
+    snprintf(path, sizeof(path), "%s/step_00000001", root);
+    Ckpt c;
+    memset(&c, 0, sizeof(c));
+    rc = rc || ckpt_open(&c, path, err, sizeof(err));
+    int band_chunks = 0, ranges = 0;
+    for (int i = 0; !rc && i < c.n_chunks; i++) {
+        band_chunks += !strcmp(c.chunks[i].tensor, "band") && c.chunks[i].kind == CKPT_PARAM;
+        ranges += c.chunks[i].box.rows == 0;
+    }
+    check(!rc && c.format_version == 2 && c.boxed && ranges == CKPT_KINDS && band_chunks == 2,
+          "boxes (%s): written as version 2 (%d), ranges kept as ranges (%d of %d chunks), a box of 5 rows of 2^20+1 "
+          "values in 2 bands (%d): %s", CKPT_CODEC_NAMES[codec], c.format_version, ranges, c.n_chunks, band_chunks, rc ? err : "ok");
+    if (rc) { free(band); free(back); return; }
+    // whole, a range crossing rows and boxes, a box across all three ranks' pieces, as a batch
+    float whole[60] = {0}, part[34] = {0}, box[24] = {0}, vb[12] = {0};
+    CkptRequest req[5] = {{"g", CKPT_ADAM_M, 0, 60, whole, {0, 0, 0, 0}},
+                          {"g", CKPT_PARAM, 13, 47, part, {0, 0, 0, 0}},
+                          {"g", CKPT_ADAM_V, 0, 0, box, {1, 3, 4, 6}},
+                          {"v", CKPT_PARAM, 0, 0, vb, {0, 2, 1, 9}},
+                          {"band", CKPT_ADAM_V, 0, 0, back, {1, 7, 4, BAND_COLS - 9}}};
+    rc = ckpt_read_batch(&c, req, 5, err, sizeof(err));
+    int good = !rc && !memcmp(whole, g, sizeof(whole)) && !memcmp(part, g + 13, sizeof(part));
+    for (int r = 0; r < 4 && good; r++) good = !memcmp(box + r * 6, g + (1 + r) * 10 + 3, 6 * sizeof(float));
+    good = good && !memcmp(vb, v + 2, 9 * sizeof(float));
+    for (int r = 0; r < 4 && good; r++)
+        good = !memcmp(back + (size_t)r * (BAND_COLS - 9), band + (size_t)(1 + r) * BAND_COLS + 7, (BAND_COLS - 9) * sizeof(float));
+    check(good, "boxes (%s): a whole tensor, a range across boxes, boxes across chunks of three ranks and of two bands "
+          "read back bitwise (%s)", CKPT_CODEC_NAMES[codec], rc ? err : "ok");
+    rc = ckpt_verify(&c, err, sizeof(err));
+    check(rc == 0, "boxes (%s): ckpt_verify reads every chunk (%s)", CKPT_CODEC_NAMES[codec], rc ? err : "ok");
+    ckpt_close(&c);
+    // a save's pieces are checked against the tensor table: a box outside its tensor is refused
+    snprintf(root, sizeof(root), "%s/boxes_outside", dir);
+    CkptPiece bad = {"g", CKPT_PARAM, 0, 0, g, {4, 0, 3, 10}};
+    const CkptPiece* const bad_rank[1] = {&bad};
+    const int n_bad[1] = {1};
+    rc = ckpt_write_offline(root, 1, 1, tensors, 3, bad_rank, n_bad, cJSON_CreateObject(), &opt, err, sizeof(err));
+    snprintf(path, sizeof(path), "%s/step_00000001", root);
+    check(rc != 0 && strstr(err, "piece of g: box [4, 0] + [3, 10] is not inside its [6, 10]") && !exists(root, "step_00000001"),
+          "boxes (%s): a save of a box outside its tensor is refused, nothing committed: %s", CKPT_CODEC_NAMES[codec], err);
+    free(band);
+    free(back);
 }
 
 static const char* latest_of(const char* root) {
@@ -227,7 +310,7 @@ int main(int argc, char** argv) {
         CkptOptions zopt = {CKPT_CODEC_ZSTD, 3, 0, 3};
         w = ckpt_writer_create(&zopt, comm);
         CkptPiece pieces[CKPT_KINDS];
-        for (int k = 0; k < CKPT_KINDS; k++) pieces[k] = (CkptPiece){"w", k, 0, N, odd};
+        for (int k = 0; k < CKPT_KINDS; k++) pieces[k] = (CkptPiece){"w", k, 0, N, odd, {0, 0, 0, 0}};
         rc = ckpt_save(w, root, 1, &tensor, 1, pieces, CKPT_KINDS, cJSON_CreateObject(), err, sizeof(err));
         ckpt_writer_free(w);
         unsetenv("FSDP_TEST_CKPT_ZSTD_PLAIN");
@@ -264,6 +347,8 @@ int main(int argc, char** argv) {
     } else {
         check(0, "test setup: cannot truncate %s", path);
     }
+    check_boxes(dir, CKPT_CODEC_RAW);
+    check_boxes(dir, CKPT_CODEC_ZSTD);
     comm_finalize(cw);
     return failures ? 1 : 0;
 }

@@ -128,6 +128,55 @@ mutate gap "$good2" 'm["chunks"] = [r for r in m["chunks"] if not (r[col("tensor
 expect_error "a gap in a tensor's chunks is refused" "${M}elements \[[0-9]+, 1609728\) of wte \(m\) are in no chunk" \
     $CK verify "$out/bad/gap"
 
+# ---- boxes (a checkpoint saved at --tp 2: format version 2, chunks of global boxes). The
+# row-parallel h.0.mlp.c_proj.weight [32, 128] is two boxes per kind, columns [0, 64) and
+# [64, 128), one per TP rank. Every number of a box is checked (whole, in range), every box
+# lies inside its tensor with lo, hi its span, and the boxes of a tensor cover it exactly.
+if run_np 2 "${T[@]}" --tp 2 -x 2 -o "$out/runtp" --ckpt-every 2 > "$out/runtp.log" 2>&1; then
+    goodtp="$out/runtp/ckpt/step_00000002"
+    # the box at columns [64, 128) of h.0.mlp.c_proj.weight's parameters (i: its row)
+    pick='i = next(i for i, r in enumerate(m["chunks"]) if r[col("tensor")] == "h.0.mlp.c_proj.weight" and r[col("kind")] == "param" and r[col("col0")] == 64); r = row(i)
+def span(r): return [r[col("row0")] * 128 + r[col("col0")], (r[col("row0")] + r[col("rows")] - 1) * 128 + r[col("col0")] + r[col("cols")]]
+'
+    C='h\.0\.mlp\.c_proj\.weight'
+    mutate box_overlap "$goodtp" "$pick"'r[col("col0")] = 32; r[col("lo")], r[col("hi")] = span(r)'
+    expect_error "boxes: overlapping boxes are refused (verify)" \
+        "${M}chunks of $C \(param\) overlap: chunks\[[0-9]+\] and chunks\[[0-9]+\] both hold row 0, columns \[32, 64\)" \
+        $CK verify "$out/bad/box_overlap"
+    expect_error "boxes: overlapping boxes are refused (train_gpt --resume at --tp 2)" "${M}chunks of $C \(param\) overlap" \
+        run_np 2 "${T[@]}" --tp 2 -x 3 -o "$out/resumed_box_overlap" --resume "$out/bad/box_overlap"
+    mutate box_gap "$goodtp" "$pick"'del m["chunks"][i]'
+    expect_error "boxes: a tensor not fully covered is refused" \
+        "${M}elements of $C \(param\) in row 0, columns \[64, 128\) are in no chunk" $CK verify "$out/bad/box_gap"
+    expect_error "boxes: a gap is refused (train_gpt --resume at --tp 1)" "${M}elements of $C \(param\) in row 0" resume box_gap
+    mutate box_out "$goodtp" "$pick"'r[col("rows")] += 1'
+    expect_error "boxes: a box out of bounds is refused" \
+        "${M}chunks\[[0-9]+\]: box \[0, 64\] \+ \[33, 64\] is out of bounds of $C, which is \[32, 128\]" $CK verify "$out/bad/box_out"
+    mutate box_neg "$goodtp" "$pick"'r[col("row0")] = -1'
+    expect_error "boxes: a negative row0 is refused" "${M}chunks\[[0-9]+\]\.row0 = -1 is not a whole number in \[0, " \
+        $CK verify "$out/bad/box_neg"
+    mutate box_huge "$goodtp" "$pick"'r[col("cols")] = 2**64'
+    expect_error "boxes: cols = 2^64 is refused" "${M}chunks\[[0-9]+\]\.cols = 1\.8446744073709552e\+19 is not a whole number in \[1, " \
+        $CK verify "$out/bad/box_huge"
+    mutate box_frac "$goodtp" "$pick"'r[col("col0")] = 64.5'
+    expect_error "boxes: a fractional col0 is refused" "${M}chunks\[[0-9]+\]\.col0 = 64\.5 is not a whole number" \
+        $CK verify "$out/bad/box_frac"
+    mutate box_none "$goodtp" "$pick"'r[col("rows")] = 0'
+    expect_error "boxes: a box of no rows is refused" "${M}chunks\[[0-9]+\]\.rows = 0 is not a whole number in \[1, " \
+        $CK verify "$out/bad/box_none"
+    mutate box_span "$goodtp" "$pick"'r[col("hi")] += 1'
+    expect_error "boxes: lo, hi other than the box's span are refused" \
+        "${M}chunks\[[0-9]+\]: elements \[64, 4097\) are not the span \[64, 4096\) of its box of $C" $CK verify "$out/bad/box_span"
+    mutate box_v1 "$goodtp" 'm["format_version"] = 1'
+    expect_error "boxes: a box row in a version 1 manifest is refused" "${M}chunks\[0\] is not a row of 9 fields" \
+        $CK verify "$out/bad/box_v1"
+    mutate box_short "$goodtp" 'row(0).pop()'
+    expect_error "boxes: a row of 12 fields is refused" "${M}chunks\[0\] is not a row of 9 fields .* or 13" \
+        $CK verify "$out/bad/box_short"
+else
+    not_ok "fixture: train_gpt --tp 2 --ckpt-every 2: $(why "$out/runtp.log")"
+fi
+
 # ---- non-regular files never block (a FIFO as manifest.json or as a rank file)
 rm -rf "$out/bad/fifo_manifest"; cp -a "$good" "$out/bad/fifo_manifest"
 rm "$out/bad/fifo_manifest/manifest.json"; mkfifo "$out/bad/fifo_manifest/manifest.json"
