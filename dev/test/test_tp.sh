@@ -104,10 +104,10 @@ lap "refusals"
 # moves them: its "communication per step per rank" line) are exactly what --plan prices for
 # the same flags at the same world ("TP bytes per step"): the planner models the schedule the
 # run executes. At TP 1 the line says nothing of TP.
-tp_bytes_match() {  # tp_bytes_match NAME NP ARGS...: the run NAME (its log) against --plan ARGS at world NP
+tp_bytes_match() {  # tp_bytes_match NAME NP CMD...: the run NAME (its log) against CMD --plan at world NP
     local name=$1 np=$2 counted planned; shift 2
     counted=$(sed -nE 's/^communication per step per rank: .*: TP bytes per step ([0-9]+)$/\1/p' "$out/$name.log")
-    if ! ./train_gpt --plan "$@" --sim-device cpu --plan-world "$np" >"$out/plan_$name.log" 2>&1; then
+    if ! "$@" --plan --sim-device cpu --plan-world "$np" >"$out/plan_$name.log" 2>&1; then
         not_ok "TP bytes $name: --plan failed: $(tail -n 2 "$out/plan_$name.log" | tr '\n' ' ')"; return
     fi
     planned=$(sed -nE 's/^tensor parallel: TP bytes per step ([0-9]+) .*/\1/p' "$out/plan_$name.log")
