@@ -182,7 +182,9 @@ static RopeParams model_rope(const ModelConfig* c) {
 static const void* tp_gather_rows(Model* model, const void* x, int N) {
     Activations* a = &model->acts;
     if (a->tp == 1) return x;
-    model->dev.tp.all_gather(model->dev.tp.ctx, a->tp_full, x, (size_t)(N / a->tp) * model->config.channels);
+    const size_t n = (size_t)(N / a->tp) * model->config.channels;
+    model->dev.tp.all_gather(model->dev.tp.ctx, a->tp_full, x, n);
+    model->dev.tp_bytes.gathered += (uint64_t)(a->tp - 1) * n * model->dev.kernels.act_bytes;  // the other ranks' rows
     return a->tp_full;
 }
 // Where a row-parallel op writes its partial sums of every row (tp_full), or at tp 1 out itself.
@@ -190,7 +192,9 @@ static void* tp_partial(Model* model, void* out) { return model->acts.tp == 1 ? 
 // out (this rank's rows) <- the group's sum of partial (every row); returns where the rows are.
 static const void* tp_sum_rows(Model* model, void* out, const void* partial, int N) {
     if (model->acts.tp == 1) return partial;
-    model->dev.tp.reduce_scatter(model->dev.tp.ctx, out, partial, (size_t)(N / model->acts.tp) * model->config.channels);
+    const size_t n = (size_t)(N / model->acts.tp) * model->config.channels;
+    model->dev.tp.reduce_scatter(model->dev.tp.ctx, out, partial, n);
+    model->dev.tp_bytes.reduce_scattered += (uint64_t)(model->acts.tp - 1) * n * model->dev.kernels.act_bytes;  // the others' rows
     return out;
 }
 // What one rank adds for the whole group (a row-parallel bias, the positions): the first one.
@@ -211,6 +215,7 @@ static void loss_forward(Model* model, const int* tgt, int N, float dloss) {
     model->dev.tp.all_reduce_f32(model->dev.tp.ctx, a->ce_max, (size_t)N, 1);
     kernel_crossentropy_tp_sums(k, a->ce_sums, a->logits, a->ce_max, tgt, N, V, Vp, begin);
     model->dev.tp.all_reduce_f32(model->dev.tp.ctx, a->ce_sums, 2 * (size_t)N, 0);
+    model->dev.tp_bytes.all_reduced += tp_all_reduce_bytes(3 * (uint64_t)N * sizeof(float), a->tp);  // N maxima, 2N sums
     kernel_crossentropy_tp_finish(k, a->logits, a->losses, a->ce_max, a->ce_sums, tgt, N, V, Vp, begin, dloss);
 }
 
@@ -663,6 +668,7 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     cur.mark_begin = kern->mark(kern);
     profile_host(prof);
     FsdpTraffic before = f->traffic;
+    const TpBytes tp_before = model->dev.tp_bytes;
     // The token buffers alternate by step (Run): the device may still upload the previous step's.
     StepData data = {&r->data.train, r->pg, r->inputs[completed & 1], r->targets[completed & 1], prof, 0.0};
     model_step_grads(model, r->grad_accum, r->dloss, &data);
@@ -677,6 +683,8 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     cur.traffic.gathered = f->traffic.gathered - before.gathered;
     cur.traffic.reduce_scattered = f->traffic.reduce_scattered - before.reduce_scattered;
     cur.traffic.replica_reduced = f->traffic.replica_reduced - before.replica_reduced;
+    cur.traffic.tp_replicated_reduced = f->traffic.tp_replicated_reduced - before.tp_replicated_reduced;
+    cur.record.tp = tp_bytes_since(&model->dev.tp_bytes, &tp_before);
     cur.record.step = completed;
     cur.record.lr = lr;
     cur.record.data_ms = data.seconds * 1000.0;

@@ -55,12 +55,31 @@ typedef struct {
     void (*all_reduce_f32)(void* ctx, float* x, size_t n, int max);
 } TpComm;
 
+// What this rank's TP collectives moved, cumulative since device_open: the schedule's helpers
+// (train_gpt.cu) count their calls, counted as a ring moves the bytes, the planner's convention
+// (train/plan.c, tp_traffic): an all-gather receives (tp - 1) / tp of what it gathers, a
+// reduce-scatter sends (tp - 1) / tp of its input, and an all-reduce sends 2 (tp - 1) / tp of
+// its buffer (a reduce-scatter, then an all-gather). all_reduced is the loss's statistics; the
+// engine's all-reduces of the replicated gradients are counted by the engine
+// (FsdpTraffic.tp_replicated_reduced, the buffer's bytes: tp_all_reduce_bytes turns them into these).
+typedef struct { uint64_t gathered, reduce_scattered, all_reduced; } TpBytes;
+
+// A ring all-reduce of `bytes` over tp ranks: what each rank sends.
+static inline uint64_t tp_all_reduce_bytes(uint64_t bytes, int tp) { return bytes * 2 * (uint64_t)(tp - 1) / (uint64_t)tp; }
+// What was moved between `before` and `now` (a step's part of the cumulative counts).
+static inline TpBytes tp_bytes_since(const TpBytes* now, const TpBytes* before) {
+    TpBytes d = {now->gathered - before->gathered, now->reduce_scattered - before->reduce_scattered,
+                 now->all_reduced - before->all_reduced};
+    return d;
+}
+
 typedef struct Device Device;
 struct Device {
     const char* name;          // "cpu", "cuda" or "sim"
     Kernels kernels;
     FsdpBackend backend;
     TpComm tp;
+    TpBytes tp_bytes;          // what the schedule's TP collectives moved (zero without TP)
     char gpu_name[256];        // the GPU's (the peak-FLOPs table knows GPUs by name); "" on the cpu
     char description[512];     // the startup line about the device; "" on the cpu
     // Memory the device allocated itself beyond the engine's state and the activations, and

@@ -207,6 +207,10 @@ void metrics_step(Metrics* mt, const StepRecord* r, const FsdpTraffic* traffic) 
     mt->traffic.gathered += traffic->gathered;
     mt->traffic.reduce_scattered += traffic->reduce_scattered;
     mt->traffic.replica_reduced += traffic->replica_reduced;
+    mt->traffic.tp_replicated_reduced += traffic->tp_replicated_reduced;
+    mt->tp.gathered += r->tp.gathered;
+    mt->tp.reduce_scattered += r->tp.reduce_scattered;
+    mt->tp.all_reduced += r->tp.all_reduced;
     if (r->profiled) mt->profiled_steps++;
     // The first step warms up; the profiled step's marks cost time of their own.
     if (mt->steps_run++ > 0 && !r->profiled) {
@@ -290,10 +294,20 @@ void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, s
     const FsdpTraffic* tr = &mt->traffic;
     double steps = (double)mt->steps_run, W = (double)pg->shard_size, mib = 1024.0 * 1024.0;
     double formula = 3.0 * (double)num_parameters * sizeof(float) * (W - 1.0) / W * grad_accum;
-    if (mt->steps_run > 0)
-        printf("communication per step per rank: all-gather %.1f MiB, reduce-scatter %.1f MiB, replica all-reduce %.1f MiB; "
-               "3 x params x (W-1)/W x micro-steps = %.1f MiB\n",
-               tr->gathered / steps / mib, tr->reduce_scattered / steps / mib, tr->replica_reduced / steps / mib, formula / mib);
+    if (mt->steps_run == 0) return;
+    printf("communication per step per rank: all-gather %.1f MiB, reduce-scatter %.1f MiB, replica all-reduce %.1f MiB; "
+           "3 x params x (W-1)/W x micro-steps = %.1f MiB",
+           tr->gathered / steps / mib, tr->reduce_scattered / steps / mib, tr->replica_reduced / steps / mib, formula / mib);
+    // Tensor parallel: the schedule's collectives and the engine's all-reduces of the replicated
+    // gradients, as a ring moves them (TpBytes): the planner's TP bytes per step, exactly.
+    if (pg->tp_size > 1) {
+        const double all_reduced = (double)(mt->tp.all_reduced + tp_all_reduce_bytes(tr->tp_replicated_reduced, pg->tp_size));
+        const double tp_total = (double)(mt->tp.gathered + mt->tp.reduce_scattered) + all_reduced;
+        printf("; TP all-gather %.1f MiB, TP reduce-scatter %.1f MiB, TP all-reduce %.1f MiB (the loss's and the replicated "
+               "gradients'): TP bytes per step %.0f",
+               mt->tp.gathered / steps / mib, mt->tp.reduce_scattered / steps / mib, all_reduced / steps / mib, tp_total / steps);
+    }
+    printf("\n");
 }
 
 void metrics_close(Metrics* mt) {

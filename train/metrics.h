@@ -75,6 +75,7 @@ typedef struct {
     float next_loss_scale;  // ... and the next step's
     int overflow;        // fp16: the gradients overflowed; skipped, and the scale halved
     int profiled;        // --profile-step's step (left out of the averages)
+    TpBytes tp;          // what its TP collectives moved (the schedule's; zero without TP)
 } StepRecord;
 
 typedef struct {
@@ -90,6 +91,7 @@ typedef struct {
     int steps_run, timed_steps, profiled_steps;
     double train_ms_total, data_ms_total;
     FsdpTraffic traffic;         // communication of the training steps only
+    TpBytes tp;                  // ... and of their TP collectives (the schedule's)
 } Metrics;
 
 // The step's decision (fsdp_step_decide's figures) into its record: loss, norm, skipped, and
@@ -111,7 +113,8 @@ void metrics_val(Metrics* mt, int step, double val_loss);
 // (eval_acc_norm, eval_acc, eval_examples) and TensorBoard scalars (eval/acc_norm, eval/acc).
 void metrics_eval(Metrics* mt, int step, const EvalResult* res, const char* set_path);
 // The end of the run: average step time, peak memory (every rank), communication per step
-// against FSDP's formula. gpu_peak_mib < 0: no GPU figure.
+// against FSDP's formula and, with TP, the TP collectives' bytes per step (the planner's "TP
+// bytes per step", counted the same way). gpu_peak_mib < 0: no GPU figure.
 void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, size_t device_budget,
                      size_t num_parameters, int grad_accum);
 void metrics_close(Metrics* mt);

@@ -5,7 +5,8 @@
 # test_fsdp.sh's np=1 reference at (TP, DP) = (2,1), (2,2), (2,3), (4,1), (2,2) with HSDP, with
 # micro-steps, with --no-grad-sync-until-last, with 2-block units kept gathered, over the TCP
 # transport, GPT-2 and Llama with grouped-query attention;
-# a TP run twice and recompute on/off at TP 2 bitwise; samples; the refusals.
+# a TP run twice and recompute on/off at TP 2 bitwise; samples; the refusals; the TP bytes a
+# run counts per step equal the planner's for the same flags.
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
@@ -105,3 +106,32 @@ expect_error "--tp 2, -t 15" "error: --tp 2 does not divide -t 15" \
 expect_error "--tp 3, world 4" "error: --tp 3 does not divide the world size 4" \
     run_np 4 "${T[@]}" --layers 1 --channels 48 --heads 3 --max-seq 64 -t 16 -b 3 --tp 3
 lap "refusals"
+
+# The bytes of TP collectives a run counts per step (the schedule's all-gathers, reduce-scatters
+# and the loss's all-reduces, the engine's all-reduces of the replicated gradients, as a ring
+# moves them: its "communication per step per rank" line) are exactly what --plan prices for
+# the same flags at the same world ("TP bytes per step"): the planner models the schedule the
+# run executes. At TP 1 the line says nothing of TP.
+tp_bytes_match() {  # tp_bytes_match NAME NP CMD...: the run NAME (its log) against CMD --plan at world NP
+    local name=$1 np=$2 counted planned; shift 2
+    counted=$(sed -nE 's/^communication per step per rank: .*: TP bytes per step ([0-9]+)$/\1/p' "$out/$name.log")
+    if ! "$@" --plan --sim-device cpu --plan-world "$np" >"$out/plan_$name.log" 2>&1; then
+        not_ok "TP bytes $name: --plan failed: $(tail -n 2 "$out/plan_$name.log" | tr '\n' ' ')"; return
+    fi
+    planned=$(sed -nE 's/^tensor parallel: TP bytes per step ([0-9]+) .*/\1/p' "$out/plan_$name.log")
+    if [ -n "$counted" ] && [ "$counted" = "$planned" ]; then
+        ok "TP bytes $name: $counted per step counted = planned"
+    else
+        not_ok "TP bytes $name: counted '$counted' ($(grep -m1 '^communication' "$out/$name.log")), planned '$planned'"
+    fi
+}
+tp_bytes_match gpt2_tp2_dp1     2 "${gpt2[@]}" -b 12 --tp 2
+tp_bytes_match gpt2_tp4_dp1     4 "${gpt2[@]}" -b 12 --tp 4
+tp_bytes_match gpt2_tp2_accum3  4 "${gpt2[@]}" -b 2 --tp 2
+tp_bytes_match gpt2_tp2_no_sync 4 "${gpt2[@]}" -b 2 --tp 2 --no-grad-sync-until-last
+tp_bytes_match gpt2_tp2_full    2 "${gpt2[@]}" -b 12 --tp 2 --recompute full
+tp_bytes_match llama_tp2_dp1    2 "${llama[@]}" -b 12 --tp 2
+line=$(grep -m1 '^communication per step per rank' "$out/gpt2_ref.log")
+[ -n "$line" ] && [[ "$line" != *TP* ]] && ok "TP 1: the communication line names no TP bytes" ||
+    not_ok "TP 1 communication line: '$line'"
+lap "TP bytes"
