@@ -471,7 +471,8 @@ static void forward_next_logits(void* m, const int* tokens, int n, float* row) {
     model_forward(model, model->tok_pad, model->tok_pad, 1, rows, 0.0f);
     float* mine = a->tp == 1 ? row : model->row_part;
     k->act_to_host_f32(k, mine, elem_at(a->logits, (size_t)(n - 1) * a->Vp, k->act_bytes), a->Vp);
-    if (a->tp > 1) model->dev.tp.all_gather(model->dev.tp.ctx, row, mine, a->Vp);  // (host memory: the cpu device's)
+    Comm* g = model->fsdp.pg->tp_comm;  // (host memory, whichever the device)
+    if (a->tp > 1) comm_wait(g, comm_all_gather_start(g, mine, row, a->Vp * sizeof(float)));
 }
 
 static void forward_release(void* m) { fsdp_release_all(&((Model*)m)->fsdp); }

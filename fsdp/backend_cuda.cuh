@@ -4,7 +4,8 @@
 // the shard group's collectives in one of two ways:
 //
 //   NCCL (cfg.use_nccl = 1)  one NCCL communicator per group (shard group; replica group for
-//       HSDP), all collectives on one dedicated, high-priority comm stream, every hand-off
+//       HSDP; the TP group at --tp > 1, whose collectives alone run on the compute stream: see
+//       "Tensor parallelism" below), the others on one dedicated, high-priority comm stream, every hand-off
 //       between the compute stream and the comm stream an event. Nothing synchronises the
 //       host inside a step: the step's loss and norm are all-reduced and decided on the
 //       device (step_decide), AdamW reads the decision there, and the host reads a copy when
@@ -95,6 +96,8 @@ typedef struct {
     cudaStream_t compute;    // the model's stream (created by the caller)
     int offload_units;       // --offload optimizer: the engine's unit count (0: no offload)
     int offload_threads;     // ... and the host threads of each of its tasks
+    size_t tp_max_elems;     // tensor parallel (pg->tp_size > 1): the most elements one TP collective
+                             // carries (its full side), for the staged path's buffers
 } CudaBackendConfig;
 
 enum { CUDA_OP_IDLE = 0, CUDA_OP_GATHER, CUDA_OP_REDUCE };
@@ -145,6 +148,7 @@ typedef struct {
     cudaStream_t comm;               // NCCL path only (created here)
     ncclComm_t nccl_shard;           // NCCL path: the shard group
     ncclComm_t nccl_replica;         // NCCL path, HSDP: the replica group (NULL otherwise)
+    ncclComm_t nccl_tp;              // NCCL path, tensor parallel: the TP group, used on compute only
     cudaEvent_t host_ev;             // host waits
     cudaEvent_t rep_ready, rep_done; // all_reduce_replicas (NCCL)
     cudaEvent_t stats_ready, stats_done;  // step_decide's all-reduce (NCCL)
@@ -157,6 +161,10 @@ typedef struct {
     double* h_sumsq;                 // [2]: the staged step_decide's loss sum and sum of squares
     float* h_chunk;                  // staged all_reduce_replicas: chunk buffer
     size_t chunk_elems;
+    // staged, tensor parallel: fp32 device scratch and two pinned buffers of tp_max_elems
+    // fp32 each (the full side and this rank's part of a TP collective)
+    float* tp_f32;
+    void *tp_host_full, *tp_host_part;
     // --profile-step's byte ledger: what the optimizer path's kernels (gradient folds and
     // accumulates, the norm, AdamW, bf16 refreshes) read and write on the compute stream,
     // counted from their arguments while profiling.
@@ -209,13 +217,14 @@ static inline void cb_nccl_abort_all(CudaBackend* c) {
     // Abort (not destroy): returns even when operations are stuck; peers then fail theirs.
     if (c->nccl_shard) { ncclCommAbort(c->nccl_shard); c->nccl_shard = NULL; }
     if (c->nccl_replica) { ncclCommAbort(c->nccl_replica); c->nccl_replica = NULL; }
+    if (c->nccl_tp) { ncclCommAbort(c->nccl_tp); c->nccl_tp = NULL; }
 }
 
 static inline void cb_nccl_fail(CudaBackend* c, ncclComm_t comm, ncclResult_t r, const char* what) {
     char last[512];
     const char* l = ncclGetLastError(comm);
     snprintf(last, sizeof last, "%s", l ? l : "");
-    if (comm && comm != c->nccl_shard && comm != c->nccl_replica) ncclCommAbort(comm);
+    if (comm && comm != c->nccl_shard && comm != c->nccl_replica && comm != c->nccl_tp) ncclCommAbort(comm);
     cb_nccl_abort_all(c);
     fatal(c->pg, "NCCL error in %s: %s%s%s%s%s", what, ncclGetErrorString(r), last[0] ? " (" : "", last,
           last[0] ? ")" : "",
@@ -226,8 +235,8 @@ static inline void cb_nccl_fail(CudaBackend* c, ncclComm_t comm, ncclResult_t r,
 
 // Checks every communicator for an asynchronous error (a peer died, a network failure).
 static inline void cb_nccl_check_async(CudaBackend* c, const char* what) {
-    ncclComm_t comms[2] = {c->nccl_shard, c->nccl_replica};
-    for (int i = 0; i < 2; i++) {
+    ncclComm_t comms[3] = {c->nccl_shard, c->nccl_replica, c->nccl_tp};
+    for (int i = 0; i < 3; i++) {
         if (!comms[i]) continue;
         ncclResult_t state = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(comms[i], &state);
@@ -248,7 +257,7 @@ static inline void cb_nccl_settle(CudaBackend* c, ncclComm_t comm, const char* w
         if (state == ncclSuccess) return;
         if (state != ncclInProgress) cb_nccl_fail(c, comm, state, what);
         if (timeout > 0 && cb_now() - t0 > timeout) {
-            if (comm != c->nccl_shard && comm != c->nccl_replica) ncclCommAbort(comm);
+            if (comm != c->nccl_shard && comm != c->nccl_replica && comm != c->nccl_tp) ncclCommAbort(comm);
             cb_nccl_abort_all(c);
             fatal(c->pg, "NCCL: %s did not complete within --comm-timeout %.0f s (a rank is stalled or dead)",
                   what, timeout);
@@ -589,6 +598,110 @@ static inline void cuda_all_reduce_replicas(void* ctx, float* buf, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
+// Tensor parallelism (pg->tp_size > 1): the TP group's collectives, for the schedule's TpComm
+// (train/device.h: activations in the compute dtype, the loss's fp32 statistics) and the
+// engine's all_reduce_tp (a gathered gradient's replicated tensors). Each is in order with the
+// compute stream's kernels: the schedule needs its result before its next kernel, so there is
+// nothing to overlap.
+//   NCCL: on the compute stream itself, over the TP communicator (the ranks of one dp_rank),
+//       no event and no host wait. The TP communicator is used on compute only, the shard and
+//       replica ones on the comm stream only; each gets its calls in the same order on every rank.
+//   staged: device -> pinned host on compute, the host waits, the collective over
+//       pg->tp_comm (comm.h), host -> device on compute. 16-bit sums go through fp32 and are
+//       rounded once to the compute dtype (to nearest even), as the staged reduce-scatter does:
+//       NCCL's 16-bit sum of two ranks rounds the same fp32 sum once, so TP 2 is bitwise equal
+//       on both paths. A pinned buffer is written again only after the next collective's host
+//       wait, which follows this one's host-to-device copy on compute.
+
+static inline void cb_tp_fits(const CudaBackend* c, size_t n, const char* what) {
+    if (n > c->cfg.tp_max_elems)
+        fatal(c->pg, "fsdp cuda: a tensor-parallel %s of %zu elements exceeds the TP buffers' %zu", what, n,
+              c->cfg.tp_max_elems);
+}
+
+// Staged: 16-bit src[n] (device) -> fp32 in tp_host_full; the host waits for it.
+static inline void cb_tp_stage16(CudaBackend* c, const void* src, size_t n) {
+    cb_cast16_to_f32(c, c->tp_f32, src, n, c->compute);
+    CB_CUDA(c, cudaMemcpyAsync(c->tp_host_full, c->tp_f32, n * sizeof(float), cudaMemcpyDeviceToHost, c->compute));
+    cb_host_wait(c, c->compute, "the staged tensor-parallel collective's device-to-host copy");
+}
+
+// Staged: dst[n] (16-bit, device) <- host fp32 h[n], rounded, on compute.
+static inline void cb_tp_unstage16(CudaBackend* c, void* dst, const float* h, size_t n) {
+    CB_CUDA(c, cudaMemcpyAsync(c->tp_f32, h, n * sizeof(float), cudaMemcpyHostToDevice, c->compute));
+    if (c->cfg.param_fp16) cast_from_f32_cuda((fp16*)dst, c->tp_f32, n, c->compute);
+    else cast_from_f32_cuda((bf16*)dst, c->tp_f32, n, c->compute);
+}
+
+// The TpComm's three (train/device.h; ctx: the backend's). full[tp * n] <- every TP rank's
+// local[n], in rank order (16-bit).
+static inline void cuda_tp_all_gather(void* ctx, void* full, const void* local, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    const size_t tp = (size_t)c->pg->tp_size, bytes = n * sizeof(uint16_t);
+    if (n == 0) return;
+    if (c->cfg.use_nccl) {
+        cb_nccl_call(c, c->nccl_tp, ncclAllGather(local, full, n, cb_nccl16(c), c->nccl_tp, c->compute),
+                     "ncclAllGather (tensor-parallel group)");
+        return;
+    }
+    cb_tp_fits(c, tp * n, "all-gather");
+    CB_CUDA(c, cudaMemcpyAsync(c->tp_host_part, local, bytes, cudaMemcpyDeviceToHost, c->compute));
+    cb_host_wait(c, c->compute, "the staged tensor-parallel all-gather's device-to-host copy");
+    comm_wait(c->pg->tp_comm, comm_all_gather_start(c->pg->tp_comm, c->tp_host_part, c->tp_host_full, bytes));
+    CB_CUDA(c, cudaMemcpyAsync(full, c->tp_host_full, tp * bytes, cudaMemcpyHostToDevice, c->compute));
+}
+
+// local[n] <- the TP group's sum of full[rank * n : (rank + 1) * n] (16-bit).
+static inline void cuda_tp_reduce_scatter(void* ctx, void* local, const void* full, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    const size_t tp = (size_t)c->pg->tp_size;
+    if (n == 0) return;
+    if (c->cfg.use_nccl) {
+        cb_nccl_call(c, c->nccl_tp, ncclReduceScatter(full, local, n, cb_nccl16(c), ncclSum, c->nccl_tp, c->compute),
+                     "ncclReduceScatter (tensor-parallel group)");
+        return;
+    }
+    cb_tp_fits(c, tp * n, "reduce-scatter");
+    cb_tp_stage16(c, full, tp * n);
+    comm_wait(c->pg->tp_comm, comm_reduce_scatter_f32_start(c->pg->tp_comm, (const float*)c->tp_host_full,
+                                                            (float*)c->tp_host_part, n));
+    cb_tp_unstage16(c, local, (const float*)c->tp_host_part, n);
+}
+
+// x[n] (fp32) <- the TP group's sum, or with max its maximum, in place.
+static inline void cuda_tp_all_reduce_f32(void* ctx, float* x, size_t n, int max) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (n == 0) return;
+    if (c->cfg.use_nccl) {
+        cb_nccl_call(c, c->nccl_tp, ncclAllReduce(x, x, n, ncclFloat32, max ? ncclMax : ncclSum, c->nccl_tp, c->compute),
+                     "ncclAllReduce fp32 (tensor-parallel group)");
+        return;
+    }
+    cb_tp_fits(c, n, "all-reduce");
+    CB_CUDA(c, cudaMemcpyAsync(c->tp_host_full, x, n * sizeof(float), cudaMemcpyDeviceToHost, c->compute));
+    cb_host_wait(c, c->compute, "the staged tensor-parallel all-reduce's device-to-host copy");
+    comm_all_reduce_f32(c->pg->tp_comm, (float*)c->tp_host_full, n, max ? COMM_MAX : COMM_SUM);
+    CB_CUDA(c, cudaMemcpyAsync(x, c->tp_host_full, n * sizeof(float), cudaMemcpyHostToDevice, c->compute));
+}
+
+// The engine's all_reduce_tp: buf[n] (16-bit, a gradient slot's replicated tensors) <- its sum
+// over the TP group, in place, before the shard group's reduce-scatter (which the comm stream
+// starts after compute, so after this).
+static inline void cuda_all_reduce_tp(void* ctx, void* buf, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (c->pg->tp_size <= 1 || n == 0) return;
+    if (c->cfg.use_nccl) {
+        cb_nccl_call(c, c->nccl_tp, ncclAllReduce(buf, buf, n, cb_nccl16(c), ncclSum, c->nccl_tp, c->compute),
+                     "ncclAllReduce 16-bit (tensor-parallel group)");
+        return;
+    }
+    cb_tp_fits(c, n, "gradient all-reduce");
+    cb_tp_stage16(c, buf, n);
+    comm_all_reduce_f32(c->pg->tp_comm, (float*)c->tp_host_full, n, COMM_SUM);
+    cb_tp_unstage16(c, buf, (const float*)c->tp_host_full, n);
+}
+
+// ----------------------------------------------------------------------------
 // Elementwise work, all on the compute stream
 
 static inline void cuda_accumulate(void* ctx, float* dst, const float* src, size_t n) {
@@ -648,12 +761,14 @@ static __global__ void cb_step_decide_kernel(FsdpStepStats* s, double tokens, fl
 }
 
 // s (device) holds this rank's loss_sum and sumsq (adjacent doubles): sums both over the
-// shard group and the loss over the replicas (so over the world), then decides. NCCL: on the
-// comm stream between event hand-offs, no host wait. Staged: through pinned memory (one
-// host wait, as the staged path's collectives always cost).
+// shard group, the loss over the replicas, then both over the TP group (whose first rank alone
+// counted the losses and the replicated tensors' squares), so over the world; then decides.
+// NCCL: the shard and replica sums on the comm stream between event hand-offs, the TP sum on
+// compute (as every TP collective), no host wait. Staged: through pinned memory (one host
+// wait, as the staged path's collectives always cost), in the same order.
 static inline void cuda_step_decide(void* ctx, FsdpStepStats* s, double tokens, float grad_clip) {
     CudaBackend* c = (CudaBackend*)ctx;
-    const int shard = c->shard_size > 1, replica = c->pg->replicate_size > 1;
+    const int shard = c->shard_size > 1, replica = c->pg->replicate_size > 1, tp = c->pg->tp_size > 1;
     if ((shard || replica) && c->cfg.use_nccl) {
         cb_handoff(c, c->stats_ready);
         if (shard)
@@ -665,11 +780,16 @@ static inline void cuda_step_decide(void* ctx, FsdpStepStats* s, double tokens, 
                          "ncclAllReduce (the step's loss, replica group)");
         CB_CUDA(c, cudaEventRecord(c->stats_done, c->comm));
         CB_CUDA(c, cudaStreamWaitEvent(c->compute, c->stats_done, 0));
-    } else if (shard || replica) {
+    }
+    if (tp && c->cfg.use_nccl)
+        cb_nccl_call(c, c->nccl_tp, ncclAllReduce(&s->loss_sum, &s->loss_sum, 2, ncclFloat64, ncclSum, c->nccl_tp,
+                                                  c->compute), "ncclAllReduce (the step's loss and norm, tensor-parallel group)");
+    if ((shard || replica || tp) && !c->cfg.use_nccl) {
         CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, &s->loss_sum, 2 * sizeof(double), cudaMemcpyDeviceToHost, c->compute));
         cb_host_wait(c, c->compute, "the staged all-reduce of the step's loss and norm");
         comm_all_reduce_f64(c->pg->shard_comm, c->h_sumsq, 2, COMM_SUM);
         if (replica) comm_all_reduce_f64(c->pg->replicate_comm, c->h_sumsq, 1, COMM_SUM);
+        if (tp) comm_all_reduce_f64(c->pg->tp_comm, c->h_sumsq, 2, COMM_SUM);
         CB_CUDA(c, cudaMemcpyAsync(&s->loss_sum, c->h_sumsq, 2 * sizeof(double), cudaMemcpyHostToDevice, c->compute));
     }
     cb_step_decide_kernel<<<1, 1, 0, c->compute>>>(s, tokens, grad_clip);
@@ -907,9 +1027,11 @@ static inline void cb_nccl_destroy(CudaBackend* c, ncclComm_t* comm, const char*
 //   device:  NCCL: reduce_fp32 ? max_unit_padded fp32 (one scratch, comm stream) : nothing
 //            staged: max_unit_padded fp32 (one scratch, compute stream)
 //            + 8 KiB + 256 B for sum_squares
+//            staged at TP: tp_max_elems fp32 (the TP collectives' scratch, compute stream)
 //   pinned:  staged: for each op slot (P + ceil(P / shard_size)) x 4 B, P its op_padded entry
 //            (only the root's two slots carry the root, several times a block at GPT-2
-//            sizes), and a chunk buffer for HSDP's replica all-reduce; 8 B for sum_squares
+//            sizes), and a chunk buffer for HSDP's replica all-reduce; 8 B for sum_squares;
+//            staged at TP: (tp_max_elems + tp_max_elems / tp) x 4 B
 // (max_shard = ceil(max_unit_padded / shard_size)). Plus NCCL's own buffers (not counted).
 static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* pg, int max_ops,
                                           const CudaBackendConfig* cfg) {
@@ -951,10 +1073,12 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
         CB_CUDA(c, cudaEventCreateWithFlags(&c->rep_done, cudaEventDisableTiming));
         CB_CUDA(c, cudaEventCreateWithFlags(&c->stats_ready, cudaEventDisableTiming));
         CB_CUDA(c, cudaEventCreateWithFlags(&c->stats_done, cudaEventDisableTiming));
-        // Every rank creates the shard communicator, then (HSDP) the replica one: the same
-        // order everywhere, each init polled to completion before the next NCCL call.
+        // Every rank creates the shard communicator, then (HSDP) the replica one, then (tensor
+        // parallel) the TP one: the same order everywhere, each init polled to completion
+        // before the next NCCL call.
         c->nccl_shard = cb_nccl_create(c, pg->shard_comm, "shard");
         if (pg->replicate_size > 1) c->nccl_replica = cb_nccl_create(c, pg->replicate_comm, "replica");
+        if (pg->tp_size > 1) c->nccl_tp = cb_nccl_create(c, pg->tp_comm, "tensor-parallel");
         if (cfg->reduce_fp32)
             c->f32_scratch = (float*)cb_device_alloc(c, cfg->max_unit_padded * sizeof(float),
                                                      "the fp32 reduce-scatter scratch");
@@ -972,6 +1096,13 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
             if (chunk > ((size_t)1 << 22)) chunk = (size_t)1 << 22;
             c->chunk_elems = chunk;
             c->h_chunk = (float*)cb_host_alloc(c, chunk * sizeof(float), "replica all-reduce staging");
+        }
+        if (pg->tp_size > 1) {
+            const size_t tp_bytes = cfg->tp_max_elems * sizeof(float);
+            c->tp_f32 = (float*)cb_device_alloc(c, tp_bytes, "the staged tensor-parallel scratch");
+            c->tp_host_full = cb_host_alloc(c, tp_bytes, "tensor-parallel staging");
+            c->tp_host_part = cb_host_alloc(c, (cfg->tp_max_elems + (size_t)pg->tp_size - 1) / (size_t)pg->tp_size *
+                                                   sizeof(float), "tensor-parallel staging");
         }
     }
     const size_t sq = align_up_256(sum_squares_scratch_bytes());
@@ -1014,6 +1145,7 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
     be->reduce_scatter_start = cuda_reduce_scatter_start;
     be->wait = cuda_wait;
     be->all_reduce_replicas = cuda_all_reduce_replicas;
+    be->all_reduce_tp = cuda_all_reduce_tp;
     be->accumulate = cuda_accumulate;
     be->sum_squares = cuda_sum_squares;
     be->adamw = cuda_adamw;
@@ -1061,6 +1193,7 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     cb_host_wait(c, c->compute, "the compute stream at teardown");
     if (c->comm) cb_host_wait(c, c->comm, "the comm stream at teardown");
     if (c->copy) cb_host_wait(c, c->copy, "the copy stream at teardown");
+    cb_nccl_destroy(c, &c->nccl_tp, "tensor-parallel");
     cb_nccl_destroy(c, &c->nccl_replica, "replica");
     cb_nccl_destroy(c, &c->nccl_shard, "shard");
     for (int k = 0; k < c->max_ops; k++) {
@@ -1088,6 +1221,9 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     if (c->sumsq_scratch) CB_CUDA(c, cudaFree(c->sumsq_scratch));
     if (c->h_sumsq) CB_CUDA(c, cudaFreeHost(c->h_sumsq));
     if (c->h_chunk) CB_CUDA(c, cudaFreeHost(c->h_chunk));
+    if (c->tp_f32) CB_CUDA(c, cudaFree(c->tp_f32));
+    if (c->tp_host_full) CB_CUDA(c, cudaFreeHost(c->tp_host_full));
+    if (c->tp_host_part) CB_CUDA(c, cudaFreeHost(c->tp_host_part));
     CB_CUDA(c, cudaEventDestroy(c->host_ev));
     for (int i = 0; i < c->prof.n; i++) {
         CB_CUDA(c, cudaEventDestroy(c->prof.start[i]));

@@ -127,11 +127,21 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     f->fused = !f->offload && be->fold_grad && be->folded_sum_squares && be->adamw_unit && be->sum_into &&
                be->sum_squares_into && be->step_stats_fetch && be->step_stats_wait;
     // Tensor parallelism: the replicated tensors' gradients are summed over the group before
-    // the shard group's reduce-scatter, and the norm counts them on the group's first rank only,
-    // which the unfused (host-decided) path does piece by piece. The fused and offloaded paths
-    // (cuda) do not do that yet.
-    if (pg->tp_size > 1 && (f->fused || f->offload || !be->all_reduce_tp)) {
-        snprintf(err, errlen, "--tp: tensor parallelism runs on the cpu device only for now");
+    // the shard group's reduce-scatter, and the norm counts them on the group's first rank only:
+    // the unfused (host-decided) path piece by piece, the fused one in its folds (fold_unit).
+    // Not yet: the offloaded path, and the fused one with HSDP (its norm is a pass over the
+    // whole shard after the replica all-reduce).
+    if (pg->tp_size > 1 && !be->all_reduce_tp) {
+        snprintf(err, errlen, "--tp: this device has no tensor-parallel gradient all-reduce");
+        return 1;
+    }
+    if (pg->tp_size > 1 && f->offload) {
+        snprintf(err, errlen, "--tp: not supported with --offload optimizer yet");
+        return 1;
+    }
+    if (pg->tp_size > 1 && f->fused && pg->replicate_size > 1) {
+        snprintf(err, errlen, "--tp: not supported with HSDP (--shard-group-size below the data-parallel ranks) on "
+                 "this device yet");
         return 1;
     }
     // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad and the
@@ -461,6 +471,31 @@ void fsdp_release_all(Fsdp* f) {
 // ---------------------------------------------------------------------------------------
 // Gradients
 
+// The fused path's fold of unit u's reduced gradient src (src_bytes per element) into its fp32
+// shard dst, with the norm's squares when sum_squares. Tensor parallel, on the group's ranks
+// after the first, the replicated tensors' squares are the first rank's to count: the fold goes
+// in runs, squares summed over the others only (the values folded are the same, element by
+// element, and so are the replicas everywhere).
+static void fold_unit(Fsdp* f, int u, float* dst, const void* src, size_t src_bytes, int sum_squares) {
+    const int first = !f->unit_folded[u];
+    size_t from = 0;  // the counted run so far: [from, a)
+    if (sum_squares && f->pg->tp_size > 1 && f->pg->tp_rank > 0) {
+        for (int i = 0; i < f->n_pieces; i++) {
+            const FlatPiece* p = &f->pieces[i];
+            if (p->unit != u || !f->units[u].tensors[p->tensor].tp_replicated) continue;
+            const size_t a = p->at - f->shard_offset[u], b = a + (p->hi - p->lo);
+            if (a > from)
+                f->be.fold_grad(f->be.ctx, dst + from, (const char*)src + from * src_bytes, src_bytes, a - from, first, 1);
+            f->be.fold_grad(f->be.ctx, dst + a, (const char*)src + a * src_bytes, src_bytes, b - a, first, 0);
+            from = b;
+        }
+    }
+    if (f->units[u].shard > from)
+        f->be.fold_grad(f->be.ctx, dst + from, (const char*)src + from * src_bytes, src_bytes, f->units[u].shard - from,
+                        first, sum_squares);
+    f->unit_folded[u] = 1;
+}
+
 // Wait for the reduce-scatter out of grad slot g and fold it into the unit's fp32 shard.
 static void finish_reduce(Fsdp* f, int g) {
     if (!f->grad_slot_busy[g]) return;
@@ -486,8 +521,7 @@ static void finish_reduce(Fsdp* f, int g) {
         const void* src = f->alias_params ? f->grad_slot[g] : (const void*)f->rs_out[g];
         const size_t src_bytes = f->alias_params ? f->be.param_bytes : f->be.reduce_out_bytes;
         const int last = f->micro_step == f->micro_steps - 1;
-        f->be.fold_grad(f->be.ctx, dst, src, src_bytes, f->units[u].shard, !f->unit_folded[u], last && f->fused_norm);
-        f->unit_folded[u] = 1;
+        fold_unit(f, u, dst, src, src_bytes, last && f->fused_norm);
     } else {
         f->be.accumulate(f->be.ctx, dst, (const float*)f->rs_out[g], f->units[u].shard);
     }
@@ -606,13 +640,13 @@ void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
         f->be.sum_into(f->be.ctx, f->d_loss_sum, losses, n, accumulate);
         return;
     }
+    // Every rank of a tensor-parallel group holds the same losses: the first one counts them.
+    if (f->pg->tp_size > 1 && f->pg->tp_rank > 0) n = 0;
     if (f->fused) {
         f->be.sum_into(f->be.ctx, &f->stats->loss_sum, losses, n, accumulate);
         return;
     }
     double s = accumulate ? f->stats->loss_sum : 0.0;  // in order, as the reference sums
-    // Every rank of a tensor-parallel group holds the same losses: the first one counts them.
-    if (f->pg->tp_size > 1 && f->pg->tp_rank > 0) n = 0;
     for (size_t i = 0; i < n; i++) s += losses[i];
     f->stats->loss_sum = s;
 }

@@ -209,6 +209,10 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     for (int u = 0; u < m->n_units; u++)
         if (m->units[u].padded > bc.max_unit_padded) bc.max_unit_padded = m->units[u].padded;
     bc.seed = o->seed;
+    // Tensor parallel: the schedule's collectives carry at most every row of the micro-batch
+    // (N x C activations; the loss's 2N statistics), the engine's a unit's replicated tensors.
+    bc.tp_max_elems = (size_t)B * T * (c->channels > 2 ? (size_t)c->channels : 2);
+    if (bc.max_unit_padded > bc.tp_max_elems) bc.tp_max_elems = bc.max_unit_padded;
     bc.compute = st->stream;
     bc.offload_units = fcfg->offload ? m->n_units : 0;
     bc.offload_threads = omp_get_max_threads();
@@ -227,6 +231,7 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, &attn, o->gelu_fusion, recomputable_gelu,
                       o->param_fp16, &shape);
     kernels_cuda_set_matmul_autotune(&d->kernels, o->matmul_autotune, pg->rank == 0);
+    if (pg->tp_size > 1) d->tp = (TpComm){d->backend.ctx, cuda_tp_all_gather, cuda_tp_reduce_scatter, cuda_tp_all_reduce_f32};
 
     d->name = "cuda";
     d->impl = st;

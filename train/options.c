@@ -619,8 +619,8 @@ static int check_tp_flags(const Options* o, const ModelConfig* c, const char* de
     if (model_tp_check(c, o->tp, m, n)) {
     } else if (o->seq_len % o->tp != 0)
         snprintf(m, n, "--tp %d does not divide -t %d (sequence parallel splits each micro-batch's positions)", o->tp, o->seq_len);
-    else if (strcmp(device, "cpu"))
-        snprintf(m, n, "--tp %d: tensor parallelism runs on the cpu device only for now (this run is on %s)", o->tp, device);
+    else if (strcmp(device, "cpu") && strcmp(device, "cuda"))
+        snprintf(m, n, "--tp %d: tensor parallelism runs on the cpu and cuda devices only (this run is on %s)", o->tp, device);
     else
         return 0;
     return 1;
