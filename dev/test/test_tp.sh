@@ -42,7 +42,7 @@ check gpt2_ref gpt2_tp2_units     4 "${gpt2[@]}" -b 6 --tp 2 --fsdp-unit-layers 
 # Over the TCP transport (ranks started torchrun-style): its one communication thread runs the
 # shard group's prefetched gathers and the TP group's collectives in the order every rank issues them.
 if timeout 300 scripts/launch_local.sh -n 4 "${gpt2[@]}" -b 6 --tp 2 --prefetch 2 -o "$out/gpt2_tp2_tcp" > "$out/gpt2_tp2_tcp.log" 2>&1; then
-    grep -q " via tcp" "$out/gpt2_tp2_tcp.log" || not_ok "gpt2_tp2_tcp: not on the TCP transport: $(grep -m1 'rank(s) via' "$out/gpt2_tp2_tcp.log")"
+    grep -q "rank(s) via [a-z]* (tcp)" "$out/gpt2_tp2_tcp.log" || not_ok "gpt2_tp2_tcp: not on the TCP transport: $(grep -m1 'rank(s) via' "$out/gpt2_tp2_tcp.log")"
     $PYTHON dev/test/compare_losses.py gpt2_tp2_tcp "$out/gpt2_ref/metrics.jsonl" "$out/gpt2_tp2_tcp/metrics.jsonl" --rtol $RTOL
 else
     not_ok "gpt2_tp2_tcp: run failed: $(tail -n 3 "$out/gpt2_tp2_tcp.log" | tr '\n' ' ')"
