@@ -6,9 +6,9 @@
 # (the machine is shared: its load moves step times by 2x). Prints per layout the step time
 # (median, and fastest, of the steps after the first of every repetition, metrics.jsonl), the
 # bytes rank 0 moved per step (FSDP's all-gathers, reduce-scatters, replica all-reduces; TP's
-# collectives, counted by the run) against their formulas (FSDP: 3 x params x (W-1)/W x micro-steps; TP: the planner's
-# "TP bytes per step" of `--plan` with the same flags, which the counted bytes must equal),
-# and the ratios. On this machine the collectives are MPI over shared memory and the ranks
+# collectives, counted by the run) against their formulas (FSDP: 3 x params x (W-1)/W x
+# micro-steps; TP: the planner's "TP bytes per step" of `--plan` with the same flags, which the
+# counted bytes must equal), and the ratios. On this machine the collectives are MPI over shared memory and the ranks
 # share 2 cores: it measures what TP costs a cpu run and checks the bytes, not speed on a GPU.
 #   usage: dev/bench/bench_tp.sh   (MODEL="--layers 4 --channels 128 --heads 4", T=64,
 #                                   GLOBAL_SEQS=8, STEPS=8, REPS=3)   ~1 minute
