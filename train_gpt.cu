@@ -215,7 +215,7 @@ static void loss_forward(Model* model, const int* tgt, int N, float dloss) {
     model->dev.tp.all_reduce_f32(model->dev.tp.ctx, a->ce_max, (size_t)N, 1);
     kernel_crossentropy_tp_sums(k, a->ce_sums, a->logits, a->ce_max, tgt, N, V, Vp, begin);
     model->dev.tp.all_reduce_f32(model->dev.tp.ctx, a->ce_sums, 2 * (size_t)N, 0);
-    model->dev.tp_bytes.all_reduced += tp_all_reduce_bytes(3 * (uint64_t)N * sizeof(float), a->tp);  // N maxima, 2N sums
+    model->dev.tp_bytes.all_reduced += (uint64_t)tp_all_reduce_bytes(3.0 * N * sizeof(float), a->tp);  // N maxima, 2N sums
     kernel_crossentropy_tp_finish(k, a->logits, a->losses, a->ce_max, a->ce_sums, tgt, N, V, Vp, begin, dloss);
 }
 

@@ -56,16 +56,17 @@ typedef struct {
 } TpComm;
 
 // What this rank's TP collectives moved, cumulative since device_open: the schedule's helpers
-// (train_gpt.cu) count their calls, counted as a ring moves the bytes, the planner's convention
+// (train_gpt.cu) count their calls as a ring moves the bytes, the planner's convention
 // (train/plan.c, tp_traffic): an all-gather receives (tp - 1) / tp of what it gathers, a
 // reduce-scatter sends (tp - 1) / tp of its input, and an all-reduce sends 2 (tp - 1) / tp of
 // its buffer (a reduce-scatter, then an all-gather). all_reduced is the loss's statistics; the
-// engine's all-reduces of the replicated gradients are counted by the engine
-// (FsdpTraffic.tp_replicated_reduced, the buffer's bytes: tp_all_reduce_bytes turns them into these).
+// engine counts its all-reduces of the replicated gradients itself, by their buffers' bytes
+// (FsdpTraffic.tp_replicated_reduced), which tp_all_reduce_bytes turns into a ring's.
 typedef struct { uint64_t gathered, reduce_scattered, all_reduced; } TpBytes;
 
-// A ring all-reduce of `bytes` over tp ranks: what each rank sends.
-static inline uint64_t tp_all_reduce_bytes(uint64_t bytes, int tp) { return bytes * 2 * (uint64_t)(tp - 1) / (uint64_t)tp; }
+// A ring all-reduce of a buffer of `bytes` over tp ranks: what each rank sends (in double: a
+// buffer need not divide by tp; the loss's do, N being a multiple of tp).
+static inline double tp_all_reduce_bytes(double bytes, int tp) { return bytes * 2.0 * (tp - 1) / tp; }
 // What was moved between `before` and `now` (a step's part of the cumulative counts).
 static inline TpBytes tp_bytes_since(const TpBytes* now, const TpBytes* before) {
     TpBytes d = {now->gathered - before->gathered, now->reduce_scattered - before->reduce_scattered,

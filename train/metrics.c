@@ -301,7 +301,7 @@ void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, s
     // Tensor parallel: the schedule's collectives and the engine's all-reduces of the replicated
     // gradients, as a ring moves them (TpBytes): the planner's TP bytes per step, exactly.
     if (pg->tp_size > 1) {
-        const double all_reduced = (double)(mt->tp.all_reduced + tp_all_reduce_bytes(tr->tp_replicated_reduced, pg->tp_size));
+        const double all_reduced = (double)mt->tp.all_reduced + tp_all_reduce_bytes((double)tr->tp_replicated_reduced, pg->tp_size);
         const double tp_total = (double)(mt->tp.gathered + mt->tp.reduce_scattered) + all_reduced;
         printf("; TP all-gather %.1f MiB, TP reduce-scatter %.1f MiB, TP all-reduce %.1f MiB (the loss's and the replicated "
                "gradients'): TP bytes per step %.0f",

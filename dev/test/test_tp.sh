@@ -131,6 +131,10 @@ tp_bytes_match gpt2_tp2_accum3  4 "${gpt2[@]}" -b 2 --tp 2
 tp_bytes_match gpt2_tp2_no_sync 4 "${gpt2[@]}" -b 2 --tp 2 --no-grad-sync-until-last
 tp_bytes_match gpt2_tp2_full    2 "${gpt2[@]}" -b 12 --tp 2 --recompute full
 tp_bytes_match llama_tp2_dp1    2 "${llama[@]}" -b 12 --tp 2
+# TP 3 (3 heads, 48 channels, -t 48): (tp - 1) / tp not a power of two; the plan's node holds 3.
+gpt2_tp3=(./train_gpt --device cpu --layers 2 --channels 48 --heads 3 --max-seq 64 -t 48 -d 288 -b 6 -x 2 -v 0
+          -i "$TRAIN_SHARD" --threads 1 --tp 3)
+run gpt2_tp3 3 "${gpt2_tp3[@]}" && tp_bytes_match gpt2_tp3 3 "${gpt2_tp3[@]}" --gpus-per-node 3
 line=$(grep -m1 '^communication per step per rank' "$out/gpt2_ref.log")
 [ -n "$line" ] && [[ "$line" != *TP* ]] && ok "TP 1: the communication line names no TP bytes" ||
     not_ok "TP 1 communication line: '$line'"
