@@ -1014,8 +1014,10 @@ int main(int argc, char** argv) {
             fatal_agreed(&pg, "--save-model: %s", err);
         if (pg.rank == 0) printf("saved %s\n", opt.save_model);
     }
+    size_t rank_params = 0;  // (tensor parallel: this rank's part of the model, what its engine shards)
+    for (int u = 0; u < model->layout.n_units; u++) rank_params += model->layout.units[u].numel;
     if (!inference) metrics_summary(mt, &pg, model->dev.memory_in_use_mib ? r->device_used_mib : -1.0, budget.device,
-                    model->layout.num_parameters, r->grad_accum);
+                    rank_params, r->grad_accum);
     metrics_close(mt);
     for (int i = 0; i < 2; i++) {
         model->dev.backend.release_host(model->dev.backend.ctx, r->inputs[i]);

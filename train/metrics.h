@@ -114,7 +114,8 @@ void metrics_val(Metrics* mt, int step, double val_loss);
 void metrics_eval(Metrics* mt, int step, const EvalResult* res, const char* set_path);
 // The end of the run: average step time, peak memory (every rank), communication per step
 // against FSDP's formula and, with TP, the TP collectives' bytes per step (the planner's "TP
-// bytes per step", counted the same way). gpu_peak_mib < 0: no GPU figure.
+// bytes per step", counted the same way). gpu_peak_mib < 0: no GPU figure. num_parameters:
+// the rank's (tensor parallel: its part of the model, which its engine shards).
 void metrics_summary(Metrics* mt, const ProcessGroup* pg, double gpu_peak_mib, size_t device_budget,
                      size_t num_parameters, int grad_accum);
 void metrics_close(Metrics* mt);
