@@ -612,17 +612,13 @@ void batch_split(const Options* o, int world, long* total_tokens, int* grad_accu
     *grad_accum = (int)(*total_tokens / local);
 }
 
-// Tensor parallelism against the model and the run (the flags alone: parse_options): the model
-// splits evenly (model_tp_check), the sequence too (a sampled row is padded within T), and what
-// does not compose with it yet. Non-zero with the message in m.
-static int check_tp_flags(const Options* o, const ModelConfig* c, const char* device, char* m, size_t n) {
-    if (model_tp_check(c, o->tp, m, n)) {
-    } else if (o->seq_len % o->tp != 0)
-        snprintf(m, n, "--tp %d does not divide -t %d (sequence parallel splits each micro-batch's positions)", o->tp, o->seq_len);
-    else if (strcmp(device, "cpu") && strcmp(device, "cuda"))
-        snprintf(m, n, "--tp %d: tensor parallelism runs on the cpu and cuda devices only (this run is on %s)", o->tp, device);
-    else
-        return 0;
+// Tensor parallelism against the model (the flags alone: parse_options): the model splits evenly
+// (model_tp_check), and so does the sequence (a sampled row is padded within T). Non-zero with
+// the message in m.
+static int check_tp_flags(const Options* o, const ModelConfig* c, char* m, size_t n) {
+    if (model_tp_check(c, o->tp, m, n)) return 1;
+    if (o->seq_len % o->tp == 0) return 0;
+    snprintf(m, n, "--tp %d does not divide -t %d (sequence parallel splits each micro-batch's positions)", o->tp, o->seq_len);
     return 1;
 }
 
@@ -668,7 +664,7 @@ int check_run_flags(const Options* o, const ModelConfig* c, int world, const cha
         snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no %s layout: keep a %s "
                  "model with --ckpt-every and -o or --ckpt-dir (sharded checkpoints)", model_family(c)->title,
                  model_family(c)->title);
-    } else if (o->tp > 1 && check_tp_flags(o, c, device, m, n)) {
+    } else if (o->tp > 1 && check_tp_flags(o, c, m, n)) {
         return 1;
     } else if (o->save_model && c->norm_eps != MODEL_DEFAULT_NORM_EPS) {
         snprintf(m, n, "--save-model writes llm.c's GPT-2 model file, which has no field for the norm epsilon, and this "
