@@ -275,11 +275,12 @@ static int commit(const char* root, long step, int world, const CkptTensor* tens
     cJSON* cs = cJSON_AddArrayToObject(m, "chunks");
     cJSON_AddStringToObject(m, "chunk_fields", boxed ? "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64,row0,col0,rows,cols"
                                                      : "tensor,kind,lo,hi,file,offset,bytes,codec,xxh64");
+    int t = -1;   // a box's tensor (a rank's chunks of one tensor come together: the last one's first)
     for (int i = 0; i < n_chunks; i++) {
         const CkptChunk* c = &chunks[i];
         const CkptBox* b = &c->box;
-        const int t = b->rows ? tensor_index(tensors, n_tensors, c->tensor) : -1;
-        const uint64_t cols = t >= 0 ? tensors[t].cols : 0;
+        if (b->rows && !(t >= 0 && !strcmp(tensors[t].name, c->tensor))) t = tensor_index(tensors, n_tensors, c->tensor);
+        const uint64_t cols = b->rows && t >= 0 ? tensors[t].cols : 0;
         char hex[17];
         cJSON* row = cJSON_CreateArray();
         cJSON_AddItemToArray(row, cJSON_CreateString(c->tensor));

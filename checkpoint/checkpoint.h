@@ -215,7 +215,8 @@ const CkptTensor* ckpt_tensor(const Ckpt* c, const char* name);
 // chunks do not cover.
 int ckpt_read(Ckpt* c, const char* tensor, int kind, uint64_t lo, uint64_t hi, float* dst,
               char* err, size_t errlen);
-// Many reads at once, as ckpt_read each (dst: hi - lo floats): every chunk they need is read
+// Many reads at once, as ckpt_read each (dst: hi - lo floats; for a box, its rows x cols, row-major,
+// from the chunks whose boxes or ranges it intersects): every chunk they need is read
 // once, in file order, in spans of up to 16 MiB (O_DIRECT where the file system allows), by a
 // reader thread that stays up to 4 spans ahead of this thread's checksums, decoding and
 // copies. What a resume uses (a cold load at about the disk's sequential speed).
