@@ -764,7 +764,13 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
     }
     if (f->fused) {
         // One pass per unit over master, m, v and the gradient, writing the compute-dtype
-        // shard as refresh_param_shards would (so there is no refresh pass).
+        // shard as refresh_param_shards would (so there is no refresh pass). Tensor parallel:
+        // a replicated tensor lies at the same flat positions on every rank of the TP group
+        // (their layouts are identical), with the same gradient and decision, so its rounding
+        // keys (unit, step, position) and its new values are the same there too: the replicas
+        // stay bitwise equal (test_train_emu checks it, FSDP_TEST_TP_REPLICAS). A split
+        // tensor's key is its position in this rank's unit, not in the global tensor, so the
+        // rounding of a TP run depends on N.
         for (int u = 0; u < f->n_units; u++) {
             size_t begin, end, at = f->shard_offset[u];
             fsdp_owned_range(f, u, &begin, &end);
