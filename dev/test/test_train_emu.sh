@@ -60,7 +60,8 @@
 #     staged bitwise, TP 2 x DP 2 (np=4) and Llama's GQA vs the cpu within 2%; the replicated
 #     tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at every step
 #     (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients unsummed
-#     must fail; --tp with HSDP refused in one line;
+#     must fail; TP 2 x HSDP (np=4, staged) vs the cpu; step 1's norm at TP 2 (all four) that
+#     of TP 1 within 1e-3, which a mutant counting the replicated tensors twice must leave;
 #   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
 #     np=2 losses: the staged all-gather copies back only the first rank's slice; the bf16
 #     ncclReduceScatter passes recvcount n / 2; and, caught only because the emulator's streams
@@ -359,8 +360,8 @@ EMU_SM=75 nccl sm75_fp16 1 -b 2 --param-dtype fp16 -o "$TMP/sm75_fp16"
 # Tensor parallelism (--tp 2, #33) at test_tp.sh's shape (4 heads of 16, so auto picks the
 # cuBLAS attention; 12 sequences of 16 tokens per step): the staged path and NCCL (the TP
 # communicator on the compute stream) against the cpu's np=1 run, and bitwise each other; TP 2
-# x DP 2; Llama's GQA; FSDP_TEST_TP_REPLICAS checks at every step that the replicated tensors'
-# state is bitwise equal on both TP ranks (the tp_unsummed mutant must fail it); HSDP refused.
+# x DP 2, also as HSDP; Llama's GQA; FSDP_TEST_TP_REPLICAS checks at every step that the
+# replicated tensors' state is bitwise equal on both TP ranks (the tp_unsummed mutant must fail it).
 tp=(--layers 2 --channels 64 --heads 4 --max-seq 64 -t 16 --seed 5)
 tp_llama=(--arch llama3 --kv-heads 2 --ffn-dim 96)
 cpu tp_cpu 1 -b 12 "${tp[@]}" -o "$TMP/tp_cpu"
@@ -369,7 +370,7 @@ FSDP_TEST_TP_REPLICAS=1 nccl tp_nccl 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TM
 FSDP_TEST_TP_REPLICAS=1 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nccl_dp2"
 cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
 nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
-cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -x 1 -v 0 -o "$TMP/tp_hsdp"
+FSDP_TEST_TP_REPLICAS=1 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
 cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
 [ ${mut_ok[tp_norm_twice]} = 1 ] && run mutant_tp_norm_twice 2 $B/mutant_tp_norm_twice/train_gpt \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 1 -v 0 -o "$TMP/mutant_tp_norm_twice"
@@ -898,9 +899,11 @@ if good tp_cuda tp_nccl; then  # (each rank's vocabulary range of the row's logi
 fi
 good tp_cpu tp_nccl_dp2 && compare "--tp 2 x DP 2 --comm nccl (np=4) vs the cpu's np=1 (within 2%)" \
     "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_nccl_dp2/metrics.jsonl" --rtol 0.02
+good tp_cpu tp_hsdp && compare "--tp 2 x HSDP (2 replicas of 1-rank shard groups, staged, np=4) vs the cpu's np=1 (within 2%)" \
+    "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_hsdp/metrics.jsonl" --rtol 0.02
 good tp_llama_cpu tp_llama_nccl && compare "Llama (GQA) --tp 2 --comm nccl vs the cpu's np=1 (within 2%)" \
     "$TMP/tp_llama_cpu/metrics.jsonl" "$TMP/tp_llama_nccl/metrics.jsonl" --rtol 0.02
-for name in tp_cuda tp_nccl tp_nccl_dp2; do
+for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; do
     good $name >/dev/null || continue
     n=$(grep -c '^test hook: at step [1-4] the replicated tensors (.*) are bitwise equal on the 2 TP ranks' "$TMP/$name.log")
     [ "$n" = 4 ] && ok "$TAG $name: the replicated tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at steps 1-4" ||
@@ -910,9 +913,9 @@ done
 # equals TP 1's within 1e-3 (bf16 sums in other orders), and not when TP rank 1 counts them too.
 norm1() { "$PY" -c 'import json, sys; print([json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if "grad_norm" in l][0])' "$TMP/$1/metrics.jsonl"; }
 near() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-3) }'; }
-if good tp1_cuda tp_cuda tp_nccl tp_nccl_dp2; then
+if good tp1_cuda tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; then
     ref=$(norm1 tp1_cuda)
-    for name in tp_cuda tp_nccl tp_nccl_dp2; do
+    for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; do
         v=$(norm1 $name)
         near "$v" "$ref" && ok "$TAG $name: step 1's gradient norm $v is TP 1's $ref within 1e-3 (replicated tensors counted once)" ||
             not_ok "$TAG $name: step 1's gradient norm $v vs TP 1's $ref (beyond 1e-3)"
@@ -928,7 +931,6 @@ if good tp1_cuda tp_cuda tp_nccl tp_nccl_dp2; then
            else not_ok "$TAG $m: the mutant run failed: $(tail -n 2 "$TMP/mutant_tp_norm_twice.log" | tr '\n' ' ' | cut -c1-300)"; fi ;;
     esac
 fi
-refused tp_hsdp '--tp: not supported with HSDP' "--tp 2 with HSDP on cuda"
 m="self-check: with TP rank 1's replicated gradients left unsummed, FSDP_TEST_TP_REPLICAS ends the run"
 case ${mut_ok[tp_unsummed]} in
     0) not_ok "$TAG $m: the pattern of mutant tp_unsummed no longer matches fsdp/backend_cuda.cuh" ;;
