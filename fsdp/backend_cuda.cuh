@@ -732,17 +732,17 @@ static inline void cuda_folded_sum_squares(void* ctx, double* out) {
     CB_CUDA(c, cudaMemsetAsync(c->d_sumsq, 0, sizeof(double), c->compute));
 }
 
-// *out (device) <- sum of x[n]^2 (HSDP: after the replica all-reduce). No host wait.
-static inline void cuda_sum_squares_into(void* ctx, double* out, const float* x, size_t n) {
+// *out (device) <- [*out +] sum of x[n]^2 (HSDP: after the replica all-reduce). No host wait.
+static inline void cuda_sum_squares_into(void* ctx, double* out, const float* x, size_t n, int accumulate) {
     CudaBackend* c = (CudaBackend*)ctx;
-    sum_squares_cuda(out, c->sumsq_scratch, sum_squares_scratch_bytes(), x, n, 0, c->compute);
+    sum_squares_cuda(out, c->sumsq_scratch, sum_squares_scratch_bytes(), x, n, accumulate, c->compute);
     cb_count(c, CB_LEDGER_FOLD, 4.0 * (double)n);
 }
 
 // Sum of squares in double, to the host. HOST SYNC (tests; the engine uses the forms above).
 static inline double cuda_sum_squares(void* ctx, const float* x, size_t n) {
     CudaBackend* c = (CudaBackend*)ctx;
-    cuda_sum_squares_into(ctx, c->d_sumsq + 1, x, n);  // (the slot after the folds' accumulator)
+    cuda_sum_squares_into(ctx, c->d_sumsq + 1, x, n, 0);  // (the slot after the folds' accumulator)
     CB_CUDA(c, cudaMemcpyAsync(c->h_sumsq, c->d_sumsq + 1, sizeof(double), cudaMemcpyDeviceToHost, c->compute));
     cb_host_wait(c, c->compute, "the gradient's sum of squares");
     return *c->h_sumsq;

@@ -95,7 +95,7 @@ static void sim_step_decide(void* ctx, FsdpStepStats* st, double tokens, float g
 static void sim_sum_into(void* ctx, double* acc, const float* x, size_t n, int accumulate) {
     sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, (double)n, 4.0 * n);
 }
-static void sim_sum_squares_into(void* ctx, double* out, const float* x, size_t n) {
+static void sim_sum_squares_into(void* ctx, double* out, const float* x, size_t n, int accumulate) {
     sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, 2.0 * n, 4.0 * n);
 }
 // The decision's copy to the host: a few bytes, behind the step.

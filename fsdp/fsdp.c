@@ -128,20 +128,15 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
                be->sum_squares_into && be->step_stats_fetch && be->step_stats_wait;
     // Tensor parallelism: the replicated tensors' gradients are summed over the group before
     // the shard group's reduce-scatter, and the norm counts them on the group's first rank only:
-    // the unfused (host-decided) path piece by piece, the fused one in its folds (fold_unit).
-    // Not yet: the offloaded path, and the fused one with HSDP (its norm is a pass over the
-    // whole shard after the replica all-reduce).
+    // the unfused (host-decided) path piece by piece, the fused one in its folds (fold_unit) or,
+    // with HSDP, in its pass over the shards after the replica all-reduce (norm_from_shards).
+    // Not yet: the offloaded path.
     if (pg->tp_size > 1 && !be->all_reduce_tp) {
         snprintf(err, errlen, "--tp: this device has no tensor-parallel gradient all-reduce");
         return 1;
     }
     if (pg->tp_size > 1 && f->offload) {
         snprintf(err, errlen, "--tp: not supported with --offload optimizer yet");
-        return 1;
-    }
-    if (pg->tp_size > 1 && f->fused && pg->replicate_size > 1) {
-        snprintf(err, errlen, "--tp: not supported with HSDP (--shard-group-size below the data-parallel ranks) on "
-                 "this device yet");
         return 1;
     }
     // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad and the
@@ -667,6 +662,24 @@ void fsdp_test_poison_grad(Fsdp* f) {
     f->test_norm_from_shards = 1;
 }
 
+// The fused path's sum of squares from the gradient shards (device memory) into *out: one pass,
+// or, tensor parallel on the group's ranks after the first, runs between the replicated
+// tensors' pieces (tp rank 0 counts those), accumulated.
+static void norm_from_shards(Fsdp* f, double* out) {
+    size_t from = 0;  // the counted run so far: [from, p->at)
+    int acc = 0;
+    for (int i = 0; f->pg->tp_size > 1 && f->pg->tp_rank > 0 && i < f->n_pieces; i++) {
+        const FlatPiece* p = &f->pieces[i];
+        if (!f->units[p->unit].tensors[p->tensor].tp_replicated) continue;
+        if (p->at > from) {
+            f->be.sum_squares_into(f->be.ctx, out, f->grad_shard + from, p->at - from, acc);
+            acc = 1;
+        }
+        from = p->at + (p->hi - p->lo);
+    }
+    f->be.sum_squares_into(f->be.ctx, out, f->grad_shard + from, f->total_shard - from, acc);
+}
+
 void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
     notify(f, FSDP_EVENT_OPTIMIZER);
     FsdpStepStats* s = f->stats;
@@ -693,8 +706,7 @@ void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
         // The sum of squares came with the last folds, else (HSDP: the replica all-reduce
         // changed the shards after them) one pass over the shard, on the device.
         if (f->fused_norm) f->be.folded_sum_squares(f->be.ctx, &s->sumsq);  // (and cleared for the next step)
-        if (!f->fused_norm || f->test_norm_from_shards)
-            f->be.sum_squares_into(f->be.ctx, &s->sumsq, f->grad_shard, f->total_shard);
+        if (!f->fused_norm || f->test_norm_from_shards) norm_from_shards(f, &s->sumsq);
     } else if (f->pg->tp_size > 1) {
         // A replicated tensor's gradient is on every rank of the tensor-parallel group: the
         // group's first rank counts it (the backend sums the norm over the group).
@@ -764,7 +776,13 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
     }
     if (f->fused) {
         // One pass per unit over master, m, v and the gradient, writing the compute-dtype
-        // shard as refresh_param_shards would (so there is no refresh pass).
+        // shard as refresh_param_shards would (so there is no refresh pass). Tensor parallel:
+        // a replicated tensor lies at the same flat positions on every rank of the TP group
+        // (their layouts are identical), with the same gradient and decision, so its rounding
+        // keys (unit, step, position) and its new values are the same there too: the replicas
+        // stay bitwise equal (test_train_emu checks it, FSDP_TEST_TP_REPLICAS). A split
+        // tensor's key is its position in this rank's unit, not in the global tensor, so the
+        // rounding of a TP run depends on N.
         for (int u = 0; u < f->n_units; u++) {
             size_t begin, end, at = f->shard_offset[u];
             fsdp_owned_range(f, u, &begin, &end);

@@ -172,8 +172,9 @@ typedef struct FsdpBackend {
     // With the fused path (required by it): the step's figures stay on the device.
     // sum_into: *acc = [*acc +] sum of x[n] (accumulate: add; device memory, deterministic).
     void (*sum_into)(void* ctx, double* acc, const float* x, size_t n, int accumulate);
-    // *out = sum of x[n]^2 (device memory; the HSDP norm, after the replica all-reduce).
-    void (*sum_squares_into)(void* ctx, double* out, const float* x, size_t n);
+    // *out = [*out +] sum of x[n]^2 (device memory; the HSDP norm, after the replica
+    // all-reduce; at TP, in runs between the replicated tensors).
+    void (*sum_squares_into)(void* ctx, double* out, const float* x, size_t n, int accumulate);
     // host <- s without waiting; step_stats_wait: the host waits until that copy has landed
     // (by then, usually long ago: the device has moved on to the next step).
     void (*step_stats_fetch)(void* ctx, FsdpStepStats* host, const FsdpStepStats* s);

@@ -1,13 +1,18 @@
 #include "train/test_hooks.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
+
+#include "comm/comm.h"
 
 void test_hooks_read(TestHooks* h) {
     h->nan_loss_steps = getenv("FSDP_TEST_NAN_LOSS_STEPS");
     h->nan_grad_steps = getenv("FSDP_TEST_NAN_GRAD_STEPS");
     h->stall = getenv("FSDP_TEST_STALL");
+    h->tp_replicas = getenv("FSDP_TEST_TP_REPLICAS");
 }
 
 // Whether step is in the comma-separated list.
@@ -27,7 +32,47 @@ void test_hooks_stall(const TestHooks* h, int rank, int step) {
         for (;;) pause();
 }
 
+// FSDP_TEST_TP_REPLICAS: a hash of this rank's pieces of the replicated tensors (fp32 master,
+// m, v and the compute-dtype shard the forward gathers) against the other TP ranks' (their
+// layouts are identical: the same pieces at the same places). Each TP rank's gradients of them
+// were summed over the group and rounded with the same keys, so they must stay equal.
+static void check_tp_replicas(Fsdp* f, int step) {
+    const ProcessGroup* pg = f->pg;
+    const size_t pb = f->be.param_bytes;
+    unsigned char* param = (unsigned char*)malloc(f->total_shard * pb + 1);
+    uint64_t* all = (uint64_t*)malloc((size_t)pg->tp_size * 2 * sizeof(uint64_t));
+    XXH64_state_t* hash = XXH64_createState();
+    if (!param || !all || !hash) fatal(pg, "FSDP_TEST_TP_REPLICAS: out of host memory");
+    fsdp_download_state(f);
+    f->be.copy_to_host(f->be.ctx, param, f->param_shard, f->total_shard * pb);
+    XXH64_reset(hash, 0);
+    uint64_t mine[2] = {0, 0};  // the hash, the elements hashed
+    for (int i = 0; i < f->n_pieces; i++) {
+        const FlatPiece* p = &f->pieces[i];
+        if (!f->units[p->unit].tensors[p->tensor].tp_replicated) continue;
+        const size_t n = p->hi - p->lo;
+        XXH64_update(hash, f->host_master + p->at, n * sizeof(float));
+        XXH64_update(hash, f->host_m + p->at, n * sizeof(float));
+        XXH64_update(hash, f->host_v + p->at, n * sizeof(float));
+        XXH64_update(hash, param + p->at * pb, n * pb);
+        mine[1] += n;
+    }
+    mine[0] = XXH64_digest(hash);
+    comm_wait(pg->tp_comm, comm_all_gather_start(pg->tp_comm, mine, all, sizeof(mine)));
+    for (int r = 1; r < pg->tp_size; r++)
+        if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+            fatal(pg, "FSDP_TEST_TP_REPLICAS: at step %d (the updates before it) the replicated tensors of tp rank %d (%llu elements here) "
+                  "differ from tp rank 0's (%llu)", step, r, (unsigned long long)all[2 * r + 1], (unsigned long long)all[1]);
+    if (pg->rank == 0)
+        printf("test hook: at step %d the replicated tensors (%llu elements of this rank's shard: master, m, v, "
+               "%zu-byte copy) are bitwise equal on the %d TP ranks\n", step, (unsigned long long)mine[1], pb, pg->tp_size);
+    XXH64_freeState(hash);
+    free(all);
+    free(param);
+}
+
 void test_hooks_poison(const TestHooks* h, Fsdp* f, int rank, int step) {
+    if (h->tp_replicas && f->pg->tp_size > 1) check_tp_replicas(f, step);
     if (rank == 0 && test_hook_at(h->nan_loss_steps, step)) fsdp_test_poison_loss(f);
     if (rank == 0 && test_hook_at(h->nan_grad_steps, step)) fsdp_test_poison_grad(f);
 }

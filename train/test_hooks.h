@@ -4,6 +4,9 @@
 //   FSDP_TEST_NAN_GRAD_STEPS="3"    rank 0's gradient likewise
 //   FSDP_TEST_STALL="RANK:STEP"     that rank hangs before that step, as a stalled GPU or a
 //                                   deadlocked host would
+//   FSDP_TEST_TP_REPLICAS=1         (not a failure: a check) at every step, the replicated
+//                                   tensors' state must be bitwise equal on the ranks of each
+//                                   tensor-parallel group, else the run ends saying where
 // (STEP: the step that completes with it, from 1.)
 #ifndef FSDP_TRAIN_TEST_HOOKS_H
 #define FSDP_TRAIN_TEST_HOOKS_H
@@ -15,13 +18,14 @@ extern "C" {
 #endif
 
 typedef struct {
-    const char *nan_loss_steps, *nan_grad_steps, *stall;  // NULL: not set
+    const char *nan_loss_steps, *nan_grad_steps, *stall, *tp_replicas;  // NULL: not set
 } TestHooks;
 
 void test_hooks_read(TestHooks* h);
 // Before step `step`: hangs for good when this rank is to stall there.
 void test_hooks_stall(const TestHooks* h, int rank, int step);
-// After step `step`'s backward, before its decision: the non-finite loss or gradient asked for.
+// After step `step`'s backward, before its decision: the non-finite loss or gradient asked for,
+// and FSDP_TEST_TP_REPLICAS's check of the state the steps before it left (a host wait).
 void test_hooks_poison(const TestHooks* h, Fsdp* f, int rank, int step);
 
 #ifdef __cplusplus

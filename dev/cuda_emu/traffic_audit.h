@@ -262,10 +262,10 @@ static void audit_sum_into(void* ctx, double* acc, const float* x, size_t n, int
     audit_call("sum_into", shape, [&] { g_audit->sim_be.sum_into(g_audit->sim_be.ctx, acc, x, n, accumulate); },
                [&] { g_audit->inner_be.sum_into(ctx, acc, x, n, accumulate); });
 }
-static void audit_sum_squares_into(void* ctx, double* out, const float* x, size_t n) {
+static void audit_sum_squares_into(void* ctx, double* out, const float* x, size_t n, int accumulate) {
     AUDIT_SHAPE("n=%zu", n);
-    audit_call("sum_squares_into", shape, [&] { g_audit->sim_be.sum_squares_into(g_audit->sim_be.ctx, out, x, n); },
-               [&] { g_audit->inner_be.sum_squares_into(ctx, out, x, n); });
+    audit_call("sum_squares_into", shape, [&] { g_audit->sim_be.sum_squares_into(g_audit->sim_be.ctx, out, x, n, accumulate); },
+               [&] { g_audit->inner_be.sum_squares_into(ctx, out, x, n, accumulate); });
 }
 
 // The table at exit, then the device's own close.

@@ -55,6 +55,13 @@
 #     step; save + resume bitwise with the scaler in the manifest; np=2 NCCL vs np=1 within
 #     1e-2 and bitwise the staged path; resumed from a bf16 checkpoint; on an sm_75 GPU
 #     (EMU_SM=75) bf16 and --attention flash refused, fp16 trains with the cuBLAS attention;
+#   - --tp 2 (#33) at test_tp.sh's shape (4 heads of 16, 12 x 16 tokens per step): staged and
+#     NCCL (the TP communicator on the compute stream) vs the cpu's np=1 within 2%, NCCL ==
+#     staged bitwise, TP 2 x DP 2 (np=4) and Llama's GQA vs the cpu within 2%; the replicated
+#     tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at every step
+#     (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients unsummed
+#     must fail; TP 2 x HSDP (np=4, staged) vs the cpu; step 1's norm at TP 2 (all four) that
+#     of TP 1 within 1e-3, which a mutant counting the replicated tensors twice must leave;
 #   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
 #     np=2 losses: the staged all-gather copies back only the first rank's slice; the bf16
 #     ncclReduceScatter passes recvcount n / 2; and, caught only because the emulator's streams
@@ -159,6 +166,11 @@ make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*shard_out\s*,\s*)n(\s*,\s
 make_mutant nccl_no_done_wait 'CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, s->done, 0\)\);' ''
 # nccl, stream ordering (arrows 2/3/5): the comm stream does not wait for compute.
 make_mutant nccl_no_handoff 'CB_CUDA\(c, cudaStreamWaitEvent\(c->comm, ev, 0\)\);' ''
+# staged, tensor parallel: TP rank 1 keeps its own share of the replicated tensors' gradients
+# (the all-reduce runs, its sum is not copied back there).
+make_mutant tp_unsummed '(\n\s*)(cb_tp_unstage16\(c, buf,)' '\1if (c->pg->tp_rank == 0) \2'
+# tensor parallel: every fold counts its squares, so TP rank 1 counts the replicated tensors too.
+make_mutant tp_norm_twice 'double\* sumsq = sum_squares \? c->d_sumsq : NULL;' 'double* sumsq = c->d_sumsq;'
 # The NCCL shim's self-test (plain host code: no transform).
 SELF=$B/nccl_selftest
 build $SELF $E/nccl_selftest.cpp "${HDRS[@]}" "${RUNTIME_OBJS[@]}" -- \
@@ -345,6 +357,25 @@ cuda cuda_fp16_np2 2 -b 1 -d 64 --param-dtype fp16 -o "$TMP/cuda_fp16_np2"
 EMU_SM=75 nccl sm75_bf16 1 -b 2 -x 1 -o "$TMP/sm75_bf16"
 EMU_SM=75 nccl sm75_flash 1 -b 2 -x 1 --param-dtype fp16 --attention flash -o "$TMP/sm75_flash"
 EMU_SM=75 nccl sm75_fp16 1 -b 2 --param-dtype fp16 -o "$TMP/sm75_fp16"
+# Tensor parallelism (--tp 2, #33) at test_tp.sh's shape (4 heads of 16, so auto picks the
+# cuBLAS attention; 12 sequences of 16 tokens per step): the staged path and NCCL (the TP
+# communicator on the compute stream) against the cpu's np=1 run, and bitwise each other; TP 2
+# x DP 2, also as HSDP; Llama's GQA; FSDP_TEST_TP_REPLICAS checks at every step that the
+# replicated tensors' state is bitwise equal on both TP ranks (the tp_unsummed mutant must fail it).
+tp=(--layers 2 --channels 64 --heads 4 --max-seq 64 -t 16 --seed 5)
+tp_llama=(--arch llama3 --kv-heads 2 --ffn-dim 96)
+cpu tp_cpu 1 -b 12 "${tp[@]}" -o "$TMP/tp_cpu"
+FSDP_TEST_TP_REPLICAS=1 cuda tp_cuda 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_cuda"
+FSDP_TEST_TP_REPLICAS=1 nccl tp_nccl 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_nccl"
+FSDP_TEST_TP_REPLICAS=1 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nccl_dp2"
+cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
+nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
+FSDP_TEST_TP_REPLICAS=1 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
+cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
+[ ${mut_ok[tp_norm_twice]} = 1 ] && run mutant_tp_norm_twice 2 $B/mutant_tp_norm_twice/train_gpt \
+    --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 1 -v 0 -o "$TMP/mutant_tp_norm_twice"
+[ ${mut_ok[tp_unsummed]} = 1 ] && FSDP_TEST_TP_REPLICAS=1 run mutant_tp_unsummed 2 $B/mutant_tp_unsummed/train_gpt \
+    --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 2 -v 0 -o "$TMP/mutant_tp_unsummed"
 ck="$TMP/nccl_split/ckpt/step_00000002"
 [ -f "$ck/manifest.json" ] && nccl nccl_fp16_from_bf16 1 -b 2 --param-dtype fp16 --resume "$ck" -o "$TMP/nccl_fp16_from_bf16"
 ck="$TMP/cuda_split/ckpt/step_00000002"
@@ -853,6 +884,60 @@ self_check() {
 self_check staged_gather cuda_ref "with the staged all-gather copying back one slice only, np=2 differs from np=1" --rtol 0.01
 self_check nccl_count nccl_ref "with the bf16 ncclReduceScatter passing recvcount n / 2, nccl np=2 differs from np=1" --rtol 0.01
 self_check nccl_no_done_wait cuda_np2 "with compute not waiting for the collective's event (async streams), nccl np=2 is no longer bitwise the staged run" --exact
+# Tensor parallel: within the bf16 bound of cuda vs cpu, NCCL == staged at TP 2 (both round
+# the same fp32 sum of two once), the replicas bitwise equal at every step (4 lines a run).
+good tp_cpu tp_cuda && compare "--tp 2 staged (--comm mpi, np=2) vs the cpu's np=1 (within 2%)" \
+    "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_cuda/metrics.jsonl" --rtol 0.02
+good tp_cpu tp_nccl && compare "--tp 2 --comm nccl (np=2) vs the cpu's np=1 (within 2%)" \
+    "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_nccl/metrics.jsonl" --rtol 0.02
+good tp_cuda tp_nccl && compare "--tp 2: --comm nccl == staged (bitwise)" \
+    "$TMP/tp_cuda/metrics.jsonl" "$TMP/tp_nccl/metrics.jsonl" --exact
+if good tp_cuda tp_nccl; then  # (each rank's vocabulary range of the row's logits, gathered on the host)
+    t=$(sample tp_cuda)
+    [ -n "$t" ] && [ "$t" = "$(sample tp_nccl)" ] && ok "$TAG --tp 2: a sample on cuda, the same text staged and with NCCL" ||
+        not_ok "$TAG --tp 2 samples: staged '$(head -c 80 <<<"$t")', nccl '$(sample tp_nccl | head -c 80)'"
+fi
+good tp_cpu tp_nccl_dp2 && compare "--tp 2 x DP 2 --comm nccl (np=4) vs the cpu's np=1 (within 2%)" \
+    "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_nccl_dp2/metrics.jsonl" --rtol 0.02
+good tp_cpu tp_hsdp && compare "--tp 2 x HSDP (2 replicas of 1-rank shard groups, staged, np=4) vs the cpu's np=1 (within 2%)" \
+    "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_hsdp/metrics.jsonl" --rtol 0.02
+good tp_llama_cpu tp_llama_nccl && compare "Llama (GQA) --tp 2 --comm nccl vs the cpu's np=1 (within 2%)" \
+    "$TMP/tp_llama_cpu/metrics.jsonl" "$TMP/tp_llama_nccl/metrics.jsonl" --rtol 0.02
+for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; do
+    good $name >/dev/null || continue
+    n=$(grep -c '^test hook: at step [1-4] the replicated tensors (.*) are bitwise equal on the 2 TP ranks' "$TMP/$name.log")
+    [ "$n" = 4 ] && ok "$TAG $name: the replicated tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at steps 1-4" ||
+        not_ok "$TAG $name: $n of 4 replica checks passed: $(grep -m1 'test hook' "$TMP/$name.log")"
+done
+# The global norm counts a replicated tensor once: step 1's (the same initial weights) at TP 2
+# equals TP 1's within 1e-3 (bf16 sums in other orders), and not when TP rank 1 counts them too.
+norm1() { "$PY" -c 'import json, sys; print([json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if "grad_norm" in l][0])' "$TMP/$1/metrics.jsonl"; }
+near() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-3) }'; }
+if good tp1_cuda tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; then
+    ref=$(norm1 tp1_cuda)
+    for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; do
+        v=$(norm1 $name)
+        near "$v" "$ref" && ok "$TAG $name: step 1's gradient norm $v is TP 1's $ref within 1e-3 (replicated tensors counted once)" ||
+            not_ok "$TAG $name: step 1's gradient norm $v vs TP 1's $ref (beyond 1e-3)"
+    done
+    m="self-check: with TP rank 1 counting the replicated tensors' squares too, step 1's norm leaves TP 1's"
+    case ${mut_ok[tp_norm_twice]} in
+        0) not_ok "$TAG $m: the pattern of mutant tp_norm_twice no longer matches fsdp/backend_cuda.cuh" ;;
+        2) build_failed "the tp_norm_twice mutant train_gpt" $B/mutant_tp_norm_twice/train_gpt ;;
+        3) not_ok "$TAG $m: transform.py failed on the tp_norm_twice mutant" ;;
+        *) if good mutant_tp_norm_twice >/dev/null; then
+               v=$(norm1 mutant_tp_norm_twice)
+               near "$v" "$ref" && not_ok "$TAG $m: it stayed at $v (TP 1: $ref)" || ok "$TAG $m ($v against $ref)"
+           else not_ok "$TAG $m: the mutant run failed: $(tail -n 2 "$TMP/mutant_tp_norm_twice.log" | tr '\n' ' ' | cut -c1-300)"; fi ;;
+    esac
+fi
+m="self-check: with TP rank 1's replicated gradients left unsummed, FSDP_TEST_TP_REPLICAS ends the run"
+case ${mut_ok[tp_unsummed]} in
+    0) not_ok "$TAG $m: the pattern of mutant tp_unsummed no longer matches fsdp/backend_cuda.cuh" ;;
+    2) build_failed "the tp_unsummed mutant train_gpt" $B/mutant_tp_unsummed/train_gpt ;;
+    3) not_ok "$TAG $m: transform.py failed on the tp_unsummed mutant" ;;
+    *) refused mutant_tp_unsummed 'FSDP_TEST_TP_REPLICAS: at step 2 .* tp rank 1' "$m" ;;
+esac
 self_check nccl_no_handoff cuda_np2 "with the comm stream not waiting for compute (async streams), nccl np=2 is no longer bitwise the staged run" --exact
 echo "# cpu emulation: $(( $(date +%s) - start ))s ($(( built - start ))s building)"
 exit 0
