@@ -39,6 +39,26 @@ static __device__ __forceinline__ void softmax_combine(float& m, float& s, float
     s = a + b;
 }
 
+// A row of Vp logits (x, this block's) becomes its dlogits: (softmax - one-hot at target) x dloss,
+// the softmax from the row's max m and sum of exponentials s over its V real columns; the
+// padding columns from V on become 0 (target -1: none here). Each thread rewrites its own 8-packs.
+template <class T16>
+static __device__ void write_dlogits_row(T16* x, int Vp, int V, int target, float m, float s, float dloss) {
+    const float kscale = dloss / s;
+    for (int p = threadIdx.x; p < Vp / 8; p += blockDim.x) {
+        float v[8];
+        load8(v, x + 8 * (size_t)p);  // this thread's own pack: not written by anyone else
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int j = 8 * p + k;
+            float gk = j < V ? expf(v[k] - m) * kscale : 0.0f;
+            if (j == target) gk -= dloss;
+            v[k] = gk;
+        }
+        store8(x + 8 * (size_t)p, v);
+    }
+}
+
 template <class T16>
 static __global__ void __launch_bounds__(kCrossEntropyThreads)
 crossentropy_softmax_kernel(T16* logits, float* __restrict__ losses, const int* __restrict__ targets,
@@ -89,19 +109,7 @@ crossentropy_softmax_kernel(T16* logits, float* __restrict__ losses, const int* 
     if (dloss == 0.0f) return;
     if (dloss_scale != NULL) dloss *= *dloss_scale;  // the loss scale (fp16): exact, a power of two
 
-    const float kscale = dloss / s;
-    for (int p = threadIdx.x; p < Vp / 8; p += blockDim.x) {
-        float v[8];
-        load8(v, x + 8 * (size_t)p);  // this thread's own pack: not written by anyone else
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int j = 8 * p + k;
-            float gk = j < V ? expf(v[k] - m) * kscale : 0.0f;
-            if (j == target) gk -= dloss;
-            v[k] = gk;
-        }
-        store8(x + 8 * (size_t)p, v);
-    }
+    write_dlogits_row(x, Vp, V, target, m, s, dloss);
 }
 
 // losses[N] = -log softmax(logits[i, :V])[targets[i]] (fp32). dloss != 0: logits[N, Vp] is
@@ -198,21 +206,8 @@ crossentropy_tp_finish_kernel(T16* logits, float* __restrict__ losses, const flo
     if (threadIdx.x == 0) losses[row] = logf(s) + (m - sums[2 * row + 1]);
     if (dloss == 0.0f) return;
     if (dloss_scale != NULL) dloss *= *dloss_scale;  // the loss scale (fp16): exact, a power of two
-    const float kscale = dloss / s;
-    const int t = tp_local_target(targets[row], vocab_begin, V_local);
-    T16* x = logits + row * (size_t)Vp_local;
-    for (int p = threadIdx.x; p < Vp_local / 8; p += blockDim.x) {
-        float v[8];
-        load8(v, x + 8 * (size_t)p);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int j = 8 * p + k;
-            float gk = j < V_local ? expf(v[k] - m) * kscale : 0.0f;
-            if (j == t) gk -= dloss;
-            v[k] = gk;
-        }
-        store8(x + 8 * (size_t)p, v);
-    }
+    write_dlogits_row(logits + row * (size_t)Vp_local, Vp_local, V_local, tp_local_target(targets[row], vocab_begin, V_local),
+                      m, s, dloss);
 }
 
 static inline void crossentropy_tp_check(const void* logits, int N, int V_local, int Vp_local, int vocab_begin) {
