@@ -76,7 +76,7 @@ emu_torch_check() {
         exit 0
     fi
     build_runtime || exit 0
-    build_cudnn || exit 0  # train_gpt.cu's device calls the cudnn object (the stub without headers)
+    build_cudnn || exit 0  # train_gpt.cu's device calls the cudnn object (without the headers: built with FSDP_NO_CUDNN, which refuses every graph, saying why)
     # auto must not pick up a cuDNN installed here: this test checks the flash path.
     export FSDP_CUDNN_LIB=$PWD/$B/no_cudnn/libcudnn_graph.so.9
     local exe=$B/test_gpt2

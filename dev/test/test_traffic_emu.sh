@@ -49,7 +49,7 @@ if ! python3 $E/transform.py $T/src "${SRCS[@]}" 2>"$TMP/transform.err"; then
     exit 1
 fi
 build_runtime || exit 1
-build_cudnn || exit 1  # train_gpt.cu's device calls the cudnn object (the stub without headers)
+build_cudnn || exit 1  # train_gpt.cu's device calls the cudnn object (without the headers: built with FSDP_NO_CUDNN, which refuses every graph, saying why)
 # auto must not pick up a cuDNN installed here: the audit's attention is flash's.
 export FSDP_CUDNN_LIB=$PWD/$B/no_cudnn/libcudnn_graph.so.9
 build $T/traffic_hooks.o $E/traffic_hooks.cpp "${HDRS[@]}" -- "${CXX_EMU[@]}" -c $E/traffic_hooks.cpp -o $T/traffic_hooks.o ||
