@@ -226,20 +226,25 @@ nccl() {
 }
 cpu() { local name=$1 np=$2; shift 2; run "$name" "$np" ./train_gpt --device cpu "$@"; }
 
-# Two lanes at a time (2 cores): each run is one process except the np=2 ones. A third lane
-# of light jobs: the shim's self-test, the refused run, the stalled run (mostly waiting).
+# The runs share the two cores through a pool of two tokens: `job NP CMD...` starts CMD (a run)
+# in the background once NP tokens are free (np 4 takes both: its processes share the cores);
+# `jobs_wait` waits for every job started (before runs that read another's checkpoint). Only
+# this shell takes tokens, so two jobs cannot each hold half of what both need. Runs that
+# depend on each other (a save, then its resume) go in one job, in order. A third lane of
+# light jobs outside the pool: the shim's self-test, the refused run, the stalled run (mostly
+# waiting).
+mkfifo "$TMP/pool" && exec 3<>"$TMP/pool" && rm "$TMP/pool"
+printf xx >&3
+job_pids=()
+job() {
+    local np=$1; shift
+    [ "$np" -gt 2 ] && np=2
+    read -r -N "$np" -u 3 _
+    ( "$@"; printf '%.*s' "$np" xx >&3 ) &
+    job_pids+=($!)
+}
+jobs_wait() { wait "${job_pids[@]}"; job_pids=(); }
 touch "$TMP/shm_marker"
-( cuda cuda_ref 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_ref"
-  cuda cuda_save 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --stop-at-step 2
-  cuda cuda_resume 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --resume auto
-  nccl nccl_ref 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_ref"
-  nccl nccl_save 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --stop-at-step 2
-  # The step's decision on the device: a NaN loss at step 2, a NaN gradient at step 4 skip those
-  # updates (AdamW reads the skip flag; the weights stay finite); at steps 2 and 3 with
-  # --max-bad-steps 2 the run stops before step 4's update.
-  FSDP_TEST_NAN_LOSS_STEPS=2 FSDP_TEST_NAN_GRAD_STEPS=4 nccl nccl_nan 1 -b 2 -o "$TMP/nccl_nan"
-  FSDP_TEST_NAN_LOSS_STEPS=2,3 nccl nccl_nan_stop 1 -b 2 --max-bad-steps 2 -o "$TMP/nccl_nan_stop" ) &
-lane=$!
 ( [ -x $SELF ] && timeout -k 5 120 $SELF >"$TMP/nccl_selftest.log" 2>&1; echo $? >"$TMP/nccl_selftest.rc"
   # The backend test: 1 rank (nccl and staged paths), 2 ranks staged, 2 ranks nccl + HSDP.
   if [ -x $BACKEND ]; then
@@ -254,109 +259,134 @@ lane=$!
   FSDP_TEST_STALL=1:2 RUN_TIMEOUT=90 nccl nccl_stall 2 -b 1 -d 64 --comm-timeout 4 -o "$TMP/nccl_stall"
 ) &
 lane3=$!
-cpu cpu_ref 1 -b 2 -o "$TMP/cpu_ref"
-cuda cuda_again 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_again"
-cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
-cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
-cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
-EMU_CUBLASLT_NO_GELU=1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
-EMU_CUBLASLT_NO_BGRAD=1 cuda cuda_no_bgrad_epilogue 1 -b 2 -o "$TMP/cuda_no_bgrad_epilogue"
-cuda cuda_recompute_full 1 -b 2 --recompute full -o "$TMP/cuda_recompute_full"
-cuda cuda_recompute_sel 1 -b 2 --gelu-fusion 0 --recompute selective -o "$TMP/cuda_recompute_sel"
+# Saves and their resumes (the checkpoints of step 2 are read again after jobs_wait below).
+cuda_split() {
+    cuda cuda_save 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --stop-at-step 2
+    cuda cuda_resume 1 -b 2 -o "$TMP/cuda_split" --ckpt-every 2 --resume auto
+}
+nccl_split() {
+    nccl nccl_save 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --stop-at-step 2
+    nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
+}
+job 1 cuda_split
+job 1 nccl_split
+job 1 cuda cuda_ref 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_ref"
+job 1 nccl nccl_ref 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_ref"
+# The step's decision on the device: a NaN loss at step 2, a NaN gradient at step 4 skip those
+# updates (AdamW reads the skip flag; the weights stay finite); at steps 2 and 3 with
+# --max-bad-steps 2 the run stops before step 4's update.
+FSDP_TEST_NAN_LOSS_STEPS=2 FSDP_TEST_NAN_GRAD_STEPS=4 job 1 nccl nccl_nan 1 -b 2 -o "$TMP/nccl_nan"
+FSDP_TEST_NAN_LOSS_STEPS=2,3 job 1 nccl nccl_nan_stop 1 -b 2 --max-bad-steps 2 -o "$TMP/nccl_nan_stop"
+job 1 cpu cpu_ref 1 -b 2 -o "$TMP/cpu_ref"
+job 1 cuda cuda_again 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_again"
+job 1 cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
+job 1 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
+job 1 cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
+EMU_CUBLASLT_NO_GELU=1 job 1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
+EMU_CUBLASLT_NO_BGRAD=1 job 1 cuda cuda_no_bgrad_epilogue 1 -b 2 -o "$TMP/cuda_no_bgrad_epilogue"
+job 1 cuda cuda_recompute_full 1 -b 2 --recompute full -o "$TMP/cuda_recompute_full"
+job 1 cuda cuda_recompute_sel 1 -b 2 --gelu-fusion 0 --recompute selective -o "$TMP/cuda_recompute_sel"
 # cuBLASLt's candidates per shape: the heuristic's first slower, the second faster with other
 # bits, the third faster than the first with its bits
 # but 1 ms slower than the second (so that "fastest" takes the second by construction, not by
 # timing noise between two undelayed candidates).
-EMU_CUBLASLT_ALGOS=ok:3,ulp,ok:1 cuda cuda_tune_exact 1 -b 2 -s 4 -g 8 --matmul-autotune 1 -o "$TMP/cuda_tune_exact"
-EMU_CUBLASLT_ALGOS=ok:3,ulp,ok:1 cuda cuda_tune_fastest 1 -b 2 -s 4 -g 8 --matmul-autotune 2 -o "$TMP/cuda_tune_fastest"
-nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again" --profile-step 3
+EMU_CUBLASLT_ALGOS=ok:3,ulp,ok:1 job 1 cuda cuda_tune_exact 1 -b 2 -s 4 -g 8 --matmul-autotune 1 -o "$TMP/cuda_tune_exact"
+EMU_CUBLASLT_ALGOS=ok:3,ulp,ok:1 job 1 cuda cuda_tune_fastest 1 -b 2 -s 4 -g 8 --matmul-autotune 2 -o "$TMP/cuda_tune_fastest"
+job 1 nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again" --profile-step 3
 # Llama 3's shape at the same size (RMSNorm, RoPE, one kv head for the two query heads,
 # SwiGLU of 320, an untied head).
 llama=(--arch llama3 --kv-heads 1 --ffn-dim 320)
-cpu llama_cpu 1 -b 2 "${llama[@]}" -o "$TMP/llama_cpu"
-cuda llama_cuda 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_cuda"
-cuda llama_again 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_again"
-cuda llama_save 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --stop-at-step 2
-cuda llama_resume 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --resume auto
-cuda llama_recompute_full 1 -b 2 "${llama[@]}" --recompute full -o "$TMP/llama_recompute_full"
-cuda llama_recompute_sel 1 -b 2 "${llama[@]}" --recompute selective -o "$TMP/llama_recompute_sel"
-cuda llama_cublas 1 -b 2 "${llama[@]}" --attention cublas -o "$TMP/llama_cublas"
-cuda llama_offload 1 -b 2 -s 4 -g 8 "${llama[@]}" --offload optimizer -o "$TMP/llama_offload"
+job 1 cpu llama_cpu 1 -b 2 "${llama[@]}" -o "$TMP/llama_cpu"
+job 1 cuda llama_cuda 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_cuda"
+job 1 cuda llama_again 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_again"
+llama_split() {
+    cuda llama_save 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --stop-at-step 2
+    cuda llama_resume 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --resume auto
+}
+job 1 llama_split
+job 1 cuda llama_recompute_full 1 -b 2 "${llama[@]}" --recompute full -o "$TMP/llama_recompute_full"
+job 1 cuda llama_recompute_sel 1 -b 2 "${llama[@]}" --recompute selective -o "$TMP/llama_recompute_sel"
+job 1 cuda llama_cublas 1 -b 2 "${llama[@]}" --attention cublas -o "$TMP/llama_cublas"
+job 1 cuda llama_offload 1 -b 2 -s 4 -g 8 "${llama[@]}" --offload optimizer -o "$TMP/llama_offload"
 # --attention cudnn through the fake cuDNN (dev/cuda_emu/cudnn.cpp, found via FSDP_CUDNN_LIB;
 # every other run is pointed at a file that does not exist, so auto keeps flash there): GPT-2
 # and Llama's GQA against the cpu and flash; auto picks it where it loads; missing or refusing
 # (EMU_CUDNN_REFUSE=1: no engine), auto falls back saying why and an explicit cudnn ends the run.
 if [ -z "$CUDNN_FAKE_WHY" ]; then
     FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
-        cuda cuda_cudnn 1 -b 2 -s 4 -g 8 --attention cudnn -o "$TMP/cuda_cudnn"
+        job 1 cuda cuda_cudnn 1 -b 2 -s 4 -g 8 --attention cudnn -o "$TMP/cuda_cudnn"
     FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
-        cuda llama_cudnn 1 -b 2 "${llama[@]}" --attention cudnn -o "$TMP/llama_cudnn"
+        job 1 cuda llama_cudnn 1 -b 2 "${llama[@]}" --attention cudnn -o "$TMP/llama_cudnn"
     FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
-        cuda cudnn_auto 1 -b 2 -x 1 -v 0 -o "$TMP/cudnn_auto"
-    cuda cudnn_missing 1 -b 2 -x 1 -v 0 --attention cudnn -o "$TMP/cudnn_missing"
+        job 1 cuda cudnn_auto 1 -b 2 -x 1 -v 0 -o "$TMP/cudnn_auto"
+    job 1 cuda cudnn_missing 1 -b 2 -x 1 -v 0 --attention cudnn -o "$TMP/cudnn_missing"
     EMU_CUDNN_REFUSE=1 FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
-        cuda cudnn_refuse_auto 1 -b 2 -x 1 -v 0 -o "$TMP/cudnn_refuse_auto"
+        job 1 cuda cudnn_refuse_auto 1 -b 2 -x 1 -v 0 -o "$TMP/cudnn_refuse_auto"
     EMU_CUDNN_REFUSE=1 FSDP_CUDNN_LIB=$FAKE_CUDNN CUDNN_FRONTEND_CUDART_LIB_NAME=$FAKE_CUDART \
-        cuda cudnn_refuse 1 -b 2 -x 1 -v 0 --attention cudnn -o "$TMP/cudnn_refuse"
+        job 1 cuda cudnn_refuse 1 -b 2 -x 1 -v 0 --attention cudnn -o "$TMP/cudnn_refuse"
 fi
-wait $lane
-nccl nccl_resume 1 -b 2 -o "$TMP/nccl_split" --ckpt-every 2 --resume auto
+jobs_wait
 # Evaluation (--eval-only) and --generate of cuda_save's step-2 checkpoint, on the cpu, the
 # staged cuda path and NCCL at np=2 (a small eval set: the emulator is slow; its 12-token rows
 # run as forwards of 4 x 16, not the micro-batch's 2 x 32).
 "$PY" dev/test/eval_reference.py make-evalset "$VAL_SHARD" "$TMP/ev.bin" --examples 8 --context 8 --completion 4 \
     --seed 5 >"$TMP/ev.log" 2>&1
 infer=(--resume "$TMP/cuda_split/ckpt/step_00000002" --eval-only --eval-data "$TMP/ev.bin" --generate "ROMEO:" -g 8 --top-k 1)
-cpu cpu_infer 1 -b 2 "${infer[@]}" --eval-log "$TMP/cpu_infer.jsonl"
-cuda cuda_infer 1 -b 2 "${infer[@]}" --eval-log "$TMP/cuda_infer.jsonl"
-nccl nccl_infer 2 -b 2 "${infer[@]}" --eval-log "$TMP/nccl_infer.jsonl"
-wait $lane3
-cuda cuda_np2 2 -b 1 -d 64 -o "$TMP/cuda_np2"
-cuda cuda_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/cuda_np2_fp32"
-cuda cuda_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/cuda_hsdp"
-cuda cuda_np2_full 2 -b 1 -d 64 --recompute full -o "$TMP/cuda_np2_full"
-[ ${mut_ok[staged_gather]} = 1 ] && run mutant_staged_gather 2 $B/mutant_staged_gather/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
-nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2" --profile-step 3
-nccl llama_np2 2 -b 1 -d 64 "${llama[@]}" -o "$TMP/llama_np2"
-nccl nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/nccl_np2_fp32"
-nccl nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/nccl_hsdp"
+job 1 cpu cpu_infer 1 -b 2 "${infer[@]}" --eval-log "$TMP/cpu_infer.jsonl"
+job 1 cuda cuda_infer 1 -b 2 "${infer[@]}" --eval-log "$TMP/cuda_infer.jsonl"
+job 2 nccl nccl_infer 2 -b 2 "${infer[@]}" --eval-log "$TMP/nccl_infer.jsonl"
+job 2 cuda cuda_np2 2 -b 1 -d 64 -o "$TMP/cuda_np2"
+job 2 cuda cuda_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/cuda_np2_fp32"
+job 2 cuda cuda_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/cuda_hsdp"
+job 2 cuda cuda_np2_full 2 -b 1 -d 64 --recompute full -o "$TMP/cuda_np2_full"
+[ ${mut_ok[staged_gather]} = 1 ] && job 2 run mutant_staged_gather 2 $B/mutant_staged_gather/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
+job 2 nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2" --profile-step 3
+job 2 nccl llama_np2 2 -b 1 -d 64 "${llama[@]}" -o "$TMP/llama_np2"
+job 2 nccl nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/nccl_np2_fp32"
+job 2 nccl nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/nccl_hsdp"
 for name in nccl_count nccl_no_done_wait nccl_no_handoff; do
-    [ ${mut_ok[$name]} = 1 ] && EMU_DEVICE_COUNT=2 run mutant_$name 2 $B/mutant_$name/train_gpt --device cuda --comm nccl -b 1 -d 64 -o "$TMP/mutant_$name"
+    [ ${mut_ok[$name]} = 1 ] && EMU_DEVICE_COUNT=2 job 2 run mutant_$name 2 $B/mutant_$name/train_gpt --device cuda --comm nccl -b 1 -d 64 -o "$TMP/mutant_$name"
 done
 # --offload optimizer: AdamW on the host worker, the same arithmetic and rounding bits as the
 # GPU kernel, so bitwise the runs above (staged and NCCL, W=1 where the slot itself is copied,
 # W=2 where the reduce-scatter output is; HSDP; micro-steps; sampling; NaN hooks), and resumable
 # across offload on and off (the checkpoint files are the same).
-nccl nccl_offload 1 -b 2 -s 4 -g 8 --offload optimizer -o "$TMP/nccl_offload" --profile-step 3
-cuda cuda_offload 1 -b 2 -s 4 -g 8 --offload optimizer -o "$TMP/cuda_offload"
-cuda cuda_accum_offload 1 -b 1 -d 64 --no-grad-sync-until-last --offload optimizer -o "$TMP/cuda_accum_offload"
-nccl nccl_micro 1 -b 1 -d 64 -o "$TMP/nccl_micro"
-nccl nccl_micro_offload 1 -b 1 -d 64 --offload optimizer -o "$TMP/nccl_micro_offload"
-FSDP_TEST_NAN_LOSS_STEPS=2 FSDP_TEST_NAN_GRAD_STEPS=4 nccl nccl_nan_offload 1 -b 2 --offload optimizer -o "$TMP/nccl_nan_offload"
-cuda cuda_np2_offload 2 -b 1 -d 64 --offload optimizer -o "$TMP/cuda_np2_offload"
-nccl nccl_np2_offload 2 -b 1 -d 64 --offload optimizer -o "$TMP/nccl_np2_offload" --profile-step 3
+job 1 nccl nccl_offload 1 -b 2 -s 4 -g 8 --offload optimizer -o "$TMP/nccl_offload" --profile-step 3
+job 1 cuda cuda_offload 1 -b 2 -s 4 -g 8 --offload optimizer -o "$TMP/cuda_offload"
+job 1 cuda cuda_accum_offload 1 -b 1 -d 64 --no-grad-sync-until-last --offload optimizer -o "$TMP/cuda_accum_offload"
+job 1 nccl nccl_micro 1 -b 1 -d 64 -o "$TMP/nccl_micro"
+job 1 nccl nccl_micro_offload 1 -b 1 -d 64 --offload optimizer -o "$TMP/nccl_micro_offload"
+FSDP_TEST_NAN_LOSS_STEPS=2 FSDP_TEST_NAN_GRAD_STEPS=4 job 1 nccl nccl_nan_offload 1 -b 2 --offload optimizer -o "$TMP/nccl_nan_offload"
+job 2 cuda cuda_np2_offload 2 -b 1 -d 64 --offload optimizer -o "$TMP/cuda_np2_offload"
+job 2 nccl nccl_np2_offload 2 -b 1 -d 64 --offload optimizer -o "$TMP/nccl_np2_offload" --profile-step 3
 ck="$TMP/nccl_split/ckpt/step_00000002"
-[ -f "$ck/manifest.json" ] && nccl nccl_resume_offload 1 -b 2 --offload optimizer --resume "$ck" -o "$TMP/nccl_resume_offload"
-nccl nccl_save_offload 1 -b 2 --offload optimizer -o "$TMP/nccl_split_offload" --ckpt-every 2 --stop-at-step 2
-nccl nccl_resume_from_offload 1 -b 2 -o "$TMP/nccl_split_offload" --ckpt-every 2 --resume auto
-cuda cuda_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/cuda_hsdp_offload"
-nccl nccl_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/nccl_hsdp_offload"
+[ -f "$ck/manifest.json" ] && job 1 nccl nccl_resume_offload 1 -b 2 --offload optimizer --resume "$ck" -o "$TMP/nccl_resume_offload"
+offload_split() {
+    nccl nccl_save_offload 1 -b 2 --offload optimizer -o "$TMP/nccl_split_offload" --ckpt-every 2 --stop-at-step 2
+    nccl nccl_resume_from_offload 1 -b 2 -o "$TMP/nccl_split_offload" --ckpt-every 2 --resume auto
+}
+job 1 offload_split
+job 2 cuda cuda_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/cuda_hsdp_offload"
+job 2 nccl nccl_hsdp_offload 2 -b 1 -d 64 --shard-group-size 1 --offload optimizer -o "$TMP/nccl_hsdp_offload"
 # --param-dtype fp16 (dynamic loss scaling): against bf16 and the cpu; a first scale of 2^24
 # that overflows (halved and skipped each step, not counted as bad steps); a scale doubled
 # after every clean step (--loss-scale-window 1) until it overflows; the scaler's state
 # through a checkpoint; W=2, NCCL and staged; an fp16 run resumed from a bf16 checkpoint.
-nccl nccl_fp16 1 -b 2 -s 4 -g 8 --param-dtype fp16 -o "$TMP/nccl_fp16"
-nccl nccl_fp16_overflow 1 -b 2 --param-dtype fp16 --loss-scale 16777216 --max-bad-steps 2 -o "$TMP/nccl_fp16_overflow"
-nccl nccl_fp16_grow 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_grow"
-nccl nccl_fp16_save 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_split" --ckpt-every 2 --stop-at-step 2
-nccl nccl_fp16_resume 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_split" --ckpt-every 2 --resume auto
-nccl nccl_fp16_np2 2 -b 1 -d 64 --param-dtype fp16 -o "$TMP/nccl_fp16_np2"
-cuda cuda_fp16_np2 2 -b 1 -d 64 --param-dtype fp16 -o "$TMP/cuda_fp16_np2"
+job 1 nccl nccl_fp16 1 -b 2 -s 4 -g 8 --param-dtype fp16 -o "$TMP/nccl_fp16"
+job 1 nccl nccl_fp16_overflow 1 -b 2 --param-dtype fp16 --loss-scale 16777216 --max-bad-steps 2 -o "$TMP/nccl_fp16_overflow"
+job 1 nccl nccl_fp16_grow 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_grow"
+fp16_split() {
+    nccl nccl_fp16_save 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_split" --ckpt-every 2 --stop-at-step 2
+    nccl nccl_fp16_resume 1 -b 2 --param-dtype fp16 --loss-scale-window 1 -o "$TMP/nccl_fp16_split" --ckpt-every 2 --resume auto
+}
+job 1 fp16_split
+job 2 nccl nccl_fp16_np2 2 -b 1 -d 64 --param-dtype fp16 -o "$TMP/nccl_fp16_np2"
+job 2 cuda cuda_fp16_np2 2 -b 1 -d 64 --param-dtype fp16 -o "$TMP/cuda_fp16_np2"
 # An sm_75 GPU (a T4: EMU_SM=75): bf16 refused, fp16 trains with the cuBLAS attention (the
 # flash kernels need sm_80), an explicit --attention flash refused.
-EMU_SM=75 nccl sm75_bf16 1 -b 2 -x 1 -o "$TMP/sm75_bf16"
-EMU_SM=75 nccl sm75_flash 1 -b 2 -x 1 --param-dtype fp16 --attention flash -o "$TMP/sm75_flash"
-EMU_SM=75 nccl sm75_fp16 1 -b 2 --param-dtype fp16 -o "$TMP/sm75_fp16"
+EMU_SM=75 job 1 nccl sm75_bf16 1 -b 2 -x 1 -o "$TMP/sm75_bf16"
+EMU_SM=75 job 1 nccl sm75_flash 1 -b 2 -x 1 --param-dtype fp16 --attention flash -o "$TMP/sm75_flash"
+EMU_SM=75 job 1 nccl sm75_fp16 1 -b 2 --param-dtype fp16 -o "$TMP/sm75_fp16"
 # Tensor parallelism (--tp 2, #33) at test_tp.sh's shape (4 heads of 16, so auto picks the
 # cuBLAS attention; 12 sequences of 16 tokens per step): the staged path and NCCL (the TP
 # communicator on the compute stream) against the cpu's np=1 run, and bitwise each other; TP 2
@@ -364,22 +394,24 @@ EMU_SM=75 nccl sm75_fp16 1 -b 2 --param-dtype fp16 -o "$TMP/sm75_fp16"
 # replicated tensors' state is bitwise equal on both TP ranks (the tp_unsummed mutant must fail it).
 tp=(--layers 2 --channels 64 --heads 4 --max-seq 64 -t 16 --seed 5)
 tp_llama=(--arch llama3 --kv-heads 2 --ffn-dim 96)
-cpu tp_cpu 1 -b 12 "${tp[@]}" -o "$TMP/tp_cpu"
-FSDP_TEST_TP_REPLICAS=1 cuda tp_cuda 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_cuda"
-FSDP_TEST_TP_REPLICAS=1 nccl tp_nccl 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_nccl"
-FSDP_TEST_TP_REPLICAS=1 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nccl_dp2"
-cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
-nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
-FSDP_TEST_TP_REPLICAS=1 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
-cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
-[ ${mut_ok[tp_norm_twice]} = 1 ] && run mutant_tp_norm_twice 2 $B/mutant_tp_norm_twice/train_gpt \
+job 1 cpu tp_cpu 1 -b 12 "${tp[@]}" -o "$TMP/tp_cpu"
+FSDP_TEST_TP_REPLICAS=1 job 2 cuda tp_cuda 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_cuda"
+FSDP_TEST_TP_REPLICAS=1 job 2 nccl tp_nccl 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_nccl"
+FSDP_TEST_TP_REPLICAS=1 job 4 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nccl_dp2"
+job 1 cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
+job 2 nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
+FSDP_TEST_TP_REPLICAS=1 job 4 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
+job 1 cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
+[ ${mut_ok[tp_norm_twice]} = 1 ] && job 2 run mutant_tp_norm_twice 2 $B/mutant_tp_norm_twice/train_gpt \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 1 -v 0 -o "$TMP/mutant_tp_norm_twice"
-[ ${mut_ok[tp_unsummed]} = 1 ] && FSDP_TEST_TP_REPLICAS=1 run mutant_tp_unsummed 2 $B/mutant_tp_unsummed/train_gpt \
+[ ${mut_ok[tp_unsummed]} = 1 ] && FSDP_TEST_TP_REPLICAS=1 job 2 run mutant_tp_unsummed 2 $B/mutant_tp_unsummed/train_gpt \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 2 -v 0 -o "$TMP/mutant_tp_unsummed"
 ck="$TMP/nccl_split/ckpt/step_00000002"
-[ -f "$ck/manifest.json" ] && nccl nccl_fp16_from_bf16 1 -b 2 --param-dtype fp16 --resume "$ck" -o "$TMP/nccl_fp16_from_bf16"
+[ -f "$ck/manifest.json" ] && job 1 nccl nccl_fp16_from_bf16 1 -b 2 --param-dtype fp16 --resume "$ck" -o "$TMP/nccl_fp16_from_bf16"
 ck="$TMP/cuda_split/ckpt/step_00000002"
-[ -f "$ck/manifest.json" ] && cpu cpu_from_cuda 1 -b 2 -o "$TMP/cpu_from_cuda" --resume "$ck"
+[ -f "$ck/manifest.json" ] && job 1 cpu cpu_from_cuda 1 -b 2 -o "$TMP/cpu_from_cuda" --resume "$ck"
+jobs_wait
+wait $lane3
 
 # ----------------------------------------------------------------------------
 # Report
