@@ -22,7 +22,7 @@ set -u
 source dev/test/lib.sh
 out=$TEST_TMP
 A=${ASAN_BINS:-build/asan}   # overridable to test another sanitizer build
-if ! make -s asan > "$out/make_asan.log" 2>&1; then
+if ! make -s -j2 asan > "$out/make_asan.log" 2>&1; then
     not_ok "make asan: $(grep -m3 -E 'error|Error' "$out/make_asan.log" | tr '\n' ' ' | head -c 400)"
     exit 1
 fi

@@ -15,7 +15,7 @@ set -u
 source dev/test/lib.sh
 out=$TEST_TMP
 SECONDS_EACH=${FUZZ_SECONDS:-16}
-if ! make -s fuzz > "$out/make_fuzz.log" 2>&1; then
+if ! make -s -j2 fuzz > "$out/make_fuzz.log" 2>&1; then
     not_ok "make fuzz: $(grep -m3 -E 'error|Error|no clang' "$out/make_fuzz.log" | tr '\n' ' ' | head -c 400)"
     exit 1
 fi

@@ -113,8 +113,12 @@ emu_torch_check() {
     rm -f "$out/llama_cuda.bin"
     )
 }
-emu_torch_check
-lap "cuda (emulated) against PyTorch"
+# It builds train_gpt.cu with g++ (one core, about a minute) and then runs one process: in the
+# background, beside the cpu runs below; its lines are printed at the end (or at any exit).
+emu_torch_check > "$out/emu_torch.out" 2>&1 &
+emu_pid=$!
+emu_report() { wait $emu_pid; cat "$out/emu_torch.out"; echo "# cuda (emulated) against PyTorch, in the background: done"; }
+trap emu_report EXIT
 
 # ---------------------------------------------------------------------------------------
 # 2. FSDP over real MPI ranks (oversubscribed, as test_fsdp.sh): a tiny GQA Llama (3 blocks
