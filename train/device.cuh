@@ -22,6 +22,7 @@
 #include "kernels/kernels_sim.h"
 #include "train/device.h"
 #include "train/plan.h"
+#include "train/test_hooks.h"
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include "fsdp/backend_cuda.cuh"
@@ -339,6 +340,7 @@ static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* p
 #ifdef FSDP_TRAFFIC_AUDIT  // dev/test/test_traffic_emu.sh's emulated build (a hook its header defines)
         FSDP_TRAFFIC_AUDIT(d, m, o, pg);
 #endif
+        test_hooks_tp_trace(d, pg);
         return;
 #else
         fatal(pg, "--device cuda: this build has no CUDA support (built without nvcc)");
@@ -350,6 +352,7 @@ static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* p
     d->tp = (TpComm){(void*)pg, cpu_tp_all_gather, cpu_tp_reduce_scatter, cpu_tp_reduce_scatter_start, cpu_tp_wait,
                      cpu_tp_all_reduce_f32};
     d->close = cpu_close;
+    test_hooks_tp_trace(d, pg);
 }
 
 #endif
