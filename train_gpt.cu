@@ -51,6 +51,7 @@ and by the host C++ compiler otherwise; either way the cpu device works without 
 #include "train/schedulers.h"
 #include "train/signals.h"
 #include "train/test_hooks.h"
+#include "train/tp_schedule.h"
 
 // Element i of a buffer of elem-byte elements (the compute dtype differs by device: fp32 on
 // the cpu, bf16 on cuda, so the schedule addresses activations and parameters in bytes).
@@ -363,7 +364,8 @@ static void recompute_block(Model* model, const BlockTensors* p, const LayerActs
 // unit's gradient is reduce-scattered as soon as its backward is done. Tensor parallel: the
 // residual stream's gradient is on this rank's rows, gathered before each row-parallel
 // matmul's backward; the norms' outputs are gathered again for the column-parallel weights'
-// gradients, whose input gradients (partial sums of every row) are reduce-scattered.
+// gradients, whose input gradients (partial sums of every row) are reduce-scattered while
+// those weight gradients are computed (tp_column_backward).
 static void model_backward(Model* model, int B, int T) {
     const ModelConfig* c = &model->config;
     const ModelLayout* m = &model->layout;
@@ -384,10 +386,12 @@ static void model_backward(Model* model, int B, int T) {
     const int acc = fsdp_grad_accumulates(f), zero_once = !acc && a->tp_rank > 0;
 
     void* residual_last = c->num_layers > 0 ? elem_at(a->residual3, (size_t)(c->num_layers - 1) * a->BTl * C, e) : a->encoded;
-    const void* lnf = a->tp == 1 ? a->lnf : a->tp_full;
-    kernel_matmul_backward(k, a->dbtc, droot.head, NULL, a->logits, lnf, root.head, NULL, N, (int)C, (int)a->Vp, acc);
-    const void* dlnf = tp_sum_rows(model, a->tp_dln, a->dbtc, N);
+    const void* lnf = a->tp == 1 ? a->lnf : a->tp_full;  // (gathered by the forward, still there)
+    int64_t rs;  // the reduce-scatter in flight (tp_column_backward)
+    const void* dlnf =
+        tp_column_backward(&model->dev, a, &rs, droot.head, NULL, a->logits, lnf, root.head, N, (int)C, (int)a->Vp, acc);
     k->zero(k, a->dresidual, (size_t)Nl * C * e);
+    tp_wait(&model->dev, a, rs);
     norm_backward(model, a->dresidual, droot.lnfw, droot.lnfb, dlnf, residual_last, root.lnfw, a->lnf_mean, a->lnf_rstd, Nl, acc);
 
     for (int u = m->n_units - 1; u >= 1; u--) {
@@ -415,9 +419,9 @@ static void model_backward(Model* model, int B, int T) {
                 kernel_matmul_backward(k, a->dfch, g.fcprojw, tp_once_grad(model, g.fcprojb), dout, la.fch_gelu, p.fcprojw,
                                        la.fch, N, A, (int)C, acc);
             }
-            kernel_matmul_backward(k, a->dbtc, g.fcw, g.fcb, a->dfch, tp_gather_rows(model, la.ln2, N), p.fcw, NULL, N, (int)C,
-                                   (int)a->H, acc);
-            const void* dln2 = tp_sum_rows(model, a->tp_dln, a->dbtc, N);
+            const void* dln2 = tp_column_backward(&model->dev, a, &rs, g.fcw, g.fcb, a->dfch, tp_gather_rows(model, la.ln2, N),
+                                                  p.fcw, N, (int)C, (int)a->H, acc);
+            tp_wait(&model->dev, a, rs);
             norm_backward(model, a->dresidual, g.ln2w, g.ln2b, dln2, la.residual2, p.ln2w, la.ln2_mean, la.ln2_rstd, Nl, acc);
             // Attention branch: d(residual2) -> d(residual). (Llama: the gradient w.r.t. the
             // rotated q and k is rotated back before the projection's backward.)
@@ -426,9 +430,9 @@ static void model_backward(Model* model, int B, int T) {
                                    (int)C, acc);
             kernel_attention_backward(k, a->dqkv, a->dbtc, la.qkv, la.atty, la.lse, B, T, CA, a->NH, a->KVH);
             if (rope) kernel_rope(k, a->dqkv, B, T, a->NH, a->KVH, (int)C / c->num_heads, model_rope(c), 1);
-            kernel_matmul_backward(k, a->dbtc, g.qkvw, g.qkvb, a->dqkv, tp_gather_rows(model, la.ln1, N), p.qkvw, NULL, N, (int)C,
-                                   Q, acc);
-            const void* dln1 = tp_sum_rows(model, a->tp_dln, a->dbtc, N);
+            const void* dln1 = tp_column_backward(&model->dev, a, &rs, g.qkvw, g.qkvb, a->dqkv, tp_gather_rows(model, la.ln1, N),
+                                                  p.qkvw, N, (int)C, Q, acc);
+            tp_wait(&model->dev, a, rs);
             norm_backward(model, a->dresidual, g.ln1w, g.ln1b, dln1, residual, p.ln1w, la.ln1_mean, la.ln1_rstd, Nl, acc);
         }
         fsdp_backward_post(f, u);

@@ -148,7 +148,9 @@ typedef struct {
     cudaStream_t comm;               // NCCL path only (created here)
     ncclComm_t nccl_shard;           // NCCL path: the shard group
     ncclComm_t nccl_replica;         // NCCL path, HSDP: the replica group (NULL otherwise)
-    ncclComm_t nccl_tp;              // NCCL path, tensor parallel: the TP group, used on compute only
+    ncclComm_t nccl_tp;              // NCCL path, tensor parallel: the TP group, on compute and tp_stream
+    cudaStream_t tp_stream;          // NCCL, tensor parallel: the started reduce-scatter's (created here)
+    cudaEvent_t tp_ready, tp_done;   // compute -> tp_stream, tp_stream -> compute
     cudaEvent_t host_ev;             // host waits
     cudaEvent_t rep_ready, rep_done; // all_reduce_replicas (NCCL)
     cudaEvent_t stats_ready, stats_done;  // step_decide's all-reduce (NCCL)
@@ -602,10 +604,16 @@ static inline void cuda_all_reduce_replicas(void* ctx, float* buf, size_t n) {
 // (train/device.h: activations in the compute dtype, the loss's fp32 statistics) and the
 // engine's all_reduce_tp (a gathered gradient's replicated tensors). Each is in order with the
 // compute stream's kernels: the schedule needs its result before its next kernel, so there is
-// nothing to overlap.
+// nothing to overlap - but for the backward's reduce-scatter of a column-parallel matmul's
+// input gradient, started before the weight-gradient GEMM and waited for after it
+// (cuda_tp_reduce_scatter_start, cuda_tp_wait).
 //   NCCL: on the compute stream itself, over the TP communicator (the ranks of one dp_rank),
-//       no event and no host wait. The TP communicator is used on compute only, the shard and
-//       replica ones on the comm stream only; each gets its calls in the same order on every rank.
+//       no event and no host wait; a started reduce-scatter on tp_stream, which waits for
+//       compute's kernels before it (tp_ready), and compute waits for it at the wait
+//       (tp_done). The TP communicator's calls stay serial (the schedule starts no other TP
+//       collective while one is in flight: compute's next one is enqueued after the wait),
+//       the shard and replica ones on the comm stream only; each gets its calls in the same
+//       order on every rank.
 //   staged: device -> pinned host on compute, the host waits, the collective over
 //       pg->tp_comm (comm.h), host -> device on compute. 16-bit sums go through fp32 and are
 //       rounded once to the compute dtype (to nearest even), as the staged reduce-scatter does:
@@ -633,7 +641,7 @@ static inline void cb_tp_unstage16(CudaBackend* c, void* dst, const float* h, si
     else cast_from_f32_cuda((bf16*)dst, c->tp_f32, n, c->compute);
 }
 
-// The TpComm's three (train/device.h; ctx: the backend's). full[tp * n] <- every TP rank's
+// The TpComm's (train/device.h; ctx: the backend's). full[tp * n] <- every TP rank's
 // local[n], in rank order (16-bit).
 static inline void cuda_tp_all_gather(void* ctx, void* full, const void* local, size_t n) {
     CudaBackend* c = (CudaBackend*)ctx;
@@ -666,6 +674,27 @@ static inline void cuda_tp_reduce_scatter(void* ctx, void* local, const void* fu
     comm_wait(c->pg->tp_comm, comm_reduce_scatter_f32_start(c->pg->tp_comm, (const float*)c->tp_host_full,
                                                             (float*)c->tp_host_part, n));
     cb_tp_unstage16(c, local, (const float*)c->tp_host_part, n);
+}
+
+// The same, started (train/device.h): NCCL on tp_stream after compute's kernels so far;
+// the staged path blocks here (its host waits for the copies anyway), ticket 0.
+static inline int64_t cuda_tp_reduce_scatter_start(void* ctx, void* local, const void* full, size_t n) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (!c->cfg.use_nccl || n == 0) {
+        cuda_tp_reduce_scatter(ctx, local, full, n);
+        return 0;
+    }
+    CB_CUDA(c, cudaEventRecord(c->tp_ready, c->compute));
+    CB_CUDA(c, cudaStreamWaitEvent(c->tp_stream, c->tp_ready, 0));
+    cb_nccl_call(c, c->nccl_tp, ncclReduceScatter(full, local, n, cb_nccl16(c), ncclSum, c->nccl_tp, c->tp_stream),
+                 "ncclReduceScatter (tensor-parallel group, started)");
+    CB_CUDA(c, cudaEventRecord(c->tp_done, c->tp_stream));
+    return 1;
+}
+// compute's next kernels wait for the started reduce-scatter (the host does not).
+static inline void cuda_tp_wait(void* ctx, int64_t ticket) {
+    CudaBackend* c = (CudaBackend*)ctx;
+    if (ticket) CB_CUDA(c, cudaStreamWaitEvent(c->compute, c->tp_done, 0));
 }
 
 // x[n] (fp32) <- the TP group's sum, or with max its maximum, in place.
@@ -1078,7 +1107,12 @@ static inline void fsdp_backend_cuda_init(FsdpBackend* be, const ProcessGroup* p
         // before the next NCCL call.
         c->nccl_shard = cb_nccl_create(c, pg->shard_comm, "shard");
         if (pg->replicate_size > 1) c->nccl_replica = cb_nccl_create(c, pg->replicate_comm, "replica");
-        if (pg->tp_size > 1) c->nccl_tp = cb_nccl_create(c, pg->tp_comm, "tensor-parallel");
+        if (pg->tp_size > 1) {
+            c->nccl_tp = cb_nccl_create(c, pg->tp_comm, "tensor-parallel");
+            CB_CUDA(c, cudaStreamCreateWithPriority(&c->tp_stream, cudaStreamNonBlocking, greatest));
+            CB_CUDA(c, cudaEventCreateWithFlags(&c->tp_ready, cudaEventDisableTiming));
+            CB_CUDA(c, cudaEventCreateWithFlags(&c->tp_done, cudaEventDisableTiming));
+        }
         if (cfg->reduce_fp32)
             c->f32_scratch = (float*)cb_device_alloc(c, cfg->max_unit_padded * sizeof(float),
                                                      "the fp32 reduce-scatter scratch");
@@ -1193,6 +1227,7 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     cb_host_wait(c, c->compute, "the compute stream at teardown");
     if (c->comm) cb_host_wait(c, c->comm, "the comm stream at teardown");
     if (c->copy) cb_host_wait(c, c->copy, "the copy stream at teardown");
+    if (c->tp_stream) cb_host_wait(c, c->tp_stream, "the tensor-parallel stream at teardown");
     cb_nccl_destroy(c, &c->nccl_tp, "tensor-parallel");
     cb_nccl_destroy(c, &c->nccl_replica, "replica");
     cb_nccl_destroy(c, &c->nccl_shard, "shard");
@@ -1208,6 +1243,9 @@ static inline void fsdp_backend_cuda_free(FsdpBackend* be) {
     if (c->stats_done) CB_CUDA(c, cudaEventDestroy(c->stats_done));
     if (c->stats_fetched) CB_CUDA(c, cudaEventDestroy(c->stats_fetched));
     if (c->comm) CB_CUDA(c, cudaStreamDestroy(c->comm));
+    if (c->tp_ready) CB_CUDA(c, cudaEventDestroy(c->tp_ready));
+    if (c->tp_done) CB_CUDA(c, cudaEventDestroy(c->tp_done));
+    if (c->tp_stream) CB_CUDA(c, cudaStreamDestroy(c->tp_stream));
     for (int u = 0; c->to_host && u < c->cfg.offload_units; u++) {
         CB_CUDA(c, cudaEventDestroy(c->to_host[u]));
         CB_CUDA(c, cudaEventDestroy(c->to_device[u]));

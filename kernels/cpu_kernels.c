@@ -272,9 +272,10 @@ void matmul_backward(float* restrict dinp, float* restrict dweight, float* restr
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,
                     1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     }
-    // dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N,
-                1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight != NULL) {  // dweight[OC,C] += dout[N,OC]^T @ inp[N,C]
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N,
+                    1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    }
     if (dbias != NULL) {
         const int ntiles = (OC + COL_TILE - 1) / COL_TILE;
         #pragma omp parallel for schedule(static)

@@ -9,6 +9,9 @@
 //   matmul_backward: dinp is OVERWRITTEN (dout W; times gelu'(pre_gelu) when pre_gelu is
 //     given); dweight and dbias ACCUMULATE, or with accumulate 0 are OVERWRITTEN without
 //     being read (the first write into a fresh gradient buffer, which is not zeroed);
+//     its two halves run alone with dweight and dbias NULL (dinp only) or dinp NULL (dweight
+//     and dbias only): the same values as the whole, for a caller that puts something
+//     between them (tensor parallelism starts dinp's reduce-scatter before the weight GEMM);
 //   attention_backward: dqkv is OVERWRITTEN;
 //   layernorm_backward: dinp ACCUMULATES (the residual stream's gradient is summed over the
 //     branches), dweight and dbias as matmul_backward's;

@@ -50,17 +50,17 @@ static void cpu_op_matmul_forward(Kernels* k, void* out, void* pre_gelu, const v
 static void cpu_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                 const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate) {
     size_t n = (size_t)N * C;
-    if (!accumulate) {
+    if (!accumulate && dweight) {
         memset(dweight, 0, (size_t)OC * C * sizeof(float));
         if (dbias) memset(dbias, 0, (size_t)OC * sizeof(float));
     }
     // matmul_backward accumulates into dinp: start from zero. Through a GELU, the product is
     // the gradient w.r.t. the GELU's output (gelu_scratch), and gelu_backward (which
-    // accumulates too) takes it to the input.
-    float* dact = pre_gelu ? (float*)k->gelu_scratch : (float*)dinp;
-    memset(dact, 0, n * sizeof(float));
+    // accumulates too) takes it to the input. (dinp NULL: the weight's half alone.)
+    float* dact = !dinp ? NULL : pre_gelu ? (float*)k->gelu_scratch : (float*)dinp;
+    if (dact) memset(dact, 0, n * sizeof(float));
     matmul_backward(dact, (float*)dweight, (float*)dbias, (const float*)dout, (const float*)inp, (const float*)weight, N, C, OC);
-    if (pre_gelu) {
+    if (dinp && pre_gelu) {
         memset(dinp, 0, n * sizeof(float));
         gelu_backward((float*)dinp, (const float*)pre_gelu, dact, n);
     }

@@ -94,8 +94,10 @@ static void cuda_op_matmul_backward(Kernels* k, void* dinp, void* dweight, void*
     // weight gradient is written into the 16-bit gradient slot (beta = 0: a fresh slot is
     // neither zeroed nor read) or added to it (beta = 1). The bias gradient: written by the
     // weight-gradient GEMM's epilogue when the slot is fresh (cuda_matmul.cuh: BGRADB), else
-    // (accumulating, or a shape cuBLASLt refused) a deterministic reduction of its own.
-    matmul_backward_dinp_cuda(&cd->mm, BF(dinp), CBF(dout), CBF(weight), CBF(pre_gelu), N, C, OC, 0, cd->stream);
+    // (accumulating, or a shape cuBLASLt refused) a deterministic reduction of its own. Either
+    // half alone where the other's pointers are NULL (kernels.h).
+    if (dinp) matmul_backward_dinp_cuda(&cd->mm, BF(dinp), CBF(dout), CBF(weight), CBF(pre_gelu), N, C, OC, 0, cd->stream);
+    if (!dweight) return;
     const int dbias_done = matmul_backward_dweight_dbias_cuda(&cd->mm, dweight, mm_type_of(CBF(dout)), BF(dbias),
                                                               CBF(dout), CBF(inp), N, C, OC, accumulate, cd->stream);
     if (dbias && !dbias_done)

@@ -165,12 +165,14 @@ static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbi
     // is written by the dweight GEMM's epilogue (cuda_matmul.cuh: BGRADB, from the dout it
     // reads anyway) when the gradient is fresh; when it accumulates, a reduction of its own
     // reads dout a third time into fp32 partial sums per block of rows (at least 32 rows, at
-    // most 256 blocks), then reads and writes dbias.
-    double e = (double)k->act_bytes, n = N, c = C, oc = OC;
-    double bytes = (2 * n * oc + oc * c + n * c * (pre_gelu ? 2 : 1) + n * c + oc * c * (accumulate ? 2 : 1)) * e;
+    // most 256 blocks), then reads and writes dbias. Either half alone (kernels.h): its own
+    // GEMM's part (di, dw: 1 for the halves that run; with both the sums are the whole's).
+    double e = (double)k->act_bytes, n = N, c = C, oc = OC, di = dinp != NULL, dw = dweight != NULL;
+    double bytes =
+        ((di + dw) * n * oc + di * oc * c + di * n * c * (pre_gelu ? 2 : 1) + dw * n * c + dw * oc * c * (accumulate ? 2 : 1)) * e;
     if (dbias && models_cuda(k))
         bytes += accumulate ? n * oc * e + partials_bytes(N, OC, 32, 256) + 2 * oc * e : oc * e;
-    sim_kernel(clk(k), SIM_WORK_MATMUL, 4 * n * c * oc + (dbias ? n * oc : 0), bytes);
+    sim_kernel(clk(k), SIM_WORK_MATMUL, 2 * (di + dw) * n * c * oc + (dbias ? n * oc : 0), bytes);
 }
 // Causal attention. cpu: QK^T and PV over the lower triangle, 2 x 2 x B x T^2/2 x C FLOPs
 // forward (FlashAttention's count); the backward recomputes the scores and does four more

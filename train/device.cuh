@@ -22,6 +22,7 @@
 #include "kernels/kernels_sim.h"
 #include "train/device.h"
 #include "train/plan.h"
+#include "train/test_hooks.h"
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include "fsdp/backend_cuda.cuh"
@@ -69,9 +70,12 @@ static void cpu_tp_all_gather(void* ctx, void* full, const void* local, size_t n
     Comm* c = ((const ProcessGroup*)ctx)->tp_comm;
     comm_wait(c, comm_all_gather_start(c, local, full, n * sizeof(float)));
 }
+static int64_t cpu_tp_reduce_scatter_start(void* ctx, void* local, const void* full, size_t n) {
+    return comm_reduce_scatter_f32_start(((const ProcessGroup*)ctx)->tp_comm, (const float*)full, (float*)local, n);
+}
+static void cpu_tp_wait(void* ctx, int64_t ticket) { comm_wait(((const ProcessGroup*)ctx)->tp_comm, ticket); }
 static void cpu_tp_reduce_scatter(void* ctx, void* local, const void* full, size_t n) {
-    Comm* c = ((const ProcessGroup*)ctx)->tp_comm;
-    comm_wait(c, comm_reduce_scatter_f32_start(c, (const float*)full, (float*)local, n));
+    cpu_tp_wait(ctx, cpu_tp_reduce_scatter_start(ctx, local, full, n));
 }
 static void cpu_tp_all_reduce_f32(void* ctx, float* x, size_t n, int max) {
     comm_all_reduce_f32(((const ProcessGroup*)ctx)->tp_comm, x, n, max ? COMM_MAX : COMM_SUM);
@@ -231,7 +235,9 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     kernels_cuda_init(&d->kernels, st->stream, cuda_host_wait, &d->backend, &attn, o->gelu_fusion, recomputable_gelu,
                       o->param_fp16, &shape);
     kernels_cuda_set_matmul_autotune(&d->kernels, o->matmul_autotune, pg->rank == 0);
-    if (pg->tp_size > 1) d->tp = (TpComm){d->backend.ctx, cuda_tp_all_gather, cuda_tp_reduce_scatter, cuda_tp_all_reduce_f32};
+    if (pg->tp_size > 1)
+        d->tp = (TpComm){d->backend.ctx, cuda_tp_all_gather, cuda_tp_reduce_scatter,
+                         cuda_tp_reduce_scatter_start, cuda_tp_wait, cuda_tp_all_reduce_f32};
 
     d->name = "cuda";
     d->impl = st;
@@ -334,6 +340,7 @@ static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* p
 #ifdef FSDP_TRAFFIC_AUDIT  // dev/test/test_traffic_emu.sh's emulated build (a hook its header defines)
         FSDP_TRAFFIC_AUDIT(d, m, o, pg);
 #endif
+        test_hooks_tp_trace(d, pg);
         return;
 #else
         fatal(pg, "--device cuda: this build has no CUDA support (built without nvcc)");
@@ -342,8 +349,10 @@ static void device_open(Device* d, const DeviceOptions* o, const ProcessGroup* p
     d->name = "cpu";
     fsdp_backend_cpu_init(&d->backend, pg, fsdp_max_ops(fcfg, m->n_units));
     kernels_cpu_init(&d->kernels, m->config.padded_vocab_size);
-    d->tp = (TpComm){(void*)pg, cpu_tp_all_gather, cpu_tp_reduce_scatter, cpu_tp_all_reduce_f32};
+    d->tp = (TpComm){(void*)pg, cpu_tp_all_gather, cpu_tp_reduce_scatter, cpu_tp_reduce_scatter_start, cpu_tp_wait,
+                     cpu_tp_all_reduce_f32};
     d->close = cpu_close;
+    test_hooks_tp_trace(d, pg);
 }
 
 #endif

@@ -44,13 +44,22 @@ typedef struct { const char* what; size_t bytes; } MemoryLine;
 
 // The collectives of tensor parallelism's schedule (train_gpt.cu) over this rank's TP group,
 // on activations in the compute dtype and the loss's fp32 statistics; blocking (in order with
-// the kernels). NULL where the device has none (no tensor parallelism there).
+// the kernels) but for reduce_scatter_start. NULL where the device has none (no tensor
+// parallelism there).
 typedef struct {
     void* ctx;
     // full[size * n] <- every rank's local[n], in rank order
     void (*all_gather)(void* ctx, void* full, const void* local, size_t n);
     // local[n] <- the group's sum of full[rank * n : (rank + 1) * n]
     void (*reduce_scatter)(void* ctx, void* local, const void* full, size_t n);
+    // The same, started: the kernels enqueued before it are what it reads; those after it run
+    // while it is in flight and must neither write full nor touch local until wait(ticket),
+    // after which the kernels see local summed. One in flight at a time, and no other TP
+    // collective meanwhile. cpu: comm.h's non-blocking reduce-scatter; cuda NCCL: on a TP
+    // stream beside compute, events both ways, the host never waits; cuda staged (--comm
+    // mpi): blocking, all done in start (ticket 0, wait nothing).
+    int64_t (*reduce_scatter_start)(void* ctx, void* local, const void* full, size_t n);
+    void (*wait)(void* ctx, int64_t ticket);
     // x[n] <- the group's sum, or with max its maximum, in place
     void (*all_reduce_f32)(void* ctx, float* x, size_t n, int max);
 } TpComm;

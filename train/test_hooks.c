@@ -76,3 +76,68 @@ void test_hooks_poison(const TestHooks* h, Fsdp* f, int rank, int step) {
     if (rank == 0 && test_hook_at(h->nan_loss_steps, step)) fsdp_test_poison_loss(f);
     if (rank == 0 && test_hook_at(h->nan_grad_steps, step)) fsdp_test_poison_grad(f);
 }
+
+// FSDP_TEST_TP_TRACE: the record of one rank, reached from the TpComm's ctx and the kernels'
+// on_kernel_ctx; the device's own TpComm and close are kept to call through.
+typedef struct {
+    FILE* f;
+    TpComm inner;
+    void (*inner_close)(Device* d);
+} TpTrace;
+
+static void trace_all_gather(void* ctx, void* full, const void* local, size_t n) {
+    TpTrace* t = (TpTrace*)ctx;
+    fprintf(t->f, "all_gather %zu\n", n);
+    t->inner.all_gather(t->inner.ctx, full, local, n);
+}
+static void trace_reduce_scatter(void* ctx, void* local, const void* full, size_t n) {
+    TpTrace* t = (TpTrace*)ctx;
+    fprintf(t->f, "reduce_scatter %zu\n", n);
+    t->inner.reduce_scatter(t->inner.ctx, local, full, n);
+}
+static int64_t trace_reduce_scatter_start(void* ctx, void* local, const void* full, size_t n) {
+    TpTrace* t = (TpTrace*)ctx;
+    fprintf(t->f, "reduce_scatter_start %zu\n", n);
+    return t->inner.reduce_scatter_start(t->inner.ctx, local, full, n);
+}
+static void trace_wait(void* ctx, int64_t ticket) {
+    TpTrace* t = (TpTrace*)ctx;
+    fprintf(t->f, "wait\n");
+    t->inner.wait(t->inner.ctx, ticket);
+}
+static void trace_all_reduce_f32(void* ctx, float* x, size_t n, int max) {
+    TpTrace* t = (TpTrace*)ctx;
+    fprintf(t->f, "all_reduce %zu\n", n);
+    t->inner.all_reduce_f32(t->inner.ctx, x, n, max);
+}
+static void trace_kernel(void* ctx, KernelKind kind, int backward) {
+    static const char* const names[KERNEL_KINDS] = {"embed", "norm", "matmul", "lm_head", "attention", "loss"};
+    fprintf(((TpTrace*)ctx)->f, "kernel %s%s\n", names[kind], backward ? " backward" : "");
+}
+static void trace_close(Device* d) {
+    TpTrace* t = (TpTrace*)d->tp.ctx;
+    d->tp = t->inner;
+    d->close = t->inner_close;
+    d->kernels.on_kernel = NULL;
+    d->kernels.on_kernel_ctx = NULL;
+    if (fclose(t->f) != 0) fprintf(stderr, "FSDP_TEST_TP_TRACE: could not write the record\n");
+    free(t);
+    if (d->close) d->close(d);
+}
+
+void test_hooks_tp_trace(Device* d, const ProcessGroup* pg) {
+    const char* prefix = getenv("FSDP_TEST_TP_TRACE");
+    if (!prefix || pg->tp_size <= 1) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%d", prefix, pg->rank);
+    TpTrace* t = (TpTrace*)calloc(1, sizeof(TpTrace));
+    if (!t) fatal(pg, "FSDP_TEST_TP_TRACE: out of host memory");
+    t->f = fopen(path, "w");
+    if (!t->f) fatal(pg, "FSDP_TEST_TP_TRACE: cannot write %s", path);
+    t->inner = d->tp;
+    t->inner_close = d->close;
+    d->tp = (TpComm){t, trace_all_gather, trace_reduce_scatter, trace_reduce_scatter_start, trace_wait, trace_all_reduce_f32};
+    d->close = trace_close;
+    d->kernels.on_kernel = trace_kernel;
+    d->kernels.on_kernel_ctx = t;
+}

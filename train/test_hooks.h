@@ -7,11 +7,16 @@
 //   FSDP_TEST_TP_REPLICAS=1         (not a failure: a check) at every step, the replicated
 //                                   tensors' state must be bitwise equal on the ranks of each
 //                                   tensor-parallel group, else the run ends saying where
+//   FSDP_TEST_TP_TRACE=PREFIX       (a record) each rank of a tensor-parallel run writes
+//                                   PREFIX.RANK: a line per TP collective and per kernel, in
+//                                   the order the schedule issues them (test_tp_overlap.sh
+//                                   reads the backward's order from it)
 // (STEP: the step that completes with it, from 1.)
 #ifndef FSDP_TRAIN_TEST_HOOKS_H
 #define FSDP_TRAIN_TEST_HOOKS_H
 
 #include "fsdp/fsdp.h"
+#include "train/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,6 +32,10 @@ void test_hooks_stall(const TestHooks* h, int rank, int step);
 // After step `step`'s backward, before its decision: the non-finite loss or gradient asked for,
 // and FSDP_TEST_TP_REPLICAS's check of the state the steps before it left (a host wait).
 void test_hooks_poison(const TestHooks* h, Fsdp* f, int rank, int step);
+// FSDP_TEST_TP_TRACE, at tp > 1: d's TpComm is wrapped by one that writes each call, then
+// makes it, and each kernel the schedule starts (Kernels.on_kernel) is written; the record is
+// closed with the device (d->close). Nothing otherwise.
+void test_hooks_tp_trace(Device* d, const ProcessGroup* pg);
 
 #ifdef __cplusplus
 }

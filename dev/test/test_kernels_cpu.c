@@ -710,6 +710,26 @@ static void test_matmul(int N, int C, int OC) {
     snprintf(name, sizeof name, "matmul_backward %s with dinp=dbias=NULL gives dweight", tag);
     check_close_fd(name, dw3, dw_ref, WC, TOL_REL, TOL_ABS_FRAC);
 
+    // The kernel table's halves (kernels.h; tensor parallelism runs a reduce-scatter between
+    // them): dinp alone, then dweight and dbias alone, each bitwise the whole call's, on fresh
+    // gradients (accumulate 0) and accumulating onto a start.
+    Kernels k;
+    kernels_cpu_init(&k, OC);
+    for (int acc = 0; acc <= 1; acc++) {
+        float *wi = falloc(NC), *ww = fcopy(g0w, WC), *wb = fcopy(g0b, OC);
+        float *hi = falloc(NC), *hw = fcopy(g0w, WC), *hb = fcopy(g0b, OC);
+        kernel_matmul_backward(&k, wi, ww, wb, R, inp, w, NULL, N, C, OC, acc);
+        kernel_matmul_backward(&k, hi, NULL, NULL, R, NULL, w, NULL, N, C, OC, acc);
+        kernel_matmul_backward(&k, NULL, hw, hb, R, inp, NULL, NULL, N, C, OC, acc);
+        snprintf(name, sizeof name, "matmul_backward %s accumulate %d: the dinp half alone bitwise the whole's", tag, acc);
+        check_bitwise(name, hi, wi, NC);
+        snprintf(name, sizeof name, "matmul_backward %s accumulate %d: the dweight half alone bitwise the whole's", tag, acc);
+        check_bitwise(name, hw, ww, WC);
+        snprintf(name, sizeof name, "matmul_backward %s accumulate %d: its dbias bitwise the whole's", tag, acc);
+        check_bitwise(name, hb, wb, OC);
+        free(wi); free(ww); free(wb); free(hi); free(hw); free(hb);
+    }
+
     MatmulCtx ctx = {N, C, OC, inp_d, w_d, b_d, R_d, dalloc(NO)};
     snprintf(name, sizeof name, "matmul_backward %s dinp", tag);
     check_fd(name, matmul_loss, &ctx, inp_d, NC, 1, dinp_ref, dinp);

@@ -56,10 +56,14 @@
 #     1e-2 and bitwise the staged path; resumed from a bf16 checkpoint; on an sm_75 GPU
 #     (EMU_SM=75) bf16 and --attention flash refused, fp16 trains with the cuBLAS attention;
 #   - --tp 2 (#33) at test_tp.sh's shape (4 heads of 16, 12 x 16 tokens per step): staged and
-#     NCCL (the TP communicator on the compute stream) vs the cpu's np=1 within 2%, NCCL ==
-#     staged bitwise, TP 2 x DP 2 (np=4) and Llama's GQA vs the cpu within 2%; the replicated
-#     tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at every step
-#     (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients unsummed
+#     NCCL (the TP communicator on the compute stream, the backward's dX reduce-scatters on a TP
+#     stream across the weight-gradient GEMMs) vs the cpu's np=1 within 2%, NCCL == staged
+#     bitwise, that overlap in order on each rank (FSDP_TEST_TP_TRACE, dev/test/tp_trace_order.py)
+#     for GPT-2 and Llama, and a run ended by the NCCL shim (a communicator's collectives out of
+#     order) when compute does not wait for the started reduce-scatter or its stream does not
+#     wait for compute (two mutants); TP 2 x DP 2
+#     (np=4) and Llama's GQA vs the cpu within 2%; the replicated tensors' master, m, v and
+#     bf16 shard bitwise equal on both TP ranks at every step (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients unsummed
 #     must fail; TP 2 x HSDP (np=4, staged) vs the cpu; step 1's norm at TP 2 (all four) that
 #     of TP 1 within 1e-3, which a mutant counting the replicated tensors twice must leave;
 #   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
@@ -72,8 +76,8 @@
 # call...), a non-zero exit or a cuda run without emulated kernels fails the run's checks.
 # Builds with g++ into build/emu/ (no Makefile rule; reused while the inputs are unchanged),
 # linked with the library objects `make` built in build/ (EMU_BUILD=DIR builds elsewhere).
-# About 2.5-3 min on 2 cores, 1-2 min more when train_gpt.cu or the emulator changed (five
-# builds: train_gpt and four mutants).
+# About 2.5-3 min on 2 cores, 1-2 min more when train_gpt.cu or the emulator changed (seven
+# builds: train_gpt and six mutants).
 set -u
 cd "$(dirname "$0")/../.."
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -171,6 +175,10 @@ make_mutant nccl_no_handoff 'CB_CUDA\(c, cudaStreamWaitEvent\(c->comm, ev, 0\)\)
 make_mutant tp_unsummed '(\n\s*)(cb_tp_unstage16\(c, buf,)' '\1if (c->pg->tp_rank == 0) \2'
 # tensor parallel: every fold counts its squares, so TP rank 1 counts the replicated tensors too.
 make_mutant tp_norm_twice 'double\* sumsq = sum_squares \? c->d_sumsq : NULL;' 'double* sumsq = c->d_sumsq;'
+# nccl, tensor parallel, the backward's started reduce-scatter (TpComm.reduce_scatter_start):
+# compute does not wait for it at the wait, or its TP stream does not wait for compute's dX GEMM.
+make_mutant tp_no_wait 'if \(ticket\) CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, c->tp_done, 0\)\);' ''
+make_mutant tp_no_ready 'CB_CUDA\(c, cudaStreamWaitEvent\(c->tp_stream, c->tp_ready, 0\)\);' ''
 # The NCCL shim's self-test (plain host code: no transform).
 SELF=$B/nccl_selftest
 build $SELF $E/nccl_selftest.cpp "${HDRS[@]}" "${RUNTIME_OBJS[@]}" -- \
@@ -396,16 +404,20 @@ tp=(--layers 2 --channels 64 --heads 4 --max-seq 64 -t 16 --seed 5)
 tp_llama=(--arch llama3 --kv-heads 2 --ffn-dim 96)
 job 1 cpu tp_cpu 1 -b 12 "${tp[@]}" -o "$TMP/tp_cpu"
 FSDP_TEST_TP_REPLICAS=1 job 2 cuda tp_cuda 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_cuda"
-FSDP_TEST_TP_REPLICAS=1 job 2 nccl tp_nccl 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_nccl"
+FSDP_TEST_TP_TRACE=$TMP/trace_tp_nccl FSDP_TEST_TP_REPLICAS=1 job 2 nccl tp_nccl 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_nccl"
 FSDP_TEST_TP_REPLICAS=1 job 4 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nccl_dp2"
 job 1 cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
-job 2 nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
+FSDP_TEST_TP_TRACE=$TMP/trace_tp_llama_nccl job 2 nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
 FSDP_TEST_TP_REPLICAS=1 job 4 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
 job 1 cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
 [ ${mut_ok[tp_norm_twice]} = 1 ] && job 2 run mutant_tp_norm_twice 2 $B/mutant_tp_norm_twice/train_gpt \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 1 -v 0 -o "$TMP/mutant_tp_norm_twice"
 [ ${mut_ok[tp_unsummed]} = 1 ] && FSDP_TEST_TP_REPLICAS=1 job 2 run mutant_tp_unsummed 2 $B/mutant_tp_unsummed/train_gpt \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 2 -v 0 -o "$TMP/mutant_tp_unsummed"
+for name in tp_no_wait tp_no_ready; do
+    [ ${mut_ok[$name]} = 1 ] && EMU_DEVICE_COUNT=2 job 2 run mutant_$name 2 $B/mutant_$name/train_gpt \
+        --device cuda --comm nccl -b 12 "${tp[@]}" --tp 2 -x 2 -v 0 -o "$TMP/mutant_$name"
+done
 ck="$TMP/nccl_split/ckpt/step_00000002"
 [ -f "$ck/manifest.json" ] && job 1 nccl nccl_fp16_from_bf16 1 -b 2 --param-dtype fp16 --resume "$ck" -o "$TMP/nccl_fp16_from_bf16"
 ck="$TMP/cuda_split/ckpt/step_00000002"
@@ -935,6 +947,29 @@ good tp_cpu tp_hsdp && compare "--tp 2 x HSDP (2 replicas of 1-rank shard groups
     "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_hsdp/metrics.jsonl" --rtol 0.02
 good tp_llama_cpu tp_llama_nccl && compare "Llama (GQA) --tp 2 --comm nccl vs the cpu's np=1 (within 2%)" \
     "$TMP/tp_llama_cpu/metrics.jsonl" "$TMP/tp_llama_nccl/metrics.jsonl" --rtol 0.02
+# The backward's overlap in order (FSDP_TEST_TP_TRACE, as test_tp_overlap.sh on the cpu): per
+# rank, each column-parallel backward enqueues its dX GEMM on compute, its reduce-scatter on the
+# TP stream, the dW GEMM on compute, then compute's wait for the reduce-scatter's event, then the
+# norm's backward; and the runs are bitwise the staged path, whose start blocks.
+for name in tp_nccl tp_llama_nccl; do
+    good $name >/dev/null || continue
+    for r in 0 1; do "$PY" dev/test/tp_trace_order.py "$TAG $name, rank $r" "$TMP/trace_$name.$r" 2 4; done
+done
+# Its events: without either, the TP communicator's collectives run out of the order they were
+# issued in, which the emulator's NCCL refuses, ending the run (as it saw it: "streams that do
+# not order them", or the ranks' collectives mismatched).
+for cfg in "tp_no_wait:compute not waiting for the started TP reduce-scatter" \
+           "tp_no_ready:the TP stream not waiting for compute's dX GEMM"; do
+    name=${cfg%%:*} m="self-check: with ${cfg#*:} (async streams), --tp 2 nccl fails"
+    case ${mut_ok[$name]} in
+        0) not_ok "$TAG $m: the pattern of mutant $name no longer matches fsdp/backend_cuda.cuh" ;;
+        2) build_failed "the $name mutant train_gpt" $B/mutant_$name/train_gpt ;;
+        3) not_ok "$TAG $m: transform.py failed on the $name mutant" ;;
+        *) why=$(grep -m1 -oE 'collective #[0-9]+.*(streams that do not order them|the same collectives in the same order)\)' "$TMP/mutant_$name.log" | cut -c1-240)
+           [ "$(cat "$TMP/mutant_$name.rc" 2>/dev/null)" != 0 ] && [ -n "$why" ] && ok "$TAG $m: $why" ||
+               not_ok "$TAG $m: status $(cat "$TMP/mutant_$name.rc" 2>/dev/null), $(grep -m1 'error:' "$TMP/mutant_$name.log" | cut -c1-240)" ;;
+    esac
+done
 for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; do
     good $name >/dev/null || continue
     n=$(grep -c '^test hook: at step [1-4] the replicated tensors (.*) are bitwise equal on the 2 TP ranks' "$TMP/$name.log")
