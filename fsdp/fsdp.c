@@ -88,6 +88,38 @@ static int build_decay_tables(Fsdp* f, char* err, size_t errlen) {
     return 0;
 }
 
+// Per unit, its stochastic-rounding key table (flat_unit_key_runs: under tensor parallelism,
+// where each element of this rank's unit is in the unit at TP 1), back to back, where the
+// rounding reads it: device memory, or host memory with --offload optimizer. Without tensor
+// parallelism every table is the identity: nothing is allocated, and the rounding keys each
+// element by its own index as it always has.
+static int build_key_tables(Fsdp* f, char* err, size_t errlen) {
+    f->key_run_at = (int*)calloc((size_t)f->n_units + 1, sizeof(int));
+    SrKeyRun* host = (SrKeyRun*)malloc(sizeof(SrKeyRun) * FLAT_UNIT_MAX_KEY_RUNS);
+    if (!f->key_run_at || !host) { free(host); snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
+    int n = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        f->key_run_at[u] = n;
+        n += flat_unit_key_runs(&f->units[u], host);
+    }
+    f->key_run_at[f->n_units] = n;
+    if (n == 0) { free(host); return 0; }
+    SrKeyRun* all = (SrKeyRun*)realloc(host, sizeof(SrKeyRun) * ((size_t)n + FLAT_UNIT_MAX_KEY_RUNS));
+    if (!all) { free(host); snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
+    for (int u = 0; u < f->n_units; u++) flat_unit_key_runs(&f->units[u], all + f->key_run_at[u]);
+    if (f->offload) {  // the host's rounding reads it where it is
+        f->key_runs = all;
+        return 0;
+    }
+    // Whole 256-byte blocks, counted in the budget like every device buffer of the engine.
+    const size_t bytes = ((size_t)n * sizeof(SrKeyRun) + 255) / 256 * 256;
+    f->key_runs = (SrKeyRun*)f->be.alloc(f->be.ctx, bytes);
+    f->be.copy_to_device(f->be.ctx, f->key_runs, all, (size_t)n * sizeof(SrKeyRun));
+    f->memory.shard_state += bytes;
+    free(all);
+    return 0;
+}
+
 int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
               const FlatUnit* units, int n_units, char* err, size_t errlen) {
     memset(f, 0, sizeof(*f));
@@ -224,6 +256,7 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
     if ((f->fused || f->offload) && build_decay_tables(f, err, errlen)) return 1;
+    if ((f->fused || f->offload || be->refresh_param_shard) && build_key_tables(f, err, errlen)) return 1;
     // The step's decision: on the device on the fused path (then the host only reads a copy
     // of it, when it asks), else in host memory.
     if (f->fused) {
@@ -257,6 +290,8 @@ void fsdp_free(Fsdp* f) {
         // master, m, v are the host mirror (released below); the decay table is host memory
         free(f->decay_toggles);
         f->decay_toggles = NULL;
+        free(f->key_runs);
+        f->key_runs = NULL;
     }
     for (int s = 0; s < f->n_param_slots; s++) if (f->param_slot[s]) be->release(be->ctx, f->param_slot[s]);
     for (int g = 0; g < f->n_grad_slots; g++) {
@@ -264,7 +299,8 @@ void fsdp_free(Fsdp* f) {
         if (f->rs_out[g]) be->release(be->ctx, f->rs_out[g]);
     }
     if (f->decay_toggles) be->release(be->ctx, f->decay_toggles);
-    free(f->unit_folded); free(f->toggle_at);
+    if (f->key_runs) be->release(be->ctx, f->key_runs);
+    free(f->unit_folded); free(f->toggle_at); free(f->key_run_at);
     if (f->param_shard != f->master) be->release(be->ctx, f->param_shard);
     if (f->host_master != f->master) {
         be->release_host(be->ctx, f->host_master);
@@ -320,13 +356,15 @@ static void refresh_param_shards(Fsdp* f, int step) {
         fsdp_owned_range(f, u, &begin, &end);
         if (f->offload) {
             f->be.offload_round(f->be.ctx, u, (char*)f->param_stage + f->shard_offset[u] * f->be.param_bytes,
-                                f->master + f->shard_offset[u], f->units[u].shard, (uint64_t)u, begin, step);
+                                f->master + f->shard_offset[u], f->units[u].shard, (uint64_t)u, begin,
+                                f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u], step);
             f->unit_stale[u] = SHARD_STALE;
             continue;
         }
         char* shard = (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
         f->be.refresh_param_shard(f->be.ctx, shard, f->master + f->shard_offset[u], f->units[u].shard,
-                                  (uint64_t)u, begin, step);
+                                  (uint64_t)u, begin, f->key_runs + f->key_run_at[u],
+                                  f->key_run_at[u + 1] - f->key_run_at[u], step);
     }
 }
 
@@ -768,7 +806,8 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
             f->be.offload_adamw(f->be.ctx, u, f->master + at, f->adam_m + at, f->adam_v + at, f->grad_shard + at,
                                 (char*)f->param_stage + at * f->be.param_bytes, f->units[u].shard,
                                 f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
-                                beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin);
+                                beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin,
+                                f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u]);
             f->unit_stale[u] = SHARD_STALE;
         }
         f->params_dirty = 1;
@@ -777,19 +816,18 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
     if (f->fused) {
         // One pass per unit over master, m, v and the gradient, writing the compute-dtype
         // shard as refresh_param_shards would (so there is no refresh pass). Tensor parallel:
-        // a replicated tensor lies at the same flat positions on every rank of the TP group
-        // (their layouts are identical), with the same gradient and decision, so its rounding
-        // keys (unit, step, position) and its new values are the same there too: the replicas
-        // stay bitwise equal (test_train_emu checks it, FSDP_TEST_TP_REPLICAS). A split
-        // tensor's key is its position in this rank's unit, not in the global tensor, so the
-        // rounding of a TP run depends on N.
+        // an element's rounding key is (unit, step, its index in the unit at TP 1: the key
+        // runs), so a value rounds the same whatever N; a replicated tensor, with the same
+        // gradient and decision on every rank of the TP group, gets the same key there too:
+        // the replicas stay bitwise equal (test_train_emu checks it, FSDP_TEST_TP_REPLICAS).
         for (int u = 0; u < f->n_units; u++) {
             size_t begin, end, at = f->shard_offset[u];
             fsdp_owned_range(f, u, &begin, &end);
             f->be.adamw_unit(f->be.ctx, f->master + at, f->adam_m + at, f->adam_v + at, f->grad_shard + at,
                              (char*)f->param_shard + at * f->be.param_bytes, f->units[u].shard,
                              f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
-                             beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin);
+                             beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin,
+                             f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u]);
         }
         f->params_dirty = 1;
         return;
