@@ -7,26 +7,32 @@
 //   FSDP_TEST_TP_REPLICAS=1         (not a failure: a check) at every step, the replicated
 //                                   tensors' state must be bitwise equal on the ranks of each
 //                                   tensor-parallel group, else the run ends saying where
+//   FSDP_TEST_PARAM16=1             (a check) at every step, rank 0 prints a hash of the
+//                                   compute-dtype parameters the forward used, each element by
+//                                   its place in the whole model (whatever --tp, the sharding
+//                                   and the world): runs that round alike print the same
 // (STEP: the step that completes with it, from 1.)
 #ifndef FSDP_TRAIN_TEST_HOOKS_H
 #define FSDP_TRAIN_TEST_HOOKS_H
 
 #include "fsdp/fsdp.h"
+#include "model/model.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct {
-    const char *nan_loss_steps, *nan_grad_steps, *stall, *tp_replicas;  // NULL: not set
+    const char *nan_loss_steps, *nan_grad_steps, *stall, *tp_replicas, *param16;  // NULL: not set
 } TestHooks;
 
 void test_hooks_read(TestHooks* h);
 // Before step `step`: hangs for good when this rank is to stall there.
 void test_hooks_stall(const TestHooks* h, int rank, int step);
 // After step `step`'s backward, before its decision: the non-finite loss or gradient asked for,
-// and FSDP_TEST_TP_REPLICAS's check of the state the steps before it left (a host wait).
-void test_hooks_poison(const TestHooks* h, Fsdp* f, int rank, int step);
+// and FSDP_TEST_TP_REPLICAS's and FSDP_TEST_PARAM16's checks of the state the steps before it
+// left (a host wait; m: the units' layout).
+void test_hooks_poison(const TestHooks* h, Fsdp* f, const ModelLayout* m, int rank, int step);
 
 #ifdef __cplusplus
 }
