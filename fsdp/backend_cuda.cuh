@@ -941,6 +941,8 @@ static inline void cuda_offload_decide(void* ctx, FsdpStepStats* s, const double
     s->loss_sum = c->h_sumsq[0];
     if (c->pg->shard_comm && c->shard_size > 1) comm_all_reduce_f64(c->pg->shard_comm, &s->loss_sum, 2, COMM_SUM);
     if (c->pg->replicate_size > 1) comm_all_reduce_f64(c->pg->replicate_comm, &s->loss_sum, 1, COMM_SUM);
+    // Tensor parallel: both over the TP group too, in cuda_step_decide's order (bitwise its sums).
+    if (c->pg->tp_size > 1) comm_all_reduce_f64(c->pg->tp_comm, &s->loss_sum, 2, COMM_SUM);
     fsdp_decide_from_sums(s, tokens, grad_clip);
 }
 

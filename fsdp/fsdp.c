@@ -161,14 +161,10 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     // Tensor parallelism: the replicated tensors' gradients are summed over the group before
     // the shard group's reduce-scatter, and the norm counts them on the group's first rank only:
     // the unfused (host-decided) path piece by piece, the fused one in its folds (fold_unit) or,
-    // with HSDP, in its pass over the shards after the replica all-reduce (norm_from_shards).
-    // Not yet: the offloaded path.
+    // with HSDP, in its pass over the shards after the replica all-reduce (norm_from_shards),
+    // the offloaded one on the host over the shards (offload_norm_in_runs).
     if (pg->tp_size > 1 && !be->all_reduce_tp) {
         snprintf(err, errlen, "--tp: this device has no tensor-parallel gradient all-reduce");
-        return 1;
-    }
-    if (pg->tp_size > 1 && f->offload) {
-        snprintf(err, errlen, "--tp: not supported with --offload optimizer yet");
         return 1;
     }
     // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad and the
@@ -536,16 +532,18 @@ static void finish_reduce(Fsdp* f, int g) {
     float* dst = f->grad_shard + f->shard_offset[u];
     if (!f->alias_params) f->be.wait(f->be.ctx, reduce_op(f, g));
     if (f->offload) {
-        // To the host, folded there (the last micro-step's folds count the norm's squares).
+        // To the host, folded there (the last micro-step's folds count the norm's squares; a TP
+        // rank after the first counts its own from the shards: offload_norm_in_runs).
         // A shard group of one copies the slot itself: compute must not rewrite it before the
         // copy has read it (fsdp_grad guards it).
         const void* src = f->alias_params ? f->grad_slot[g] : (const void*)f->rs_out[g];
         const size_t src_bytes = f->alias_params ? f->be.param_bytes : f->be.reduce_out_bytes;
         const int last = f->micro_step == f->micro_steps - 1;
+        const int tp_later = f->pg->tp_size > 1 && f->pg->tp_rank > 0;
         const size_t at = f->shard_offset[u];
         f->be.offload_fold(f->be.ctx, u, dst, (char*)f->grad_stage + at * f->grad_stage_bytes, src, src_bytes,
                            f->units[u].shard, f->alias_params ? -1 : reduce_op(f, g), !f->unit_folded[u],
-                           last && f->pg->replicate_size == 1);
+                           last && f->pg->replicate_size == 1 && !tp_later);
         f->unit_folded[u] = 1;
         if (f->alias_params) f->grad_slot_copy[g] = u;
     } else if (f->fused) {
@@ -669,12 +667,12 @@ void fsdp_end_micro_step(Fsdp* f) {
 
 void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
     const int accumulate = f->micro_step > 0;  // (called before fsdp_end_micro_step)
+    // Every rank of a tensor-parallel group holds the same losses: the first one counts them.
+    if (f->pg->tp_size > 1 && f->pg->tp_rank > 0) n = 0;
     if (f->offload) {
         f->be.sum_into(f->be.ctx, f->d_loss_sum, losses, n, accumulate);
         return;
     }
-    // Every rank of a tensor-parallel group holds the same losses: the first one counts them.
-    if (f->pg->tp_size > 1 && f->pg->tp_rank > 0) n = 0;
     if (f->fused) {
         f->be.sum_into(f->be.ctx, &f->stats->loss_sum, losses, n, accumulate);
         return;
@@ -718,6 +716,21 @@ static void norm_from_shards(Fsdp* f, double* out) {
     f->be.sum_squares_into(f->be.ctx, out, f->grad_shard + from, f->total_shard - from, acc);
 }
 
+// --offload optimizer, tensor parallel on the group's ranks after the first: the sum of squares
+// of the host's gradient shards in runs between the replicated tensors' pieces (TP rank 0
+// counts those), as norm_from_shards on the device. Waits for the folds (the first call).
+static double offload_norm_in_runs(Fsdp* f) {
+    double s = 0.0;
+    size_t from = 0;  // the counted run so far: [from, p->at)
+    for (int i = 0; i < f->n_pieces; i++) {
+        const FlatPiece* p = &f->pieces[i];
+        if (!f->units[p->unit].tensors[p->tensor].tp_replicated) continue;
+        if (p->at > from) s += f->be.offload_sum_squares(f->be.ctx, f->grad_shard + from, p->at - from);
+        from = p->at + (p->hi - p->lo);
+    }
+    return s + f->be.offload_sum_squares(f->be.ctx, f->grad_shard + from, f->total_shard - from);
+}
+
 void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
     notify(f, FSDP_EVENT_OPTIMIZER);
     FsdpStepStats* s = f->stats;
@@ -734,8 +747,11 @@ void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
             f->be.offload_all_reduce_replicas(f->be.ctx, f->grad_shard, f->total_shard);
             f->traffic.replica_reduced += (uint64_t)f->total_shard * sizeof(float);
         }
-        s->sumsq = f->be.offload_sum_squares(f->be.ctx, f->test_norm_from_shards || hsdp ? f->grad_shard : NULL,
-                                             f->total_shard);
+        if (f->pg->tp_size > 1 && f->pg->tp_rank > 0)
+            s->sumsq = offload_norm_in_runs(f);
+        else
+            s->sumsq = f->be.offload_sum_squares(f->be.ctx, f->test_norm_from_shards || hsdp ? f->grad_shard : NULL,
+                                                 f->total_shard);
         f->test_norm_from_shards = 0;
         f->be.offload_decide(f->be.ctx, s, f->d_loss_sum, tokens, grad_clip);
         return;

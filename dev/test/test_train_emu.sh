@@ -62,8 +62,10 @@
 #     (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients unsummed
 #     must fail; TP 2 x HSDP (np=4, staged) vs the cpu; at --lr 0 the bf16 parameters of TP 2
 #     and TP 1 bitwise equal per global element at steps 1-2 (stochastic rounding keyed by the
-#     global element, FSDP_TEST_PARAM16); step 1's norm at TP 2 (all four) that
-#     of TP 1 within 1e-3, which a mutant counting the replicated tensors twice must leave;
+#     global element, FSDP_TEST_PARAM16); --offload optimizer at TP 2 bitwise the GPU's
+#     optimizer (losses, norms, val losses), its replicated tensors bitwise equal on both TP
+#     ranks; step 1's norm at TP 2 (all four) that of TP 1 within 1e-3, which a mutant
+#     counting the replicated tensors twice must leave;
 #   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
 #     np=2 losses: the staged all-gather copies back only the first rank's slice; the bf16
 #     ncclReduceScatter passes recvcount n / 2; and, caught only because the emulator's streams
@@ -373,6 +375,9 @@ FSDP_TEST_TP_REPLICAS=1 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nc
 cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
 nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
 FSDP_TEST_TP_REPLICAS=1 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
+# --offload optimizer at TP 2: the replicated tensors summed over TP before the reduce-scatter,
+# counted once in the host's norm, rounded with the global keys on the host: tp_cuda's run.
+FSDP_TEST_TP_REPLICAS=1 cuda tp_offload 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 --offload optimizer -o "$TMP/tp_offload"
 cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
 # The rounding keyed by the global element: with --lr 0 the master stays and each step rounds
 # it anew (step 1: the first refresh; step 2: AdamW's copy), so TP 2's bf16 parameters are TP
@@ -911,12 +916,13 @@ good tp_cpu tp_hsdp && compare "--tp 2 x HSDP (2 replicas of 1-rank shard groups
     "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_hsdp/metrics.jsonl" --rtol 0.02
 good tp_llama_cpu tp_llama_nccl && compare "Llama (GQA) --tp 2 --comm nccl vs the cpu's np=1 (within 2%)" \
     "$TMP/tp_llama_cpu/metrics.jsonl" "$TMP/tp_llama_nccl/metrics.jsonl" --rtol 0.02
-for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; do
+for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp tp_offload; do
     good $name >/dev/null || continue
     n=$(grep -c '^test hook: at step [1-4] the replicated tensors (.*) are bitwise equal on the 2 TP ranks' "$TMP/$name.log")
     [ "$n" = 4 ] && ok "$TAG $name: the replicated tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at steps 1-4" ||
         not_ok "$TAG $name: $n of 4 replica checks passed: $(grep -m1 'test hook' "$TMP/$name.log")"
 done
+offload_same tp_cuda tp_offload "--tp 2 staged, sampling"
 # The bf16 parameters by global element (FSDP_TEST_PARAM16's hash): TP 2's are TP 1's at both
 # steps, and the two steps' differ (each step draws new bits, so equal hashes are not a given).
 if good sr_tp1 sr_tp2; then
