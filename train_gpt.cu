@@ -678,7 +678,7 @@ static int train_step(Run* r, int step, PendingStep* prev) {
     StepData data = {&r->data.train, r->pg, r->inputs[completed & 1], r->targets[completed & 1], prof, 0.0};
     model_step_grads(model, r->grad_accum, r->dloss, &data);
     loader_advance(&r->data.train, (uint64_t)r->global_seqs);
-    test_hooks_poison(&r->test, f, r->pg->rank, completed);
+    test_hooks_poison(&r->test, f, &model->layout, r->pg->rank, completed);
     // The previous step's figures: on the device they were ready long ago.
     finish_step(r, prev);
     float lr = learning_rate(step, r->max_steps, opt->lr, opt->warmup_steps, opt->final_lr_frac, opt->lr_decay);

@@ -852,35 +852,40 @@ static inline void cuda_adamw(void* ctx, float* param, float* m, float* v, const
 static inline void cuda_adamw_unit(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard,
                                    size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1,
                                    float beta2, float eps, float weight_decay, int t, const FsdpStepStats* stats,
-                                   uint64_t unit_stream, size_t global_begin) {
+                                   uint64_t unit_stream, size_t global_begin, const SrKeyRun* key_runs, int n_key_runs) {
     CudaBackend* c = (CudaBackend*)ctx;
     const uint64_t seed = cuda_backend_sr_seed(c->cfg.seed, unit_stream);
     if (c->cfg.param_fp16)
         adamw_update_cuda(param, m, v, (fp16*)param_shard, grad, n, lr, beta1, beta2, eps, weight_decay, decay_toggles,
-                          n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, seed, global_begin, c->compute);
+                          n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, seed, global_begin, c->compute,
+                          key_runs, n_key_runs);
     else
         adamw_update_cuda(param, m, v, (bf16*)param_shard, grad, n, lr, beta1, beta2, eps, weight_decay, decay_toggles,
-                          n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, seed, global_begin, c->compute);
+                          n_toggles, t, 1.0f, &stats->clip_scale, &stats->skip, seed, global_begin, c->compute,
+                          key_runs, n_key_runs);
     cb_count(c, CB_LEDGER_ADAMW, 30.0 * (double)n);
 }
 
 // param_shard[n] (16-bit) <- master[n]: bf16 by stochastic rounding, element i with the random
-// bits of (seed, unit_stream, step, global_begin + i) (global_begin: master[0]'s index in the
-// unit's flat buffer), so the result does not depend on W nor on how a range is split; fp16
-// to nearest even (param_copy_cuda).
+// bits of (seed, unit_stream, step, key index of global_begin + i) (global_begin: master[0]'s
+// index in the unit's flat buffer; the key index: its index in the unit at TP 1, through
+// key_runs, device memory), so the result depends neither on W, nor on --tp, nor on how a
+// range is split; fp16 to nearest even (param_copy_cuda).
 static inline void cuda_refresh_param_shard_at(void* ctx, void* param_shard, const float* master, size_t n,
-                                               uint64_t unit_stream, size_t global_begin, int step) {
+                                               uint64_t unit_stream, size_t global_begin, const SrKeyRun* key_runs,
+                                               int n_key_runs, int step) {
     CudaBackend* c = (CudaBackend*)ctx;
     const uint64_t seed = cuda_backend_sr_seed(c->cfg.seed, unit_stream);
-    if (c->cfg.param_fp16) param_copy_cuda((fp16*)param_shard, master, n, seed, step, global_begin, c->compute);
-    else param_copy_cuda((bf16*)param_shard, master, n, seed, step, global_begin, c->compute);
+    if (c->cfg.param_fp16)
+        param_copy_cuda((fp16*)param_shard, master, n, seed, step, global_begin, c->compute, key_runs, n_key_runs);
+    else param_copy_cuda((bf16*)param_shard, master, n, seed, step, global_begin, c->compute, key_runs, n_key_runs);
     cb_count(c, CB_LEDGER_ADAMW, 6.0 * (double)n);
 }
 
 // The former whole-arena signature (unit 0, global index = position in the arena): kept for
 // callers of the old FsdpBackend; depends on W, so the engine should use the per-unit one.
 static inline void cuda_refresh_param_shard(void* ctx, void* param_shard, const float* master, size_t n, int step) {
-    cuda_refresh_param_shard_at(ctx, param_shard, master, n, 0, 0, step);
+    cuda_refresh_param_shard_at(ctx, param_shard, master, n, 0, 0, NULL, 0, step);
 }
 
 // ----------------------------------------------------------------------------
@@ -965,13 +970,16 @@ static inline void cuda_offload_decide(void* ctx, FsdpStepStats* s, const double
     s->loss_sum = c->h_sumsq[0];
     if (c->pg->shard_comm && c->shard_size > 1) comm_all_reduce_f64(c->pg->shard_comm, &s->loss_sum, 2, COMM_SUM);
     if (c->pg->replicate_size > 1) comm_all_reduce_f64(c->pg->replicate_comm, &s->loss_sum, 1, COMM_SUM);
+    // Tensor parallel: both over the TP group too, in cuda_step_decide's order (bitwise its sums).
+    if (c->pg->tp_size > 1) comm_all_reduce_f64(c->pg->tp_comm, &s->loss_sum, 2, COMM_SUM);
     fsdp_decide_from_sums(s, tokens, grad_clip);
 }
 
 static inline void cuda_offload_adamw(void* ctx, int u, float* param, float* m, float* v, const float* grad,
                                       void* host_stage, size_t n, const uint64_t* decay_toggles, int n_toggles,
                                       float lr, float beta1, float beta2, float eps, float weight_decay, int t,
-                                      const FsdpStepStats* stats, uint64_t unit_stream, size_t global_begin) {
+                                      const FsdpStepStats* stats, uint64_t unit_stream, size_t global_begin,
+                                      const SrKeyRun* key_runs, int n_key_runs) {
     CudaBackend* c = (CudaBackend*)ctx;
     HostAdamw a;
     memset(&a, 0, sizeof a);
@@ -993,14 +1001,17 @@ static inline void cuda_offload_adamw(void* ctx, int u, float* param, float* m, 
     a.skip = stats->skip;
     a.seed = cuda_backend_sr_seed(c->cfg.seed, unit_stream);
     a.global_begin = global_begin;
+    a.key_runs = key_runs;
+    a.n_key_runs = n_key_runs;
     host_optimizer_adamw(c->host_opt, u, &a);
 }
 
 static inline void cuda_offload_round(void* ctx, int u, void* host_stage, const float* master, size_t n,
-                                      uint64_t unit_stream, size_t global_begin, int step) {
+                                      uint64_t unit_stream, size_t global_begin, const SrKeyRun* key_runs,
+                                      int n_key_runs, int step) {
     CudaBackend* c = (CudaBackend*)ctx;
     host_optimizer_round(c->host_opt, u, (uint16_t*)host_stage, master, n, cuda_backend_sr_seed(c->cfg.seed, unit_stream),
-                         step, global_begin);
+                         step, global_begin, key_runs, n_key_runs);
 }
 
 static inline void cuda_offload_upload(void* ctx, int u, void* param_shard, const void* host_stage, size_t bytes,

@@ -114,7 +114,7 @@ static void sim_adamw(void* ctx, float* param, float* m, float* v, const float* 
     sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, 15.0 * n, 28.0 * n);
 }
 static void sim_refresh_param_shard(void* ctx, void* param_shard, const float* master, size_t n, uint64_t unit_stream,
-                                    size_t global_begin, int step) {
+                                    size_t global_begin, const SrKeyRun* key_runs, int n_key_runs, int step) {
     sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, 4.0 * n, 6.0 * n);
 }
 static void sim_fold_grad(void* ctx, float* dst, const void* src, size_t src_bytes, size_t n, int first, int sum_squares) {
@@ -130,7 +130,7 @@ static void sim_folded_sum_squares(void* ctx, double* out) {
 static void sim_adamw_unit(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard, size_t n,
                            const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2, float eps,
                            float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream,
-                           size_t global_begin) {
+                           size_t global_begin, const SrKeyRun* key_runs, int n_key_runs) {
     sim_kernel(((SimBackend*)ctx)->clock, SIM_WORK_VECTOR, 18.0 * n, 30.0 * n);
 }
 
@@ -175,14 +175,14 @@ static void sim_offload_decide(void* ctx, FsdpStepStats* st, const double* d_los
 static void sim_offload_adamw(void* ctx, int u, float* param, float* m, float* v, const float* grad, void* host_stage,
                               size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2,
                               float eps, float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream,
-                              size_t global_begin) {
+                              size_t global_begin, const SrKeyRun* key_runs, int n_key_runs) {
     SimBackend* s = (SimBackend*)ctx;
     offload_grow(s, u);
     s->host += 30.0 * (double)n / s->cfg.host_mem_bw;  // master, m, v, grad read; master, m, v, bf16 written
     s->host_end[u] = s->host;
 }
 static void sim_offload_round(void* ctx, int u, void* host_stage, const float* master, size_t n, uint64_t unit_stream,
-                              size_t global_begin, int step) {
+                              size_t global_begin, const SrKeyRun* key_runs, int n_key_runs, int step) {
     SimBackend* s = (SimBackend*)ctx;
     offload_grow(s, u);
     s->host += 6.0 * (double)n / s->cfg.host_mem_bw;

@@ -88,6 +88,38 @@ static int build_decay_tables(Fsdp* f, char* err, size_t errlen) {
     return 0;
 }
 
+// Per unit, its stochastic-rounding key table (flat_unit_key_runs: under tensor parallelism,
+// where each element of this rank's unit is in the unit at TP 1), back to back, where the
+// rounding reads it: device memory, or host memory with --offload optimizer. Without tensor
+// parallelism every table is the identity: nothing is allocated, and the rounding keys each
+// element by its own index as it always has.
+static int build_key_tables(Fsdp* f, char* err, size_t errlen) {
+    f->key_run_at = (int*)calloc((size_t)f->n_units + 1, sizeof(int));
+    SrKeyRun* host = (SrKeyRun*)malloc(sizeof(SrKeyRun) * FLAT_UNIT_MAX_KEY_RUNS);
+    if (!f->key_run_at || !host) { free(host); snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
+    int n = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        f->key_run_at[u] = n;
+        n += flat_unit_key_runs(&f->units[u], host);
+    }
+    f->key_run_at[f->n_units] = n;
+    if (n == 0) { free(host); return 0; }
+    SrKeyRun* all = (SrKeyRun*)realloc(host, sizeof(SrKeyRun) * ((size_t)n + FLAT_UNIT_MAX_KEY_RUNS));
+    if (!all) { free(host); snprintf(err, errlen, "fsdp: out of host memory"); return 1; }
+    for (int u = 0; u < f->n_units; u++) flat_unit_key_runs(&f->units[u], all + f->key_run_at[u]);
+    if (f->offload) {  // the host's rounding reads it where it is
+        f->key_runs = all;
+        return 0;
+    }
+    // Whole 256-byte blocks, counted in the budget like every device buffer of the engine.
+    const size_t bytes = ((size_t)n * sizeof(SrKeyRun) + 255) / 256 * 256;
+    f->key_runs = (SrKeyRun*)f->be.alloc(f->be.ctx, bytes);
+    f->be.copy_to_device(f->be.ctx, f->key_runs, all, (size_t)n * sizeof(SrKeyRun));
+    f->memory.shard_state += bytes;
+    free(all);
+    return 0;
+}
+
 int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
               const FlatUnit* units, int n_units, char* err, size_t errlen) {
     memset(f, 0, sizeof(*f));
@@ -129,14 +161,10 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     // Tensor parallelism: the replicated tensors' gradients are summed over the group before
     // the shard group's reduce-scatter, and the norm counts them on the group's first rank only:
     // the unfused (host-decided) path piece by piece, the fused one in its folds (fold_unit) or,
-    // with HSDP, in its pass over the shards after the replica all-reduce (norm_from_shards).
-    // Not yet: the offloaded path.
+    // with HSDP, in its pass over the shards after the replica all-reduce (norm_from_shards),
+    // the offloaded one on the host over the shards (offload_norm_in_runs).
     if (pg->tp_size > 1 && !be->all_reduce_tp) {
         snprintf(err, errlen, "--tp: this device has no tensor-parallel gradient all-reduce");
-        return 1;
-    }
-    if (pg->tp_size > 1 && f->offload) {
-        snprintf(err, errlen, "--tp: not supported with --offload optimizer yet");
         return 1;
     }
     // The unfused path adds fp32 reduce-scatter outputs (accumulate); only fold_grad and the
@@ -224,6 +252,7 @@ int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const Fsdp
     }
     for (int u = 0; u < n_units; u++) f->unit_grad_slot[u] = -1;
     if ((f->fused || f->offload) && build_decay_tables(f, err, errlen)) return 1;
+    if ((f->fused || f->offload || be->refresh_param_shard) && build_key_tables(f, err, errlen)) return 1;
     // The step's decision: on the device on the fused path (then the host only reads a copy
     // of it, when it asks), else in host memory.
     if (f->fused) {
@@ -257,6 +286,8 @@ void fsdp_free(Fsdp* f) {
         // master, m, v are the host mirror (released below); the decay table is host memory
         free(f->decay_toggles);
         f->decay_toggles = NULL;
+        free(f->key_runs);
+        f->key_runs = NULL;
     }
     for (int s = 0; s < f->n_param_slots; s++) if (f->param_slot[s]) be->release(be->ctx, f->param_slot[s]);
     for (int g = 0; g < f->n_grad_slots; g++) {
@@ -264,7 +295,8 @@ void fsdp_free(Fsdp* f) {
         if (f->rs_out[g]) be->release(be->ctx, f->rs_out[g]);
     }
     if (f->decay_toggles) be->release(be->ctx, f->decay_toggles);
-    free(f->unit_folded); free(f->toggle_at);
+    if (f->key_runs) be->release(be->ctx, f->key_runs);
+    free(f->unit_folded); free(f->toggle_at); free(f->key_run_at);
     if (f->param_shard != f->master) be->release(be->ctx, f->param_shard);
     if (f->host_master != f->master) {
         be->release_host(be->ctx, f->host_master);
@@ -320,13 +352,15 @@ static void refresh_param_shards(Fsdp* f, int step) {
         fsdp_owned_range(f, u, &begin, &end);
         if (f->offload) {
             f->be.offload_round(f->be.ctx, u, (char*)f->param_stage + f->shard_offset[u] * f->be.param_bytes,
-                                f->master + f->shard_offset[u], f->units[u].shard, (uint64_t)u, begin, step);
+                                f->master + f->shard_offset[u], f->units[u].shard, (uint64_t)u, begin,
+                                f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u], step);
             f->unit_stale[u] = SHARD_STALE;
             continue;
         }
         char* shard = (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
         f->be.refresh_param_shard(f->be.ctx, shard, f->master + f->shard_offset[u], f->units[u].shard,
-                                  (uint64_t)u, begin, step);
+                                  (uint64_t)u, begin, f->key_runs + f->key_run_at[u],
+                                  f->key_run_at[u + 1] - f->key_run_at[u], step);
     }
 }
 
@@ -498,16 +532,18 @@ static void finish_reduce(Fsdp* f, int g) {
     float* dst = f->grad_shard + f->shard_offset[u];
     if (!f->alias_params) f->be.wait(f->be.ctx, reduce_op(f, g));
     if (f->offload) {
-        // To the host, folded there (the last micro-step's folds count the norm's squares).
+        // To the host, folded there (the last micro-step's folds count the norm's squares; a TP
+        // rank after the first counts its own from the shards: offload_norm_in_runs).
         // A shard group of one copies the slot itself: compute must not rewrite it before the
         // copy has read it (fsdp_grad guards it).
         const void* src = f->alias_params ? f->grad_slot[g] : (const void*)f->rs_out[g];
         const size_t src_bytes = f->alias_params ? f->be.param_bytes : f->be.reduce_out_bytes;
         const int last = f->micro_step == f->micro_steps - 1;
+        const int tp_later = f->pg->tp_size > 1 && f->pg->tp_rank > 0;
         const size_t at = f->shard_offset[u];
         f->be.offload_fold(f->be.ctx, u, dst, (char*)f->grad_stage + at * f->grad_stage_bytes, src, src_bytes,
                            f->units[u].shard, f->alias_params ? -1 : reduce_op(f, g), !f->unit_folded[u],
-                           last && f->pg->replicate_size == 1);
+                           last && f->pg->replicate_size == 1 && !tp_later);
         f->unit_folded[u] = 1;
         if (f->alias_params) f->grad_slot_copy[g] = u;
     } else if (f->fused) {
@@ -631,12 +667,12 @@ void fsdp_end_micro_step(Fsdp* f) {
 
 void fsdp_add_loss(Fsdp* f, const float* losses, size_t n) {
     const int accumulate = f->micro_step > 0;  // (called before fsdp_end_micro_step)
+    // Every rank of a tensor-parallel group holds the same losses: the first one counts them.
+    if (f->pg->tp_size > 1 && f->pg->tp_rank > 0) n = 0;
     if (f->offload) {
         f->be.sum_into(f->be.ctx, f->d_loss_sum, losses, n, accumulate);
         return;
     }
-    // Every rank of a tensor-parallel group holds the same losses: the first one counts them.
-    if (f->pg->tp_size > 1 && f->pg->tp_rank > 0) n = 0;
     if (f->fused) {
         f->be.sum_into(f->be.ctx, &f->stats->loss_sum, losses, n, accumulate);
         return;
@@ -680,6 +716,21 @@ static void norm_from_shards(Fsdp* f, double* out) {
     f->be.sum_squares_into(f->be.ctx, out, f->grad_shard + from, f->total_shard - from, acc);
 }
 
+// --offload optimizer, tensor parallel on the group's ranks after the first: the sum of squares
+// of the host's gradient shards in runs between the replicated tensors' pieces (TP rank 0
+// counts those), as norm_from_shards on the device. Waits for the folds (the first call).
+static double offload_norm_in_runs(Fsdp* f) {
+    double s = 0.0;
+    size_t from = 0;  // the counted run so far: [from, p->at)
+    for (int i = 0; i < f->n_pieces; i++) {
+        const FlatPiece* p = &f->pieces[i];
+        if (!f->units[p->unit].tensors[p->tensor].tp_replicated) continue;
+        if (p->at > from) s += f->be.offload_sum_squares(f->be.ctx, f->grad_shard + from, p->at - from);
+        from = p->at + (p->hi - p->lo);
+    }
+    return s + f->be.offload_sum_squares(f->be.ctx, f->grad_shard + from, f->total_shard - from);
+}
+
 void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
     notify(f, FSDP_EVENT_OPTIMIZER);
     FsdpStepStats* s = f->stats;
@@ -696,8 +747,11 @@ void fsdp_step_decide(Fsdp* f, double tokens, float grad_clip) {
             f->be.offload_all_reduce_replicas(f->be.ctx, f->grad_shard, f->total_shard);
             f->traffic.replica_reduced += (uint64_t)f->total_shard * sizeof(float);
         }
-        s->sumsq = f->be.offload_sum_squares(f->be.ctx, f->test_norm_from_shards || hsdp ? f->grad_shard : NULL,
-                                             f->total_shard);
+        if (f->pg->tp_size > 1 && f->pg->tp_rank > 0)
+            s->sumsq = offload_norm_in_runs(f);
+        else
+            s->sumsq = f->be.offload_sum_squares(f->be.ctx, f->test_norm_from_shards || hsdp ? f->grad_shard : NULL,
+                                                 f->total_shard);
         f->test_norm_from_shards = 0;
         f->be.offload_decide(f->be.ctx, s, f->d_loss_sum, tokens, grad_clip);
         return;
@@ -768,7 +822,8 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
             f->be.offload_adamw(f->be.ctx, u, f->master + at, f->adam_m + at, f->adam_v + at, f->grad_shard + at,
                                 (char*)f->param_stage + at * f->be.param_bytes, f->units[u].shard,
                                 f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
-                                beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin);
+                                beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin,
+                                f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u]);
             f->unit_stale[u] = SHARD_STALE;
         }
         f->params_dirty = 1;
@@ -777,19 +832,18 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
     if (f->fused) {
         // One pass per unit over master, m, v and the gradient, writing the compute-dtype
         // shard as refresh_param_shards would (so there is no refresh pass). Tensor parallel:
-        // a replicated tensor lies at the same flat positions on every rank of the TP group
-        // (their layouts are identical), with the same gradient and decision, so its rounding
-        // keys (unit, step, position) and its new values are the same there too: the replicas
-        // stay bitwise equal (test_train_emu checks it, FSDP_TEST_TP_REPLICAS). A split
-        // tensor's key is its position in this rank's unit, not in the global tensor, so the
-        // rounding of a TP run depends on N.
+        // an element's rounding key is (unit, step, its index in the unit at TP 1: the key
+        // runs), so a value rounds the same whatever N; a replicated tensor, with the same
+        // gradient and decision on every rank of the TP group, gets the same key there too:
+        // the replicas stay bitwise equal (test_train_emu checks it, FSDP_TEST_TP_REPLICAS).
         for (int u = 0; u < f->n_units; u++) {
             size_t begin, end, at = f->shard_offset[u];
             fsdp_owned_range(f, u, &begin, &end);
             f->be.adamw_unit(f->be.ctx, f->master + at, f->adam_m + at, f->adam_v + at, f->grad_shard + at,
                              (char*)f->param_shard + at * f->be.param_bytes, f->units[u].shard,
                              f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
-                             beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin);
+                             beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin,
+                             f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u]);
         }
         f->params_dirty = 1;
         return;

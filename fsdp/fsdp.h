@@ -137,11 +137,14 @@ typedef struct FsdpBackend {
                   float grad_scale);
     // Refresh the compute-dtype shard of one unit from its fp32 master after the update (NULL
     // when they are the same buffer, as on the CPU). Rounding may be stochastic: its random
-    // stream is a function of (unit_stream, step, global_begin + i) for element i, where
-    // global_begin is the index of master[0] in the unit's flat buffer, so the rounded
-    // values do not depend on the world size.
+    // stream is a function of (unit_stream, step, the key index of global_begin + i) for
+    // element i, where global_begin is the index of master[0] in the unit's flat buffer and
+    // the key index is that index in the unit at TP 1 (sr_key_index through the unit's
+    // key_runs, flat_unit_key_runs' table in device memory; n_key_runs 0: itself), so the
+    // rounded values depend neither on the world size nor on --tp.
     void (*refresh_param_shard)(void* ctx, void* param_shard, const float* master, size_t n,
-                                uint64_t unit_stream, size_t global_begin, int step);
+                                uint64_t unit_stream, size_t global_begin, const SrKeyRun* key_runs,
+                                int n_key_runs, int step);
 
     // Optional fused optimizer path (these and the step decision's below, or none; NULL on the CPU, whose reference
     // order the engine keeps). With it the engine never zeroes the gradient shards, folds
@@ -163,7 +166,7 @@ typedef struct FsdpBackend {
     void (*adamw_unit)(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard, size_t n,
                        const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream,
-                       size_t global_begin);
+                       size_t global_begin, const SrKeyRun* key_runs, int n_key_runs);
 
     // The step's decision: s holds this rank's loss_sum and sumsq (adjacent doubles); sums
     // loss_sum over the world and sumsq over the shard group, then fsdp_decide_from_sums. On
@@ -204,14 +207,16 @@ typedef struct FsdpBackend {
     // world's sums and fsdp_decide_from_sums.
     void (*offload_decide)(void* ctx, FsdpStepStats* s, const double* d_loss_sum, double tokens, float grad_clip);
     // AdamW on the host over unit u's shard (stats: host memory, the decision), the new
-    // compute-dtype shard into host_stage as adamw_unit would round it; queued, returns at once.
+    // compute-dtype shard into host_stage as adamw_unit would round it (decay_toggles and
+    // key_runs in host memory); queued, returns at once.
     void (*offload_adamw)(void* ctx, int u, float* param, float* m, float* v, const float* grad, void* host_stage,
                           size_t n, const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2,
                           float eps, float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream,
-                          size_t global_begin);
-    // host_stage <- master rounded as refresh_param_shard rounds it (queued on the host).
+                          size_t global_begin, const SrKeyRun* key_runs, int n_key_runs);
+    // host_stage <- master rounded as refresh_param_shard rounds it (queued on the host;
+    // key_runs in host memory).
     void (*offload_round)(void* ctx, int u, void* host_stage, const float* master, size_t n, uint64_t unit_stream,
-                          size_t global_begin, int step);
+                          size_t global_begin, const SrKeyRun* key_runs, int n_key_runs, int step);
     // Waits for unit u's host work, then copies host_stage to param_shard (device) on the copy
     // stream, after the previous step's last reads of param_shard (the decision marks them);
     // the next collective waits for the copy (read_by_compute: the engine's offload_guard(u, 1)
@@ -314,8 +319,13 @@ typedef struct {
     unsigned char* unit_folded;  // [n_units]
     uint64_t* decay_toggles;     // device memory, every unit's table back to back
     int* toggle_at;              // [n_units + 1] where unit u's table starts in decay_toggles
+    // The units' stochastic-rounding key tables (flat_unit_key_runs), back to back, in device
+    // memory (host memory with --offload optimizer); NULL when every unit's is the identity
+    // (no tensor parallelism): key_run_at[u + 1] - key_run_at[u] == 0 for every u then.
+    SrKeyRun* key_runs;
+    int* key_run_at;             // [n_units + 1] where unit u's table starts in key_runs
     // --offload optimizer: master, adam_m, adam_v and grad_shard are pinned host memory (the
-    // host mirror is the state itself), decay_toggles too; the step's loss sum is summed on
+    // host mirror is the state itself), decay_toggles and key_runs too; the step's loss sum is summed on
     // the device; per unit, where the device's compute-dtype shard stands against the host's.
     int offload;
     double* d_loss_sum;          // device memory

@@ -30,6 +30,8 @@ typedef struct {
     uint64_t seed;
     int step;
     size_t global_begin;
+    const SrKeyRun* key_runs;
+    int n_key_runs;
 } Task;
 
 struct HostOptimizer {
@@ -105,8 +107,16 @@ static inline uint16_t round_bf16(float x, uint64_t key, uint64_t index) {
     return (uint16_t)((u >> 16) | ((u & 0x007fffffu) ? 0x0040u : 0u));
 }
 
-// Blocks of elements per OpenMP iteration: each finds its weight decay by a binary search of
-// the toggles at its start, then walks them.
+// The rounding key index of element i of a unit, for i rising through a block: *at is the
+// key run of the previous one (the block's first: sr_run_find), walked on as the kernels do.
+static inline uint64_t key_index_walk(const SrKeyRun* runs, int n_runs, int* at, uint64_t i) {
+    if (n_runs == 0) return i;
+    while (*at + 1 < n_runs && runs[*at + 1].local_begin <= i) (*at)++;
+    return sr_run_index(&runs[*at], i);
+}
+
+// Blocks of elements per OpenMP iteration: each finds its weight decay and its key run by a
+// binary search at its start, then walks them.
 #define ADAMW_BLOCK 4096
 static void adamw(const HostAdamw* a) {
     if (a->skip || a->n == 0) return;
@@ -125,6 +135,7 @@ static void adamw(const HostAdamw* a) {
             else r = mid;
         }
         passed = l;
+        int run = sr_run_find(a->key_runs, a->n_key_runs, a->global_begin + lo);
         for (size_t i = lo; i < hi; i++) {
             while (passed < a->n_toggles && a->decay_toggles[passed] <= i) passed++;
             const float wd = (passed & 1) ? a->weight_decay : 0.0f;
@@ -134,15 +145,22 @@ static void adamw(const HostAdamw* a) {
             a->param[i] = p;
             a->m[i] = m;
             a->v[i] = v;
-            a->param_bf16[i] = round_bf16(p, key, a->global_begin + i);
+            a->param_bf16[i] = round_bf16(p, key, key_index_walk(a->key_runs, a->n_key_runs, &run, a->global_begin + i));
         }
     }
 }
 
-static void round_shard(uint16_t* dst, const float* src, size_t n, uint64_t seed, int step, size_t global_begin) {
-    const uint64_t key = sr_key(seed, step);
+static void round_shard(const Task* t) {
+    const uint64_t key = sr_key(t->seed, t->step);
+    const size_t blocks = (t->n + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
     #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) dst[i] = round_bf16(src[i], key, global_begin + i);
+    for (size_t b = 0; b < blocks; b++) {
+        const size_t lo = b * ADAMW_BLOCK, hi = lo + ADAMW_BLOCK < t->n ? lo + ADAMW_BLOCK : t->n;
+        int run = sr_run_find(t->key_runs, t->n_key_runs, t->global_begin + lo);
+        for (size_t i = lo; i < hi; i++)
+            t->round_dst[i] = round_bf16(t->round_src[i], key,
+                                         key_index_walk(t->key_runs, t->n_key_runs, &run, t->global_begin + i));
+    }
 }
 
 // The worker waits for unit u's copy: yield first, then 50 us sleeps, up to the deadline.
@@ -190,7 +208,7 @@ static void* worker(void* arg) {
             } else if (t.kind == TASK_ADAMW) {
                 adamw(&t.adamw);
             } else {
-                round_shard(t.round_dst, t.round_src, t.n, t.seed, t.step, t.global_begin);
+                round_shard(&t);
             }
         }
         pthread_mutex_lock(&h->mu);
@@ -270,9 +288,9 @@ void host_optimizer_adamw(HostOptimizer* h, int u, const HostAdamw* a) {
 }
 
 void host_optimizer_round(HostOptimizer* h, int u, uint16_t* dst, const float* master, size_t n, uint64_t seed,
-                          int step, size_t global_begin) {
+                          int step, size_t global_begin, const SrKeyRun* key_runs, int n_key_runs) {
     const Task t = {.kind = TASK_ROUND, .unit = u, .round_dst = dst, .round_src = master, .n = n, .seed = seed,
-                    .step = step, .global_begin = global_begin};
+                    .step = step, .global_begin = global_begin, .key_runs = key_runs, .n_key_runs = n_key_runs};
     push(h, &t);
 }
 

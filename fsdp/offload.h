@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/optimizer_math.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,7 +41,8 @@ void host_optimizer_fold(HostOptimizer* h, int u, float* dst, const void* src, s
 // AdamW over a unit's shard (adamw_element per element, grad scaled by clip_scale; nothing
 // when skip), weight decay inside decay_toggles' runs (sorted element indices where it
 // switches on or off), then param_bf16[i] = the stochastic rounding of param[i] with the
-// bits of (seed, t, global_begin + i).
+// bits of (seed, t, sr_key_index(key_runs, n_key_runs, global_begin + i)): the element's
+// index in the unit at TP 1 (no runs: global_begin + i).
 typedef struct {
     float *param, *m, *v;
     const float* grad;
@@ -51,11 +54,14 @@ typedef struct {
     int t, skip;
     uint64_t seed;
     size_t global_begin;
+    const SrKeyRun* key_runs;
+    int n_key_runs;
 } HostAdamw;
 void host_optimizer_adamw(HostOptimizer* h, int u, const HostAdamw* a);
-// dst[i] = the stochastic rounding of master[i] with the bits of (seed, step, global_begin + i).
+// dst[i] = the stochastic rounding of master[i] with the bits of (seed, step, the key index
+// of global_begin + i), as HostAdamw's.
 void host_optimizer_round(HostOptimizer* h, int u, uint16_t* dst, const float* master, size_t n, uint64_t seed,
-                          int step, size_t global_begin);
+                          int step, size_t global_begin, const SrKeyRun* key_runs, int n_key_runs);
 
 // Waits until every task queued for unit u (or every task) has run. 0, or 1 with the
 // worker's error in err (a copy that failed or never landed).

@@ -24,8 +24,10 @@
 //
 // Stochastic rounding (adamw_update_cuda, param_copy_cuda, bf16): the random bits of
 // element i are sr_bits(sr_key(seed, step), global_offset + i) (cuda_common.cuh), where
-// global_offset is the GLOBAL index of element 0 of the range in its flat unit. So the
-// result does not depend on the world size, on the sharding, nor on how a range is split
+// global_offset is the GLOBAL index of element 0 of the range in its flat unit (under
+// tensor parallelism, the index of global_offset + i in this rank's unit goes through the
+// unit's key runs, optimizer_math.h's sr_key_index, to its index in the unit at TP 1). So the
+// result does not depend on the world size, on the sharding, on --tp, nor on how a range is split
 // into launches, and the fused AdamW copy equals param_copy_cuda of the updated
 // master with the same (seed, step, global_offset). Give each flat unit its own seed
 // (e.g. a hash of the run seed and the unit index) so that units do not share bits.
@@ -224,17 +226,34 @@ static inline void grad_clip_scale_cuda(float* scale, float* norm_out, const dou
 // ----------------------------------------------------------------------------
 // AdamW and the compute-dtype parameter copy
 
-// The compute-dtype copy of 8 fp32 master values (cnt valid), element e having global index
-// gidx0 + e: bf16 is stochastically rounded; fp16 (10 mantissa bits, and loss scaling for its
-// small range) is rounded to nearest even, as mixed-precision training with fp32 master
-// weights does (apex, DeepSpeed's fp16 optimizer), and key is unused.
+// The compute-dtype copy of 8 fp32 master values (cnt valid), element e being element
+// gidx0 + e of its flat unit: bf16 is stochastically rounded, keyed by the element's index in
+// the global unit (sr_key_index through runs[n_runs]; n_runs 0: gidx0 + e itself); fp16 (10
+// mantissa bits, and loss scaling for its small range) is rounded to nearest even, as
+// mixed-precision training with fp32 master weights does (apex, DeepSpeed's fp16 optimizer),
+// and key and runs are unused.
 template <class T16>
-__device__ __forceinline__ void store8_param(T16* p, const float* v, bool full, int cnt, uint64_t key, uint64_t gidx0) {
+__device__ __forceinline__ void store8_param(T16* p, const float* v, bool full, int cnt, uint64_t key, uint64_t gidx0,
+                                             const SrKeyRun* runs, int n_runs) {
     Packed128<T16> r;
+    if constexpr (std::is_same<T16, bf16>::value) {
+        uint64_t idx[8];
+        if (n_runs == 0) {
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        if constexpr (std::is_same<T16, bf16>::value) r[k] = sr_round_bf16(v[k], sr_bits(key, gidx0 + k));
-        else r[k] = from_float<T16>(v[k]);
+            for (int k = 0; k < 8; k++) idx[k] = gidx0 + k;
+        } else {  // one search, then the 8 elements walk on (as adamw_kernel's decay toggles)
+            int at = sr_run_find(runs, n_runs, gidx0);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                while (at + 1 < n_runs && runs[at + 1].local_begin <= gidx0 + k) at++;
+                idx[k] = sr_run_index(&runs[at], gidx0 + k);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) r[k] = sr_round_bf16(v[k], sr_bits(key, idx[k]));
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) r[k] = from_float<T16>(v[k]);
     }
     if (full) {
         store128(p, r);
@@ -246,11 +265,12 @@ __device__ __forceinline__ void store8_param(T16* p, const float* v, bool full, 
 
 template <bool VEC, class T16>
 static __global__ void __launch_bounds__(kFlatThreads)
-param_copy_kernel(T16* dst, const float* src, size_t n, uint64_t key, uint64_t global_offset) {
+param_copy_kernel(T16* dst, const float* src, size_t n, uint64_t key, uint64_t global_offset,
+                  const SrKeyRun* key_runs, int n_key_runs) {
     FLAT_PROLOGUE(n)
     float s[8];
     load8_or_n(s, src + i0, full, cnt);
-    store8_param(dst + i0, s, full, cnt, key, global_offset + i0);
+    store8_param(dst + i0, s, full, cnt, key, global_offset + i0, key_runs, n_key_runs);
 }
 
 // adamw_update's arithmetic, element by element, in the same order of float operations
@@ -262,7 +282,7 @@ adamw_kernel(float* param, float* m, float* v, T16* param16, const float* grad, 
              float lr, float beta1, float beta2, float omb1, float omb2, float bc1, float bc2,
              float eps, float weight_decay, const uint64_t* decay_toggles, int n_toggles,
              float grad_scale, const float* d_grad_scale, const int* d_skip, uint64_t key,
-             uint64_t global_offset) {
+             uint64_t global_offset, const SrKeyRun* key_runs, int n_key_runs) {
     if (d_skip != NULL && *d_skip) return;  // the step's decision: a non-finite loss or norm
     FLAT_PROLOGUE(n)
     const float scale = d_grad_scale != NULL ? grad_scale * *d_grad_scale : grad_scale;
@@ -295,19 +315,23 @@ adamw_kernel(float* param, float* m, float* v, T16* param16, const float* grad, 
     store8_or_n(param + i0, p, full, cnt);
     store8_or_n(m + i0, mm, full, cnt);
     store8_or_n(v + i0, vv, full, cnt);
-    if (param16 != NULL) store8_param(param16 + i0, p, full, cnt, key, global_offset + i0);
+    if (param16 != NULL) store8_param(param16 + i0, p, full, cnt, key, global_offset + i0, key_runs, n_key_runs);
 }
 
 // dst[n] = the compute-dtype copy of the fp32 master src, as store8_param rounds it: bf16
-// stochastically, element i with sr_bits(sr_key(seed, step), global_offset + i); fp16 to
-// nearest even.
+// stochastically, element i with sr_bits(sr_key(seed, step), sr_key_index(key_runs,
+// n_key_runs, global_offset + i)), key_runs in device memory (none: global_offset + i
+// itself); fp16 to nearest even.
 template <class T16>
 static inline void param_copy_cuda(T16* dst, const float* src, size_t n, uint64_t seed,
-                                   int step, size_t global_offset, cudaStream_t stream) {
+                                   int step, size_t global_offset, cudaStream_t stream,
+                                   const SrKeyRun* key_runs = NULL, int n_key_runs = 0) {
     if (n == 0) return;
     const uint64_t key = sr_key(seed, step);
-    if (all_aligned16(dst, src)) param_copy_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset);
-    else param_copy_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset);
+    if (all_aligned16(dst, src))
+        param_copy_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset, key_runs, n_key_runs);
+    else
+        param_copy_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(dst, src, n, key, global_offset, key_runs, n_key_runs);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -318,7 +342,8 @@ static inline void param_copy_cuda(T16* dst, const float* src, size_t n, uint64_
 // d_skip (device) != NULL and *d_skip: nothing is read or written (a skipped step).
 // When param16 != NULL, param16[i] = the compute-dtype copy of the new param[i], rounded as
 // param_copy_cuda rounds it (bf16: stochastically with sr_bits(sr_key(seed, t),
-// global_offset + i); fp16: to nearest even). With no copy, pass (bf16*)NULL.
+// sr_key_index(key_runs, n_key_runs, global_offset + i)); fp16: to nearest even). With no
+// copy, pass (bf16*)NULL.
 //
 // decay_toggles (device memory, sorted, n_toggles of them) or NULL: the elements that decay
 // are those with an odd number of toggles at or before their index; the others use 0. One
@@ -329,7 +354,8 @@ static inline void adamw_update_cuda(float* param, float* m, float* v, T16* para
                                      float beta2, float eps, float weight_decay,
                                      const uint64_t* decay_toggles, int n_toggles, int t,
                                      float grad_scale, const float* d_grad_scale, const int* d_skip,
-                                     uint64_t seed, size_t global_offset, cudaStream_t stream) {
+                                     uint64_t seed, size_t global_offset, cudaStream_t stream,
+                                     const SrKeyRun* key_runs = NULL, int n_key_runs = 0) {
     CUDA_REQUIRE(t >= 1, "t = %d: the step count is 1-based", t);
     if (n == 0) return;
     const float bc1 = (float)(1.0 - pow((double)beta1, (double)t));
@@ -339,11 +365,13 @@ static inline void adamw_update_cuda(float* param, float* m, float* v, T16* para
     if (all_aligned16(param, m, v, grad, param16)) {
         adamw_kernel<true><<<flat_grid(n), kFlatThreads, 0, stream>>>(
             param, m, v, param16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
-            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset);
+            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset,
+            key_runs, n_key_runs);
     } else {
         adamw_kernel<false><<<flat_grid(n), kFlatThreads, 0, stream>>>(
             param, m, v, param16, grad, n, lr, beta1, beta2, omb1, omb2, bc1, bc2, eps,
-            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset);
+            weight_decay, decay_toggles, n_toggles, grad_scale, d_grad_scale, d_skip, key, global_offset,
+            key_runs, n_key_runs);
     }
     CUDA_LAUNCH_CHECK();
 }

@@ -53,7 +53,10 @@ OPT_MATH void adamw_element(float* p, float* m, float* v, float g, float lr, flo
 //   r   = sr_bits(key, i)            the splitmix64 output for counter i + 1 of a stream seeded
 //                                    with key; the top 16 bits are used
 // with i the element's GLOBAL index in its flat unit, so a value is rounded the same way
-// whatever the world size, the sharding, the device and the way a range is split.
+// whatever the world size, the sharding, the device and the way a range is split. Under
+// tensor parallelism a rank's unit holds only its part of the split tensors: i is then the
+// element's index in the unit as it is at TP 1 (the global unit: the same tensors whole),
+// found through the unit's SrKeyRun table (sr_key_index), so a value rounds the same at any --tp.
 OPT_MATH uint64_t splitmix64_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -70,6 +73,51 @@ OPT_MATH uint32_t sr_bits(uint64_t key, uint64_t index) {
 OPT_MATH uint64_t sr_unit_seed(uint64_t seed, uint64_t unit_stream) {
     return splitmix64_mix(seed ^ splitmix64_mix(0x756e697473726e67ull + unit_stream));
 }
+
+// A run of a unit's local elements and their places in the global unit: local element
+// local_begin + j (j < rows * cols) is global element
+//   global_begin + (j / cols) * global_stride + j % cols
+// (a box of a row-parallel weight: rows of cols local columns in rows of global_stride). A
+// contiguous run has cols == global_stride (then it is global_begin + j, for any j: the last
+// run of a table, the unit's padding, uses that to cover every index past the tensors). A
+// table is sorted by local_begin, its first run starting at 0; no table (n_runs 0) is the
+// identity, the unit of a run without tensor parallelism.
+typedef struct {
+    uint64_t local_begin, rows, cols, global_begin, global_stride;
+} SrKeyRun;
+
+// The last run starting at or before local element i (binary search).
+OPT_MATH int sr_run_find(const SrKeyRun* runs, int n_runs, uint64_t i) {
+    int lo = 0, hi = n_runs;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (runs[mid].local_begin <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+// The global index of local element i in run r. 32-bit division where it fits: the AdamW
+// kernel is memory-bound, and a GPU's 64-bit division is a long software sequence.
+OPT_MATH uint64_t sr_run_index(const SrKeyRun* r, uint64_t i) {
+    const uint64_t j = i - r->local_begin;
+    if (r->cols == r->global_stride) return r->global_begin + j;
+    uint64_t row, col;
+    if (j <= 0xffffffffu && r->cols <= 0xffffffffu) {
+        const uint32_t j32 = (uint32_t)j, c32 = (uint32_t)r->cols, q = j32 / c32;
+        row = q;
+        col = j32 - q * c32;
+    } else {
+        row = j / r->cols;
+        col = j % r->cols;
+    }
+    return r->global_begin + row * r->global_stride + col;
+}
+// The index that keys local element i's random bits (sr_bits): its global index.
+OPT_MATH uint64_t sr_key_index(const SrKeyRun* runs, int n_runs, uint64_t i) {
+    if (n_runs == 0) return i;
+    return sr_run_index(&runs[sr_run_find(runs, n_runs, i)], i);
+}
+
 // The bf16 bits of x rounded with 16 random bits: they are added below the bf16 mantissa and
 // the rest truncated, so it rounds up (in magnitude) with probability (dropped bits) / 2^16
 // and E[result] = x. Finite values only (inf and NaN: the caller's round to nearest).

@@ -209,6 +209,9 @@ void model_rope_text(const ModelConfig* c, char* out, size_t n) {
 
 // ---- tensor parallelism
 
+// A tensor's boxes are its stochastic-rounding key runs (build_layout_tp).
+_Static_assert(MAX_SEGMENTS <= FLAT_TENSOR_MAX_KEY_RUNS, "a FlatTensor holds a key run per TP box");
+
 // The view of a tensor of spec s on TP rank t of tp (model.h: a vector as [n, 1]). Its local
 // shape is the boxes' rows stacked, by their cols.
 static void spec_tp_view(const ModelConfig* c, const TensorSpec* s, int tp, int t, TpView* v) {
@@ -320,7 +323,19 @@ int build_layout_tp(ModelLayout* m, const ModelConfig* c, int layers_per_unit, i
             size_t rows = 0;
             for (int b = 0; b < v.n_boxes; b++) rows += v.boxes[b].rows;
             const int vector = s->rows == DIM_ONE;
-            full |= flat_unit_add(u, name, vector ? 1 : rows, vector ? rows : v.boxes[0].cols, s->decay) < 0;
+            const int at = flat_unit_add(u, name, vector ? 1 : rows, vector ? rows : v.boxes[0].cols, s->decay);
+            full |= at < 0;
+            if (at < 0) continue;
+            // Its stochastic-rounding keys: each box's elements at their places in the global
+            // unit (where the global tensor starts: the global numel of the tensors before it).
+            FlatTensor* t = &u->tensors[at];
+            t->n_key_runs = v.n_boxes;
+            for (int b = 0; b < v.n_boxes; b++) {
+                const TpBox* x = &v.boxes[b];
+                t->key_runs[b] = (SrKeyRun){x->local_row * x->cols, x->rows, x->cols,
+                                            u->global_numel + x->global_row * v.global_cols + x->global_col, v.global_cols};
+            }
+            u->global_numel += v.global_rows * v.global_cols;
         }
     }
     if (full) { free(m->units); m->units = NULL; m->n_units = 0; return 1; }  // (bounded above: cannot happen)

@@ -795,9 +795,9 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
         line_bytes[i] = (size_t)((double)m.dev->device_lines[i].bytes * f);
         extra += line_bytes[i];
     }
-    if (mm->host_offload) {  // (TP 1 only) the optimizer's state and the gradient shards on the host
-        row->mem_params = mm->shard_state + mm->gathered;
-        row->mem_grads = mm->full_grads;
+    if (mm->host_offload) {  // the optimizer's state and the gradient shards on the host
+        row->mem_params = (size_t)((double)(mm->shard_state + mm->gathered) * share);
+        row->mem_grads = (size_t)((double)mm->full_grads * share);
     } else {
         row->mem_params = (size_t)((double)(mm->shard_state - 3 * fp32_shard + mm->gathered) * share);
         row->mem_grads = (size_t)((double)(fp32_shard + mm->full_grads) * share);

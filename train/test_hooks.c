@@ -13,6 +13,7 @@ void test_hooks_read(TestHooks* h) {
     h->nan_grad_steps = getenv("FSDP_TEST_NAN_GRAD_STEPS");
     h->stall = getenv("FSDP_TEST_STALL");
     h->tp_replicas = getenv("FSDP_TEST_TP_REPLICAS");
+    h->param16 = getenv("FSDP_TEST_PARAM16");
 }
 
 // Whether step is in the comma-separated list.
@@ -71,8 +72,44 @@ static void check_tp_replicas(Fsdp* f, int step) {
     free(param);
 }
 
-void test_hooks_poison(const TestHooks* h, Fsdp* f, int rank, int step) {
+// FSDP_TEST_PARAM16: the compute-dtype shards the step's forward gathered, as one hash of the
+// whole model's: the sum (mod 2^64, so in any order) of a hash of (the element's index in the
+// whole model, its bits) over this rank's pieces, a replicated tensor's on TP rank 0 only,
+// summed over the world. Equal at --tp 1 and 2 only when every value is rounded alike there.
+static void hash_param16(Fsdp* f, const ModelLayout* m, int step) {
+    const ProcessGroup* pg = f->pg;
+    const size_t pb = f->be.param_bytes;
+    unsigned char* param = (unsigned char*)malloc(f->total_shard * pb + 1);
+    uint64_t* all = (uint64_t*)malloc((size_t)pg->world * 2 * sizeof(uint64_t));
+    if (!param || !all) fatal(pg, "FSDP_TEST_PARAM16: out of host memory");
+    f->be.copy_to_host(f->be.ctx, param, f->param_shard, f->total_shard * pb);
+    uint64_t mine[2] = {0, 0};  // the sum of hashes, the elements
+    for (int i = 0; i < f->n_pieces; i++) {
+        const FlatPiece* p = &f->pieces[i];
+        TpView v;
+        layout_tp_view(m, p->unit, p->tensor, &v);
+        if (v.replicated && pg->tp_rank > 0) continue;
+        const size_t base = model_tensor_offset(&m->config, unit_tensor_index(m, p->unit, p->tensor));
+        for (size_t e = p->lo; e < p->hi; e++) {
+            uint64_t rec[2] = {base + tp_view_global_element(&v, e, NULL), 0};
+            memcpy(&rec[1], param + (p->at + e - p->lo) * pb, pb);
+            mine[0] += XXH64(rec, sizeof rec, 0);
+            mine[1]++;
+        }
+    }
+    comm_wait(pg->world_comm, comm_all_gather_start(pg->world_comm, mine, all, sizeof(mine)));
+    uint64_t sum = 0, n = 0;
+    for (int r = 0; r < pg->world; r++) { sum += all[2 * r]; n += all[2 * r + 1]; }
+    if (pg->rank == 0)
+        printf("test hook: at step %d the %zu-byte parameters (%llu elements) hash to %016llx\n", step, pb,
+               (unsigned long long)n, (unsigned long long)sum);
+    free(all);
+    free(param);
+}
+
+void test_hooks_poison(const TestHooks* h, Fsdp* f, const ModelLayout* m, int rank, int step) {
     if (h->tp_replicas && f->pg->tp_size > 1) check_tp_replicas(f, step);
+    if (h->param16) hash_param16(f, m, step);
     if (rank == 0 && test_hook_at(h->nan_loss_steps, step)) fsdp_test_poison_loss(f);
     if (rank == 0 && test_hook_at(h->nan_grad_steps, step)) fsdp_test_poison_grad(f);
 }

@@ -238,20 +238,25 @@ static void audit_folded_sum_squares(void* ctx, double* out) {
 }
 static void audit_adamw_unit(void* ctx, float* param, float* m, float* v, const float* grad, void* param_shard, size_t n,
                              const uint64_t* decay_toggles, int n_toggles, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream, size_t global_begin) {
+                             float weight_decay, int t, const FsdpStepStats* stats, uint64_t unit_stream, size_t global_begin,
+                             const SrKeyRun* key_runs, int n_key_runs) {
     AUDIT_SHAPE("n=%zu", n);
     audit_call("adamw_unit", shape,
                [&] { g_audit->sim_be.adamw_unit(g_audit->sim_be.ctx, param, m, v, grad, param_shard, n, decay_toggles, n_toggles, lr,
-                                                beta1, beta2, eps, weight_decay, t, stats, unit_stream, global_begin); },
+                                                beta1, beta2, eps, weight_decay, t, stats, unit_stream, global_begin,
+                                                key_runs, n_key_runs); },
                [&] { g_audit->inner_be.adamw_unit(ctx, param, m, v, grad, param_shard, n, decay_toggles, n_toggles, lr, beta1,
-                                                  beta2, eps, weight_decay, t, stats, unit_stream, global_begin); });
+                                                  beta2, eps, weight_decay, t, stats, unit_stream, global_begin,
+                                                  key_runs, n_key_runs); });
 }
 static void audit_refresh_param_shard(void* ctx, void* param_shard, const float* master, size_t n, uint64_t unit_stream,
-                                      size_t global_begin, int step) {
+                                      size_t global_begin, const SrKeyRun* key_runs, int n_key_runs, int step) {
     AUDIT_SHAPE("n=%zu", n);
     audit_call("refresh_param_shard", shape,
-               [&] { g_audit->sim_be.refresh_param_shard(g_audit->sim_be.ctx, param_shard, master, n, unit_stream, global_begin, step); },
-               [&] { g_audit->inner_be.refresh_param_shard(ctx, param_shard, master, n, unit_stream, global_begin, step); });
+               [&] { g_audit->sim_be.refresh_param_shard(g_audit->sim_be.ctx, param_shard, master, n, unit_stream, global_begin,
+                                                         key_runs, n_key_runs, step); },
+               [&] { g_audit->inner_be.refresh_param_shard(ctx, param_shard, master, n, unit_stream, global_begin, key_runs,
+                                                           n_key_runs, step); });
 }
 static void audit_step_decide(void* ctx, FsdpStepStats* s, double tokens, float grad_clip) {
     audit_call("step_decide", "", [&] { g_audit->sim_be.step_decide(g_audit->sim_be.ctx, s, tokens, grad_clip); },

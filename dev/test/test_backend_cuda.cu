@@ -457,15 +457,15 @@ static void test_refresh(Setup* s) {
     bf16* pieces = dev_alloc<bf16>(n);
     bf16* other = dev_alloc<bf16>(n);
     dev_set(dm, master);
-    be->refresh_param_shard(be->ctx, whole, dm, n, unit, G, step);
+    be->refresh_param_shard(be->ctx, whole, dm, n, unit, G, NULL, 0, step);
     Rng rng(99);
     for (size_t a = 0; a < n;) {
         size_t len = 1 + rng.below(1500);
         if (len > n - a) len = n - a;
-        be->refresh_param_shard(be->ctx, pieces + a, dm + a, len, unit, G + a, step);
+        be->refresh_param_shard(be->ctx, pieces + a, dm + a, len, unit, G + a, NULL, 0, step);
         a += len;
     }
-    be->refresh_param_shard(be->ctx, other, dm, n, unit + 1, G, step);
+    be->refresh_param_shard(be->ctx, other, dm, n, unit + 1, G, NULL, 0, step);
     std::vector<bf16> w = dev_get(whole, n), p = dev_get(pieces, n), o = dev_get(other, n);
     const uint64_t key = sr_key(cuda_backend_sr_seed(kSeed, unit), step);
     size_t bad_split = 0, bad_ref = 0, differ_unit = 0, not_neighbour = 0;

@@ -1069,6 +1069,116 @@ static void test_stochastic_rounding(void) {
     cudaFree(d_out); cudaFree(d_in);
 }
 
+// Tensor parallelism's rounding key (optimizer_math.h's SrKeyRun): a "global unit" of the
+// split shapes (a column-parallel weight of 3 segments, a row-parallel weight, a replicated
+// vector, a column-parallel bias of 3 segments), each TP rank's local unit of it for tp = 2
+// and 4, its key runs written from the boxes (one per segment; the row-parallel weight one
+// strided run), then launches over shards of uneven sizes (cuts inside runs and rows): every
+// local element's bf16 bits, from param_copy and from AdamW's fused copy, equal the TP-1
+// launch's at its global element, bitwise; the padding past the unit is keyed by the global
+// unit's numel + its place. A key of the local index fails this (the runs are what it tests).
+static void test_sr_key_runs(void) {
+    Rng rng(4242);
+    const size_t R = 8, C = 40, OC = 12, RC = 64, NV = 37, BR = 16;   // segment rows, cols; row-parallel; vector; bias segment
+    struct Spec { size_t rows, cols; int kind; };   // kind 0: column (3 segments), 1: row, 2: replicated
+    const Spec specs[] = {{3 * R, C, 0}, {OC, RC, 1}, {NV, 1, 2}, {3 * BR, 1, 0}};
+    size_t goff[4], N = 0;
+    for (int t = 0; t < 4; t++) { goff[t] = N; N += specs[t].rows * specs[t].cols; }
+    const uint64_t seed = 0x5eedull;
+    const int step = 7;
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    const std::vector<float> xg = rand_f32(rng, N, 0.7f), gg = rand_f32(rng, N, 1.0f);
+    const std::vector<float> zeros(N, 0.0f);
+    // The TP-1 launches: the reference bits per global element (and AdamW's new master).
+    float* d_xg = dev_upload(xg);
+    bf16* d_ref = dev_alloc<bf16>(N);
+    param_copy_cuda(d_ref, d_xg, N, seed, step, 0, 0);
+    const std::vector<bf16> ref = dev_download(d_ref, N);
+    AdamState<bf16> sg = adam_upload<bf16>(xg, zeros, zeros, gg);
+    adamw_update_cuda(sg.p, sg.m, sg.v, sg.pb, sg.g, N, lr, b1, b2, eps, 0.0f, NULL, 0, step, 1.0f, NULL, NULL, seed, 0, 0);
+    const std::vector<bf16> ref_adam = dev_download(sg.pb, N);
+    for (int tp : {2, 4}) {
+        for (int r = 0; r < tp; r++) {
+            // The local unit: each tensor's local elements in row-major local order, their
+            // global indices written out element by element; the runs from the boxes.
+            std::vector<uint64_t> gidx;
+            std::vector<SrKeyRun> runs;
+            for (int t = 0; t < 4; t++) {
+                const Spec& sp = specs[t];
+                const uint64_t local0 = gidx.size();
+                if (sp.kind == 1) {   // [OC, RC/tp] at global column r RC/tp
+                    const size_t lc = sp.cols / tp;
+                    for (size_t i = 0; i < sp.rows; i++)
+                        for (size_t j = 0; j < lc; j++) gidx.push_back(goff[t] + i * sp.cols + r * lc + j);
+                    runs.push_back({local0, sp.rows, lc, goff[t] + r * lc, sp.cols});
+                } else if (sp.kind == 2) {
+                    for (size_t e = 0; e < sp.rows; e++) gidx.push_back(goff[t] + e);
+                    runs.push_back({local0, 1, sp.rows, goff[t], sp.rows});
+                } else {              // 3 segments of rows/3 rows, rows [seg + r rows/3/tp, + rows/3/tp) each
+                    const size_t seg = sp.rows / 3, lr_ = seg / tp;
+                    for (int s3 = 0; s3 < 3; s3++) {
+                        const size_t g0 = s3 * seg + r * lr_;
+                        runs.push_back({(uint64_t)gidx.size(), 1, lr_ * sp.cols, goff[t] + g0 * sp.cols, lr_ * sp.cols});
+                        for (size_t i = 0; i < lr_; i++)
+                            for (size_t j = 0; j < sp.cols; j++) gidx.push_back(goff[t] + (g0 + i) * sp.cols + j);
+                    }
+                }
+            }
+            const size_t n = gidx.size(), pad = 13;
+            runs.push_back({n, 1, 1, N, 1});   // the padding: the global unit's numel on
+            std::vector<float> xl(n + pad), gl(n + pad, 0.0f);
+            for (size_t i = 0; i < n; i++) { xl[i] = xg[gidx[i]]; gl[i] = gg[gidx[i]]; }
+            for (size_t p = 0; p < pad; p++) xl[n + p] = 0.3f + 0.01f * p;
+            SrKeyRun* d_runs = dev_upload(runs);
+            float* d_xl = dev_upload(xl);
+            bf16* d_out = dev_alloc<bf16>(n + pad);
+            // Shards of uneven sizes: cuts inside runs and rows, one at an odd element.
+            const size_t cuts[] = {0, 5, n / 3 + 1, n / 2 + 3, n - 1, n + pad};
+            for (int c = 0; c + 1 < 6; c++)
+                param_copy_cuda(d_out + cuts[c], d_xl + cuts[c], cuts[c + 1] - cuts[c], seed, step, cuts[c], 0, d_runs,
+                                (int)runs.size());
+            const std::vector<bf16> out = dev_download(d_out, n + pad);
+            const uint64_t key = sr_key(seed, step);
+            size_t bad = n + pad;
+            for (size_t i = 0; i < n && bad == n + pad; i++) if (bits_of(out[i]) != bits_of(ref[gidx[i]])) bad = i;
+            for (size_t p = 0; p < pad && bad == n + pad; p++)
+                if (bits_of(out[n + p]) != bits_of(sr_round_bf16(xl[n + p], sr_bits(key, N + p)))) bad = n + p;
+            char name[160];
+            snprintf(name, sizeof name, "param_copy bf16 with key runs, tp %d rank %d, uneven shards: the TP-1 bits per global element", tp, r);
+            report(bad == n + pad, name, bad == n + pad ? NULL : "local element %zu differs", bad);
+            // AdamW's fused copy, two uneven launches.
+            std::vector<float> zl(n + pad, 0.0f);
+            AdamState<bf16> sl = adam_upload<bf16>(xl, zl, zl, gl);
+            const size_t k = n / 2 + 3;
+            adamw_update_cuda(sl.p, sl.m, sl.v, sl.pb, sl.g, k, lr, b1, b2, eps, 0.0f, NULL, 0, step, 1.0f, NULL, NULL,
+                              seed, 0, 0, d_runs, (int)runs.size());
+            adamw_update_cuda(sl.p + k, sl.m + k, sl.v + k, sl.pb + k, sl.g + k, n + pad - k, lr, b1, b2, eps, 0.0f,
+                              NULL, 0, step, 1.0f, NULL, NULL, seed, k, 0, d_runs, (int)runs.size());
+            const std::vector<bf16> adam = dev_download(sl.pb, n + pad);
+            bad = n;
+            for (size_t i = 0; i < n && bad == n; i++) if (bits_of(adam[i]) != bits_of(ref_adam[gidx[i]])) bad = i;
+            snprintf(name, sizeof name, "adamw_update bf16 copy with key runs, tp %d rank %d: the TP-1 bits per global element", tp, r);
+            report(bad == n, name, bad == n ? NULL : "local element %zu differs", bad);
+            adam_free(sl);
+            cudaFree(d_runs); cudaFree(d_xl); cudaFree(d_out);
+        }
+    }
+    // No runs: each element keyed by its own index, as before tensor parallelism.
+    {
+        bf16* d_none = dev_alloc<bf16>(N);
+        param_copy_cuda(d_none, d_xg, N, seed, step, 0, 0, (const SrKeyRun*)NULL, 0);
+        const std::vector<bf16> none = dev_download(d_none, N);
+        const uint64_t key = sr_key(seed, step);
+        size_t bad = N;
+        for (size_t i = 0; i < N && bad == N; i++)
+            if (bits_of(none[i]) != bits_of(sr_round_bf16(xg[i], sr_bits(key, i)))) bad = i;
+        report(bad == N, "param_copy bf16 without key runs: element i keyed by i", bad == N ? NULL : "element %zu differs", bad);
+        cudaFree(d_none);
+    }
+    adam_free(sg);
+    cudaFree(d_xg); cudaFree(d_ref);
+}
+
 // ----------------------------------------------------------------------------
 // Sum of squares, clip scale
 
@@ -2051,6 +2161,7 @@ static void test_storage_kernels(Rng& rng) {
     for (int tp : {1, 2, 4}) test_crossentropy_vocab_split<T16>(5, 37, 64, tp);
     test_crossentropy_vocab_split<T16>(1, 64, 64, 2);
     test_crossentropy_vocab_split<T16>(3, 1000, 1024, 4);
+    if constexpr (is_bf16<T16>) test_sr_key_runs();   // (its own random inputs, last)
 }
 
 // ----------------------------------------------------------------------------

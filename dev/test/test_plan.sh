@@ -432,6 +432,19 @@ if $TG --plan "${gpt[@]}" -b 2 --plan-tp 3,2,8 >"$out/plan_tp_skip.log" 2>&1 &&
 else
     not_ok "--plan-tp 3,2,8: $(tr '\n' '|' <"$out/plan_tp_skip.log" | head -c 600)"
 fi
+# --offload optimizer at TP: a row per degree, no optimizer state on the device (the host's),
+# the device's parameter shards shrinking with the degree (each TP rank holds its part).
+if $TG --plan "${gpt[@]}" -b 2 --plan-tp 1,2 --offload optimizer >"$out/plan_tp_offload.log" 2>&1; then
+    rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF == 16 { print $1 ":" $6 ":" $8 }' "$out/plan_tp_offload.log" | tr '\n' ' ')
+    if [[ "$rows" =~ ^1:([0-9.e-]+):0\ 2:([0-9.e-]+):0\ $ ]] &&
+       awk -v a="${BASH_REMATCH[1]}" -v b="${BASH_REMATCH[2]}" 'BEGIN { exit !(b > 0 && b < a) }'; then
+        ok "--plan-tp 1,2 --offload optimizer: rows TP:params GiB:optim GiB $rows"
+    else
+        not_ok "--plan-tp 1,2 --offload optimizer: rows '$rows': $(head -c 600 "$out/plan_tp_offload.log" | tr '\n' '|')"
+    fi
+else
+    not_ok "--plan-tp 1,2 --offload optimizer failed: $(tail -n 2 "$out/plan_tp_offload.log" | tr '\n' ' ')"
+fi
 expect_error "--plan-tp: no degree plans" "^error: --plan-tp 3,8: no degree plans at world size 8" $TG --plan "${gpt[@]}" --plan-tp 3,8
 
 # Refusals: one line naming the flag, exit status 1.
@@ -444,9 +457,7 @@ refused() {
 }
 refused "--tp 0"                     "^error: --tp: 0 is out of range \\[1, 1024\\]" $TG --tp 0
 refused "--tp x"                     "^error: --tp: expected an integer, got 'x'" $TG --tp x
-refused "--tp with --offload"        "^error: --tp with --offload optimizer: not supported yet" $TG --tp 2 --offload optimizer
 refused "--tp with --save-model"     "^error: --tp with --save-model: not supported yet" $TG --tp 2 --save-model "$out/m.bin"
-refused "--plan-tp with --offload"   "^error: --plan-tp with --offload optimizer: not supported yet" $TG --plan --plan-tp 1,2 --offload optimizer
 refused "--plan-tp without --plan"   "^error: --plan-tp applies to --plan only" $TG --plan-tp 1,2
 refused "--plan-tp 2,"               "^error: --plan-tp: a trailing comma in '2,'" $TG --plan --plan-tp 2,
 refused "--plan-tp 0"                "^error: --plan-tp: expected a comma-separated list of TP degrees in \\[1, 1024\\]" $TG --plan --plan-tp 0

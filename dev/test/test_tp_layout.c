@@ -13,7 +13,11 @@
 //     passing, and build_layout_tp refusing what it refuses and a tp_rank outside [0, tp);
 //   - model_init_parameters at tp > 1 draws tp 1's values at the mapped elements (bitwise), and
 //     at tp 1 the bytes it drew before tensor parallelism existed (a hash of the whole model);
-//   - llmc_read_model_file at tp > 1 reads the global elements of a rank's local ones.
+//   - llmc_read_model_file at tp > 1 reads the global elements of a rank's local ones;
+//   - the stochastic-rounding keys (flat_unit_key_runs, sr_key_index): every local element of
+//     every unit is keyed by its index in the unit at tp 1, every global element exactly once
+//     over the TP ranks (a replicated one: the same key on each), the padding past the global
+//     unit; at tp 1 every table is the identity (none).
 // Usage: test_tp_layout TMPDIR (for the llm.c model file).
 #include <stdint.h>
 #include <stdio.h>
@@ -135,8 +139,34 @@ static void check_views(const ModelLayout* m, const char* what) {
         }
 }
 
+// TP rank r's stochastic-rounding keys (its units' tables): every local element of unit u is
+// keyed by its index in whole's unit u (tp 1: the tensor's offset there + its global element),
+// counted in kcount (whole's units back to back, from ubase[u]); the padding keyed past the
+// global unit. Returns how many elements were keyed otherwise.
+static size_t check_keys(const ModelLayout* r, const ModelLayout* whole, const size_t* ubase, unsigned char* kcount) {
+    size_t bad = 0;
+    SrKeyRun runs[FLAT_UNIT_MAX_KEY_RUNS];
+    for (int u = 0; u < r->n_units; u++) {
+        const FlatUnit* lu = &r->units[u];
+        const int n = flat_unit_key_runs(lu, runs);
+        for (int i = 0; i < lu->n_tensors; i++) {
+            TpView v;
+            layout_tp_view(r, u, i, &v);
+            for (size_t e = 0; e < lu->tensors[i].numel; e++) {
+                const uint64_t key = sr_key_index(runs, n, lu->tensors[i].offset + e);
+                const size_t want = whole->units[u].tensors[i].offset + tp_view_global_element(&v, e, NULL);
+                bad += key != want;
+                if (key == want) kcount[ubase[u] + key]++;
+            }
+        }
+        for (size_t p = lu->numel; p < lu->padded; p++) bad += sr_key_index(runs, n, p) != whole->units[u].numel + p - lu->numel;
+    }
+    return bad;
+}
+
 // Every (tp rank, shard rank) of a tp x shards mesh: each global element owned once (tp times
-// when replicated), every TP rank's units the same shapes as TP rank 0's.
+// when replicated), every TP rank's units the same shapes as TP rank 0's, each keyed once
+// (check_keys; tp times when replicated).
 static void check_mesh(const ModelConfig* c, int tp, int shards, int lpu, const char* name) {
     char what[160];
     snprintf(what, sizeof(what), "%s tp %d x shard %d, %d layers a unit", name, tp, shards, lpu);
@@ -147,6 +177,11 @@ static void check_mesh(const ModelConfig* c, int tp, int shards, int lpu, const 
     if (build_layout_tp(&first, c, lpu, shards, tp, 0)) { CHECK(0, "%s: no layout", what); free(count); free(expected); return; }
     ModelLayout whole;
     build_layout(&whole, c, lpu, shards);
+    size_t* ubase = (size_t*)xcalloc((size_t)whole.n_units + 1, sizeof(size_t));
+    for (int u = 0; u < whole.n_units; u++) ubase[u + 1] = ubase[u] + whole.units[u].numel;
+    unsigned char* kcount = (unsigned char*)xcalloc(ubase[whole.n_units], 1);
+    unsigned char* kexpected = (unsigned char*)xcalloc(ubase[whole.n_units], 1);
+    size_t bad_keys = 0;
     int same = 1, beyond = 0;
     for (int t = 0; t < tp; t++)
         for (int s = 0; s < shards; s++) {
@@ -167,9 +202,11 @@ static void check_mesh(const ModelConfig* c, int tp, int shards, int lpu, const 
                           "%s: %s on TP rank %d: %zu local elements of %zu", what, a->name, t, a->numel, g->numel);
                     const size_t base = model_tensor_offset(c, unit_tensor_index(&r.m, u, i));
                     if (t == 0 && s == 0) memset(expected + base, v.replicated ? tp : 1, g->numel);
+                    if (t == 0 && s == 0) memset(kexpected + ubase[u] + g->offset, v.replicated ? tp : 1, g->numel);
                 }
             }
             if (s == 0) check_views(&r.m, what);
+            if (s == 0) bad_keys += check_keys(&r.m, &whole, ubase, kcount);
             for (int p = 0; p < r.n_pieces; p++) {
                 const PieceMap pm = piece_map(&r, &r.pieces[p]);
                 for (size_t e = r.pieces[p].lo; e < r.pieces[p].hi; e++) {
@@ -186,10 +223,19 @@ static void check_mesh(const ModelConfig* c, int tp, int shards, int lpu, const 
         if (count[k] != expected[k] && bad++ == 0) first_bad = k;
     CHECK(bad == 0 && beyond == 0, "%s: %zu elements owned the wrong number of times (first: model element %zu, %d times, "
           "expected %d), %d mapped beyond the model", what, bad, first_bad, count[first_bad], expected[first_bad], beyond);
+    CHECK(bad_keys == 0, "%s: %zu local elements not keyed by their index in the unit at tp 1", what, bad_keys);
+    bad = 0;
+    for (size_t k = 0; k < ubase[whole.n_units]; k++)
+        if (kcount[k] != kexpected[k] && bad++ == 0) first_bad = k;
+    CHECK(bad == 0, "%s: %zu keys of the global units used the wrong number of times (first: %zu, %d times, expected %d)",
+          what, bad, first_bad, bad ? kcount[first_bad] : 0, bad ? kexpected[first_bad] : 0);
     free(first.units);
     free(whole.units);
     free(count);
     free(expected);
+    free(ubase);
+    free(kcount);
+    free(kexpected);
 }
 
 // The boxes the split must give q|k|v and gate|up: each segment's own slice of rows.
@@ -251,6 +297,10 @@ static void check_tp1(const ModelConfig* c, const char* name) {
             for (size_t e = 0; e < a.units[u].tensors[i].numel; e += 7) identity &= layout_global_element(&a, u, i, e) == e;
         }
     CHECK(identity, "%s: at tp 1 a view is not the whole tensor or an element not itself", name);
+    SrKeyRun runs[FLAT_UNIT_MAX_KEY_RUNS];
+    int keyed = 0;
+    for (int u = 0; u < a.n_units; u++) keyed += flat_unit_key_runs(&a.units[u], runs);
+    CHECK(keyed == 0, "%s: at tp 1 the rounding key tables hold %d runs, not none (each element keyed by itself)", name, keyed);
     free(a.units);
     free(b.units);
 }
@@ -352,6 +402,11 @@ int main(int argc, char** argv) {
     }
     check_mesh(&models[2].c, 2, 2, 2, models[2].name);   // two blocks a unit
     check_fused_boxes();
+    // A key run's strided index on both sides of 2^32 (the 32-bit division and the 64-bit one).
+    const SrKeyRun big = {0, (uint64_t)1 << 40, 3, 1000, 7};
+    const uint64_t far = ((uint64_t)1 << 33) + 5;
+    CHECK(sr_run_index(&big, 5) == 1000 + 7 + 2 && sr_run_index(&big, far) == 1000 + far / 3 * 7 + far % 3,
+          "sr_run_index: %llu and %llu", (unsigned long long)sr_run_index(&big, 5), (unsigned long long)sr_run_index(&big, far));
 
     // The refusals, each naming --tp and the number it does not divide.
     ModelConfig d12;
@@ -403,7 +458,8 @@ int main(int argc, char** argv) {
     if (failures == 0)
         printf("ok - tp layout: %d checks: GPT-2 and Llama 3 (GQA) at tp 1, 2, 3, 4 x shards 1-3 own every element once (tp "
                "times when replicated), equal local shapes on every TP rank, boxes (q|k|v, gate|up, vocabulary, row-parallel), "
-               "the refusals, init at tp = tp 1's values (and tp 1 unchanged), llm.c files read at tp\n",
+               "the refusals, init at tp = tp 1's values (and tp 1 unchanged), llm.c files read at tp, rounding keys those "
+               "of tp 1\n",
                checks);
     return failures != 0;
 }

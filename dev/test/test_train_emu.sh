@@ -61,11 +61,15 @@
 #     bitwise, that overlap in order on each rank (FSDP_TEST_TP_TRACE, dev/test/tp_trace_order.py)
 #     for GPT-2 and Llama, and a run ended by the NCCL shim (a communicator's collectives out of
 #     order) when compute does not wait for the started reduce-scatter or its stream does not
-#     wait for compute (two mutants); TP 2 x DP 2
-#     (np=4) and Llama's GQA vs the cpu within 2%; the replicated tensors' master, m, v and
-#     bf16 shard bitwise equal on both TP ranks at every step (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients unsummed
-#     must fail; TP 2 x HSDP (np=4, staged) vs the cpu; step 1's norm at TP 2 (all four) that
-#     of TP 1 within 1e-3, which a mutant counting the replicated tensors twice must leave;
+#     wait for compute (two mutants); TP 2 x DP 2 (np=4) and Llama's GQA vs the cpu within 2%;
+#     the replicated tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at
+#     every step (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients
+#     unsummed must fail; TP 2 x HSDP (np=4, staged) vs the cpu; at --lr 0 the bf16 parameters
+#     of TP 2 and TP 1 bitwise equal per global element at steps 1-2 (stochastic rounding keyed
+#     by the global element, FSDP_TEST_PARAM16); --offload optimizer at TP 2 bitwise the GPU's
+#     optimizer (losses, norms, val losses), its replicated tensors bitwise equal on both TP
+#     ranks; step 1's norm at TP 2 (all four) that of TP 1 within 1e-3, which a mutant
+#     counting the replicated tensors twice must leave;
 #   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
 #     np=2 losses: the staged all-gather copies back only the first rank's slice; the bf16
 #     ncclReduceScatter passes recvcount n / 2; and, caught only because the emulator's streams
@@ -409,7 +413,16 @@ FSDP_TEST_TP_REPLICAS=1 job 4 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP
 job 1 cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
 FSDP_TEST_TP_TRACE=$TMP/trace_tp_llama_nccl job 2 nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
 FSDP_TEST_TP_REPLICAS=1 job 4 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
+# --offload optimizer at TP 2: the replicated tensors summed over TP before the reduce-scatter,
+# counted once in the host's norm, rounded with the global keys on the host: tp_cuda's run.
+FSDP_TEST_TP_REPLICAS=1 job 2 cuda tp_offload 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 --offload optimizer -o "$TMP/tp_offload"
 job 1 cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
+# The rounding keyed by the global element: with --lr 0 the master stays and each step rounds
+# it anew (step 1: the first refresh; step 2: AdamW's copy), so TP 2's bf16 parameters are TP
+# 1's bitwise only when a value's random bits do not depend on --tp (FSDP_TEST_PARAM16).
+sr=(-b 12 "${tp[@]}" --lr 0 --weight-decay 0 -x 2 -v 0)
+FSDP_TEST_PARAM16=1 job 1 cuda sr_tp1 1 "${sr[@]}" -o "$TMP/sr_tp1"
+FSDP_TEST_PARAM16=1 job 2 cuda sr_tp2 2 "${sr[@]}" --tp 2 -o "$TMP/sr_tp2"
 [ ${mut_ok[tp_norm_twice]} = 1 ] && job 2 run mutant_tp_norm_twice 2 $B/mutant_tp_norm_twice/train_gpt \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 1 -v 0 -o "$TMP/mutant_tp_norm_twice"
 [ ${mut_ok[tp_unsummed]} = 1 ] && FSDP_TEST_TP_REPLICAS=1 job 2 run mutant_tp_unsummed 2 $B/mutant_tp_unsummed/train_gpt \
@@ -970,12 +983,25 @@ for cfg in "tp_no_wait:compute not waiting for the started TP reduce-scatter" \
                not_ok "$TAG $m: status $(cat "$TMP/mutant_$name.rc" 2>/dev/null), $(grep -m1 'error:' "$TMP/mutant_$name.log" | cut -c1-240)" ;;
     esac
 done
-for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; do
+for name in tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp tp_offload; do
     good $name >/dev/null || continue
     n=$(grep -c '^test hook: at step [1-4] the replicated tensors (.*) are bitwise equal on the 2 TP ranks' "$TMP/$name.log")
     [ "$n" = 4 ] && ok "$TAG $name: the replicated tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at steps 1-4" ||
         not_ok "$TAG $name: $n of 4 replica checks passed: $(grep -m1 'test hook' "$TMP/$name.log")"
 done
+offload_same tp_cuda tp_offload "--tp 2 staged, sampling"
+# The bf16 parameters by global element (FSDP_TEST_PARAM16's hash): TP 2's are TP 1's at both
+# steps, and the two steps' differ (each step draws new bits, so equal hashes are not a given).
+if good sr_tp1 sr_tp2; then
+    pat='at step [12] the 2-byte parameters ([0-9]* elements) hash to [0-9a-f]*'
+    h1=$(grep -o "$pat" "$TMP/sr_tp1.log"); h2=$(grep -o "$pat" "$TMP/sr_tp2.log")
+    distinct=$(awk '{print $NF}' <<<"$h1" | sort -u | wc -l)
+    if [ "$(wc -l <<<"$h1")" = 2 ] && [ "$distinct" = 2 ] && [ "$h1" = "$h2" ]; then
+        ok "$TAG --tp 2: the bf16 parameters (stochastically rounded, --lr 0) are TP 1's bitwise at steps 1-2 (rounding keyed by the global element)"
+    else
+        not_ok "$TAG --tp 2 vs TP 1 bf16 parameters at --lr 0: TP 1 '$(tr '\n' ' ' <<<"$h1")', TP 2 '$(tr '\n' ' ' <<<"$h2")'"
+    fi
+fi
 # The global norm counts a replicated tensor once: step 1's (the same initial weights) at TP 2
 # equals TP 1's within 1e-3 (bf16 sums in other orders), and not when TP rank 1 counts them too.
 norm1() { "$PY" -c 'import json, sys; print([json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if "grad_norm" in l][0])' "$TMP/$1/metrics.jsonl"; }
