@@ -136,9 +136,11 @@ static void model_build(Model* model, const ModelConfig* c, int layers_per_unit,
     model->acts_memory = model->dev.backend.alloc(model->dev.backend.ctx, n);
     carve_activations(&model->acts, &model->layout, (size_t)B, (size_t)T, k, model->recompute, model->acts_memory);
     k->gelu_scratch = model->acts.gelu_scratch;
-    model->tok_pad = (int*)calloc((size_t)T, sizeof(int));
-    model->row_part = (float*)calloc(model->acts.Vp, sizeof(float));
-    if (!model->tok_pad || !model->row_part) fatal(pg, "out of host memory");
+    if (model->acts.tp > 1) {  // a sampled row padded to the TP group, its logits' vocabulary range
+        model->tok_pad = (int*)calloc((size_t)T, sizeof(int));
+        model->row_part = (float*)calloc(model->acts.Vp, sizeof(float));
+        if (!model->tok_pad || !model->row_part) fatal(pg, "out of host memory");
+    }
     k->lm_head_rows = (int)model->acts.Vp;  // (the profile's LM head: this rank's vocabulary)
 }
 
@@ -469,10 +471,10 @@ static void forward_next_logits(void* m, const int* tokens, int n, float* row) {
     Model* model = (Model*)m;
     Kernels* k = &model->dev.kernels;
     const Activations* a = &model->acts;
-    const int rows = (n + a->tp - 1) / a->tp * a->tp;
-    memcpy(model->tok_pad, tokens, (size_t)n * sizeof(int));
+    const int rows = (n + a->tp - 1) / a->tp * a->tp;  // TP 1: the tokens as they are, no copy
+    if (a->tp > 1) memcpy(model->tok_pad, tokens, (size_t)n * sizeof(int));
     for (int i = n; i < rows; i++) model->tok_pad[i] = tokens[n - 1];
-    model_forward(model, model->tok_pad, model->tok_pad, 1, rows, 0.0f);
+    model_forward(model, a->tp > 1 ? model->tok_pad : tokens, a->tp > 1 ? model->tok_pad : tokens, 1, rows, 0.0f);
     float* mine = a->tp == 1 ? row : model->row_part;
     k->act_to_host_f32(k, mine, elem_at(a->logits, (size_t)(n - 1) * a->Vp, k->act_bytes), a->Vp);
     Comm* g = model->fsdp.pg->tp_comm;  // (host memory, whichever the device)

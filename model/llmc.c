@@ -213,32 +213,64 @@ void llmc_file_abort(LlmcFileWriter* w) {
 
 int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
                           char* err, size_t errlen) {
-    int writer = pg->rank == 0, failed = 0;
-    LlmcFileWriter w;
-    if (writer) failed = llmc_file_create(&w, path, &m->config, 3, err, errlen);
-    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
-    if (failed) return 1;
+    // Who takes part: the first replica group's ranks gather each unit from their shard group
+    // (the other replicas hold the same shards); at TP their shard-rank-0 ranks, world ranks
+    // 0 .. tp-1 (TP innermost), hand the local units on to rank 0 over tp_comm. Rank 0 holds at
+    // most one unit per TP rank at a time, never the whole model.
+    const int writer = pg->rank == 0, tp = m->tp_size;
+    const int gathers = pg->replicate_rank == 0, tp_gathers = tp > 1 && gathers && pg->shard_rank == 0;
     size_t max_padded = 0;
     for (int u = 0; u < m->n_units; u++) if (m->units[u].padded > max_padded) max_padded = m->units[u].padded;
-    float* full = writer ? (float*)malloc(max_padded * sizeof(float)) : NULL;
+    float* full = gathers && pg->shard_rank == 0 ? (float*)malloc(max_padded * sizeof(float)) : NULL;
+    float* all = writer && tp > 1 ? (float*)malloc((size_t)tp * max_padded * sizeof(float)) : NULL;
+    int32_t failed[2] = {0, (gathers && pg->shard_rank == 0 && !full) || (writer && tp > 1 && !all)};
+    LlmcFileWriter w;
+    if (writer) failed[0] = llmc_file_create(&w, path, &m->config, 3, err, errlen);
+    comm_all_reduce_i32(pg->world_comm, failed, 2, COMM_MAX);
+    if (failed[0] || failed[1]) {
+        if (writer && !failed[0]) {
+            llmc_file_abort(&w);
+            snprintf(err, errlen, "%s: out of host memory for the gathered units (%zu bytes a unit, %d on rank 0)",
+                     path, max_padded * sizeof(float), tp);
+        }
+        free(full);
+        free(all);
+        return 1;
+    }
+    int bad = 0;  // a failed write stops the writing, not the gathers the other ranks are in
     size_t shard_at = 0;  // unit u's shard in the arena
-    for (int u = 0; u < m->n_units && !failed; u++) {
+    for (int u = 0; u < m->n_units; u++) {
         const FlatUnit* unit = &m->units[u];
-        // Only the first replica group's ranks take part; the others hold the same shards.
-        if (pg->replicate_rank == 0)
-            comm_gather(pg->shard_comm, arena + shard_at, unit->shard * sizeof(float), full, 0);
+        if (gathers) comm_gather(pg->shard_comm, arena + shard_at, unit->shard * sizeof(float), full, 0);
         shard_at += unit->shard;
-        for (int i = 0; writer && i < unit->n_tensors && !failed; i++) {
-            int layer;
-            const TensorSpec* spec = unit_tensor_spec(m, u, i, &layer);
-            failed = llmc_file_put(&w, spec->llmc_kind, layer, 0, full + unit->tensors[i].offset, unit->tensors[i].numel, err, errlen);
+        // Every TP rank's unit has the same size (model.h): TP rank t's lands at all + t x padded.
+        if (tp_gathers) comm_gather(pg->tp_comm, full, unit->padded * sizeof(float), all, 0);
+        for (int t = 0; writer && t < tp && !bad; t++) {
+            // TP rank t's local tensors are its boxes of the global ones; their views need only
+            // the rank (the units are the same on every TP rank).
+            ModelLayout mt = *m;
+            mt.tp_rank = t;
+            const float* local = tp > 1 ? all + (size_t)t * unit->padded : full;
+            for (int i = 0; i < unit->n_tensors && !bad; i++) {
+                TpView view;
+                layout_tp_view(&mt, u, i, &view);
+                if (view.replicated && t > 0) continue;  // whole on every TP rank: written from TP rank 0's
+                int layer;
+                const TensorSpec* spec = unit_tensor_spec(m, u, i, &layer);
+                const float* src = local + unit->tensors[i].offset;
+                for (size_t e = 0, run; e < unit->tensors[i].numel && !bad; e += run) {
+                    const size_t g = tp_view_global_element(&view, e, &run);  // (TP 1: one run, the tensor)
+                    bad = llmc_file_put(&w, spec->llmc_kind, layer, g, src + e, run, err, errlen);
+                }
+            }
         }
     }
     if (writer) {
-        if (failed) llmc_file_abort(&w);
-        else failed = llmc_file_commit(&w, err, errlen);
-        free(full);
+        if (bad) llmc_file_abort(&w);
+        else bad = llmc_file_commit(&w, err, errlen);
     }
-    comm_broadcast(pg->world_comm, &failed, sizeof(failed), 0);
-    return failed;
+    free(full);
+    free(all);
+    comm_broadcast(pg->world_comm, &bad, sizeof(bad), 0);
+    return bad;
 }

@@ -58,7 +58,10 @@ int llmc_file_put(LlmcFileWriter* w, int kind, int layer, size_t lo, const float
 int llmc_file_commit(LlmcFileWriter* w, char* err, size_t errlen);
 void llmc_file_abort(LlmcFileWriter* w);
 // train_gpt --save-model: rank 0 collects each unit's shards from the first replica group's
-// shard group (from their arenas) and writes an fp32 model file. Collective over pg's world.
+// shard group (from their arenas) and writes an fp32 model file. At tensor parallel (m->tp_size
+// > 1) it collects every TP rank's local unit and writes each local tensor's elements at their
+// global places (its TpView), a replicated tensor from TP rank 0's: the same file as at TP 1.
+// Collective over pg's world; the file appears whole or not at all.
 int llmc_write_model_file(const ModelLayout* m, const float* arena, const ProcessGroup* pg, const char* path,
                           char* err, size_t errlen);
 

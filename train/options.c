@@ -534,12 +534,6 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
         snprintf(e->msg, sizeof(e->msg), "%s applies to --param-dtype fp16 only (bf16 needs no loss scaling)", scaler_flag);
         return 1;
     }
-    // Tensor parallel does not reach this yet: the llm.c file written from the gathered units
-    // knows no TP split (#33).
-    if ((o->tp > 1 || o->plan_tp) && o->save_model) {
-        snprintf(e->msg, sizeof(e->msg), "%s with --save-model: not supported yet", o->tp > 1 ? "--tp" : "--plan-tp");
-        return 1;
-    }
     if (o->plan_tp && o->tp > 1) {
         snprintf(e->msg, sizeof(e->msg), "--plan-tp with --tp %d: --plan-tp plans each degree it lists; give one of them", o->tp);
         return 1;

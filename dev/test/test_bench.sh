@@ -578,9 +578,9 @@ if line A PASS attention_timing | grep -q '(.* s, 4 timings, 1 implementation(s)
    grep -q '^        cublas  d48 (B=16 NH=25): forward 3.300 ms   47.7 TFLOP/s | backward 7.000 ms   56.2 TFLOP/s | fwd+bwd   53.5 TFLOP/s$' "$A" &&
    grep -q '^        d12 target (attention fwd+bwd >= 280 TFLOP/s): flash 176.4, NOT met$' "$A" &&
    grep -q '^        d48 target (attention fwd+bwd >= 280 TFLOP/s): flash 157.3, NOT met$' "$A" &&
-   line A FAIL e2e | grep -q 'status 1, .*GPU_TESTS="ref determinism resume offload fp16 llama eval": 3 ok, 1 not ok' &&
+   line A FAIL e2e | grep -q 'status 1, .*GPU_TESTS="ref determinism resume offload fp16 llama eval tp": 3 ok, 1 not ok' &&
    grep -q '^        not ok - two identical cuda runs: losses differ (stub)$' "$A" &&
-   [ "$(cat "$DC/A/state/e2e.env")" = "GPU_TESTS=ref determinism resume offload fp16 llama eval RUN_TIMEOUT=60" ]; then
+   [ "$(cat "$DC/A/state/e2e.env")" = "GPU_TESTS=ref determinism resume offload fp16 llama eval tp RUN_TIMEOUT=60" ]; then
     ok "device_check.sh: bench_attention_cuda's timings of each implementation and shape, the unavailable one said, the best against the target; e2e with GPU_TESTS, a failed check (status 0) is FAIL"
 else
     not_ok "device_check.sh timings / e2e: $(sed -n '/attention_timing/,/memcheck/p' "$A" | tr '\n' '|' | cut -c1-500); e2e got: $(cat "$DC/A/state/e2e.env" 2>/dev/null)"
@@ -656,20 +656,24 @@ fi
 # test_train_gpu.sh's GPU_TESTS: the checks of the groups named and no others, from a copy of
 # the tree with the fake nvidia-smi and a stand-in train_gpt (launched by launch_local.sh, as a
 # build without MPI) that writes the same losses on every device and run, a checkpoint at
-# --stop-at-step, the steps after it on --resume, and the lines the checks look for.
+# --stop-at-step, the steps after it on --resume, and the lines the checks look for (rank 0's
+# only, as train_gpt: the mesh line of a --tp run among them).
 TG=$T/ttg
 mkdir -p "$TG/dev/test" "$TG/scripts"
 cp dev/test/test_train_gpu.sh dev/test/lib.sh dev/test/compare_losses.py "$TG/dev/test/"
 cp scripts/launch_local.sh scripts/find_cudnn.sh "$TG/scripts/"
 cat > "$TG/train_gpt" <<'EOF2'
 #!/usr/bin/env bash
-o=""; x=20; stop=0; resume=""; sample=0
+o=""; x=20; stop=0; resume=""; sample=0; tp=1
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) o=$2; shift ;; -x) x=$2; shift ;; --stop-at-step) stop=$2; shift ;; --resume) resume=$2; shift ;; -s) sample=$2; shift ;;
+        --tp) tp=$2; shift ;;
     esac
     shift
 done
+[ "${RANK:-0}" = 0 ] || exit 0
+[ "$tp" -gt 1 ] && echo "tensor parallel: groups of $tp rank(s) (sequence parallel), $((${WORLD_SIZE:-1} / tp)) data-parallel rank(s)"
 first=1 last=$x
 [ -n "$resume" ] && first=11
 [ "$stop" -gt 0 ] && last=$stop
@@ -696,10 +700,12 @@ got1=$(ttg "ref determinism resume")
 want1="ok - sampling on cuda|ok - validation on cuda|ok - GPU memory|ok - cuda vs cpu, 20 steps from the same init|ok - two identical cuda runs|ok - cuda|"
 got2=$(ttg "cross variants")
 want2="ok - cuda checkpoint resumed on the cpu|ok - cpu checkpoint resumed on cuda|ok - --attention cublas vs flash|ok - --attention cudnn vs the default|ok - --reduce-dtype fp32 vs bf16|ok - --gelu-fusion 0 vs 2|"
-if [ "$got1" = "$want1" ] && [ "$got2" = "$want2" ]; then
-    ok "test_train_gpu.sh: GPU_TESTS=\"ref determinism resume\" runs those 6 checks, \"cross variants\" those 6 (cuDNN named by FSDP_CUDNN_LIB)"
+got3=$(ttg "tp")
+want3="ok - TP 2 x DP 1 on one GPU with --comm mpi vs np=1|ok - TP 2 x DP 2 on one GPU with --comm mpi vs np=1|"
+if [ "$got1" = "$want1" ] && [ "$got2" = "$want2" ] && [ "$got3" = "$want3" ]; then
+    ok "test_train_gpu.sh: GPU_TESTS=\"ref determinism resume\" runs those 6 checks, \"cross variants\" those 6 (cuDNN named by FSDP_CUDNN_LIB), \"tp\" its 2"
 else
-    not_ok "test_train_gpu.sh GPU_TESTS: 'ref determinism resume' gave '$got1' (want '$want1'); 'cross variants' gave '$got2' (want '$want2')"
+    not_ok "test_train_gpu.sh GPU_TESTS: 'ref determinism resume' gave '$got1' (want '$want1'); 'cross variants' gave '$got2' (want '$want2'); 'tp' gave '$got3' (want '$want3')"
 fi
 
 # test_train_gpu.sh refuses a group it does not know (a typo would check nothing).

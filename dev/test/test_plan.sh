@@ -457,7 +457,6 @@ refused() {
 }
 refused "--tp 0"                     "^error: --tp: 0 is out of range \\[1, 1024\\]" $TG --tp 0
 refused "--tp x"                     "^error: --tp: expected an integer, got 'x'" $TG --tp x
-refused "--tp with --save-model"     "^error: --tp with --save-model: not supported yet" $TG --tp 2 --save-model "$out/m.bin"
 refused "--plan-tp without --plan"   "^error: --plan-tp applies to --plan only" $TG --plan-tp 1,2
 refused "--plan-tp 2,"               "^error: --plan-tp: a trailing comma in '2,'" $TG --plan --plan-tp 2,
 refused "--plan-tp 0"                "^error: --plan-tp: expected a comma-separated list of TP degrees in \\[1, 1024\\]" $TG --plan --plan-tp 0

@@ -5,7 +5,11 @@
 # np=1 run, and a (1, 3) checkpoint (ranges, version 1) resumes back at TP 2; Llama GQA saved at
 # TP 2 resumes at TP 1; `ckpt verify` and `info` read a TP checkpoint; the safetensors export of
 # a TP 2 checkpoint is byte-identical to TP 1's at the same weights (-l 0: the initial model, the
-# same at any --tp), and so is the export after a resume and save at TP 4.
+# same at any --tp), and so is the export after a resume and save at TP 4. --save-model at TP: the
+# llm.c file is TP 1's byte for byte at those weights (TP 2, TP 4); after training at (2, 2) it
+# is `ckpt export --llmc` of the same step's checkpoint byte for byte, each tensor kind's
+# difference from the np=1 run's file within 1e-5 of its norm (the key bias 1e-3: below), and it
+# loads with --init-from at TP 1 and TP 2 (the same losses).
 set -u
 source dev/test/lib.sh
 out=$TEST_TMP
@@ -29,8 +33,8 @@ near() {  # near DESCRIPTION REF CANDIDATE: losses within RTOL
 step() { printf '%s/ckpt/step_%08d' "$out/$1" "$2"; }
 
 # ---- GPT-2: save at (2, 2), resume at (2, 2), (1, 3), (4, 1), and from (1, 3) back at (2, 2)
-run ref 1 "${gpt2[@]}" -b 12 || exit 1
-run tp2 4 "${gpt2[@]}" -b 6 --tp 2 --ckpt-every 3 || exit 1
+run ref 1 "${gpt2[@]}" -b 12 --save-model "$out/ref.bin" || exit 1
+run tp2 4 "${gpt2[@]}" -b 6 --tp 2 --ckpt-every 3 --save-model "$out/tp2.bin" || exit 1
 near "(2,2) with checkpoints against np=1" ref tp2
 s3=$(step tp2 3)
 $PYTHON - "$s3/manifest.json" <<'PY'
@@ -80,6 +84,63 @@ else
 fi
 lap "GPT-2 across layouts"
 
+# ---- --save-model at (2, 2): rank 0 gathers every TP rank's units and writes them at their
+# global places. The same weights as the step 6 checkpoint: its llm.c export, byte for byte.
+if $CK export "$(step tp2 6)" --llmc "$out/tp2_export.bin" > "$out/export_llmc.log" 2>&1 &&
+   cmp -s "$out/tp2_export.bin" "$out/tp2.bin"; then
+    ok "--save-model at (2,2) is ckpt export --llmc of its step 6 checkpoint, byte for byte ($(wc -c < "$out/tp2.bin") bytes)"
+else
+    not_ok "--save-model at (2,2) vs export --llmc: $(why "$out/export_llmc.log") $(cmp "$out/tp2_export.bin" "$out/tp2.bin" 2>&1 | head -c 200)"
+fi
+# Against np=1's file: the runs differ in the order of sums only, which AdamW's normalized step
+# amplifies where a gradient is nothing but rounding: the key bias's (attention does not depend
+# on it) moves by noise, about 2e-4 of its norm after 6 steps at any layout (a DP 3 run without
+# TP differs from np=1 as much). Each of llm.c's 16 tensor kinds (all layers, in the file's
+# order): its difference's norm within RTOL of its norm, c_attn.b within 1e-3; a misplaced box
+# differs by the whole tensor (order 1).
+$PYTHON - "$out/ref.bin" "$out/tp2.bin" $RTOL <<'PY'
+import struct, sys
+import numpy as np
+def load(path):
+    raw = open(path, "rb").read()
+    return struct.unpack("256i", raw[:1024]), np.frombuffer(raw[1024:], dtype=np.float32)
+(h, a), (h2, b) = load(sys.argv[1]), load(sys.argv[2])
+rtol = float(sys.argv[3])
+T, L, C, Vp = h[2], h[4], h[6], h[7]
+kinds = [("wte", Vp * C), ("wpe", T * C), ("ln_1.w", L * C), ("ln_1.b", L * C), ("c_attn.w", L * 3 * C * C),
+         ("c_attn.b", L * 3 * C), ("attn.c_proj.w", L * C * C), ("attn.c_proj.b", L * C), ("ln_2.w", L * C),
+         ("ln_2.b", L * C), ("c_fc.w", L * 4 * C * C), ("c_fc.b", L * 4 * C), ("mlp.c_proj.w", L * 4 * C * C),
+         ("mlp.c_proj.b", L * C), ("ln_f.w", C), ("ln_f.b", C)]
+problems, figures, at = [], [], 0
+if h != h2 or a.size != b.size or a.size != sum(n for _, n in kinds):
+    problems.append(f"headers or sizes differ: {h[:8]} {a.size} vs {h2[:8]} {b.size}")
+for name, n in kinds if not problems else []:
+    x, y = a[at:at + n].astype(np.float64), b[at:at + n].astype(np.float64)
+    at += n
+    rel = float(np.linalg.norm(x - y) / max(np.linalg.norm(x), 1e-30))
+    bound = 1e-3 if name == "c_attn.b" else rtol
+    figures.append((rel, name))
+    if not rel <= bound: problems.append(f"{name}: {rel:.3g} relative (allowed {bound:g})")
+others = max(f for f in figures if f[1] != "c_attn.b") if figures else (0, "")
+print(("not ok - --save-model (2,2) vs np=1: " + "; ".join(problems[:4])) if problems else
+      f"ok - --save-model at (2,2) vs np=1's file: every tensor kind within {rtol:g} (the largest {others[1]}, {others[0]:.2g}), "
+      f"c_attn.b {dict((n, r) for r, n in figures)['c_attn.b']:.2g}")
+PY
+# The file loads at any TP: --init-from it at (1,1) and at (2,1), the same losses.
+run init_tp1 1 "${gpt2[@]}" -b 12 -x 3 --init-from "$out/tp2.bin" &&
+    run init_tp2 2 "${gpt2[@]}" -b 12 -x 3 --tp 2 --init-from "$out/tp2.bin" &&
+    near "--init-from the (2,2) file at (1,1) and at (2,1)" init_tp1 init_tp2
+$PYTHON - "$out/ref/metrics.jsonl" "$out/init_tp2/metrics.jsonl" <<'PY'
+import json, sys
+first = [[json.loads(l)["loss"] for l in open(p) if '"loss"' in l][0] for p in sys.argv[1:]]
+print(("ok - " if first[1] < first[0] - 0.1 else "not ok - ") +
+      f"--init-from the (2,2) file starts from the trained weights (first loss {first[1]:.3f}, the untrained model's {first[0]:.3f})")
+PY
+expect_error "Llama --save-model at TP 2: refused before training" "error: --save-model writes llm.c's GPT-2 model file, which has no" \
+    run_np 2 "${llama[@]}" -b 12 --tp 2 --save-model "$out/llama.bin"
+[ ! -e "$out/llama.bin" ] && ok "no Llama file written" || not_ok "a Llama llm.c file was written"
+lap "--save-model"
+
 # ---- Llama GQA: saved at TP 2 (q|k|v and w1|w3 segments as boxes), resumed at TP 1
 run lref 1 "${llama[@]}" -b 12 || exit 1
 run ltp2 2 "${llama[@]}" -b 12 --tp 2 --ckpt-every 2 &&
@@ -89,8 +150,9 @@ lap "Llama"
 # ---- the export: at -l 0 the weights stay the initial model, which is the same at any --tp
 flat=(./train_gpt --device cpu --layers 2 --channels 64 --heads 4 --max-seq 64 -t 16 -d 192 -v 0 -i "$TRAIN_SHARD"
       --threads 1 -l 0 --seed 5)
-if run e1 1 "${flat[@]}" -b 12 -x 1 --ckpt-every 1 && run e2 2 "${flat[@]}" -b 12 -x 1 --ckpt-every 1 --tp 2 &&
-   run e4 4 "${flat[@]}" -b 12 -x 2 --ckpt-every 2 --tp 4 --resume "$(step e2 1)"; then
+if run e1 1 "${flat[@]}" -b 12 -x 1 --ckpt-every 1 --save-model "$out/e1.bin" &&
+   run e2 2 "${flat[@]}" -b 12 -x 1 --ckpt-every 1 --tp 2 --save-model "$out/e2.bin" &&
+   run e4 4 "${flat[@]}" -b 12 -x 2 --ckpt-every 2 --tp 4 --resume "$(step e2 1)" --save-model "$out/e4.bin"; then
     for e in e1:1 e2:1 e4:2; do
         $CK export "$(step ${e%:*} ${e#*:})" --safetensors "$out/${e%:*}.safetensors" > "$out/export_${e%:*}.log" 2>&1 ||
             not_ok "ckpt export ${e%:*}: $(why "$out/export_${e%:*}.log")"
@@ -101,5 +163,10 @@ if run e1 1 "${flat[@]}" -b 12 -x 1 --ckpt-every 1 && run e2 2 "${flat[@]}" -b 1
     cmp -s "$out/e1.safetensors" "$out/e4.safetensors" &&
         ok "resumed at TP 4 from TP 2 and saved again: the export is still TP 1's, byte for byte" ||
         not_ok "the export after a TP 4 resume differs: $(cmp "$out/e1.safetensors" "$out/e4.safetensors" 2>&1 | head -c 200)"
+    for e in e2 e4; do  # every split (column, row, vocabulary, q|k|v segments) at its global place
+        [ -s "$out/e1.bin" ] && cmp -s "$out/e1.bin" "$out/$e.bin" &&
+            ok "--save-model at TP ${e#e} is TP 1's llm.c file, byte for byte ($(wc -c < "$out/e1.bin") bytes)" ||
+            not_ok "--save-model at TP ${e#e} differs from TP 1's: $(cmp "$out/e1.bin" "$out/$e.bin" 2>&1 | head -c 200)"
+    done
 fi
 lap "export"

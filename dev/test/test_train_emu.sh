@@ -61,7 +61,9 @@
 #     bitwise, that overlap in order on each rank (FSDP_TEST_TP_TRACE, dev/test/tp_trace_order.py)
 #     for GPT-2 and Llama, and a run ended by the NCCL shim (a communicator's collectives out of
 #     order) when compute does not wait for the started reduce-scatter or its stream does not
-#     wait for compute (two mutants); TP 2 x DP 2 (np=4) and Llama's GQA vs the cpu within 2%;
+#     wait for compute (two mutants); TP 2 x DP 2 (np=4) and Llama's GQA vs the cpu within 2%,
+#     the TP 2 x DP 2 run's --save-model byte-identical to `ckpt export --llmc` of its last
+#     checkpoint;
 #     the replicated tensors' master, m, v and bf16 shard bitwise equal on both TP ranks at
 #     every step (FSDP_TEST_TP_REPLICAS), which a mutant leaving rank 1's replicated gradients
 #     unsummed must fail; TP 2 x HSDP (np=4, staged) vs the cpu; at --lr 0 the bf16 parameters
@@ -409,7 +411,8 @@ tp_llama=(--arch llama3 --kv-heads 2 --ffn-dim 96)
 job 1 cpu tp_cpu 1 -b 12 "${tp[@]}" -o "$TMP/tp_cpu"
 FSDP_TEST_TP_REPLICAS=1 job 2 cuda tp_cuda 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_cuda"
 FSDP_TEST_TP_TRACE=$TMP/trace_tp_nccl FSDP_TEST_TP_REPLICAS=1 job 2 nccl tp_nccl 2 -b 12 "${tp[@]}" --tp 2 -s 4 -g 8 -o "$TMP/tp_nccl"
-FSDP_TEST_TP_REPLICAS=1 job 4 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nccl_dp2"
+FSDP_TEST_TP_REPLICAS=1 job 4 nccl tp_nccl_dp2 4 -b 6 "${tp[@]}" --tp 2 -o "$TMP/tp_nccl_dp2" --ckpt-every 4 \
+    --save-model "$TMP/tp_nccl_dp2.bin"
 job 1 cpu tp_llama_cpu 1 -b 12 "${tp[@]}" "${tp_llama[@]}" -o "$TMP/tp_llama_cpu"
 FSDP_TEST_TP_TRACE=$TMP/trace_tp_llama_nccl job 2 nccl tp_llama_nccl 2 -b 12 "${tp[@]}" "${tp_llama[@]}" --tp 2 -o "$TMP/tp_llama_nccl"
 FSDP_TEST_TP_REPLICAS=1 job 4 cuda tp_hsdp 4 -b 6 "${tp[@]}" --tp 2 --shard-group-size 1 -o "$TMP/tp_hsdp"
@@ -956,6 +959,16 @@ if good tp_cuda tp_nccl; then  # (each rank's vocabulary range of the row's logi
 fi
 good tp_cpu tp_nccl_dp2 && compare "--tp 2 x DP 2 --comm nccl (np=4) vs the cpu's np=1 (within 2%)" \
     "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_nccl_dp2/metrics.jsonl" --rtol 0.02
+# --save-model on cuda at TP 2 x DP 2: the fp32 masters gathered over the shard and TP groups,
+# each box at its global place: the llm.c export of the same weights, byte for byte.
+if good tp_nccl_dp2 >/dev/null; then
+    if ./ckpt export "$TMP/tp_nccl_dp2/ckpt/step_00000004" --llmc "$TMP/tp_dp2_export.bin" > "$TMP/tp_dp2_export.log" 2>&1 &&
+       cmp -s "$TMP/tp_dp2_export.bin" "$TMP/tp_nccl_dp2.bin"; then
+        ok "$TAG --tp 2 x DP 2 --save-model on cuda: ckpt export --llmc of its step 4 checkpoint, byte for byte"
+    else
+        not_ok "$TAG --tp 2 x DP 2 --save-model on cuda vs export --llmc: $(tail -n 2 "$TMP/tp_dp2_export.log" | tr '\n' ' ') $(cmp "$TMP/tp_dp2_export.bin" "$TMP/tp_nccl_dp2.bin" 2>&1 | head -c 200)"
+    fi
+fi
 good tp_cpu tp_hsdp && compare "--tp 2 x HSDP (2 replicas of 1-rank shard groups, staged, np=4) vs the cpu's np=1 (within 2%)" \
     "$TMP/tp_cpu/metrics.jsonl" "$TMP/tp_hsdp/metrics.jsonl" --rtol 0.02
 good tp_llama_cpu tp_llama_nccl && compare "Llama (GQA) --tp 2 --comm nccl vs the cpu's np=1 (within 2%)" \

@@ -12,6 +12,8 @@
 #   - np=2 ranks sharing the GPU with --comm mpi vs np=1: within 1e-2 (bf16 reductions); the
 #     same with HSDP (2 replicas); gradient accumulation with and without
 #     --no-grad-sync-until-last within 1e-2;
+#   - tensor parallel on one GPU, staged (--comm mpi): TP 2 (np=2) and TP 2 x DP 2 (np=4) vs
+#     np=1 within 1e-2;
 #   - --attention cublas vs flash, --reduce-dtype fp32 vs bf16, --gelu-fusion 0 vs 2: within 2%;
 #   - sampling and validation run on cuda; the measured peak GPU memory agrees with the
 #     printed budget (at least it, at most max(64 MiB, 1%) above it).
@@ -26,6 +28,8 @@
 #   cross        checkpoints across devices (cuda -> cpu, cpu -> cuda)
 #   ranks        np=2 with --comm mpi, np=1 mpi vs nccl, HSDP
 #   accum        gradient accumulation with and without --no-grad-sync-until-last
+#   tp           --tp 2 with --comm mpi (ranks sharing the GPU: the TP collectives staged through
+#                host memory, as the shard group's) at np=2 and, TP 2 x DP 2, np=4 vs np=1
 #   variants     --attention cublas, --reduce-dtype fp32, --gelu-fusion 0
 #   offload      --offload optimizer (AdamW on the host) vs the GPU's AdamW: bitwise
 #   fp16         --param-dtype fp16 vs the fp32 cpu run (at least as close as bf16, within 2%),
@@ -50,7 +54,7 @@ PY=${PYTHON:-python3}
 [ -x "$PY" ] || PY=python3
 
 skip() { echo "ok - GPU end-to-end tests # skip $*"; exit 0; }
-GROUPS_ALL="ref determinism resume cross ranks accum variants offload fp16 llama eval"
+GROUPS_ALL="ref determinism resume cross ranks accum tp variants offload fp16 llama eval"
 for g in ${GPU_TESTS:-}; do  # a misspelt group would otherwise pass by checking nothing
     [[ " $GROUPS_ALL " == *" $g "* ]] || { not_ok "GPU_TESTS: unknown group '$g' (groups: $GROUPS_ALL)"; exit 1; }
 done
@@ -171,6 +175,24 @@ if want accum; then
     run cuda_accum_nosync 1 --device cuda -b 4 -d 512 --no-grad-sync-until-last -o "$out/cuda_accum_nosync" &&
         compare "gradient accumulation: --no-grad-sync-until-last vs every micro-step (within 1e-2)" \
             "$out/cuda_accum/metrics.jsonl" "$out/cuda_accum_nosync/metrics.jsonl" --rtol 0.01
+fi
+
+# Tensor parallel on one GPU (NCCL refuses ranks sharing it: --comm mpi stages the TP group's
+# gathers, reduce-scatters and all-reduces through host memory). The same global batch: TP 2 is
+# one data-parallel rank of 4 sequences, TP 2 x DP 2 two of 2. The setup line says the mesh ran.
+if want tp; then
+    tp_run() {  # tp_run NAME NP DP ARGS...
+        local name=$1 np=$2 dp=$3; shift 3
+        run "$name" "$np" --device cuda --comm mpi --tp 2 -d 256 -o "$out/$name" "$@" && [ $cuda_ok = 1 ] || return
+        if grep -q "^tensor parallel: groups of 2 rank(s) (sequence parallel), $dp data-parallel rank(s)" "$out/$name.log"; then
+            compare "TP 2 x DP $dp on one GPU with --comm mpi vs np=1 (np=$np, within 1e-2)" "$out/cuda_ref/metrics.jsonl" \
+                "$out/$name/metrics.jsonl" --rtol 0.01
+        else
+            not_ok "$name: no 'tensor parallel: groups of 2 rank(s) ..., $dp data-parallel rank(s)' setup line"
+        fi
+    }
+    tp_run cuda_tp2 2 1 -b 4
+    tp_run cuda_tp2_dp2 4 2 -b 2
 fi
 
 if want variants; then
