@@ -33,7 +33,9 @@ else
     echo "# scripts/device_deps.sh fetch failed (no apt?): building against the system's libraries: $(tail -n 1 "$TEST_TMP/fetch.log")"
 fi
 if command -v nvcc > /dev/null; then kind="CUDA build"; else kind="host-only build"; fi
-if ! make -C "$src" -j2 NO_MPI=1 train_gpt > "$TEST_TMP/build.log" 2>&1; then
+# One CUDA target (the lent GPUs' sm_90): what differs here is MPI, not the device code, which
+# the main build compiles for every target with warnings as errors.
+if ! make -C "$src" -j2 NO_MPI=1 GPU_ARCH=90 train_gpt > "$TEST_TMP/build.log" 2>&1; then
     not_ok "NO_MPI=1 $kind: $(grep -m3 -E 'error' "$TEST_TMP/build.log" | tr '\n' ' ' | cut -c1-400)"
     exit 0
 fi
