@@ -33,8 +33,20 @@ export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1
 sanitizer_report() { grep -lE "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|UndefinedBehaviorSanitizer" "$@" 2>/dev/null; }
 
 # 1. test_errors.sh with the sanitizer build.
-TRAIN_GPT=$A/train_gpt_asan bash dev/test/test_errors.sh > "$out/errors.log" 2>&1
-sed -E 's/^(ok|not ok) - /\1 - asan: /' "$out/errors.log" | grep -E '^(ok|not ok) - '
+# In the background, in a folder of its own (one process at a time, as the checks below: the
+# two cores share them); its lines are printed when it is done, before the sanitizer scan (or
+# at any exit).
+mkdir -p "$out/errors"
+chmod 711 "$out"  # (its check run as another user must reach its folder through this one)
+TRAIN_GPT=$A/train_gpt_asan TEST_TMP=$out/errors bash dev/test/test_errors.sh > "$out/errors.log" 2>&1 &
+errors_pid=$!
+errors_report() {
+    [ -n "$errors_pid" ] || return 0
+    wait $errors_pid
+    sed -E 's/^(ok|not ok) - /\1 - asan: /' "$out/errors.log" | grep -E '^(ok|not ok) - '
+    errors_pid=
+}
+trap errors_report EXIT
 
 # 2. Corrupt checkpoints.
 tiny=(--device cpu --layers 1 --channels 32 --heads 2 --max-seq 32 -b 2 -t 16 -v 0 --threads 1 -i "$TRAIN_SHARD")
@@ -301,6 +313,7 @@ $A/test_tp_layout_asan "$out" > "$out/tp_layout.log" 2>&1
 sed -E 's/^(ok|not ok) - /\1 - asan: /' "$out/tp_layout.log" | grep -E '^(ok|not ok) - ' ||
     not_ok "asan: test_tp_layout_asan printed no result: $(tail -n 3 "$out/tp_layout.log" | tr '\n' ' ' | head -c 300)"
 
+errors_report
 # Anything a sanitizer said anywhere (a report in a run whose status was not checked).
 reports=$(sanitizer_report "$out"/*.log "$out"/*/*.log)
 if [ -z "$reports" ]; then ok "asan: no sanitizer report in any log"
