@@ -72,7 +72,8 @@
 #     optimizer (losses, norms, val losses), its replicated tensors bitwise equal on both TP
 #     ranks; step 1's norm at TP 2 (all four) that of TP 1 within 1e-3, which a mutant
 #     counting the replicated tensors twice must leave;
-#   - self-checks, each a copy of fsdp/backend_cuda.cuh with one fault that must change the
+#   - self-checks, each a fault in fsdp/backend_cuda.cuh (one build holds them all, a run
+#     switches one on with FSDP_MUTANT) that must change the
 #     np=2 losses: the staged all-gather copies back only the first rank's slice; the bf16
 #     ncclReduceScatter passes recvcount n / 2; and, caught only because the emulator's streams
 #     run asynchronously in a random interleaving (dev/cuda_emu/emu.h), compute does not wait
@@ -82,8 +83,8 @@
 # call...), a non-zero exit or a cuda run without emulated kernels fails the run's checks.
 # Builds with g++ into build/emu/ (no Makefile rule; reused while the inputs are unchanged),
 # linked with the library objects `make` built in build/ (EMU_BUILD=DIR builds elsewhere).
-# About 2.5-3 min on 2 cores, 1-2 min more when train_gpt.cu or the emulator changed (seven
-# builds: train_gpt and six mutants).
+# About 8-10 min on 2 cores, 2 min more when train_gpt.cu or the emulator changed (builds:
+# train_gpt, and one copy holding every mutant's fault, each switched on by FSDP_MUTANT).
 set -u
 cd "$(dirname "$0")/../.."
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"  # as run_tests.sh
@@ -141,50 +142,68 @@ build_train() {
             -lzstd -lpcre2-8 -lcjson -lxxhash -lpthread -lm
 }
 
-# Mutants for the self-checks at the end: fsdp/backend_cuda.cuh with one fault each, built
-# like train_gpt. make_mutant NAME REGEX REPLACEMENT: the regex must match exactly once; sets
-# MUT_<NAME> to the binary, and mut_<NAME>_ok to 1 (built), 0 (no match: the script needs
-# updating), 2 (build failed) or 3 (transform failed); the build runs in the background.
-declare -A mut_ok mut_pid
+# Mutants for the self-checks at the end: faults in fsdp/backend_cuda.cuh, all in ONE copy built
+# like train_gpt (one build instead of one per fault), each fault guarded by
+# fsdp_mutant("NAME"), so a run has it only with FSDP_MUTANT=NAME in its environment.
+# make_mutant NAME REGEX REPLACEMENT: the regex must match the source exactly once (the
+# replacement names its guard); mut_ok[NAME] is 1 (built), 0 (no match: the script needs
+# updating), 2 (build failed) or 3 (transform failed). finish_mutants transforms the copy and
+# starts its build in the background ($MUT_EXE).
+declare -A mut_ok
+MUT_DIR=$B/mutants MUT_EXE=$B/mutants/train_gpt
+rm -rf "$MUT_DIR/orig" && mkdir -p "$MUT_DIR/orig/kernels" "$MUT_DIR/orig/fsdp" "$MUT_DIR/orig/train"
+cp train_gpt.cu "$MUT_DIR/orig/" && cp kernels/*.cuh "$MUT_DIR/orig/kernels/" && cp fsdp/*.cuh "$MUT_DIR/orig/fsdp/" &&
+    cp train/*.cuh "$MUT_DIR/orig/train/"
 make_mutant() {
-    local name=$1 dir=$B/mutant_$1
-    rm -rf "$dir/orig" && mkdir -p "$dir/orig/kernels" "$dir/orig/fsdp" "$dir/orig/train"
-    cp train_gpt.cu "$dir/orig/" && cp kernels/*.cuh "$dir/orig/kernels/" && cp fsdp/*.cuh "$dir/orig/fsdp/" &&
-        cp train/*.cuh "$dir/orig/train/"
-    mut_ok[$name]=1
-    python3 - fsdp/backend_cuda.cuh "$dir/orig/fsdp/backend_cuda.cuh" "$2" "$3" <<'PYEOF' || mut_ok[$name]=0
+    mut_ok[$1]=1
+    python3 - fsdp/backend_cuda.cuh "$MUT_DIR/orig/fsdp/backend_cuda.cuh" "$2" "$3" <<'PYEOF' || mut_ok[$1]=0
 import re, sys
-new, k = re.subn(sys.argv[3], sys.argv[4], open(sys.argv[1]).read())
-if k != 1:
+k = len(re.findall(sys.argv[3], open(sys.argv[1]).read()))  # once in the real source
+new, n = re.subn(sys.argv[3], sys.argv[4], open(sys.argv[2]).read())
+if k != 1 or n != 1:
     sys.exit(1)
 open(sys.argv[2], 'w').write(new)
 PYEOF
-    if [ ${mut_ok[$name]} = 1 ]; then
-        (cd "$dir/orig" && python3 ../../../../$E/transform.py ../src "${CUDA_SRCS[@]}") || mut_ok[$name]=3
+}
+finish_mutants() {
+    # The guard, inside the header's include guard (after its #define).
+    python3 - "$MUT_DIR/orig/fsdp/backend_cuda.cuh" <<'PYEOF'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+at = text.index('#define FSDP_BACKEND_CUDA_CUH\n') + len('#define FSDP_BACKEND_CUDA_CUH\n')
+guard = ('#include <stdlib.h>\n#include <string.h>\n'
+         'static inline int fsdp_mutant(const char* name) { const char* m = getenv("FSDP_MUTANT"); return m && !strcmp(m, name); }\n')
+open(path, 'w').write(text[:at] + guard + text[at:])
+PYEOF
+    local name
+    if ! (cd "$MUT_DIR/orig" && python3 ../../../../$E/transform.py ../src "${CUDA_SRCS[@]}"); then
+        for name in "${!mut_ok[@]}"; do [ ${mut_ok[$name]} = 1 ] && mut_ok[$name]=3; done
+        return
     fi
-    if [ ${mut_ok[$name]} = 1 ]; then
-        build_train "$dir/src" "$dir/train_gpt" &
-        mut_pid[$name]=$!
-    fi
+    build_train "$MUT_DIR/src" "$MUT_EXE" &
+    mut_pid=$!
 }
 # staged: the all-gather copies back only the first rank's slice of the gathered unit.
-make_mutant staged_gather '(\bs->bytes\s*=\s*)W\s*\*\s*(shard_bytes\s*;)' '\1\2'
+make_mutant staged_gather '(\bs->bytes\s*=\s*)W\s*\*\s*(shard_bytes\s*;)' '\1(fsdp_mutant("staged_gather") ? 1 : W) * \2'
 # nccl: the 16-bit reduce-scatter passes recvcount n / 2 (a valid call, so the shim cannot
 # refuse it: each rank reduces the wrong elements and half its shard stays stale).
-make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*shard_out\s*,\s*)n(\s*,\s*cb_nccl16\(c\))' '\1n / 2\2'
+make_mutant nccl_count '(ncclReduceScatter\(\s*g\s*,\s*shard_out\s*,\s*)n(\s*,\s*cb_nccl16\(c\))' '\1(fsdp_mutant("nccl_count") ? n / 2 : n)\2'
 # nccl, stream ordering (CUDA_NOTES arrows 1/3'): compute does not wait for the collective.
-make_mutant nccl_no_done_wait 'CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, s->done, 0\)\);' ''
+make_mutant nccl_no_done_wait '(CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, s->done, 0\)\);)' 'if (!fsdp_mutant("nccl_no_done_wait")) \1'
 # nccl, stream ordering (arrows 2/3/5): the comm stream does not wait for compute.
-make_mutant nccl_no_handoff 'CB_CUDA\(c, cudaStreamWaitEvent\(c->comm, ev, 0\)\);' ''
+make_mutant nccl_no_handoff '(CB_CUDA\(c, cudaStreamWaitEvent\(c->comm, ev, 0\)\);)' 'if (!fsdp_mutant("nccl_no_handoff")) \1'
 # staged, tensor parallel: TP rank 1 keeps its own share of the replicated tensors' gradients
 # (the all-reduce runs, its sum is not copied back there).
-make_mutant tp_unsummed '(\n\s*)(cb_tp_unstage16\(c, buf,)' '\1if (c->pg->tp_rank == 0) \2'
+make_mutant tp_unsummed '(\n\s*)(cb_tp_unstage16\(c, buf,)' '\1if (!fsdp_mutant("tp_unsummed") || c->pg->tp_rank == 0) \2'
 # tensor parallel: every fold counts its squares, so TP rank 1 counts the replicated tensors too.
-make_mutant tp_norm_twice 'double\* sumsq = sum_squares \? c->d_sumsq : NULL;' 'double* sumsq = c->d_sumsq;'
+make_mutant tp_norm_twice 'double\* sumsq = sum_squares \? c->d_sumsq : NULL;' 'double* sumsq = sum_squares || fsdp_mutant("tp_norm_twice") ? c->d_sumsq : NULL;'
 # nccl, tensor parallel, the backward's started reduce-scatter (TpComm.reduce_scatter_start):
 # compute does not wait for it at the wait, or its TP stream does not wait for compute's dX GEMM.
-make_mutant tp_no_wait 'if \(ticket\) CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, c->tp_done, 0\)\);' ''
-make_mutant tp_no_ready 'CB_CUDA\(c, cudaStreamWaitEvent\(c->tp_stream, c->tp_ready, 0\)\);' ''
+make_mutant tp_no_wait 'if \(ticket\) (CB_CUDA\(c, cudaStreamWaitEvent\(c->compute, c->tp_done, 0\)\);)' 'if (ticket && !fsdp_mutant("tp_no_wait")) \1'
+make_mutant tp_no_ready '(CB_CUDA\(c, cudaStreamWaitEvent\(c->tp_stream, c->tp_ready, 0\)\);)' 'if (!fsdp_mutant("tp_no_ready")) \1'
+mut_pid=""
+finish_mutants
 # The NCCL shim's self-test (plain host code: no transform).
 SELF=$B/nccl_selftest
 build $SELF $E/nccl_selftest.cpp "${HDRS[@]}" "${RUNTIME_OBJS[@]}" -- \
@@ -211,10 +230,9 @@ if ! build_train $B/train_src $EXE; then
     wait
     exit 1
 fi
-for name in "${!mut_pid[@]}"; do
-    wait ${mut_pid[$name]}
-    [ ! -x $B/mutant_$name/train_gpt ] && mut_ok[$name]=2
-done
+if [ -n "$mut_pid" ] && ! { wait $mut_pid && [ -x $MUT_EXE ]; }; then
+    for name in "${!mut_ok[@]}"; do [ ${mut_ok[$name]} = 1 ] && mut_ok[$name]=2; done
+fi
 wait $sbuild || build_failed "dev/cuda_emu/nccl_selftest.cpp" $SELF
 [ -n "$bbuild" ] && { wait $bbuild || build_failed "dev/test/test_backend_cuda.cu" $BACKEND; }
 built=$(date +%s)
@@ -353,13 +371,13 @@ job 2 cuda cuda_np2 2 -b 1 -d 64 -o "$TMP/cuda_np2"
 job 2 cuda cuda_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/cuda_np2_fp32"
 job 2 cuda cuda_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/cuda_hsdp"
 job 2 cuda cuda_np2_full 2 -b 1 -d 64 --recompute full -o "$TMP/cuda_np2_full"
-[ ${mut_ok[staged_gather]} = 1 ] && job 2 run mutant_staged_gather 2 $B/mutant_staged_gather/train_gpt --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
+[ ${mut_ok[staged_gather]} = 1 ] && FSDP_MUTANT=staged_gather job 2 run mutant_staged_gather 2 $MUT_EXE --device cuda --comm mpi -b 1 -d 64 -o "$TMP/mutant_staged_gather"
 job 2 nccl nccl_np2 2 -b 1 -d 64 -o "$TMP/nccl_np2" --profile-step 3
 job 2 nccl llama_np2 2 -b 1 -d 64 "${llama[@]}" -o "$TMP/llama_np2"
 job 2 nccl nccl_np2_fp32 2 -b 1 -d 64 --reduce-dtype fp32 -o "$TMP/nccl_np2_fp32"
 job 2 nccl nccl_hsdp 2 -b 1 -d 64 --shard-group-size 1 -o "$TMP/nccl_hsdp"
 for name in nccl_count nccl_no_done_wait nccl_no_handoff; do
-    [ ${mut_ok[$name]} = 1 ] && EMU_DEVICE_COUNT=2 job 2 run mutant_$name 2 $B/mutant_$name/train_gpt --device cuda --comm nccl -b 1 -d 64 -o "$TMP/mutant_$name"
+    [ ${mut_ok[$name]} = 1 ] && FSDP_MUTANT=$name EMU_DEVICE_COUNT=2 job 2 run mutant_$name 2 $MUT_EXE --device cuda --comm nccl -b 1 -d 64 -o "$TMP/mutant_$name"
 done
 # --offload optimizer: AdamW on the host worker, the same arithmetic and rounding bits as the
 # GPU kernel, so bitwise the runs above (staged and NCCL, W=1 where the slot itself is copied,
@@ -426,12 +444,12 @@ job 1 cuda tp1_cuda 1 -b 12 "${tp[@]}" -x 1 -v 0 -o "$TMP/tp1_cuda"
 sr=(-b 12 "${tp[@]}" --lr 0 --weight-decay 0 -x 2 -v 0)
 FSDP_TEST_PARAM16=1 job 1 cuda sr_tp1 1 "${sr[@]}" -o "$TMP/sr_tp1"
 FSDP_TEST_PARAM16=1 job 2 cuda sr_tp2 2 "${sr[@]}" --tp 2 -o "$TMP/sr_tp2"
-[ ${mut_ok[tp_norm_twice]} = 1 ] && job 2 run mutant_tp_norm_twice 2 $B/mutant_tp_norm_twice/train_gpt \
+[ ${mut_ok[tp_norm_twice]} = 1 ] && FSDP_MUTANT=tp_norm_twice job 2 run mutant_tp_norm_twice 2 $MUT_EXE \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 1 -v 0 -o "$TMP/mutant_tp_norm_twice"
-[ ${mut_ok[tp_unsummed]} = 1 ] && FSDP_TEST_TP_REPLICAS=1 job 2 run mutant_tp_unsummed 2 $B/mutant_tp_unsummed/train_gpt \
+[ ${mut_ok[tp_unsummed]} = 1 ] && FSDP_MUTANT=tp_unsummed FSDP_TEST_TP_REPLICAS=1 job 2 run mutant_tp_unsummed 2 $MUT_EXE \
     --device cuda --comm mpi -b 12 "${tp[@]}" --tp 2 -x 2 -v 0 -o "$TMP/mutant_tp_unsummed"
 for name in tp_no_wait tp_no_ready; do
-    [ ${mut_ok[$name]} = 1 ] && EMU_DEVICE_COUNT=2 job 2 run mutant_$name 2 $B/mutant_$name/train_gpt \
+    [ ${mut_ok[$name]} = 1 ] && FSDP_MUTANT=$name EMU_DEVICE_COUNT=2 job 2 run mutant_$name 2 $MUT_EXE \
         --device cuda --comm nccl -b 12 "${tp[@]}" --tp 2 -x 2 -v 0 -o "$TMP/mutant_$name"
 done
 ck="$TMP/nccl_split/ckpt/step_00000002"
@@ -928,8 +946,8 @@ self_check() {
     local name=$1 ref=$2 m="self-check: $3"; shift 3
     case ${mut_ok[$name]} in
         0) not_ok "$TAG $m: the pattern of mutant $name no longer matches fsdp/backend_cuda.cuh; update dev/test/test_train_emu.sh" ;;
-        2) build_failed "the $name mutant train_gpt" $B/mutant_$name/train_gpt ;;
-        3) not_ok "$TAG $m: transform.py failed on the $name mutant" ;;
+        2) build_failed "the mutants' train_gpt" $MUT_EXE ;;
+        3) not_ok "$TAG $m: transform.py failed on the mutants' copy" ;;
         *) if [ "$(cat "$TMP/mutant_$name.rc" 2>/dev/null)" != 0 ]; then
                not_ok "$TAG $m: the mutant run failed (status $(cat "$TMP/mutant_$name.rc" 2>/dev/null)): $(tail -n 2 "$TMP/mutant_$name.log" | tr '\n' ' ' | cut -c1-300)"
            elif good $ref >/dev/null; then
@@ -989,8 +1007,8 @@ for cfg in "tp_no_wait:compute not waiting for the started TP reduce-scatter" \
     name=${cfg%%:*} m="self-check: with ${cfg#*:} (async streams), --tp 2 nccl fails"
     case ${mut_ok[$name]} in
         0) not_ok "$TAG $m: the pattern of mutant $name no longer matches fsdp/backend_cuda.cuh" ;;
-        2) build_failed "the $name mutant train_gpt" $B/mutant_$name/train_gpt ;;
-        3) not_ok "$TAG $m: transform.py failed on the $name mutant" ;;
+        2) build_failed "the mutants' train_gpt" $MUT_EXE ;;
+        3) not_ok "$TAG $m: transform.py failed on the mutants' copy" ;;
         *) why=$(grep -m1 -oE 'collective #[0-9]+.*(streams that do not order them|the same collectives in the same order)\)' "$TMP/mutant_$name.log" | cut -c1-240)
            [ "$(cat "$TMP/mutant_$name.rc" 2>/dev/null)" != 0 ] && [ -n "$why" ] && ok "$TAG $m: $why" ||
                not_ok "$TAG $m: status $(cat "$TMP/mutant_$name.rc" 2>/dev/null), $(grep -m1 'error:' "$TMP/mutant_$name.log" | cut -c1-240)" ;;
@@ -1029,8 +1047,8 @@ if good tp1_cuda tp_cuda tp_nccl tp_nccl_dp2 tp_hsdp; then
     m="self-check: with TP rank 1 counting the replicated tensors' squares too, step 1's norm leaves TP 1's"
     case ${mut_ok[tp_norm_twice]} in
         0) not_ok "$TAG $m: the pattern of mutant tp_norm_twice no longer matches fsdp/backend_cuda.cuh" ;;
-        2) build_failed "the tp_norm_twice mutant train_gpt" $B/mutant_tp_norm_twice/train_gpt ;;
-        3) not_ok "$TAG $m: transform.py failed on the tp_norm_twice mutant" ;;
+        2) build_failed "the mutants' train_gpt" $MUT_EXE ;;
+        3) not_ok "$TAG $m: transform.py failed on the mutants' copy" ;;
         *) if good mutant_tp_norm_twice >/dev/null; then
                v=$(norm1 mutant_tp_norm_twice)
                near "$v" "$ref" && not_ok "$TAG $m: it stayed at $v (TP 1: $ref)" || ok "$TAG $m ($v against $ref)"
@@ -1040,8 +1058,8 @@ fi
 m="self-check: with TP rank 1's replicated gradients left unsummed, FSDP_TEST_TP_REPLICAS ends the run"
 case ${mut_ok[tp_unsummed]} in
     0) not_ok "$TAG $m: the pattern of mutant tp_unsummed no longer matches fsdp/backend_cuda.cuh" ;;
-    2) build_failed "the tp_unsummed mutant train_gpt" $B/mutant_tp_unsummed/train_gpt ;;
-    3) not_ok "$TAG $m: transform.py failed on the tp_unsummed mutant" ;;
+    2) build_failed "the mutants' train_gpt" $MUT_EXE ;;
+    3) not_ok "$TAG $m: transform.py failed on the mutants' copy" ;;
     *) refused mutant_tp_unsummed 'FSDP_TEST_TP_REPLICAS: at step 2 .* tp rank 1' "$m" ;;
 esac
 self_check nccl_no_handoff cuda_np2 "with the comm stream not waiting for compute (async streams), nccl np=2 is no longer bitwise the staged run" --exact
