@@ -120,6 +120,10 @@ static int build_key_tables(Fsdp* f, char* err, size_t errlen) {
     return 0;
 }
 
+// Unit u's table and its length (NULL and 0 without tensor parallelism: no table at all).
+static const SrKeyRun* unit_key_runs(const Fsdp* f, int u) { return f->key_runs ? f->key_runs + f->key_run_at[u] : NULL; }
+static int unit_key_count(const Fsdp* f, int u) { return f->key_run_at[u + 1] - f->key_run_at[u]; }
+
 int fsdp_init(Fsdp* f, const ProcessGroup* pg, const FsdpBackend* be, const FsdpConfig* cfg,
               const FlatUnit* units, int n_units, char* err, size_t errlen) {
     memset(f, 0, sizeof(*f));
@@ -353,14 +357,14 @@ static void refresh_param_shards(Fsdp* f, int step) {
         if (f->offload) {
             f->be.offload_round(f->be.ctx, u, (char*)f->param_stage + f->shard_offset[u] * f->be.param_bytes,
                                 f->master + f->shard_offset[u], f->units[u].shard, (uint64_t)u, begin,
-                                f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u], step);
+                                unit_key_runs(f, u), unit_key_count(f, u), step);
             f->unit_stale[u] = SHARD_STALE;
             continue;
         }
         char* shard = (char*)f->param_shard + f->shard_offset[u] * f->be.param_bytes;
         f->be.refresh_param_shard(f->be.ctx, shard, f->master + f->shard_offset[u], f->units[u].shard,
-                                  (uint64_t)u, begin, f->key_runs + f->key_run_at[u],
-                                  f->key_run_at[u + 1] - f->key_run_at[u], step);
+                                  (uint64_t)u, begin, unit_key_runs(f, u),
+                                  unit_key_count(f, u), step);
     }
 }
 
@@ -823,7 +827,7 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
                                 (char*)f->param_stage + at * f->be.param_bytes, f->units[u].shard,
                                 f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
                                 beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin,
-                                f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u]);
+                                unit_key_runs(f, u), unit_key_count(f, u));
             f->unit_stale[u] = SHARD_STALE;
         }
         f->params_dirty = 1;
@@ -843,7 +847,7 @@ void fsdp_optimizer_step(Fsdp* f, float lr, float beta1, float beta2, float eps,
                              (char*)f->param_shard + at * f->be.param_bytes, f->units[u].shard,
                              f->decay_toggles + f->toggle_at[u], f->toggle_at[u + 1] - f->toggle_at[u], lr, beta1,
                              beta2, eps, weight_decay, t, f->stats, (uint64_t)u, begin,
-                             f->key_runs + f->key_run_at[u], f->key_run_at[u + 1] - f->key_run_at[u]);
+                             unit_key_runs(f, u), unit_key_count(f, u));
         }
         f->params_dirty = 1;
         return;
