@@ -43,6 +43,8 @@
 //   - Runtime: one device ("cuda_emu", sm_90, 132 SMs, 227 KiB opt-in shared memory, 80 GiB;
 //     EMU_DEVICE_COUNT=N reports N alike, all backed by the process's memory);
 //     EMU_SM=75 reports an sm_75 GPU instead of sm_90 (the host's choices for older GPUs);
+//     EMU_SKIP_BARRIER=NAME drops every __syncthreads of kernel NAME (a fault injected to
+//     check that the emulator catches the race a missing barrier opens);
 //     device work is asynchronous (Streams below); events measure host time (when the device
 //     thread reached the record; cudaEventElapsedTime refuses cudaEventDisableTiming events
 //     and answers cudaErrorNotReady before both are complete); stream and event handles are
