@@ -11,16 +11,23 @@ HDRS=($E/emu.h $(find $E/include -type f | sort))
 mkdir -p $B
 
 # build OUT DEP... -- CMD...: runs CMD (which writes OUT) unless OUT was built by the same
-# command from the same DEP contents. The compiler's messages go to OUT.log.
+# command from the same DEP contents. The compiler's messages go to OUT.log. Under a lock on
+# OUT.lock: test scripts that run at the same time (dev/test/run_tests.sh's pool) and need
+# the same object wait for one build of it instead of writing it together.
 build() {
-    local out=$1 deps=() key
+    local out=$1 deps=() key lock rc=0
     shift
     while [ "$1" != "--" ]; do deps+=("$1"); shift; done
     shift
     key=$({ printf '%s\n' "$*"; cat "${deps[@]}"; } | sha1sum | cut -d' ' -f1)
-    [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ] && return 0
-    rm -f "$out" "$out.key"
-    "$@" >"$out.log" 2>&1 && echo "$key" >"$out.key"
+    exec {lock}>"$out.lock"
+    flock "$lock"
+    if ! { [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; }; then
+        rm -f "$out" "$out.key"
+        "$@" >"$out.log" 2>&1 && echo "$key" >"$out.key" || rc=1
+    fi
+    exec {lock}>&-
+    return $rc
 }
 build_failed() {  # NAME OUT
     echo "not ok - $TAG build of $1 failed: $(grep -m3 -E 'error|Error' "$2.log" | tr '\n' ' ' | cut -c1-400)"
