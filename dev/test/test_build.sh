@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: shares the machine
 # The host-only build (machines without nvcc compile train_gpt.cu as C++): checked here even
 # when nvcc builds the real binary, so that path cannot rot unnoticed.
 set -u

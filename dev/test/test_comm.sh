@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: shares the machine
 # The communication layer (comm/comm.h): build/test_comm's battery over the TCP transport
 # (W = 1..4, file and tcp:// rendezvous) and over MPI; then failures, which must end every
 # rank with a clear message in bounded time: a rank killed mid-run, a rank that never

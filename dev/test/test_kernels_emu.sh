@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: shares the machine
 # The GPU test programs (dev/test/test_kernels_cuda.cu, dev/test/test_attention_cuda.cu),
 # unchanged, on the CPU under the emulator of dev/cuda_emu (see dev/cuda_emu/emu.h): a logic
 # check of the kernels (indexing, fragment layouts, barriers, masking, cuBLASLt planning),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: shares the machine
 # The house rules of the layout, read from the sources (README "How it works"):
 #   - folders depend one way: every "#include "DIR/..."" outside dev/ names a folder its own
 #     folder may use (the table below); nothing outside dev/ includes dev/;
