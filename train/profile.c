@@ -16,6 +16,8 @@ static const char* const phase_names[PH_COUNT] = {
     [PH_OPTIMIZER] = "grad norm + AdamW",
 };
 
+const char* profile_phase_name(int kind) { return kind >= 0 && kind < PH_COUNT ? phase_names[kind] : "?"; }
+
 static void mark(StepProfile* p, int phase, int backward) {
     if (!p->dev) return;
     if (p->n == p->cap) {  // grows only during the one profiled step
