@@ -201,6 +201,14 @@ __device__ __forceinline__ void load8(float* dst, const T16* p) {
 #pragma unroll
     for (int k = 0; k < 8; k++) dst[k] = to_float(x[k]);
 }
+// The streaming form (evict-first): data this kernel reads once and nothing reads soon after.
+template <class T16>
+__device__ __forceinline__ void load8cs(float* dst, const T16* p) {
+    static_assert(sizeof(T16) == 2, "load8cs: a 16-bit type");
+    const Packed128<T16> x = load128cs(p);
+#pragma unroll
+    for (int k = 0; k < 8; k++) dst[k] = to_float(x[k]);
+}
 static __device__ __forceinline__ void load8(float* dst, const float* p) {
     const f32x4 a = load128(p), b = load128(p + 4);
 #pragma unroll
