@@ -76,9 +76,10 @@ crossentropy_softmax_kernel(T16* logits, float* __restrict__ losses, const int* 
     const int npacks = ceil_div(V, 8);  // packs touching real columns (inside the row: Vp % 8 == 0)
     // The thread's packs p = threadIdx.x + i blockDim.x in order, kCrossEntropyLoads of them
     // loaded before the first is used: the online state (m, s) chains each pack to the last,
-    // the loads do not. Bytes in flight: 4 x 16 B a thread, 32 KB per block of 512, 128 KB
-    // per SM at 4 resident blocks (Hopper wants ~24-32 KB per SM to keep HBM busy; one load a
-    // thread at a time was 8 KB per block). Plain loads: pass 2 reads the row again, from L2.
+    // the loads do not. Bytes in flight: 4 x 16 B a thread, 32 KB per block of 512; ptxas
+    // (sm_90, bf16) gives the kernel 59 registers: 2 resident blocks, 64 KB per SM (Hopper
+    // wants ~24-32 KB per SM to keep HBM busy; one load a thread at a time was 8 KB per
+    // block). Plain loads: pass 2 reads the row again, from L2.
     for (int p0 = threadIdx.x; p0 < npacks; p0 += kCrossEntropyLoads * blockDim.x) {
         float v[kCrossEntropyLoads][8];
 #pragma unroll

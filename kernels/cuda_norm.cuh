@@ -57,8 +57,9 @@ static constexpr int kLayerNormBwdMinRows = 16;
 // Bytes in flight (Hopper: ~4.8 TB/s x ~0.7 us = 3-4 MB across 132 SMs, 24-32 KB per SM):
 // with the row kept, a lane issues all its 16-byte loads (two per pack when FUSED) before it
 // needs any: at d12's C = 768 (3 packs a lane) 1.5 KB per warp (3 KB fused), at d48's
-// C = 1600 (6-7) 3.2 KB (6.4 KB); at 16 resident warps per SM (2 blocks; more where the
-// registers allow: ptxas's count, not checked here) 24 KB (48 KB) and 51 KB (102 KB) per SM.
+// C = 1600 (6-7) 3.2 KB (6.4 KB). ptxas (sm_90, bf16) gives PACKS 4 62 registers (fused 56):
+// 4 blocks, 32 warps per SM, 48 KB (96 KB) in flight; PACKS 8 103 (92): 2 blocks, 16 warps,
+// 51 KB (102 KB). (PACKS 0: 32-34 registers, 8 blocks.)
 // Re-reading instead, a pass had in flight what the compiler unrolled of its loop (a trip
 // count unknown at compile time), and the three passes each waited for their own loads.
 template <bool FUSED, int PACKS, class T16>
