@@ -159,6 +159,11 @@ build/test_%_cuda: dev/test/test_%_cuda.cu $(LIB_OBJS) $(GPU_OBJS) $(HEADERS) $(
 build/bench_attention_cuda: dev/bench/bench_attention_cuda.cu $(GPU_OBJS) $(HEADERS) $(FLAVOUR_STAMP)
 	@mkdir -p build
 	$(NVCC) $(NVCCFLAGS) $< $(GPU_OBJS) -o $@ $(NVCC_LIBS)
+# The vector kernels against the copy bandwidth (dev/bench/bench_vector_cuda.cu), their bytes
+# from the planner's model (kernels_sim.o): likewise GPU only, built by name.
+build/bench_vector_cuda: dev/bench/bench_vector_cuda.cu build/kernels/kernels_sim.o $(GPU_OBJS) $(HEADERS) $(FLAVOUR_STAMP)
+	@mkdir -p build
+	$(NVCC) $(NVCCFLAGS) $< build/kernels/kernels_sim.o $(GPU_OBJS) -o $@ $(NVCC_LIBS)
 endif
 
 build/test_%: dev/test/test_%.c $(LIB_OBJS) $(HEADERS)

@@ -201,6 +201,14 @@ __device__ __forceinline__ void load8(float* dst, const T16* p) {
 #pragma unroll
     for (int k = 0; k < 8; k++) dst[k] = to_float(x[k]);
 }
+// The streaming form (evict-first): data this kernel reads once and nothing reads soon after.
+template <class T16>
+__device__ __forceinline__ void load8cs(float* dst, const T16* p) {
+    static_assert(sizeof(T16) == 2, "load8cs: a 16-bit type");
+    const Packed128<T16> x = load128cs(p);
+#pragma unroll
+    for (int k = 0; k < 8; k++) dst[k] = to_float(x[k]);
+}
 static __device__ __forceinline__ void load8(float* dst, const float* p) {
     const f32x4 a = load128(p), b = load128(p + 4);
 #pragma unroll
@@ -368,6 +376,53 @@ static inline void sum_partials_pair(T16* dst1, const float* partial1, T16* dst2
 static __host__ __device__ __forceinline__ bf16 sr_round_bf16(float x, uint32_t bits16) {
     if (!sr_finite(x)) return float_to_bf16(x);
     return __ushort_as_bfloat16((unsigned short)sr_round_bf16_bits(x, bits16));
+}
+
+// The GPU's device-to-device copy bandwidth in GB/s, what a memory-bound kernel is held to
+// (the roofline tables: --profile-step's, dev/bench/bench_vector_cuda.cu): cudaMemcpyAsync
+// between two buffers of 256 MiB (less when less is free: a quarter of the free memory, down
+// to 32 MiB) on `stream`, one copy to warm up, then the best of 5 timed with events. A copy
+// reads and writes its size: 2 x size bytes. wait(ctx, stream) waits for the stream (NULL:
+// cudaStreamSynchronize). How it was measured goes to how (n bytes); 0 when no two buffers
+// could be allocated (how says so).
+static inline double copy_bandwidth_gbs(cudaStream_t stream, void (*wait)(void* ctx, cudaStream_t s), void* ctx, char* how,
+                                        size_t n) {
+    const size_t MiB = (size_t)1 << 20;
+    size_t free_b = 0, total_b = 0, size = 256 * MiB;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && free_b / 4 < size) size = free_b / 4 / MiB * MiB;
+    void *a = NULL, *b = NULL;
+    while (size >= 32 * MiB && (cudaMalloc(&a, size) != cudaSuccess || cudaMalloc(&b, size) != cudaSuccess)) {
+        if (a) CUDA_CHECK(cudaFree(a));
+        a = NULL;
+        (void)cudaGetLastError();  // the failed allocation's error is not the caller's
+        size /= 2;
+    }
+    if (size < 32 * MiB) {
+        snprintf(how, n, "no two buffers of 32 MiB free for cudaMemcpy");
+        return 0.0;
+    }
+    enum { TIMED = 5 };
+    cudaEvent_t ev[TIMED + 1];
+    for (int i = 0; i <= TIMED; i++) CUDA_CHECK(cudaEventCreate(&ev[i]));
+    CUDA_CHECK(cudaMemcpyAsync(b, a, size, cudaMemcpyDeviceToDevice, stream));  // warm-up
+    CUDA_CHECK(cudaEventRecord(ev[0], stream));
+    for (int i = 1; i <= TIMED; i++) {  // back and forth
+        CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, size, cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(cudaEventRecord(ev[i], stream));
+    }
+    if (wait) wait(ctx, stream);
+    else CUDA_CHECK(cudaStreamSynchronize(stream));
+    float best = 0.0f;
+    for (int i = 1; i <= TIMED; i++) {
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i - 1], ev[i]));
+        if (i == 1 || ms < best) best = ms;
+    }
+    for (int i = 0; i <= TIMED; i++) CUDA_CHECK(cudaEventDestroy(ev[i]));
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    snprintf(how, n, "cudaMemcpy device to device, %zu MiB x %d, best; read + write counted", size / MiB, (int)TIMED);
+    return best > 0.0f ? 2.0 * (double)size / (best * 1e-3) / 1e9 : 0.0;
 }
 
 #endif  // FSDP_KERNELS_CUDA_COMMON_CUH

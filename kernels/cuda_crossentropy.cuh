@@ -19,6 +19,7 @@
 #include "kernels/cuda_common.cuh"
 
 static constexpr int kCrossEntropyThreads = 512;
+static constexpr int kCrossEntropyLoads = 4;  // packs a thread loads before using the first (pass 1)
 
 // ----------------------------------------------------------------------------
 // Fused softmax + cross-entropy, one block per row
@@ -73,18 +74,33 @@ crossentropy_softmax_kernel(T16* logits, float* __restrict__ losses, const int* 
 
     float m = -INFINITY, s = 0.0f;
     const int npacks = ceil_div(V, 8);  // packs touching real columns (inside the row: Vp % 8 == 0)
-    for (int p = threadIdx.x; p < npacks; p += blockDim.x) {
-        float v[8];
-        load8(v, x + 8 * (size_t)p);
-        float pm = -INFINITY;
+    // The thread's packs p = threadIdx.x + i blockDim.x in order, kCrossEntropyLoads of them
+    // loaded before the first is used: the online state (m, s) chains each pack to the last,
+    // the loads do not. Bytes in flight: 4 x 16 B a thread, 32 KB per block of 512; ptxas
+    // (sm_90, bf16) gives the kernel 59 registers: 2 resident blocks, 64 KB per SM (Hopper
+    // wants ~24-32 KB per SM to keep HBM busy; one load a thread at a time was 8 KB per
+    // block). Plain loads: pass 2 reads the row again, from L2.
+    for (int p0 = threadIdx.x; p0 < npacks; p0 += kCrossEntropyLoads * blockDim.x) {
+        float v[kCrossEntropyLoads][8];
 #pragma unroll
-        for (int k = 0; k < 8; k++) if (8 * p + k < V) pm = fmaxf(pm, v[k]);
-        float ps = 0.0f;
-        if (pm != -INFINITY) {
-#pragma unroll
-            for (int k = 0; k < 8; k++) if (8 * p + k < V) ps += expf(v[k] - pm);
+        for (int u = 0; u < kCrossEntropyLoads; u++) {
+            const int p = p0 + u * blockDim.x;
+            if (p < npacks) load8(v[u], x + 8 * (size_t)p);
         }
-        softmax_combine(m, s, pm, ps);
+#pragma unroll
+        for (int u = 0; u < kCrossEntropyLoads; u++) {
+            const int p = p0 + u * blockDim.x;
+            if (p >= npacks) break;
+            float pm = -INFINITY;
+#pragma unroll
+            for (int k = 0; k < 8; k++) if (8 * p + k < V) pm = fmaxf(pm, v[u][k]);
+            float ps = 0.0f;
+            if (pm != -INFINITY) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) if (8 * p + k < V) ps += expf(v[u][k] - pm);
+            }
+            softmax_combine(m, s, pm, ps);
+        }
     }
     // Warp butterfly (every lane gets the same state), then across warps via shared memory.
 #pragma unroll

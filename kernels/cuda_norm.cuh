@@ -49,8 +49,20 @@ static constexpr int kLayerNormBwdMinRows = 16;
 
 // One warp per row, 8 channels per lane per step. FUSED: residual = T16(a + b) is written
 // first and normalised as rounded; otherwise a is the input and residual/b are unused.
-// The row is read three times (sum, squared deviations, output); the re-reads hit L1/L2.
-template <bool FUSED, class T16>
+// The statistics take three passes over the row (sum, squared deviations, output). PACKS > 0
+// (C <= 256 PACKS): each lane keeps its packs of the row in registers between the passes, so
+// the row is read once, with streaming loads (evict-first: the block's inputs are not read
+// again until the backward, long after); PACKS = 0 (wider rows): each pass reads the row
+// again, the re-reads hitting L1/L2. The arithmetic, and its order, is the same either way.
+// Bytes in flight (Hopper: ~4.8 TB/s x ~0.7 us = 3-4 MB across 132 SMs, 24-32 KB per SM):
+// with the row kept, a lane issues all its 16-byte loads (two per pack when FUSED) before it
+// needs any: at d12's C = 768 (3 packs a lane) 1.5 KB per warp (3 KB fused), at d48's
+// C = 1600 (6-7) 3.2 KB (6.4 KB). ptxas (sm_90, bf16) gives PACKS 4 62 registers (fused 56):
+// 4 blocks, 32 warps per SM, 48 KB (96 KB) in flight; PACKS 8 103 (92): 2 blocks, 16 warps,
+// 51 KB (102 KB). (PACKS 0: 32-34 registers, 8 blocks.)
+// Re-reading instead, a pass had in flight what the compiler unrolled of its loop (a trip
+// count unknown at compile time), and the three passes each waited for their own loads.
+template <bool FUSED, int PACKS, class T16>
 static __global__ void __launch_bounds__(kLayerNormFwdWarps * 32)
 layernorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict__ mean,
                          float* __restrict__ rstd, const T16* a, const T16* b,
@@ -62,49 +74,92 @@ layernorm_forward_kernel(T16* residual, T16* __restrict__ out, float* __restrict
     const int C8 = C / 8;
     const size_t off = (size_t)row * C;
     const T16* x = FUSED ? residual + off : a + off;
+    constexpr int KEPT = PACKS > 0 ? PACKS : 1;
+    float kept[KEPT][8];  // the lane's packs p = lane + 32 i (PACKS > 0)
 
-    float sum = 0.0f;
-    for (int p = lane; p < C8; p += 32) {
-        float v[8];
+    // The first read of pack p: the input (FUSED: the residual, rounded, written).
+    auto first_read = [&](float* v, int p) {
         if (FUSED) {
             float vb[8];
-            load8(v, a + off + 8 * p);
-            load8(vb, b + off + 8 * p);
+            if (PACKS > 0) { load8cs(v, a + off + 8 * p); load8cs(vb, b + off + 8 * p); }
+            else { load8(v, a + off + 8 * p); load8(vb, b + off + 8 * p); }
 #pragma unroll
             for (int k = 0; k < 8; k++) v[k] = to_float(from_float<T16>(v[k] + vb[k]));
             store8(residual + off + 8 * p, v);  // exact: v already holds T16 values
+        } else if (PACKS > 0) {
+            load8cs(v, x + 8 * p);
         } else {
             load8(v, x + 8 * p);
         }
+    };
+    float sum = 0.0f;
+    if (PACKS > 0) {
 #pragma unroll
-        for (int k = 0; k < 8; k++) sum += v[k];
+        for (int i = 0; i < KEPT; i++) {
+            const int p = lane + 32 * i;
+            if (p < C8) {
+                first_read(kept[i], p);
+#pragma unroll
+                for (int k = 0; k < 8; k++) sum += kept[i][k];
+            }
+        }
+    } else {
+        for (int p = lane; p < C8; p += 32) {
+            float v[8];
+            first_read(v, p);
+#pragma unroll
+            for (int k = 0; k < 8; k++) sum += v[k];
+        }
     }
     const float m = warp_reduce_sum(sum) / C;
 
-    // Two-pass variance, as the CPU twin (no cancellation when |mean| >> std). The lane
-    // reads back only the residual packs it wrote itself.
+    // Two-pass variance, as the CPU twin (no cancellation when |mean| >> std). Re-reading, a
+    // lane reads back only the residual packs it wrote itself.
     float var = 0.0f;
-    for (int p = lane; p < C8; p += 32) {
-        float v[8];
-        load8(v, x + 8 * p);
 #pragma unroll
-        for (int k = 0; k < 8; k++) { const float d = v[k] - m; var += d * d; }
-    }
+    for (int i = 0; i < (PACKS > 0 ? KEPT : 1); i++)
+        for (int p = lane + 32 * i; p < C8; p += PACKS > 0 ? C8 : 32) {  // once per kept pack, else every pack
+            float v[8];
+            if (PACKS > 0) { for (int k = 0; k < 8; k++) v[k] = kept[i][k]; }
+            else load8(v, x + 8 * p);
+#pragma unroll
+            for (int k = 0; k < 8; k++) { const float d = v[k] - m; var += d * d; }
+        }
     const float s = 1.0f / sqrtf(warp_reduce_sum(var) / C + eps);
 
-    for (int p = lane; p < C8; p += 32) {
-        float v[8], w[8], bb[8];
-        load8(v, x + 8 * p);
-        load8(w, weight + 8 * p);
-        load8(bb, bias + 8 * p);
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = ((v[k] - m) * s) * w[k] + bb[k];
-        store8(out + off + 8 * p, v);
-    }
+    for (int i = 0; i < (PACKS > 0 ? KEPT : 1); i++)
+        for (int p = lane + 32 * i; p < C8; p += PACKS > 0 ? C8 : 32) {
+            float v[8], w[8], bb[8];
+            if (PACKS > 0) { for (int k = 0; k < 8; k++) v[k] = kept[i][k]; }
+            else load8(v, x + 8 * p);
+            load8(w, weight + 8 * p);
+            load8(bb, bias + 8 * p);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = ((v[k] - m) * s) * w[k] + bb[k];
+            store8(out + off + 8 * p, v);
+        }
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = s;
     }
+}
+
+// The layernorm forward's launch: PACKS the fewest of 2, 4, 8 that hold a lane's share of
+// the row (ceil(C / 256) packs of 8), else 0 (rows wider than 2048 channels).
+template <bool FUSED, class T16>
+static inline void layernorm_forward_launch(T16* residual, T16* out, float* mean, float* rstd, const T16* a, const T16* b,
+                                            const T16* weight, const T16* bias, int N, int C, float eps, cudaStream_t stream) {
+    const int packs = ceil_div(C / 8, 32), grid = ceil_div(N, kLayerNormFwdWarps), threads = kLayerNormFwdWarps * 32;
+    if (packs <= 2)
+        layernorm_forward_kernel<FUSED, 2, T16><<<grid, threads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
+    else if (packs <= 4)
+        layernorm_forward_kernel<FUSED, 4, T16><<<grid, threads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
+    else if (packs <= 8)
+        layernorm_forward_kernel<FUSED, 8, T16><<<grid, threads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
+    else
+        layernorm_forward_kernel<FUSED, 0, T16><<<grid, threads, 0, stream>>>(residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
+    CUDA_LAUNCH_CHECK();
 }
 
 static inline void layernorm_check(const char* what, const void* out, const void* inp,
@@ -122,9 +177,7 @@ static inline void layernorm_forward_cuda(T16* out, float* mean, float* rstd, co
                                           cudaStream_t stream) {
     layernorm_check("layernorm_forward_cuda", out, inp, weight, bias, N, C);
     if (N == 0) return;
-    layernorm_forward_kernel<false, T16><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
-        NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, eps);
-    CUDA_LAUNCH_CHECK();
+    layernorm_forward_launch<false, T16>(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, eps, stream);
 }
 
 // residual[N,C] = a + b (T16, may alias a or b); out = layernorm(residual) as above.
@@ -136,9 +189,7 @@ static inline void fused_residual_layernorm_forward_cuda(T16* residual, T16* out
     layernorm_check("fused_residual_layernorm_forward_cuda", out, a, weight, bias, N, C);
     CUDA_REQUIRE(is_aligned16(residual) && is_aligned16(b), "residual and b must be 16-byte aligned");
     if (N == 0) return;
-    layernorm_forward_kernel<true, T16><<<ceil_div(N, kLayerNormFwdWarps), kLayerNormFwdWarps * 32, 0, stream>>>(
-        residual, out, mean, rstd, a, b, weight, bias, N, C, eps);
-    CUDA_LAUNCH_CHECK();
+    layernorm_forward_launch<true, T16>(residual, out, mean, rstd, a, b, weight, bias, N, C, eps, stream);
 }
 
 // ----------------------------------------------------------------------------

@@ -18,8 +18,10 @@ void sim_clock_reset(SimClock* c) {
     double compute = c->compute, comm = c->comm;
     SimPhase phase = c->phase;
     SimGroup group = c->group;
-    const int kind = c->kind, backward = c->backward;
+    const int kind = c->kind, backward = c->backward, gelu_fwd = c->gelu_epilogue[0], gelu_bwd = c->gelu_epilogue[1];
     memset(c, 0, sizeof(*c));
+    c->gelu_epilogue[0] = gelu_fwd;
+    c->gelu_epilogue[1] = gelu_bwd;
     c->kind = kind;
     c->backward = backward;
     c->costs = keep;
@@ -49,8 +51,9 @@ SimAttention sim_attention_resolve(SimAttention a, int head_size) {
 }
 int sim_head_size_column(int head_size) { return head_size > 96; }
 
-// One kernel whose FLOPs run at `eff` of the peak.
-static double sim_cost(SimClock* c, SimWork work, double eff, double flops, double bytes) {
+// An operation of `launches` kernels (0: a memset, see sim_kernels) whose FLOPs run at `eff`
+// of the peak.
+static double sim_cost(SimClock* c, int launches, SimWork work, double eff, double flops, double bytes) {
     const SimCosts* s = &c->costs;
     const SimGroup g = c->phase == SIM_OPTIMIZER ? SIM_GROUP_OPTIMIZER : c->group;
     // The model's vector kernels stream at their own measured rate; the rest (matmuls,
@@ -63,7 +66,7 @@ static double sim_cost(SimClock* c, SimWork work, double eff, double flops, doub
     const double scale = g < SIM_GROUPS && s->time_scale[g] > 0 ? s->time_scale[g] : 1.0;
     t_flops *= scale;
     t_bytes *= scale;
-    const double launch = s->launch_s * scale;
+    const double launch = s->launch_s * scale * (launches > 0 ? launches : 1);
     double t = (t_flops > t_bytes ? t_flops : t_bytes) + launch;
     if (t_flops > t_bytes) c->bound_time[work == SIM_WORK_ATTENTION ? SIM_BOUND_ATTENTION : SIM_BOUND_MATMUL] += t_flops;
     else c->bound_time[SIM_BOUND_MEMORY] += t_bytes;
@@ -76,29 +79,49 @@ static double sim_cost(SimClock* c, SimWork work, double eff, double flops, doub
     if (c->kind >= 0 && c->kind < KERNEL_KINDS && c->phase != SIM_OPTIMIZER) {
         c->kind_bytes[c->kind][c->backward != 0] += bytes;
         c->kind_time[c->kind][c->backward != 0] += t;
+        c->kind_launches[c->kind][c->backward != 0] += launches;
     }
-    c->kernels++;
+    c->kernels += launches;
     return t;
 }
 
-double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) {
+double sim_kernels(SimClock* c, int launches, SimWork work, double flops, double bytes) {
     const SimCosts* s = &c->costs;
-    return sim_cost(c, work, work == SIM_WORK_MATMUL ? s->matmul_eff : work == SIM_WORK_ATTENTION ? s->attention_eff : s->vector_eff,
+    return sim_cost(c, launches, work,
+                    work == SIM_WORK_MATMUL ? s->matmul_eff : work == SIM_WORK_ATTENTION ? s->attention_eff : s->vector_eff,
                     flops, bytes);
 }
+double sim_kernel(SimClock* c, SimWork work, double flops, double bytes) { return sim_kernels(c, 1, work, flops, bytes); }
 
 double sim_attention_eff(const SimCosts* s, int head_size) {
     const double e = s->attention_impl_eff[sim_attention_resolve(s->attention, head_size)][sim_head_size_column(head_size)];
     return e > 0 ? e : s->attention_eff;
 }
 
-// An attention kernel: at the efficiency of the implementation the run picks, at its head size.
-static double sim_attention_kernel(SimClock* c, int head_size, double flops, double bytes) {
-    return sim_cost(c, SIM_WORK_ATTENTION, sim_attention_eff(&c->costs, head_size), flops, bytes);
-}
-
 static SimClock* clk(Kernels* k) { return (SimClock*)k->impl; }
 static int models_cuda(const Kernels* k) { return k->act_bytes != sizeof(float); }
+// The launches an operation is charged: the cuda device's count for the call, one per call
+// on the cpu profile (its kernels are host calls).
+static int launches(const Kernels* k, int cuda) { return models_cuda(k) ? cuda : 1; }
+
+// An attention operation: at the efficiency of the implementation the run picks, at its head
+// size, in that implementation's launches (kernels/cuda_attention*.cuh): flash one forward
+// and three backward (D = rowsum(dout * out), the main kernel, the dQ slices' sum); cublas
+// the heads' copies, the batched GEMMs and the softmax kernels (forward: q, k, v to heads, 2
+// GEMMs, softmax, out from heads = 7; backward: q, k, v, dout to heads, 5 GEMMs, softmax
+// recomputed, its backward, dq, dk, dv from heads = 14); cudnn one execution of its graph
+// each, the backward's taken as two kernels (cuDNN 9's SDPA backward: dO . O, then the main
+// kernel), not counted anywhere yet (the fake cuDNN launches none).
+int sim_attention_launches(SimAttention a, int head_size, int backward) {
+    static const int impl_launches[SIM_ATTENTION_IMPLS][2] = {{1, 3}, {7, 14}, {1, 2}};
+    return impl_launches[sim_attention_resolve(a, head_size)][backward != 0];
+}
+static double sim_attention_kernel(Kernels* k, int head_size, int backward, double flops, double bytes) {
+    SimClock* c = clk(k);
+    c->attention_calls[backward != 0]++;
+    return sim_cost(c, launches(k, sim_attention_launches(c->costs.attention, head_size, backward)), SIM_WORK_ATTENTION,
+                    sim_attention_eff(&c->costs, head_size), flops, bytes);
+}
 
 // The cuda kernels' two-pass row reductions (kernels/cuda_common.cuh, row_partition): the
 // blocks of rows whose fp32 partial sums a second kernel adds up.
@@ -130,7 +153,11 @@ static void sim_encoder_backward(Kernels* k, void* dwte, void* dwpe, const void*
     double e = (double)k->act_bytes, BTC = (double)B * T * C, TC = (double)T * C, BT = (double)B * T;
     double bytes = dwpe ? (models_cuda(k) ? 2 : 1) * BTC * e + 2 * BTC * e + TC * e * (accumulate ? 2 : 1) : 3 * BTC * e;
     if (models_cuda(k)) bytes += BT * 4 * (1 + 4 + 2);
-    sim_kernel(clk(k), SIM_WORK_VECTOR, 2 * BTC, bytes);
+    // cuda: iota, CUB's sort (counted as one launch, as the emulator's CUB counts it: on a GPU
+    // CUB's onesweep sort is a histogram, a scan and a kernel per 8 key bits), the dwte
+    // kernel, the dwpe kernel. No tokens: dwpe's memset alone.
+    const int n = B * T == 0 ? 0 : 3 + (dwpe != NULL);
+    sim_kernels(clk(k), launches(k, n), SIM_WORK_VECTOR, 2 * BTC, bytes);
 }
 static void sim_layernorm_forward(Kernels* k, void* out, float* mean, float* rstd, const void* inp, const void* weight,
                                   const void* bias, int N, int C, float eps) {
@@ -150,13 +177,15 @@ static void sim_layernorm_backward(Kernels* k, void* dinp, void* dweight, void* 
     double e = (double)k->act_bytes, NC = (double)N * C;
     double bytes = 4 * NC * e + 8.0 * N + (accumulate ? 5.0 : 3.0) * C * e;
     if (models_cuda(k)) bytes += 2 * partials_bytes(N, C, 16, 512);
-    sim_kernel(clk(k), SIM_WORK_VECTOR, 14 * NC, bytes);
+    // cuda: the kernel, then one launch summing both partial sums (no rows: memsets).
+    sim_kernels(clk(k), launches(k, N > 0 ? 2 : 0), SIM_WORK_VECTOR, 14 * NC, bytes);
 }
 static void sim_matmul_forward(Kernels* k, void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias,
                                int N, int C, int OC) {
     double e = (double)k->act_bytes, n = N, c = C, oc = OC;
     double bytes = (n * c + oc * c + n * oc * (pre_gelu ? 2 : 1) + oc) * e;
-    sim_kernel(clk(k), SIM_WORK_MATMUL, 2 * n * c * oc, bytes);
+    // cuda: the GEMM, and the GELU kernel when it is not in the epilogue.
+    sim_kernels(clk(k), launches(k, 1 + (pre_gelu && !clk(k)->gelu_epilogue[0])), SIM_WORK_MATMUL, 2 * n * c * oc, bytes);
 }
 static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                                 const void* weight, const void* pre_gelu, int N, int C, int OC, int accumulate) {
@@ -172,7 +201,12 @@ static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbi
         ((di + dw) * n * oc + di * oc * c + di * n * c * (pre_gelu ? 2 : 1) + dw * n * c + dw * oc * c * (accumulate ? 2 : 1)) * e;
     if (dbias && models_cuda(k))
         bytes += accumulate ? n * oc * e + partials_bytes(N, OC, 32, 256) + 2 * oc * e : oc * e;
-    sim_kernel(clk(k), SIM_WORK_MATMUL, 2 * (di + dw) * n * c * oc + (dbias ? n * oc : 0), bytes);
+    // cuda launches: each GEMM, the GELU backward's kernel when it is not in the dinp GEMM's
+    // epilogue, the bias reduction's two (its partial sums, their sum) when it accumulates.
+    // (A shape whose BGRADB cuBLASLt refuses at run time also takes the reduction: the plan
+    // cannot know that.)
+    const int n_launch = (int)(di + dw) + (dinp && pre_gelu && !clk(k)->gelu_epilogue[1]) + (dbias && dw && accumulate ? 2 : 0);
+    sim_kernels(clk(k), launches(k, n_launch), SIM_WORK_MATMUL, 2 * (di + dw) * n * c * oc + (dbias ? n * oc : 0), bytes);
 }
 // Causal attention. cpu: QK^T and PV over the lower triangle, 2 x 2 x B x T^2/2 x C FLOPs
 // forward (FlashAttention's count); the backward recomputes the scores and does four more
@@ -212,7 +246,7 @@ static double flash_backward_pairs(int T, int hs) {
 static void sim_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {
     double e = (double)k->act_bytes, BT = (double)B * T, hs = (double)C / NH, kvC = hs * KVH;
     double flops = models_cuda(k) ? 4.0 * B * NH * flash_forward_pairs(T, C / NH) * hs : 2.0 * BT * T * C;
-    sim_attention_kernel(clk(k), C / NH, flops, (2 * BT * C + 2 * BT * kvC) * e + 4.0 * B * NH * T);
+    sim_attention_kernel(k, C / NH, 0, flops, (2 * BT * C + 2 * BT * kvC) * e + 4.0 * B * NH * T);
 }
 // cpu: q, k, v, out, dout read, dqkv written. cuda, three launches: D = rowsum(dout * out)
 // (dout, out read, D written); the main kernel (q, k, v, dout, lse, D read, dk and dv
@@ -222,13 +256,13 @@ static void sim_attention_backward(Kernels* k, void* dqkv, const void* dout, con
                                    const float* lse, int B, int T, int C, int NH, int KVH) {
     double e = (double)k->act_bytes, BT = (double)B * T, BTC = BT * C, hs = (double)C / NH, BTkv = BT * hs * KVH;
     if (!models_cuda(k)) {
-        sim_attention_kernel(clk(k), C / NH, 5.0 * BT * T * C, (4 * BTC + 4 * BTkv) * e + 4.0 * B * NH * T);
+        sim_attention_kernel(k, C / NH, 1, 5.0 * BT * T * C, (4 * BTC + 4 * BTkv) * e + 4.0 * B * NH * T);
         return;
     }
     // D: dout, out read; main: q, dout, k, v read, dk, dv written; dq written from the slices.
     const double nkb = (T + 127) / 128, R = nkb * T - 128 * nkb * (nkb - 1) / 2;
     const double bytes = (5 * BTC + 4 * BTkv) * e + 12.0 * B * NH * T + 8.0 * B * C * R;
-    sim_attention_kernel(clk(k), C / NH, 10.0 * B * NH * flash_backward_pairs(T, C / NH) * hs, bytes);
+    sim_attention_kernel(k, C / NH, 1, 10.0 * B * NH * flash_backward_pairs(T, C / NH) * hs, bytes);
 }
 static void sim_crossentropy(Kernels* k, void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss) {
     double e = (double)k->act_bytes, NV = (double)N * Vp;
@@ -272,7 +306,8 @@ static void sim_rmsnorm_backward(Kernels* k, void* dinp, void* dweight, const vo
     double e = (double)k->act_bytes, NC = (double)N * C;
     double bytes = 4 * NC * e + 4.0 * N + (accumulate ? 3.0 : 2.0) * C * e;
     if (models_cuda(k)) bytes += partials_bytes(N, C, 16, 512);
-    sim_kernel(clk(k), SIM_WORK_VECTOR, 9 * NC, bytes);
+    // cuda: the kernel and the sum of its partial sums (no rows: a memset).
+    sim_kernels(clk(k), launches(k, N > 0 ? 2 : 0), SIM_WORK_VECTOR, 9 * NC, bytes);
 }
 static void sim_rope(Kernels* k, void* qkv, int B, int T, int NH, int KVH, int hs, RopeParams p, int inverse) {
     double n = (double)B * T * (NH + KVH) * hs;
@@ -286,7 +321,8 @@ static void sim_swiglu_backward(Kernels* k, void* dinp, const void* dout, const 
     double nf = (double)N * F;
     sim_kernel(clk(k), SIM_WORK_VECTOR, 14 * nf, 5 * nf * k->act_bytes);
 }
-static void sim_zero(Kernels* k, void* p, size_t bytes) { sim_kernel(clk(k), SIM_WORK_VECTOR, 0, (double)bytes); }
+// cuda: cudaMemsetAsync, no kernel launch.
+static void sim_zero(Kernels* k, void* p, size_t bytes) { sim_kernels(clk(k), launches(k, 0), SIM_WORK_VECTOR, 0, (double)bytes); }
 // The token ids stay on the host: no kernel reads them.
 static const int* sim_tokens(Kernels* k, int slot, const int* host, size_t n) { return host; }
 static void sim_to_host_async(Kernels* k, void* dst, const void* src, size_t bytes) {}

@@ -5,8 +5,13 @@
 //
 // Cost of one kernel, from its real shapes: the FLOPs it does and the bytes it moves,
 //   time = max(FLOPs / (peak x efficiency of its kind), bytes / (bandwidth x efficiency))
-//          + launch overhead,
-// the roofline of the device (train/plan.c gives the figures per device profile).
+//          + launches x launch overhead,
+// the roofline of the device (train/plan.c gives the figures per device profile). On the
+// cuda profiles an operation is charged the kernel launches the cuda device issues for the
+// same call (kernels/kernels_cuda.cuh: e.g. a LayerNorm backward is its kernel and the sum of
+// its partial sums, a matmul backward two GEMMs and, when the bias gradient is not in the
+// epilogue, two more), so that --plan's launch count is --profile-step's; on the cpu profile
+// every call is one (the host's call overhead).
 //
 // The clock (SimClock) is shared with the sim FSDP backend (fsdp/backend_sim.c): two
 // streams, compute and comm. A collective starts on the comm stream once the compute stream
@@ -83,7 +88,13 @@ typedef struct {
     double group_time[SIM_GROUPS + 1];  // kernel time by group (SIM_GROUP_OTHER last)
     double kind_bytes[KERNEL_KINDS][2];  // the model kernels' bytes and time by kind and direction
     double kind_time[KERNEL_KINDS][2];   // (the --profile-step table's rows)
-    long kernels;
+    long kind_launches[KERNEL_KINDS][2]; // the model kernels' launches by kind and direction
+    long kernels;                     // kernel launches (a memset is none: CUPTI does not count it)
+    long attention_calls[2];          // attention forwards and backwards (their launches: sim_attention_launches)
+    // cuda: whether the matmuls' GELU runs in cuBLASLt's epilogue (forward, backward) rather
+    // than as a kernel of its own (--gelu-fusion, and selective recompute's forward kernel:
+    // train/device.cuh); set by the plan, kept by sim_clock_reset.
+    int gelu_epilogue[2];
 } SimClock;
 
 void sim_clock_reset(SimClock* c);
@@ -91,6 +102,13 @@ void sim_clock_reset(SimClock* c);
 SimGroup sim_group_of_kind(KernelKind kind);
 // One kernel on the compute stream: advances the clock, returns its time.
 double sim_kernel(SimClock* c, SimWork work, double flops, double bytes);
+// An operation of `launches` kernel launches, its FLOPs and bytes all of theirs: each launch
+// pays the overhead. launches 0: a memset (cudaMemsetAsync), which occupies the stream for
+// one launch's overhead but is no kernel launch (CUPTI's callback does not count it).
+double sim_kernels(SimClock* c, int launches, SimWork work, double flops, double bytes);
+// The kernel launches of one attention forward (backward 0) or backward (1) of implementation
+// a (auto resolved at head_size) on the cuda device.
+int sim_attention_launches(SimAttention a, int head_size, int backward);
 // The attention efficiency the costs give a head size: their implementation's (auto
 // resolved), else attention_eff.
 double sim_attention_eff(const SimCosts* s, int head_size);

@@ -27,7 +27,7 @@
 #                        resolve here (ldd; NCCL from scripts/find_nccl.sh's folder if need be)
 #                        and train_gpt --help runs: copied into place, nothing compiled; else
 #                        (the reason said) make -j GPU_ARCH=90 WERROR= train_gpt build/test_*_cuda
-#                        build/bench_attention_cuda (WERROR= so that this machine's compiler
+#                        build/bench_attention_cuda build/bench_vector_cuda (WERROR= so that this machine's compiler
 #                        warnings do not stop it); if that fails and there is an mpicc,
 #                        build_nompi: the same with NO_MPI=1 (an MPI from a pip wheel may be
 #                        unable to build). build_llmc, only when no prebuilt train_gpt2cu
@@ -52,6 +52,11 @@
 #                        attention implementation (flash, cublas, cudnn; one this build or
 #                        machine lacks is "not available") at the d12 and d48 training shapes,
 #                        and the best fwd+bwd rate of each shape against the target (>= 280).
+#   6b. vector_timing    build/bench_vector_cuda: each vector kernel family (embedding, LayerNorm
+#                        (+ residual), cross-entropy, GELU, bias reduction) at the d12 and d48
+#                        shapes, its time over the time its bytes (the planner's model) take at
+#                        the measured cudaMemcpy bandwidth, against the target (<= 1.25). Capped
+#                        at 30 s, taken from memcheck's share (the last parts share what is left).
 #   7. e2e               dev/test/test_train_gpu.sh, the groups DEVICE_CHECK_GPU_TESTS names
 #                        ["ref determinism resume offload fp16 llama eval tp": cuda vs cpu losses,
 #                        bitwise repeat, resume, --offload optimizer bitwise, --param-dtype fp16
@@ -254,7 +259,7 @@ fi
 # come from the .deb files in .deps/debs, carried along: scripts/device_deps.sh).
 KERNEL_TESTS=()
 for src in dev/test/test_*_cuda.cu; do KERNEL_TESTS+=("$(basename "$src" .cu)"); done
-TARGETS=(train_gpt "${KERNEL_TESTS[@]/#/build/}" build/bench_attention_cuda)
+TARGETS=(train_gpt "${KERNEL_TESTS[@]/#/build/}" build/bench_attention_cuda build/bench_vector_cuda)
 PREBUILT=$ROOT/.deps/prebuilt
 export LLMC_BIN=${LLMC_BIN:-$PREBUILT}  # llm.c's trainer, for bench_gpu.sh (dev/bench/llmc_side.sh)
 if [ -z "$NO_GPU" ]; then
@@ -399,6 +404,19 @@ if built attention_timing build/bench_attention_cuda && run_part attention_timin
                if (v["fwdbwd_tflops"] + 0 > best[s]) { best[s] = v["fwdbwd_tflops"] + 0; who[s] = v["impl"] } }
            END { for (i = 0; i < n; i++) { s = order[i]
                    printf "%s target (attention fwd+bwd >= 280 TFLOP/s): %s %.1f, %s\n", s, who[s], best[s], (best[s] >= 280) ? "met" : "NOT met" } }' "$log"
+    } | indent
+fi
+
+# 6b. The vector kernels against the copy bandwidth (build/bench_vector_cuda): 30 s, out of
+# memcheck's share of what is left (the d12 and d48 rows take a few seconds: 8 kernels x 2
+# shapes x 23 calls of at most a few ms, and the buffers' fills).
+if built vector_timing build/bench_vector_cuda && run_part vector_timing 30 build/bench_vector_cuda; then
+    log=$LOGS/vector_timing.log
+    verdict vector_timing "$(grep -c '^vector kernel=.* ratio=' "$log") rows, $(grep -c '^vector kernel=.* target=met$' "$log") within 1.25x of the copy bandwidth ($(sed -n 's/^vector copy_gbs=\([0-9.]*\) .*/\1/p' "$log") GB/s measured)"
+    { grep -E '^bench_vector_cuda: ' "$log"
+      awk '/^vector kernel=/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+               printf "%-26s %s: %10.3f MB %9.4f ms, at copy bw %9.4f ms, ratio %5.2f, target <= 1.25 %s\n",
+                      v["kernel"], v["shape"], v["mb"], v["ms"], v["copy_ms"], v["ratio"], v["target"] == "met" ? "met" : "NOT met" }' "$log"
     } | indent
 fi
 

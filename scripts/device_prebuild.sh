@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on a machine without a GPU, everything scripts/device_check.sh runs on the GPU, so
 # that the GPU's minutes go to measuring: train_gpt, the kernel test programs
-# (build/test_*_cuda), the attention bench (build/bench_attention_cuda) and llm.c's trainer
+# (build/test_*_cuda), the attention and vector-kernel benches (build/bench_attention_cuda,
+# build/bench_vector_cuda) and llm.c's trainer
 # (train_gpt2cu with and without cuDNN, dev/bench/llmc_side.sh), for sm_$GPU_ARCH [90], into
 # .deps/prebuilt (git-ignored; carried to the GPU machine). device_check.sh uses them when
 # their MANIFEST's source digest is the tree's and every one loads there; else it builds.
@@ -58,7 +59,7 @@ else
 fi
 KERNEL_TESTS=()
 for src in dev/test/test_*_cuda.cu; do KERNEL_TESTS+=("build/$(basename "$src" .cu)"); done
-TARGETS=(train_gpt "${KERNEL_TESTS[@]}" build/bench_attention_cuda)
+TARGETS=(train_gpt "${KERNEL_TESTS[@]}" build/bench_attention_cuda build/bench_vector_cuda)
 # --attention cudnn compiles the cudnn-frontend into train_gpt (and the test programs): its
 # headers are .deps/cudnn_frontend's, which the copied tree lacks (.deps is git-ignored).
 bash scripts/cudnn_frontend.sh || die "the cudnn-frontend headers could not be had (scripts/cudnn_frontend.sh): train_gpt would be built without --attention cudnn"
@@ -69,7 +70,7 @@ if [ "$NO_MPI" = 1 ]; then mpi=(NO_MPI=1); else mpi=(); fi
 make -C "$TREE" -j"$(nproc)" GPU_ARCH="$GPU_ARCH" "${mpi[@]}" OPT="-O3 -march=$MARCH -fno-math-errno" CUDNN_FE_INC="$FE_INC" "${TARGETS[@]}" \
     > "$OUTD/build.log" 2>&1 || die "make failed after $((SECONDS - t0)) s: $(grep -m3 -E 'error|\*\*\*' "$OUTD/build.log" | tr '\n' ' ' | cut -c1-300) (log: $OUTD/build.log)"
 mkdir -p "$OUTD/build"
-cp "$TREE/train_gpt" "$OUTD/" && for t in "${KERNEL_TESTS[@]}" build/bench_attention_cuda; do cp "$TREE/$t" "$OUTD/build/" || exit 1; done ||
+cp "$TREE/train_gpt" "$OUTD/" && for t in "${KERNEL_TESTS[@]}" build/bench_attention_cuda build/bench_vector_cuda; do cp "$TREE/$t" "$OUTD/build/" || exit 1; done ||
     die "cannot copy the binaries into $OUTD"
 grep -q -- '-DFSDP_NO_CUDNN' "$OUTD/build.log" && die "train_gpt was built without cuDNN (no cudnn.h found: scripts/find_cudnn.sh include; log: $OUTD/build.log)"
 echo "device_prebuild: ours built in $((SECONDS - t0)) s"

@@ -128,6 +128,16 @@ static void cuda_profile_finish(Device* d, size_t shard_elements, char* lines, s
                  ms[CB_PROF_REDUCE], count[CB_PROF_REDUCE], ms[CB_PROF_REPLICA], count[CB_PROF_REPLICA]);
 }
 
+// The roofline table's copy bandwidth (cuda_common.cuh's measurement), at the profiled step's
+// end (the step's own timing is done), its wait under the backend's deadline. The buffers
+// are freed before the next step, so the run's memory in use, sampled at a step's end,
+// never holds them.
+static void cuda_wait_stream(void* d, cudaStream_t s) { ((Device*)d)->kernels.synchronize(&((Device*)d)->kernels); }
+static double cuda_copy_gbs(Device* d, char* how, size_t n) {
+    const CudaDeviceState* st = (const CudaDeviceState*)d->impl;
+    return copy_bandwidth_gbs(st->stream, cuda_wait_stream, d, how, n);
+}
+
 static void cuda_step_done(Device* d) { kernels_cuda_matmul_report(&d->kernels); }
 
 static void cuda_close(Device* d) {
@@ -274,6 +284,7 @@ static void cuda_open(Device* d, const DeviceOptions* o, const ProcessGroup* pg,
     d->profile_start = cuda_profile_start;
     d->step_done = cuda_step_done;
     d->profile_finish = cuda_profile_finish;
+    d->copy_gbs = cuda_copy_gbs;
     d->close = cuda_close;
 }
 #endif  // __CUDACC__

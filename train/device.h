@@ -105,6 +105,10 @@ struct Device {
     // shard (shard_elements). finish writes lines for the table ("" when there is nothing).
     void (*profile_start)(Device* d);
     void (*profile_finish)(Device* d, size_t shard_elements, char* lines, size_t n);
+    // --profile-step's roofline table: the device's copy bandwidth in GB/s (a copy counted as
+    // its read and its write), measured now, and how (into how, n bytes); 0 when it could not
+    // be measured (how says why). NULL where not measured (cpu).
+    double (*copy_gbs)(Device* d, char* how, size_t n);
     // After each step (NULL: nothing to do): cuda prints the matmul tuning's summary once,
     // after the first step, where the new GEMM shapes were tuned.
     void (*step_done)(Device* d);

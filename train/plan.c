@@ -399,6 +399,28 @@ void plan_print_detail(const PlanRow* r, const SimProfile* p) {
     printf("kernel time by bound (ms): matmul %.2f, attention %.2f, memory bandwidth %.2f, launch overhead %.2f (%ld kernels)\n",
            r->bound_time[SIM_BOUND_MATMUL] * 1e3, r->bound_time[SIM_BOUND_ATTENTION] * 1e3, r->bound_time[SIM_BOUND_MEMORY] * 1e3,
            r->bound_time[SIM_BOUND_LAUNCH] * 1e3, r->kernels);
+    if (!p->fp32) {
+        // As --profile-step counts them on the cuda device (CUPTI): per phase of the model,
+        // the step, a transformer block (its LayerNorm, matmul and attention phases over the
+        // layers). The plan's step count leaves out the collectives' kernels, which a GPU's
+        // count includes.
+        long model = 0, block[2] = {0, 0};
+        char phases[1024] = "";
+        size_t used = 0;
+        for (int i = 0; i < KERNEL_KINDS; i++)
+            for (int b = 0; b < 2; b++) {
+                model += r->kind_launches[i][b];
+                if (i == KERNEL_LAYERNORM || i == KERNEL_MATMUL || i == KERNEL_ATTENTION) block[b] += r->kind_launches[i][b];
+                if (r->kind_launches[i][b] && used < sizeof(phases))
+                    used += (size_t)snprintf(phases + used, sizeof(phases) - used, "%s%s %s %ld", used ? ", " : "",
+                                             profile_phase_name(i), b ? "backward" : "forward", r->kind_launches[i][b]);
+            }
+        const int L = r->layers > 0 ? r->layers : 1;
+        printf("kernel launches in the step (planned, the cuda device's; collectives not counted): %ld (model %ld, engine and "
+               "optimizer %ld); per transformer block: forward %.1f, backward %.1f\n", r->kernels, model, r->kernels - model,
+               (double)block[0] / L, (double)block[1] / L);
+        printf("  per phase: %s\n", phases);
+    }
     printf("kernel time by group (ms): matmul %.3f, attention %.3f, vector %.3f, optimizer %.3f, engine (folds, zeroing) %.3f\n",
            r->group_time[SIM_GROUP_MATMUL] * 1e3, r->group_time[SIM_GROUP_ATTENTION] * 1e3, r->group_time[SIM_GROUP_VECTOR] * 1e3,
            r->group_time[SIM_GROUP_OPTIMIZER] * 1e3, r->group_time[SIM_GROUP_OTHER] * 1e3);
@@ -552,15 +574,21 @@ int plan_calibrate(const char* log_path, const PlanRow* row, const SimProfile* p
     // Attention: the efficiency of the implementation that ran, at this head size, instead of a
     // time scale. The planned attention time P is s F / (peak e) for the kernels its FLOPs
     // bound (A, the plan's attention-bound time) plus the rest (s x their bytes' time and the
-    // launches); with s = 1 and e' the FLOP-bound part must take the measured M less the
-    // rest: e' = e (A / s) / (M - (P - A) / s). Where that leaves (0, 1] (the bytes alone take
+    // launches, counted as the implementation that ran launches them); with s = 1 and e' the
+    // FLOP-bound part must take the measured M less the rest: e' = e (A / s) / (M - rest). Where that leaves (0, 1] (the bytes alone take
     // longer than measured, or a faster rate than the peak), the time scale stays.
     SimProfile cal = *p;
     if ((int)ran < 0) ran = row->attention;
     const int col = sim_head_size_column(row->head_size);
     const double s_att = p->time_scale[SIM_GROUP_ATTENTION] > 0 ? p->time_scale[SIM_GROUP_ATTENTION] : 1.0;
     const double M = measured[SIM_GROUP_ATTENTION], P = row->group_time[SIM_GROUP_ATTENTION] * 1e3;
-    const double A = row->bound_time[SIM_BOUND_ATTENTION] * 1e3, rest = M - (P - A) / s_att;
+    // The rest as the implementation that ran launches it (the plan's may launch another count).
+    double relaunch_ms = 0.0;
+    if (!p->fp32)
+        for (int b = 0; b < 2; b++)
+            relaunch_ms += (double)row->attention_calls[b] * p->launch_us * 1e-3 *
+                           (sim_attention_launches(ran, row->head_size, b) - sim_attention_launches(row->attention, row->head_size, b));
+    const double A = row->bound_time[SIM_BOUND_ATTENTION] * 1e3, rest = M - (P - A) / s_att - relaunch_ms;
     const double eff = rest > 0 && A > 0 && M > 0 ? row->attention_eff * (A / s_att) / rest : 0.0;
     const int by_eff = eff >= 1e-4 && eff <= 1.0;
     if (by_eff) {
@@ -752,6 +780,9 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     memset(&clock, 0, sizeof(clock));
     clock.kind = -1;
     clock.costs = plan_costs(prof, sim_attention_from_name(opt->attention));  // a name plan_main checked
+    // Where the cuda device runs the GELU (train/device.cuh): its launches.
+    clock.gelu_epilogue[0] = opt->gelu_fusion >= 1 && opt->recompute != RECOMPUTE_SELECTIVE;
+    clock.gelu_epilogue[1] = opt->gelu_fusion >= 2;
     DeviceOptions dopt = run_device_options(opt, 0);
     dopt.sim = prof;
     dopt.sim_clock = &clock;
@@ -858,8 +889,12 @@ static void plan_one(const Options* opt, const ModelConfig* config, const SimPro
     }
     for (int i = 0; i < SIM_BOUNDS; i++) row->bound_time[i] = clock.bound_time[i];
     row->kernels = clock.kernels;
+    row->layers = config->num_layers;
+    row->attention_calls[0] = clock.attention_calls[0];
+    row->attention_calls[1] = clock.attention_calls[1];
     for (int i = 0; i < KERNEL_KINDS; i++)
         for (int b = 0; b < 2; b++) {
+            row->kind_launches[i][b] = clock.kind_launches[i][b];
             row->kind_bytes[i][b] = clock.kind_bytes[i][b] * work;
             row->kind_time[i][b] = clock.kind_time[i][b];
         }

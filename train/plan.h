@@ -89,7 +89,10 @@ typedef struct {
     double comm_lower_bound_s;                  // this rank's comm bytes over its fastest link
     size_t budget_bytes;                        // device memory per rank (the run's budget)
     int offload;                                // --offload optimizer (waits include the host's)
-    long kernels;
+    long kernels;                               // kernel launches per step (kernels_sim.h)
+    long kind_launches[KERNEL_KINDS][2];        // the model's, by kind and direction
+    long attention_calls[2];                    // attention forwards and backwards
+    int layers;
     double kind_bytes[KERNEL_KINDS][2];         // the model's kernels by kind and direction (the roofline table)
     double kind_time[KERNEL_KINDS][2];
     SimAttention attention;                     // the implementation planned (auto resolved)

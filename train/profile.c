@@ -16,6 +16,8 @@ static const char* const phase_names[PH_COUNT] = {
     [PH_OPTIMIZER] = "grad norm + AdamW",
 };
 
+const char* profile_phase_name(int kind) { return kind >= 0 && kind < PH_COUNT ? phase_names[kind] : "?"; }
+
 static void mark(StepProfile* p, int phase, int backward) {
     if (!p->dev) return;
     if (p->n == p->cap) {  // grows only during the one profiled step
@@ -171,8 +173,16 @@ void profile_report(StepProfile* p, int step, double host_ms, int rank) {
             double kind_ms[KERNEL_KINDS][2];
             for (int i = 0; i < KERNEL_KINDS; i++)
                 for (int b = 0; b < 2; b++) kind_ms[i][b] = ms[i * 2 + b];
-            char source[160];
-            const double gbs = plan_copy_gbs(d->gpu_name, source, sizeof(source));
+            // Measured on the device; the built-in profile's figure only where it could not be.
+            char how[160], source[400];
+            double gbs = d->copy_gbs ? d->copy_gbs(d, how, sizeof(how)) : 0.0;
+            if (gbs > 0) {
+                snprintf(source, sizeof(source), "%.0f GB/s measured (%s)", gbs, how);
+            } else {
+                char fallback[160];
+                gbs = plan_copy_gbs(d->gpu_name, fallback, sizeof(fallback));
+                snprintf(source, sizeof(source), "%s (%s)", fallback, d->copy_gbs ? how : "the device does not measure it");
+            }
             profile_print_roofline("measured", (const double(*)[2])p->kind_bytes, (const double(*)[2])kind_ms, 0.0, -1.0, gbs, source);
         }
         fflush(stdout);

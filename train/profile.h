@@ -47,6 +47,9 @@ void profile_report(StepProfile* p, int step, double host_ms, int rank);
 static inline int profile_active(const StepProfile* p) { return p->dev != NULL; }
 void profile_free(StepProfile* p);
 
+// A model kernel kind's name in the profile's table ("layernorm (+ residual add)", ...).
+const char* profile_phase_name(int kind);
+
 // The roofline table of the vector kernels (--profile-step on cuda, --plan): per family and
 // direction (embedding, layernorm (+ residual add), cross-entropy; the optimizer's kernels
 // when opt_ms >= 0), the bytes moved, the time (time_what: "measured" or "planned"), the

@@ -351,6 +351,7 @@ for a in "$@"; do
         train_gpt) cp "$STUB_DIR/train_gpt" train_gpt ;;
         build/test_*_cuda) mkdir -p build && cp "$STUB_DIR/kernel_test" "$a" ;;
         build/bench_attention_cuda) mkdir -p build && cp "$STUB_DIR/attention_bench" "$a" ;;
+        build/bench_vector_cuda) mkdir -p build && cp "$STUB_DIR/vector_bench" "$a" ;;
         *) echo "make: *** No rule to make target '$a'.  Stop."; exit 2 ;;
     esac
 done
@@ -392,6 +393,16 @@ for r in "flash d12 32 12 1.000 151.2 2.000 189.0 3.000 176.4" "flash d48 16 25 
     echo "attention impl=$1 shape=$2 B=$3 T=1024 NH=$4 hs=64 fwd_ms=$5 fwd_tflops=$6 bwd_ms=$7 bwd_tflops=$8 fwdbwd_ms=$9 fwdbwd_tflops=${10}"
 done
 echo "attention impl=cudnn not available: this build has no attention implementation of that name"
+EOF2
+cat > "$DC/stubs/vector_bench" <<'EOF2'
+#!/usr/bin/env bash
+# build/bench_vector_cuda: the copy bandwidth, then rows at both shapes, one within the target.
+[ -n "${STUB_ALL_HANG:-}" ] && exec sleep 60
+echo 'vector copy_gbs=3712.4 how="cudaMemcpy device to device, 256 MiB x 5, best; read + write counted"'
+echo "vector kernel=layernorm_forward shape=d12 mb=100.860 ms=0.0400 copy_ms=0.0272 ratio=1.47 target=NOT_met"
+echo "vector kernel=crossentropy_fwd_bwd shape=d12 mb=6593.708 ms=2.0000 copy_ms=1.7762 ratio=1.13 target=met"
+echo "vector kernel=layernorm_forward shape=d48 mb=104.907 ms=0.0500 copy_ms=0.0283 ratio=1.77 target=NOT_met"
+echo "vector kernel=crossentropy_fwd_bwd shape=d48 mb=3296.854 ms=1.2000 copy_ms=0.8881 ratio=1.35 target=NOT_met"
 EOF2
 cat > "$DC/stubs/train_gpt" <<'EOF2'
 #!/usr/bin/env bash
@@ -500,7 +511,7 @@ alive() { [ -r "/proc/$1/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$1/stat
 parts() { grep -E '^(PASS|FAIL|SKIP|TIMEOUT) ' "$DC/$1/out/summary.txt" | awk '{ print $2 }' | tr '\n' ' '; }
 # line RUN STATUS PART: that part's line, if it has that status.
 line() { grep -E "^$2 +$3 \(" "$DC/$1/out/summary.txt"; }
-ALL_PARTS="gpu build test_attention_cuda test_backend_cuda test_kernels_cuda bench_d48 bench_d12 plan_d48 plan_d12 attention_timing e2e memcheck_test_attention_cuda memcheck_test_backend_cuda "
+ALL_PARTS="gpu build test_attention_cuda test_backend_cuda test_kernels_cuda bench_d48 bench_d12 plan_d48 plan_d12 attention_timing vector_timing e2e memcheck_test_attention_cuda memcheck_test_backend_cuda "
 
 # prebuilt ROOT DIGEST: .deps/prebuilt in ROOT as scripts/device_prebuild.sh leaves it (the
 # stand-ins as the binaries), its MANIFEST with DIGEST ("" for ROOT's own).
@@ -510,6 +521,7 @@ prebuilt() {
     cp "$DC/stubs/train_gpt" "$p/"
     for t in dev/test/test_*_cuda.cu; do cp "$DC/stubs/kernel_test" "$p/build/$(basename "$t" .cu)"; done
     cp "$DC/stubs/attention_bench" "$p/build/bench_attention_cuda"
+    cp "$DC/stubs/vector_bench" "$p/build/bench_vector_cuda"
     printf 'digest %s\ncommit abc1234\nbuilt 2026-12-06 16:00:00 UTC on devbox: sm_90, -march=x86-64-v3, NO_MPI=1, nvcc 13.0\n' \
         "${2:-$(bash "$1/scripts/device_prebuild.sh" digest)}" > "$p/MANIFEST"
 }
@@ -587,6 +599,15 @@ else
     not_ok "device_check.sh timings / e2e: $(sed -n '/attention_timing/,/memcheck/p' "$A" | tr '\n' '|' | cut -c1-500); e2e got: $(cat "$DC/A/state/e2e.env" 2>/dev/null)"
 fi
 
+# bench_vector_cuda's rows: counted, each against the 1.25x target, the bandwidth named.
+if line A PASS vector_timing | grep -q '(.* s, 4 rows, 1 within 1.25x of the copy bandwidth (3712.4 GB/s measured))$' &&
+   grep -q '^        crossentropy_fwd_bwd       d12:   6593.708 MB    2.0000 ms, at copy bw    1.7762 ms, ratio  1.13, target <= 1.25 met$' "$A" &&
+   grep -q '^        layernorm_forward          d48:    104.907 MB    0.0500 ms, at copy bw    0.0283 ms, ratio  1.77, target <= 1.25 NOT met$' "$A"; then
+    ok "device_check.sh: bench_vector_cuda's rows, each kernel and shape against the copy bandwidth's 1.25x target"
+else
+    not_ok "device_check.sh vector_timing: $(sed -n '/vector_timing/,/e2e/p' "$A" | tr '\n' '|' | cut -c1-500)"
+fi
+
 # D: a driver older than nvcc (FAIL, the rest goes on), the MPI build fails (then NO_MPI=1), a kernel test skips itself, no Tiny Shakespeare
 # (random tokens), a hanging baseline (bench_gpu.sh's own timeout: TIMEOUT), compute-sanitizer.
 check D DEVICE_CHECK_BUDGET=120 STUB_DRIVER_CUDA=12.8 STUB_NVCC_RELEASE=13.1 STUB_KERNELS_SKIP=1 STUB_MAKE_MPI_FAILS=1 FSDP_DATA="$DC/none" BENCH_TIMEOUT_TORCH=1 STUB_TORCH_HANG=1 PATH="$DC/san:$DC/bin:$T/bin:$PATH"
@@ -611,7 +632,7 @@ fi
 check B DEVICE_CHECK_BUDGET=12 DEVICE_CHECK_MIN_PART=2 STUB_NVCC_RELEASE=13.1 STUB_ALL_HANG=1 STUB_TRAIN_HANG=1
 B=$DC/B/out/summary.txt
 nskip=$(grep -c '^SKIP .*(no time left: ' "$B")
-if [ "$(parts B)" = "$ALL_PARTS" ] && line B TIMEOUT test_attention_cuda > /dev/null && [ "$nskip" = 6 ] &&
+if [ "$(parts B)" = "$ALL_PARTS" ] && line B TIMEOUT test_attention_cuda > /dev/null && [ "$nskip" = 7 ] &&
    [ "$(grep -c '^SKIP    memcheck_test_[a-z]*_cuda (compute-sanitizer not found)$' "$B")" = 2 ] &&
    [ "$(cat "$DC/B/wall")" -le 12 ] && grep -qE '^total ([0-9]|1[0-2]) s of 12 s; SOME PARTS FAILED' "$B"; then
     ok "device_check.sh: budget 12 s with every part hanging: done in $(cat "$DC/B/wall") s, a TIMEOUT and $nskip parts skipped for time; no compute-sanitizer: SKIP"
@@ -623,16 +644,16 @@ fi
 check C PATH="$DC/nogpu:$DC/bin:$T/bin:$PATH"
 C=$DC/C/out/summary.txt
 if [ "$(parts C)" = "$ALL_PARTS" ] && line C FAIL gpu | grep -q "no GPU visible: NVIDIA-SMI has failed" &&
-   [ "$(grep -c '^SKIP .*(no GPU visible)$' "$C")" = 12 ] && [ ! -e "$DC/C/state/make.args" ] &&
+   [ "$(grep -c '^SKIP .*(no GPU visible)$' "$C")" = 13 ] && [ ! -e "$DC/C/state/make.args" ] &&
    [ "$(cat "$DC/C/rc")" = 1 ] && [ "$(cat "$DC/C/wall")" -le 3 ]; then
-    ok "device_check.sh: no GPU visible: FAIL gpu and 12 parts skipped in $(cat "$DC/C/wall") s, status 1, nothing built"
+    ok "device_check.sh: no GPU visible: FAIL gpu and 13 parts skipped in $(cat "$DC/C/wall") s, status 1, nothing built"
 else
     not_ok "device_check.sh C: status $(cat "$DC/C/rc") after $(cat "$DC/C/wall") s: $(grep -E '^[A-Z]+ ' "$C" | cut -c1-80 | tr '\n' '|')"
 fi
 
 # The GPU line (runs A, B, D) and A's one build.
 margs=$(cat "$DC/A/state/make.args" 2>/dev/null)
-want_t="train_gpt$(for f in dev/test/test_*_cuda.cu; do printf ' build/%s' "$(basename "$f" .cu)"; done) build/bench_attention_cuda"
+want_t="train_gpt$(for f in dev/test/test_*_cuda.cu; do printf ' build/%s' "$(basename "$f" .cu)"; done) build/bench_attention_cuda build/bench_vector_cuda"
 if [ "$(wc -l < "$DC/A/state/make.args")" = 1 ] && [[ "$margs" == "-j"*" GPU_ARCH=90 WERROR= $want_t" ]] &&
    line A PASS gpu | grep -qF "(1 GPU(s), NVIDIA H200, 143771 MiB, 580.159.04; CUDA 13.0 (driver), nvcc 13.0 ($DC/bin/nvcc))" &&
    line B PASS gpu | grep -q 'nvcc 13.1 .*: nvcc is newer, runs by minor-version compatibility)$' &&

@@ -5,6 +5,8 @@
 # check of the kernels (indexing, fragment layouts, barriers, masking, cuBLASLt planning),
 # not a GPU result. Their "ok - X" lines are reported as "ok - [cpu emulation] X".
 # Not run here: test_attention_large (GPT-2 size flash vs cublas and timings; hours on a CPU).
+# dev/bench/bench_vector_cuda.cu runs at its --smoke shape (its times mean nothing here): that
+# it prints the copy bandwidth and every kernel's row, so that the GPU's bench cannot rot.
 # The matmul checks run a second time with EMU_CUBLASLT_NO_GELU=1 (a cuBLASLt whose heuristic
 # has nothing for the GELU epilogues): they must pass through the GELU kernels instead.
 # The attention test runs cudnn through the fake cuDNN (dev/cuda_emu/cudnn.cpp, CUDNN_ENV of
@@ -39,7 +41,7 @@ SKIP=(--skip-call 'test_attention_large=too slow under CPU emulation (GPT-2 size
 # Sources: the transformed copies
 
 if ! python3 $E/transform.py $B/src "${KERNELS[@]}" dev/test/test_kernels_cuda.cu dev/test/test_attention_cuda.cu \
-        $E/selftest_streams.cu $E/selftest_fp16.cu "${SKIP[@]}" 2>"$TMP/transform.err"; then
+        dev/bench/bench_vector_cuda.cu $E/selftest_streams.cu $E/selftest_fp16.cu "${SKIP[@]}" 2>"$TMP/transform.err"; then
     echo "not ok - $TAG transform.py failed: $(tr '\n' ' ' <"$TMP/transform.err" | cut -c1-400)"
     exit 1
 fi
@@ -51,7 +53,7 @@ fi
 { build_runtime && build_cudnn; } &
 p1=$!
 rc=0
-for twin in cpu_kernels cpu_kernels_llama; do  # the CPU twins
+for twin in cpu_kernels cpu_kernels_llama kernels_sim; do  # the CPU twins (the bench's byte model)
     build $B/$twin.o kernels/$twin.c kernels/$twin.h kernels/rope.h -- \
         gcc -std=gnu11 -O2 -fopenmp -I. -I$BLAS_INC -c kernels/$twin.c -o $B/$twin.o ||
         { build_failed $twin.o $B/$twin.o; rc=1; }
@@ -93,6 +95,14 @@ if build $B/selftest_streams $B/src/$E/selftest_streams.cu "${HDRS[@]}" $B/emu.o
     TMPDIR=$TMP run_test selftest_streams
 else
     echo build >"$TMP/selftest_streams.rc"
+fi
+# The vector-kernel bench at its smoke shape (kernels_sim.o: the planner's bytes).
+if build $B/bench_vector_cuda $B/src/kernels/*.cuh $B/src/dev/bench/bench_vector_cuda.cu "${HDRS[@]}" kernels/*.h $B/emu.o \
+        $B/cublaslt.o $B/kernels_sim.o -- "${CXX_TEST[@]}" -I$B/src -I. -x c++ $B/src/dev/bench/bench_vector_cuda.cu -x none \
+        $B/emu.o $B/cublaslt.o $B/kernels_sim.o -o $B/bench_vector_cuda "${LIBS[@]}"; then
+    run_test bench_vector_cuda bench_vector_cuda --smoke
+else
+    echo build >"$TMP/bench_vector_cuda.rc"
 fi
 # The fp16 self-test (dev/cuda_emu/selftest_fp16.cu: cuda_fp16.h, mma .f16, cuBLASLt 16F).
 if build $B/selftest_fp16 $B/src/$E/selftest_fp16.cu "${HDRS[@]}" $B/emu.o $B/cublaslt.o -- \
@@ -170,6 +180,19 @@ else
 fi
 report selftest_streams
 report selftest_fp16
+# The bench: its bandwidth line and the 8 kernels' rows, each with its bytes and ratio.
+m="dev/bench/bench_vector_cuda.cu --smoke: the copy bandwidth and every vector kernel's row"
+rc=$(cat "$TMP/bench_vector_cuda.rc" 2>/dev/null || echo missing)
+rows=$(grep -cE '^vector kernel=[a-z_]+ shape=smoke mb=[0-9.]*[1-9][0-9.]* ms=[0-9.]+ copy_ms=[0-9.]+ ratio=[0-9.]+ target=(met|NOT_met)$' \
+       "$TMP/bench_vector_cuda.out" 2>/dev/null)
+if [ "$rc" = build ]; then
+    build_failed bench_vector_cuda $B/bench_vector_cuda
+elif [ "$rc" = 0 ] && [ "$rows" = 8 ] && grep -qE '^vector copy_gbs=[0-9.]+ how="cudaMemcpy device to device' "$TMP/bench_vector_cuda.out" &&
+     ! grep -q '^EMU: ' "$TMP/bench_vector_cuda.err"; then
+    echo "ok - $TAG $m ($rows rows: $(sed -n 's/^vector kernel=\([a-z_]*\) .*/\1/p' "$TMP/bench_vector_cuda.out" | tr '\n' ' '))"
+else
+    echo "not ok - $TAG $m: status $rc, $rows rows: $(tail -n 3 "$TMP/bench_vector_cuda.out" "$TMP/bench_vector_cuda.err" 2>/dev/null | tr '\n' '|' | cut -c1-300)"
+fi
 
 m="emulator self-check: sum_partials_kernel without its __syncthreads (EMU_SKIP_BARRIER) fails the kernels test"
 if [ $kbuild -ne 0 ]; then echo "not ok - $TAG $m: test_kernels_cuda did not build"

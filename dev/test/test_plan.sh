@@ -261,8 +261,10 @@ fi
 printf 'like=h200\nhbm_gbs=1000000\nlaunch_us=0.001\nattention_eff_flash_64=0.2\nattention_eff_cublas_64=0.05\nattention_eff_cudnn_64=0.5\nattention_eff_flash_128=0.1\n' \
     >"$out/att.prof"
 plan_att() { $TG --plan "${small[@]}" --sim-device "$out/att.prof" "$@"; }
-# ratio_ok A B WANT: A / B within 0.1% of WANT.
-ratio_ok() { awk -v a="$1" -v b="$2" -v w="$3" 'BEGIN { exit !(a > 0 && b > 0 && (a / b / w - 1) ^ 2 < 1e-6) }'; }
+# ratio_ok A B WANT: A / B within 0.2% of WANT (the times are printed to 0.001 ms: at 0.58 ms
+# their rounding alone moves a ratio by up to 0.1%; the implementations' launches, 1 ns each
+# here, by 1e-5).
+ratio_ok() { awk -v a="$1" -v b="$2" -v w="$3" 'BEGIN { exit !(a > 0 && b > 0 && (a / b / w - 1) ^ 2 < 4e-6) }'; }
 if plan_att >"$out/att_auto.log" 2>&1 && plan_att --attention flash >"$out/att_flash.log" 2>&1 &&
    plan_att --attention cublas >"$out/att_cublas.log" 2>&1; then
     ta=$(attention_ms "$out/att_auto.log"); tf=$(attention_ms "$out/att_flash.log"); tc=$(attention_ms "$out/att_cublas.log")

@@ -31,6 +31,9 @@
 #     within 1e-2 of the epilogue's run, the bias gradients from the reduction kernels;
 #   - --profile-step's launch counts: per GPT-2 block forward 7.5, backward 16.0 (the final
 #     LayerNorm's share included);
+#   - --plan's kernel launches per model phase and direction equal the profiled step's (GPT-2
+#     at W=1 and 2, --attention cublas, --gelu-fusion 0, the Llama: --profile-step 3 on
+#     nccl_again, nccl_np2, cuda_cublas, cuda_gelu0, llama_again);
 #   - the NCCL shim's own self-test (dev/cuda_emu/nccl_selftest.cpp: 3 forked ranks);
 #   - dev/test/test_backend_cuda.cu (every backend member against host computations, an
 #     event-ordering stress test) at 1 rank, 2 ranks staged, 2 ranks NCCL with HSDP;
@@ -311,9 +314,9 @@ FSDP_TEST_NAN_LOSS_STEPS=2 FSDP_TEST_NAN_GRAD_STEPS=4 job 1 nccl nccl_nan 1 -b 2
 FSDP_TEST_NAN_LOSS_STEPS=2,3 job 1 nccl nccl_nan_stop 1 -b 2 --max-bad-steps 2 -o "$TMP/nccl_nan_stop"
 job 1 cpu cpu_ref 1 -b 2 -o "$TMP/cpu_ref"
 job 1 cuda cuda_again 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_again"
-job 1 cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas"
+job 1 cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas" --profile-step 3
 job 1 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
-job 1 cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0"
+job 1 cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0" --profile-step 3
 EMU_CUBLASLT_NO_GELU=1 job 1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
 EMU_CUBLASLT_NO_BGRAD=1 job 1 cuda cuda_no_bgrad_epilogue 1 -b 2 -o "$TMP/cuda_no_bgrad_epilogue"
 job 1 cuda cuda_recompute_full 1 -b 2 --recompute full -o "$TMP/cuda_recompute_full"
@@ -330,7 +333,7 @@ job 1 nccl nccl_again 1 -b 2 -s 4 -g 8 -o "$TMP/nccl_again" --profile-step 3
 llama=(--arch llama3 --kv-heads 1 --ffn-dim 320)
 job 1 cpu llama_cpu 1 -b 2 "${llama[@]}" -o "$TMP/llama_cpu"
 job 1 cuda llama_cuda 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_cuda"
-job 1 cuda llama_again 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_again"
+job 1 cuda llama_again 1 -b 2 -s 4 -g 8 "${llama[@]}" -o "$TMP/llama_again" --profile-step 3
 llama_split() {
     cuda llama_save 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --stop-at-step 2
     cuda llama_resume 1 -b 2 "${llama[@]}" -o "$TMP/llama_split" --ckpt-every 2 --resume auto
@@ -713,7 +716,7 @@ roofline_check() {  # NAME W ARGS...: the run NAME at world W had ARGS beside co
     got=$(roofline_rows "$TMP/$name.log"); want=$(roofline_rows "$plan" | grep -v '^grad norm')
     if [ "$(grep -c . <<<"$got")" = 5 ] && [ "$got" = "$want" ] &&
        awk -F'|' '{ if (!($3 > 0)) bad = 1 } END { exit bad }' <<<"$got" &&
-       grep -q '^vector kernels against the copy bandwidth (unknown for cuda_emu' "$TMP/$name.log"; then
+       grep -qE '^vector kernels against the copy bandwidth \([0-9]+ GB/s measured \(cudaMemcpy device to device, [0-9]+ MiB x 5, best; read \+ write counted\)\)' "$TMP/$name.log"; then
         ok "$TAG --profile-step roofline at W=$w ($name): 5 vector-kernel rows, bytes = --plan's ($(tr '\n' ' ' <<<"$got" | sed 's/  */ /g'))"
     else
         not_ok "$TAG --profile-step roofline at W=$w ($name): got '$(tr '\n' ' ' <<<"$got")', --plan '$(tr '\n' ' ' <<<"$want")'"
@@ -922,6 +925,37 @@ launch_check() {  # NAME
 }
 good nccl_again && launch_check nccl_again
 good nccl_np2 && launch_check nccl_np2
+# --plan charges each operation the launches the cuda device issues for it (kernels_sim.c):
+# its launches per model phase and direction must be the profiled step's (the same flags, the
+# h200 profile), for GPT-2 at W = 1 and 2 (flash, the bias gradients in the GEMM epilogue),
+# --attention cublas (7 forward, 14 backward launches), --gelu-fusion 0 (the GELU kernels)
+# and the Llama (RMSNorm, RoPE, SwiGLU). Not here: a run whose bias-gradient epilogue
+# cuBLASLt refuses at run time (EMU_CUBLASLT_NO_BGRAD: the plan cannot know it), and
+# --attention cudnn (the fake cuDNN launches no kernel; the plan takes a GPU's 1 and 2).
+phase_launches() {  # LOG: "PHASE DIRECTION LAUNCHES" of the model's phases, launches > 0
+    sed -n '/^profile of step/,/^  kernel launches/p' "$1" |
+        awk '/ launches$/ { name = substr($0, 3, 30); dir = substr($0, 34, 8); sub(/ +$/, "", name); sub(/ +$/, "", dir)
+                            if (dir != "" && name !~ /^fsdp waits/ && $(NF - 1) > 0) print name, dir, $(NF - 1) }' | sort
+}
+launch_plan_check() {  # NAME W ARGS...: the run NAME at world W had ARGS beside common's
+    local name=$1 w=$2; shift 2
+    local plan="$TMP/planl_$name.log" got want
+    if ! ./train_gpt --plan "${common[@]}" "$@" --plan-world "$w" --sim-device h200 >"$plan" 2>&1; then
+        not_ok "$TAG --plan launches ($name): --plan failed: $(tail -n 1 "$plan")"; return
+    fi
+    got=$(phase_launches "$TMP/$name.log")
+    want=$(sed -n 's/^  per phase: //p' "$plan" | sed 's/, /\n/g' | sort)
+    if [ -n "$got" ] && [ "$got" = "$want" ]; then
+        ok "$TAG --plan's launches per model phase = --profile-step's at W=$w ($name: $(tr '\n' ',' <<<"$got" | sed 's/,$//'); $(grep -m1 -o 'per transformer block: .*' "$plan"))"
+    else
+        not_ok "$TAG --plan's launches per model phase ($name, W=$w): profiled '$(tr '\n' ',' <<<"$got")', planned '$(tr '\n' ',' <<<"$want")'"
+    fi
+}
+good nccl_again && launch_plan_check nccl_again 1 -b 2 -s 4 -g 8
+good nccl_np2 && launch_plan_check nccl_np2 2 -b 1 -d 64
+good cuda_cublas && launch_plan_check cuda_cublas 1 -b 2 --attention cublas
+good cuda_gelu0 && launch_plan_check cuda_gelu0 1 -b 2 --gelu-fusion 0
+good llama_again && launch_plan_check llama_again 1 -b 2 -s 4 -g 8 "${llama[@]}"
 good nccl_again && ledger_check nccl_again 1 "36.0 B per shard element (gradient-slot zeroing 0.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
 good nccl_np2 && ledger_check nccl_np2 2 "36.0 B per shard element (gradient-slot zeroing 0.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
 good nccl_ref nccl_np2_fp32 && compare "--comm nccl np=2 with --reduce-dtype fp32 vs np=1 (within 1e-2)" \
