@@ -31,11 +31,12 @@
 // Four implementations, each in a file of its own:
 //   ATTENTION_FLASH (--attention flash): fused kernels on tensor cores, FlashAttention-2's
 //     shape, head sizes 64 and 128 (kernels/cuda_attention_flash.cuh).
-//   ATTENTION_FLASH_PIPELINED (--attention flash-pipelined): flash with a pipelined forward
-//     (128-key tiles at hs 64, a 3-stage cp.async ring, one barrier per tile, S(j+1) issued
-//     over softmax(j)) and flash's backward (kernels/cuda_attention_flash_pipelined.cuh); the
-//     same head sizes, scratch and shared-memory opt-in as flash. Not measured on a GPU yet,
-//     so auto does not pick it (scripts/device_check.sh times it beside flash).
+//   ATTENTION_FLASH_PIPELINED (--attention flash-pipelined): flash pipelined: a forward with
+//     128-key tiles at hs 64, a 3-stage cp.async ring, one barrier per tile and S(j+1) issued
+//     over softmax(j); flash's backward with its main kernel's tiles in a 3-stage ring and one
+//     barrier per step (kernels/cuda_attention_flash_pipelined.cuh); the same head sizes and
+//     scratch as flash. Not measured on a GPU yet, so auto does not pick it
+//     (scripts/device_check.sh times it beside flash).
 //   ATTENTION_CUBLAS (--attention cublas, the reference path for any head size): cuBLASLt GEMMs
 //     around a softmax kernel (kernels/cuda_attention_cublas.cuh).
 //   ATTENTION_CUDNN (--attention cudnn): cuDNN's fused SDPA, the library loaded at run time
@@ -80,7 +81,7 @@ static inline int attention_impl_from_name(const char* name) {
     return -1;
 }
 static inline int attention_impl_valid(int impl) { return impl >= 0 && impl < ATTENTION_IMPLS; }
-// flash and flash-pipelined: the same head sizes, backward, scratch and shared-memory setup.
+// flash and flash-pipelined: the same head sizes, scratch and shared-memory setup.
 static inline bool attention_impl_is_flash(AttentionImpl impl) {
     return impl == ATTENTION_FLASH || impl == ATTENTION_FLASH_PIPELINED;
 }
@@ -104,8 +105,8 @@ static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, 
     if (impl != ATTENTION_CUBLAS) return 0;
     return attn_cublas_scratch_bytes(4, B, T, C, NH);  // q, k, v, out in [B,NH,T,hs]; S; P
 }
-// Bytes of scratch attention_backward_cuda needs: flash (and flash-pipelined, whose backward is
-// flash's) B*NH*T floats (D) and the dQ slices,
+// Bytes of scratch attention_backward_cuda needs: flash (and flash-pipelined, whose backward
+// has flash's launches and slices) B*NH*T floats (D) and the dQ slices,
 // B*C*R floats (R = attn_flash_dq_rows(T), about 4.5 T at T = 1024); cublas B*NH*T*T*6 bytes
 // and more. None depends on the kv-head count: D and the dQ slices are per query head, the
 // group's dK/dV sums stay in registers (flash) or in the GEMMs
@@ -277,13 +278,20 @@ static inline void attention_backward_cuda(const AttentionContext* ac, MatmulCon
         CUDA_REQUIRE(cudnn_attention_backward(ac->cudnn, dqkv, dout, qkv, out, lse, B, T, NH, KVH, C / NH,
                                               attn_is_fp16<T16>(), (void*)stream, why, sizeof(why)) == 0,
                      "--attention cudnn: %s", why);
-    } else if (attention_impl_is_flash(ac->impl)) {  // flash-pipelined's backward is flash's
+    } else if (attention_impl_is_flash(ac->impl)) {
         CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&
                      ((uintptr_t)lse & 3) == 0 && is_aligned16(scratch),
                      "attention_backward_cuda: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
         const int optin = ac->smem_optin;
-        if (C / NH == 64) attn_flash_backward_launch<64>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
-        else attn_flash_backward_launch<128>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        const bool pl = ac->impl == ATTENTION_FLASH_PIPELINED;
+        if (C / NH == 64 && pl)
+            attn_flash_pl_backward_launch<64>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        else if (pl)
+            attn_flash_pl_backward_launch<128>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        else if (C / NH == 64)
+            attn_flash_backward_launch<64>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        else
+            attn_flash_backward_launch<128>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_backward_cuda: the cublas path needs a MatmulContext");
         attn_cublas_backward(mm, dqkv, dout, qkv, lse, scratch, B, T, C, NH, KVH, stream);

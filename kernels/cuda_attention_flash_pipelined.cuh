@@ -1,4 +1,4 @@
-// The pipelined flash forward (--attention flash-pipelined): the flash kernels of
+// The pipelined flash kernels (--attention flash-pipelined): the flash kernels of
 // kernels/cuda_attention_flash.cuh reshaped toward FlashAttention-2's Hopper rates, on the same
 // primitives (attn_mma, ldmatrix fragment loads, cp.async tile loads, attn_mma_px, attn_store_row:
 // included from there, not repeated). Same interface, layouts and outputs as flash (out + fp32
@@ -40,17 +40,33 @@
 // not bitwise (dev/test/test_attention_cuda.cu compares them, and each with the CPU twin).
 // Deterministic: no atomics, fixed order.
 //
-// Backward: flash's (attn_flash_backward_launch: the D pass, the main kernel, the dQ-slice
-// sum; same scratch). A pipelined backward (D fused into the main kernel, fewer dQ slices) is
-// not written yet.
-//
-// grid (ceil(T/128), B*NH), 256 threads; query blocks last-first (the most key tiles first).
-// Dynamic shared memory per block: hs 64: (128 + 6 x 128) rows x 72 x 2 B = 126 KiB;
+// Forward: grid (ceil(T/128), B*NH), 256 threads; query blocks last-first (the most key tiles
+// first). Dynamic shared memory per block: hs 64: (128 + 6 x 128) rows x 72 x 2 B = 126 KiB;
 // hs 128: (128 + 6 x 64) rows x 136 x 2 B = 136 KiB (one block per SM either way; both over
 // the 99 KiB of sm_86/sm_89: refused there with a message, as flash's hs 128 backward is).
-// Registers (ptxas -v, nvcc 13.0, sm_90, bf16 and fp16 alike, no spills): 255 (hs 64: two
-// 16 x 128 score tiles of 64 floats each, O 32, Q 16: at the limit of 256 threads per block)
-// and 236 (hs 128: two 16 x 64 score tiles, O 64, Q 32).
+//
+// Backward: flash's three launches (D = rowsum(dO * O), the main kernel per 128 keys, the
+// dQ-slice sum; the same scratch and the same fp32 dQ slices, so the same fixed order of
+// every sum) with the main kernel pipelined as the forward is (option (c) of #32's three):
+// the Q/dO/lse/D tiles it streams in a 3-stage ring, ONE barrier per step instead of two,
+// the dQ product of step s deferred to iteration s + 1 over a double-buffered dS^T tile (see
+// attn_flash_pl_bwd_kernel). Its per-step arithmetic is flash's (the shared helpers
+// attn_bwd_keys_step, attn_bwd_dq_step), so its dqkv is bitwise flash's given the same
+// out and lse. Not done, and why: (a) D inside the main kernel costs every key block a
+// recomputation of D for each query tile it visits (an O tile more per step in the ring,
+// and D needed by all 8 warps before the step's products: a second barrier, or each warp
+// computing all BR rows), against one launch that reads dO and O once; (b) fewer dQ slices
+// (a block over 256 keys) would double dK/dV's registers past the 255 a thread has at 8
+// warps. Both want a GPU's measurement before their complexity; the slice sum and D stay
+// separate launches (~6-7 ms of a d48 step, README).
+// Backward main kernel: grid (ceil(T/128), B*KVH), 256 threads; shared memory per block:
+// hs 64: K, V 2 x 128 rows + Q, dO 6 x 64 rows of 72 bf16, dS^T 2 x 128 x 72 bf16, lse and D
+// 6 x 64 floats = 127.5 KiB; hs 128: (256 + 6 x 32) rows x 136 x 2 B + 2 x 128 x 40 x 2 B +
+// 6 x 32 x 4 B = 139.8 KiB (flash's: 91 / 112.5 KiB).
+// Registers (ptxas -v, nvcc 13.0, sm_90, bf16 and fp16 alike, no spills): forward 255 (hs 64:
+// two 16 x 128 score tiles of 64 floats each, O 32, Q 16: at the limit of 256 threads per
+// block) and 236 (hs 128: two 16 x 64 score tiles, O 64, Q 32); backward main kernel 224 / 224
+// (hs 64) and 246 / 244 (hs 128) on sm_90 / sm_80.
 #ifndef FSDP_KERNELS_CUDA_ATTENTION_FLASH_PIPELINED_CUH
 #define FSDP_KERNELS_CUDA_ATTENTION_FLASH_PIPELINED_CUH
 
@@ -236,11 +252,162 @@ attn_flash_pl_fwd_kernel(T16* __restrict__ out, float* __restrict__ lse, const T
     }
 }
 
+// ----------------------------------------------------------------------------
+// flash-pipelined backward, launch 2: flash's main kernel (attn_flash_bwd_kernel, whose comment
+// says what a step computes; the same helpers attn_bwd_keys_step and attn_bwd_dq_step, the
+// same grid, warps, tiles and dQ slices) with its Q/dO/lse/D tiles in a 3-stage ring and ONE
+// __syncthreads per step instead of two. Step s (query head, query block) reads slot s % 3 of
+// the ring and writes its dS^T into half s % 2 of a double-buffered dS^T tile; the dQ product
+// of step s, which needs every warp's dS^T(s), runs in iteration s + 1, after that
+// iteration's barrier (and after the loop for the last step), so the one barrier per step
+// does both jobs: at the top of iteration s the block waits for the copy group of tile s
+// (cp.async.wait_group 1: tile s + 1's may still be in flight), passes the barrier, then
+// issues tile s + 2 into slot (s + 2) % 3. Reuse distances: slot (s + 2) % 3 held tile s - 1,
+// last read by step s - 1 in iteration s - 1; dS^T half s % 2 (written by step s) was last
+// read by the dQ product of step s - 2, in iteration s - 1; both before the barrier at the
+// top of iteration s, which every warp passes only when all have finished iteration s - 1.
+// And the barrier makes tile s (every thread's copies, and the lse/D rows stored plainly)
+// and dS^T(s - 1) (every warp's rows) visible to every warp. Each iteration commits one copy
+// group, empty past the last step, so that "wait_group 1" always means tile s's group.
+// D and the dQ-slice sum stay flash's launches 1 and 3 (see the top of the file).
+
+// Tile `step` of the block's steps (its query head and query block from the step index, as
+// flash's main kernel walks them) into ring slot step % 3: Q and dO by cp.async, lse * log2e
+// and D by plain loads and stores; nothing past the last step.
+template <int HS, int BR, class T16>
+static __device__ __forceinline__ void attn_pl_bwd_load(T16* Qs, T16* dOs, float* Ls, float* Ds, const T16* qg0,
+                                                        const T16* dog0, const float* lse, const float* Dbuf,
+                                                        int step, int nsteps, int nqt, int b, int kvh, int group,
+                                                        int NH, int j0, int T, size_t QW, int C) {
+    if (step >= nsteps) return;
+    constexpr int LDS = HS + 8, NT = FLASH_BWD_THREADS;
+    const int slot = step % FLASH_PL_STAGES;
+    const int h = kvh * group + step / nqt, i0 = j0 + (step % nqt) * BR;
+    attn_load_tile<HS, BR, NT>(Qs + slot * BR * LDS, qg0 + (size_t)h * HS, QW, i0, T);
+    attn_load_tile<HS, BR, NT>(dOs + slot * BR * LDS, dog0 + (size_t)h * HS, C, i0, T);
+    const float* lseg = lse + ((size_t)b * NH + h) * T;
+    const float* Dg = Dbuf + ((size_t)b * NH + h) * T;
+    for (int i = threadIdx.x; i < BR; i += NT) {
+        const int t = i0 + i;
+        Ls[slot * BR + i] = t < T ? lseg[t] * ATTN_LOG2E : 0.0f;
+        Ds[slot * BR + i] = t < T ? Dg[t] : 0.0f;
+    }
+}
+
+template <int HS>
+struct FlashPipelinedBwdShape {
+    static constexpr int LDS = HS + 8;
+    static constexpr int BR = FlashShape<HS>::BWD_BR;  // queries per step, as flash's
+    static constexpr int LDSS = BR + 8;
+    static constexpr size_t bwd_smem =
+        (size_t)(2 * FLASH_BWD_BC + 2 * FLASH_PL_STAGES * BR) * LDS * sizeof(uint16_t) +  // K, V; Q, dO ring
+        (size_t)2 * FLASH_BWD_BC * LDSS * sizeof(uint16_t) +                              // dS^T, two halves
+        (size_t)2 * FLASH_PL_STAGES * BR * sizeof(float);                                 // lse, D ring
+};
+
+template <int HS, class T16>
+__global__ void __launch_bounds__(FLASH_BWD_THREADS)
+attn_flash_pl_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const float* __restrict__ Dbuf,
+                         const T16* __restrict__ dout, const T16* __restrict__ qkv, const float* __restrict__ lse,
+                         int T, int C, int NH, int KVH, float scale_log2, float scale) {
+    using SH = FlashPipelinedBwdShape<HS>;
+    constexpr int LDS = SH::LDS, BC = FLASH_BWD_BC, BR = SH::BR, LDSS = SH::LDSS, ND = HS / 8;
+    constexpr int S = FLASH_PL_STAGES;
+    extern __shared__ __align__(16) unsigned char attn_smem[];
+    T16* Ks = reinterpret_cast<T16*>(attn_smem);  // [BC][LDS]
+    T16* Vs = Ks + BC * LDS;                        // [BC][LDS]
+    T16* Qs = Vs + BC * LDS;                        // [3][BR][LDS]
+    T16* dOs = Qs + S * BR * LDS;                   // [3][BR][LDS]
+    T16* dSs = dOs + S * BR * LDS;                  // [2][BC][LDSS] dS^T (keys x queries)
+    float* Ls = reinterpret_cast<float*>(dSs + 2 * BC * LDSS);  // [3][BR] lse * log2e
+    float* Ds = Ls + S * BR;                                     // [3][BR] D
+
+    const int jb = blockIdx.x, j0 = jb * BC;
+    const int group = NH / KVH;
+    const int b = blockIdx.y / KVH, kvh = blockIdx.y % KVH;
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
+    const T16* kg = qkv + (size_t)b * T * QW + C + (size_t)kvh * HS;
+    const T16* vg = kg + (size_t)KVH * HS;
+    const T16* qg0 = qkv + (size_t)b * T * QW;
+    const T16* dog0 = dout + (size_t)b * T * C;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int kw = warp * 16;
+    const int key0 = j0 + kw + g, key1 = key0 + 8;
+    const int nqt = (T - j0 + BR - 1) / BR;
+    const int nsteps = group * nqt;
+    // The step's query head, first query, its dQ slice and its visible 16-key chunks (a prefix
+    // of the warps: see flash's main kernel).
+    auto step_i0 = [&](int step) { return j0 + (step % nqt) * BR; };
+    auto step_nkc = [&](int i0) { return min(min((i0 + BR - 1 - j0) / 16 + 1, (T - j0 + 15) / 16), BC / 16); };
+    auto dq_of_step = [&](int step) {
+        const int h = kvh * group + step / nqt, i0 = step_i0(step);
+        float* part = dq_part + (((size_t)b * NH + h) * attn_flash_dq_rows(T) + attn_flash_slice_row(jb, T)) * HS;
+        attn_bwd_dq_step<HS, BR>(part, dSs + (step & 1) * BC * LDSS, Ks, step_nkc(i0), i0, j0, T, lane);
+    };
+
+    // Prologue: {K, V, tile 0}, {tile 1}.
+    attn_load_tile<HS, BC, FLASH_BWD_THREADS>(Ks, kg, QW, j0, T);
+    attn_load_tile<HS, BC, FLASH_BWD_THREADS>(Vs, vg, QW, j0, T);
+    attn_pl_bwd_load<HS, BR>(Qs, dOs, Ls, Ds, qg0, dog0, lse, Dbuf, 0, nsteps, nqt, b, kvh, group, NH, j0, T, QW, C);
+    attn_cp_async_commit();
+    attn_pl_bwd_load<HS, BR>(Qs, dOs, Ls, Ds, qg0, dog0, lse, Dbuf, 1, nsteps, nqt, b, kvh, group, NH, j0, T, QW, C);
+    attn_cp_async_commit();
+
+    float dk[ND][4], dv[ND][4];
+    attn_zero(dk);
+    attn_zero(dv);
+
+    for (int step = 0; step < nsteps; step++) {
+        attn_cp_async_wait<1>();  // tile `step` has landed (this thread's copies) ...
+        __syncthreads();          // ... everyone's, and dS^T(step - 1); iteration step - 1 is done
+        attn_pl_bwd_load<HS, BR>(Qs, dOs, Ls, Ds, qg0, dog0, lse, Dbuf, step + 2, nsteps, nqt, b, kvh, group, NH, j0,
+                                 T, QW, C);
+        attn_cp_async_commit();   // (empty past the last step)
+        if (step > 0) dq_of_step(step - 1);
+        const int slot = step % S, i0 = step_i0(step);
+        if (warp < step_nkc(i0))
+            attn_bwd_keys_step<HS, BR>(dk, dv, Ks, Vs, Qs + slot * BR * LDS, dOs + slot * BR * LDS, Ls + slot * BR,
+                                       Ds + slot * BR, dSs + (step & 1) * BC * LDSS, kw, i0, j0, T, scale_log2, lane);
+    }
+    __syncthreads();  // every warp's dS^T of the last step
+    dq_of_step(nsteps - 1);
+
+    if (key0 < T) {
+        T16* p = dqkv + ((size_t)b * T + key0) * QW + C + (size_t)kvh * HS + 2 * c;
+        attn_store_row(p, dk, 0, scale);
+        attn_store_row(p + (size_t)KVH * HS, dv, 0, 1.0f);
+    }
+    if (key1 < T) {
+        T16* p = dqkv + ((size_t)b * T + key1) * QW + C + (size_t)kvh * HS + 2 * c;
+        attn_store_row(p, dk, 1, scale);
+        attn_store_row(p + (size_t)KVH * HS, dv, 1, 1.0f);
+    }
+}
+
+// flash's launches 1 (D) and 3 (the dQ-slice sum) around the pipelined main kernel; the same
+// scratch as flash's (attention_backward_scratch_bytes).
+template <int HS, class T16>
+static void attn_flash_pl_backward_launch(int smem_optin, T16* dqkv, void* scratch, const T16* dout, const T16* qkv,
+                                          const T16* out, const float* lse, int B, int T, int C, int NH, int KVH,
+                                          cudaStream_t stream) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    const float scale_log2 = scale * ATTN_LOG2E;
+    const size_t smem = FlashPipelinedBwdShape<HS>::bwd_smem;
+    attn_require_smem(smem_optin, smem, "flash-pipelined attention backward");
+    attn_flash_backward_launches<HS>(dqkv, scratch, dout, out, B, T, C, NH, KVH, stream,
+                                     [&](const float* Dbuf, float* dq_part, dim3 grid) {
+        attn_flash_pl_bwd_kernel<HS, T16><<<grid, FLASH_BWD_THREADS, smem, stream>>>(dqkv, dq_part, Dbuf, dout, qkv,
+                                                                                lse, T, C, NH, KVH, scale_log2, scale);
+    });
+}
+
 // Both head sizes of one 16-bit type into the shared-memory opt-in (attention_context_init).
 template <class T16>
 static inline void attn_flash_pl_optin_kernels(int optin) {
     attn_optin((const void*)attn_flash_pl_fwd_kernel<64, T16>, FlashPipelinedShape<64>::fwd_smem, optin);
     attn_optin((const void*)attn_flash_pl_fwd_kernel<128, T16>, FlashPipelinedShape<128>::fwd_smem, optin);
+    attn_optin((const void*)attn_flash_pl_bwd_kernel<64, T16>, FlashPipelinedBwdShape<64>::bwd_smem, optin);
+    attn_optin((const void*)attn_flash_pl_bwd_kernel<128, T16>, FlashPipelinedBwdShape<128>::bwd_smem, optin);
 }
 
 template <int HS, class T16>

@@ -184,7 +184,7 @@ static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbi
 //     per 16 queries, key tiles of 128 (64 for head size 128), the same skips;
 //   backward: key blocks of 128 (a warp per 16 keys), query blocks of 64 (32) from the key
 //     block's first key on; the warps with a key some query of the block sees (flash-pipelined's
-//     backward is flash's). Other implementations are counted as flash.
+//     backward has flash's tiles). Other implementations are counted as flash.
 static double flash_forward_pairs(int T, int hs, SimAttention impl) {
     const int pl = impl == SIM_ATTENTION_FLASH_PIPELINED;
     const int BR = 128, W = pl ? 16 : 32, BC = (hs <= 64 ? 64 : 32) * (pl ? 2 : 1);

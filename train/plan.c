@@ -36,7 +36,7 @@
 //     an H100 as FlashAttention-3's paper plots it (arXiv 2407.08608, figs. 5-6: causal, head
 //     size 64, T = 1k: 288 TFLOP/s forward, ~350 backward; 330 over a forward and backward);
 //   flash-pipelined 0.138: not measured: flash's figure, until device_check times it (its
-//     forward's tiles differ, its backward is flash's);
+//     forward's tiles differ, its backward does flash's work pipelined);
 //   head size 128: not measured for any implementation; the 64 column's figures.
 // - mem_eff 0.80: streaming kernels' share of HBM: the optimizer's kernels (grad norm, AdamW)
 //   took 0.96x and 1.03x their time planned at it; the roofline tables' copy bandwidth.

@@ -39,7 +39,8 @@
 // heads each; qkv rows of C + 2 KVH hs): NH = 4 with KVH = 2 and NH = 8 with KVH = 1, both
 // head sizes, T = 100 and 200. The implementations are listed in kImpls. fp16 runs a
 // subset (the emulator's run time: test_attention_shapes). flash-pipelined (its own forward,
-// flash's backward) runs on shapes of its own (test_attention_pipelined: T = 1, 37, 130, 257,
+// flash's backward pipelined: its dqkv from flash's out and lse must be flash's, bitwise)
+// runs on shapes of its own (test_attention_pipelined: T = 1, 37, 130, 257,
 // i.e. one partial tile up to three 128-key tiles, all three slots of its K/V ring, the last
 // partial; GQA 4/2 and 4/1; both head sizes and types), against the CPU, flash and itself.
 // - GELU epilogue: besides the tolerance check against gelu_forward, a projection test tells
@@ -493,6 +494,24 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
         snprintf(det, sizeof det, "out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tol %.3g, lse 1e-4)", eo, el, e[0], e[1],
                  e[2], t2);
         report(eo <= t2 && el <= 1e-4 && e[0] <= t2 && e[1] <= t2 && e[2] <= t2, name, det);
+    }
+    if (have[0] && have[kPipelined]) {
+        // flash-pipelined's backward on flash's out and lse: its main kernel does flash's
+        // arithmetic in flash's order (only the pipelining differs), so dqkv must be flash's, bitwise.
+        const size_t nout = (size_t)B * T * C, nlse = (size_t)B * NH * T, nqkv = (size_t)B * T * QW;
+        const size_t ss = attention_backward_scratch_bytes(ATTENTION_FLASH_PIPELINED, B, T, C, NH);
+        T16 *out = dev16_fill<T16>(nout, 0xff), *dqkv = dev16_fill<T16>(nqkv, 0xff);
+        float* lse = NULL;
+        void* scratch = NULL;
+        CUDA_CHECK(cudaMalloc(&lse, nlse * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&scratch, ss));
+        attention_forward_cuda(&ctx[0], mm, out, lse, d_qkv, NULL, 0, B, T, C, NH, KVH, 0);
+        attention_backward_cuda(&ctx[kPipelined], mm, dqkv, d_dout, d_qkv, out, lse, scratch, ss, B, T, C, NH, KVH, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got = host16(dqkv, nqkv);
+        snprintf(name, sizeof name, "attention flash forward + flash-pipelined backward = flash's dqkv, bitwise %s", shape);
+        report(got == runs[0].dqkv, name, "the same out and lse in");
+        CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dqkv)); CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
     }
     if (have[0] && have[kCudnn]) {
         // cudnn's forward then flash's backward on cudnn's out and lse: the lse must mean what
