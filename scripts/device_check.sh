@@ -49,9 +49,10 @@
 #                        benchmark's profiled step (--calibrate-from; logs/plan_MODEL.prof and
 #                        its figures in the summary).
 #   6. attention_timing  build/bench_attention_cuda: forward and backward TFLOP/s of every
-#                        attention implementation (flash, cublas, cudnn; one this build or
-#                        machine lacks is "not available") at the d12 and d48 training shapes,
-#                        and the best fwd+bwd rate of each shape against the target (>= 280).
+#                        attention implementation (flash, flash-pipelined, cublas, cudnn; one
+#                        this build or machine lacks is "not available") at the d12 and d48
+#                        training shapes, and the best fwd+bwd rate of each shape against the
+#                        target (>= 280).
 #   7. e2e               dev/test/test_train_gpu.sh, the groups DEVICE_CHECK_GPU_TESTS names
 #                        ["ref determinism resume offload fp16 llama eval tp": cuda vs cpu losses,
 #                        bitwise repeat, resume, --offload optimizer bitwise, --param-dtype fp16
