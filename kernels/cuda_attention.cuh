@@ -28,16 +28,22 @@
 // device query (a kernel that needs more than the GPU allows is refused at launch with a
 // message pointing at --attention cublas). No global or static mutable state.
 //
-// Three implementations, each in a file of its own:
+// Four implementations, each in a file of its own:
 //   ATTENTION_FLASH (--attention flash): fused kernels on tensor cores, FlashAttention-2's
 //     shape, head sizes 64 and 128 (kernels/cuda_attention_flash.cuh).
+//   ATTENTION_FLASH_PIPELINED (--attention flash-pipelined): flash pipelined: a forward with
+//     128-key tiles at hs 64, a 3-stage cp.async ring, one barrier per tile and S(j+1) issued
+//     over softmax(j); flash's backward with its main kernel's tiles in a 3-stage ring and one
+//     barrier per step (kernels/cuda_attention_flash_pipelined.cuh); the same head sizes and
+//     scratch as flash. Not measured on a GPU yet, so auto does not pick it
+//     (scripts/device_check.sh times it beside flash).
 //   ATTENTION_CUBLAS (--attention cublas, the reference path for any head size): cuBLASLt GEMMs
 //     around a softmax kernel (kernels/cuda_attention_cublas.cuh).
 //   ATTENTION_CUDNN (--attention cudnn): cuDNN's fused SDPA, the library loaded at run time
 //     (kernels/cuda_attention_cudnn.cuh/.cpp); its context (handle, graphs, workspace) lives
 //     in the AttentionContext. Its backward is cuDNN's deterministic algorithm.
 // --attention auto's choice (train/device.cuh): cudnn where it loads and builds the run's
-// graphs, else flash where the head size allows, else cublas.
+// graphs, else flash where the head size allows, else cublas (never flash-pipelined, yet).
 // This header is what the caller uses: the implementation's name, the context, the scratch
 // sizes, the argument checks and the two entry points, attention_forward_cuda and
 // attention_backward_cuda, which dispatch to the implementation.
@@ -55,19 +61,30 @@
 #include "kernels/cuda_attention_cublas.cuh"
 #include "kernels/cuda_attention_cudnn.cuh"
 #include "kernels/cuda_attention_flash.cuh"
+#include "kernels/cuda_attention_flash_pipelined.cuh"
 #include "kernels/cuda_common.cuh"
 #include "kernels/cuda_matmul.cuh"
 
-typedef enum { ATTENTION_FLASH = 0, ATTENTION_CUBLAS = 1, ATTENTION_CUDNN = 2 } AttentionImpl;
+typedef enum {
+    ATTENTION_FLASH = 0,
+    ATTENTION_CUBLAS = 1,
+    ATTENTION_CUDNN = 2,
+    ATTENTION_FLASH_PIPELINED = 3,
+    ATTENTION_IMPLS = 4
+} AttentionImpl;
 
-static const char* const attention_impl_names[] = {"flash", "cublas", "cudnn"};
+static const char* const attention_impl_names[ATTENTION_IMPLS] = {"flash", "cublas", "cudnn", "flash-pipelined"};
 
-// "flash" -> ATTENTION_FLASH, "cublas" -> ATTENTION_CUBLAS, "cudnn" -> ATTENTION_CUDNN, else -1.
+// An implementation's name (attention_impl_names) -> its AttentionImpl, else -1.
 static inline int attention_impl_from_name(const char* name) {
-    for (int i = 0; name && i < 3; i++) if (strcmp(name, attention_impl_names[i]) == 0) return i;
+    for (int i = 0; name && i < ATTENTION_IMPLS; i++) if (strcmp(name, attention_impl_names[i]) == 0) return i;
     return -1;
 }
-static inline int attention_impl_valid(int impl) { return impl >= ATTENTION_FLASH && impl <= ATTENTION_CUDNN; }
+static inline int attention_impl_valid(int impl) { return impl >= 0 && impl < ATTENTION_IMPLS; }
+// flash and flash-pipelined: the same head sizes, scratch and shared-memory setup.
+static inline bool attention_impl_is_flash(AttentionImpl impl) {
+    return impl == ATTENTION_FLASH || impl == ATTENTION_FLASH_PIPELINED;
+}
 static inline const char* attention_impl_name(AttentionImpl impl) {
     return attention_impl_valid(impl) ? attention_impl_names[impl] : "unknown";
 }
@@ -82,13 +99,14 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // Scratch and argument checks
 
-// Bytes of scratch attention_forward_cuda needs (0 for flash and cudnn, whose workspace is its
-// context's own).
+// Bytes of scratch attention_forward_cuda needs (0 for flash, flash-pipelined and cudnn, whose
+// workspace is its context's own).
 static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
     if (impl != ATTENTION_CUBLAS) return 0;
     return attn_cublas_scratch_bytes(4, B, T, C, NH);  // q, k, v, out in [B,NH,T,hs]; S; P
 }
-// Bytes of scratch attention_backward_cuda needs: flash B*NH*T floats (D) and the dQ slices,
+// Bytes of scratch attention_backward_cuda needs: flash (and flash-pipelined, whose backward
+// has flash's launches and slices) B*NH*T floats (D) and the dQ slices,
 // B*C*R floats (R = attn_flash_dq_rows(T), about 4.5 T at T = 1024); cublas B*NH*T*T*6 bytes
 // and more. None depends on the kv-head count: D and the dQ slices are per query head, the
 // group's dK/dV sums stay in registers (flash) or in the GEMMs
@@ -96,7 +114,7 @@ static inline size_t attention_forward_scratch_bytes(AttentionImpl impl, int B, 
 static inline size_t attention_backward_scratch_bytes(AttentionImpl impl, int B, int T, int C, int NH) {
     const size_t d_bytes = align_up_256((size_t)B * NH * T * sizeof(float));
     if (impl == ATTENTION_CUDNN) return 0;
-    if (impl == ATTENTION_FLASH) return d_bytes + align_up_256((size_t)B * C * attn_flash_dq_rows(T) * sizeof(float));
+    if (attention_impl_is_flash(impl)) return d_bytes + align_up_256((size_t)B * C * attn_flash_dq_rows(T) * sizeof(float));
     return attn_cublas_scratch_bytes(7, B, T, C, NH);  // q, k, v, dout, dq, dk, dv; S/dP; P/dS
 }
 
@@ -116,7 +134,7 @@ static inline void attn_check_args(const char* fn, bool backward, const Attentio
     CUDA_REQUIRE(scratch_bytes >= need && (need == 0 || scratch != NULL),
                  "%s: scratch of %zu bytes is too small, %s attention needs %zu", fn, scratch_bytes,
                  attention_impl_name(impl), need);
-    if (impl == ATTENTION_FLASH) {
+    if (attention_impl_is_flash(impl)) {
         const int hs = C / NH;
         CUDA_REQUIRE(attention_flash_supports(hs),
                      "%s: %s attention supports head sizes 64 and 128, got %d (C=%d, NH=%d); "
@@ -151,6 +169,8 @@ static inline void attn_flash_setup(AttentionContext* ac) {
     ac->smem_optin = optin;
     attn_flash_optin_kernels<bf16>(optin);
     attn_flash_optin_kernels<fp16>(optin);
+    attn_flash_pl_optin_kernels<bf16>(optin);
+    attn_flash_pl_optin_kernels<fp16>(optin);
 }
 
 // cuDNN's workspace comes from cudaMalloc through these (the .cpp calls no CUDA runtime).
@@ -229,8 +249,15 @@ static inline void attention_forward_cuda(const AttentionContext* ac, MatmulCont
     if (ac->impl != ATTENTION_CUBLAS) {
         CUDA_REQUIRE(is_aligned16(qkv) && is_aligned16(out) && ((uintptr_t)lse & 3) == 0,
                      "attention_forward_cuda: qkv and out must be 16-byte aligned, lse 4-byte aligned");
-        if (C / NH == 64) attn_flash_forward_launch<64>(ac->smem_optin, out, lse, qkv, B, T, C, NH, KVH, stream);
-        else attn_flash_forward_launch<128>(ac->smem_optin, out, lse, qkv, B, T, C, NH, KVH, stream);
+        const int optin = ac->smem_optin;
+        if (ac->impl == ATTENTION_FLASH_PIPELINED) {
+            if (C / NH == 64) attn_flash_pl_forward_launch<64>(optin, out, lse, qkv, B, T, C, NH, KVH, stream);
+            else attn_flash_pl_forward_launch<128>(optin, out, lse, qkv, B, T, C, NH, KVH, stream);
+        } else if (C / NH == 64) {
+            attn_flash_forward_launch<64>(optin, out, lse, qkv, B, T, C, NH, KVH, stream);
+        } else {
+            attn_flash_forward_launch<128>(optin, out, lse, qkv, B, T, C, NH, KVH, stream);
+        }
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_forward_cuda: the cublas path needs a MatmulContext");
         attn_cublas_forward(mm, out, lse, qkv, scratch, B, T, C, NH, KVH, stream);
@@ -251,13 +278,20 @@ static inline void attention_backward_cuda(const AttentionContext* ac, MatmulCon
         CUDA_REQUIRE(cudnn_attention_backward(ac->cudnn, dqkv, dout, qkv, out, lse, B, T, NH, KVH, C / NH,
                                               attn_is_fp16<T16>(), (void*)stream, why, sizeof(why)) == 0,
                      "--attention cudnn: %s", why);
-    } else if (ac->impl == ATTENTION_FLASH) {
+    } else if (attention_impl_is_flash(ac->impl)) {
         CUDA_REQUIRE(is_aligned16(dqkv) && is_aligned16(dout) && is_aligned16(qkv) && is_aligned16(out) &&
                      ((uintptr_t)lse & 3) == 0 && is_aligned16(scratch),
                      "attention_backward_cuda: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
         const int optin = ac->smem_optin;
-        if (C / NH == 64) attn_flash_backward_launch<64>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
-        else attn_flash_backward_launch<128>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        const bool pl = ac->impl == ATTENTION_FLASH_PIPELINED;
+        if (C / NH == 64 && pl)
+            attn_flash_pl_backward_launch<64>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        else if (pl)
+            attn_flash_pl_backward_launch<128>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        else if (C / NH == 64)
+            attn_flash_backward_launch<64>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
+        else
+            attn_flash_backward_launch<128>(optin, dqkv, scratch, dout, qkv, out, lse, B, T, C, NH, KVH, stream);
     } else {
         CUDA_REQUIRE(mm != NULL, "attention_backward_cuda: the cublas path needs a MatmulContext");
         attn_cublas_backward(mm, dqkv, dout, qkv, lse, scratch, B, T, C, NH, KVH, stream);

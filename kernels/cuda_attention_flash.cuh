@@ -47,8 +47,10 @@
 //   Dynamic shared memory per block: hs 64: 54 / 91 KiB (forward / backward main kernel);
 //   hs 128: 68 / 112.5 KiB (the backward is over the 99 KiB of sm_86/sm_89: refused there).
 //   Registers (ptxas -v, nvcc 13.0, sm_90 / sm_80, no spills): forward 243 / 239 (hs 64),
-//   244 / 242 (hs 128); backward main kernel 234 / 229, 245 / 253; D and dQ-sum kernels 24
-//   and 44.
+//   244 / 242 (hs 128); backward main kernel 232 / 231, 246 / 255 (234 / 229, 245 / 253
+//   before its step moved into attn_bwd_keys_step / attn_bwd_dq_step, shared with
+//   flash-pipelined: the same arithmetic, another register allocation); D and dQ-sum kernels
+//   24 and 44.
 #ifndef FSDP_KERNELS_CUDA_ATTENTION_FLASH_CUH
 #define FSDP_KERNELS_CUDA_ATTENTION_FLASH_CUH
 
@@ -535,6 +537,98 @@ static __host__ __device__ __forceinline__ size_t attn_flash_slice_row(int j, in
 }
 static __host__ __device__ __forceinline__ size_t attn_flash_dq_rows(int T) { return attn_flash_slice_row(ceil_div(T, FLASH_BWD_BC), T); }
 
+// The two halves of a step of the backward main kernel (one query block against the block's
+// 128 keys), shared with flash-pipelined's (kernels/cuda_attention_flash_pipelined.cuh).
+// attn_bwd_keys_step: the warp's 16 keys kw.. (this thread: rows g, g + 8 of them) against
+// the BR queries i0.. of the shared tiles Qt, dOt (lse * log2e in Lt, D in Dt): S^T = K Q^T,
+// dP^T = V dO^T, P^T[key][query] = exp2(S^T scale log2e - lse_q log2e), masked where
+// query < key or query >= T (which covers key >= T), dS^T = P^T (dP^T - D_q); dV += P^T dO
+// and dK += dS^T Q in registers; dS^T (T16, as the products used it) into rows kw + g,
+// kw + g + 8 of the shared tile dSs ([128][BR + 8]).
+template <int HS, int BR, class T16>
+static __device__ __forceinline__ void attn_bwd_keys_step(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4],
+                                                          const T16* Ks, const T16* Vs, const T16* Qt,
+                                                          const T16* dOt, const float* Lt, const float* Dt,
+                                                          T16* dSs, int kw, int i0, int j0, int T,
+                                                          float scale_log2, int lane) {
+    constexpr int LDS = HS + 8, LDSS = BR + 8, KC = HS / 16, ND = HS / 8, NB = BR / 8, PC = BR / 16;
+    const int g = lane >> 2, c = lane & 3;
+    const int key0 = j0 + kw + g, key1 = key0 + 8;
+    float st[NB][4], dpt[NB][4];
+    attn_zero(st);
+    attn_zero(dpt);
+    attn_mma_abt<KC, NB, LDS>(st, Ks, kw, Qt, lane);    // S^T = K Q^T
+    attn_mma_abt<KC, NB, LDS>(dpt, Vs, kw, dOt, lane);  // dP^T = V dO^T
+    const bool masked = (i0 < j0 + kw + 15) || (i0 + BR > T);
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int qi = nb * 8 + 2 * c + (i & 1);  // query index within the block
+            float p = exp2f(fmaf(st[nb][i], scale_log2, -Lt[qi]));
+            if (masked) {
+                const int q = i0 + qi;
+                const int key = i < 2 ? key0 : key1;
+                if (q < key || q >= T) p = 0.0f;
+            }
+            st[nb][i] = p;
+            dpt[nb][i] = p * (dpt[nb][i] - Dt[qi]);
+        }
+    }
+    attn_mma_px<PC, ND, LDS>(dv, st, dOt, lane);  // dV += P^T dO
+    attn_mma_px<PC, ND, LDS>(dk, dpt, Qt, lane);  // dK += dS^T Q
+    T16* srow = dSs + (kw + g) * LDSS + 2 * c;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+        *reinterpret_cast<uint32_t*>(srow + nb * 8) = attn_pack<T16>(dpt[nb][0], dpt[nb][1]);
+        *reinterpret_cast<uint32_t*>(srow + 8 * LDSS + nb * 8) = attn_pack<T16>(dpt[nb][2], dpt[nb][3]);
+    }
+}
+// attn_bwd_dq_step: dQ_part = dS K for the query block i0.. over the nkc visible 16-key chunks,
+// from the complete dS^T tile dSs (every warp's rows) and the key tile Ks: warp w takes 16
+// rows (w % (BR/16)) and HS / (8 / (BR/16)) columns; stored in fp32 into the block's dQ slice
+// `part` (its row 0 is query j0), rows < T.
+template <int HS, int BR, class T16>
+static __device__ __forceinline__ void attn_bwd_dq_step(float* part, const T16* dSs, const T16* Ks, int nkc, int i0,
+                                                        int j0, int T, int lane) {
+    constexpr int LDS = HS + 8, LDSS = BR + 8, BC = FLASH_BWD_BC;
+    constexpr int RT = BR / 16;       // 16-row tiles of the dQ product
+    constexpr int CG = 8 / RT;        // column groups of it: 8 warps = RT x CG
+    constexpr int DN = HS / CG / 8;   // 8-column blocks per warp in the dQ product
+    static_assert(RT * CG == FLASH_BWD_THREADS / 32 && DN % 2 == 0, "dQ product: the 8 warps must tile BR x HS");
+    const int warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int qr = (warp % RT) * 16, qc = (warp / RT) * (DN * 8);  // the warp's tile of the dQ product
+    float dq[DN][4];
+    attn_zero(dq);
+#pragma unroll
+    for (int kc = 0; kc < BC / 16; kc++) {
+        if (kc < nkc) {
+            uint32_t a[4];
+            attn_ldsm_at<LDSS>(a, dSs, kc * 16, qr, lane);
+#pragma unroll
+            for (int dn = 0; dn < DN; dn += 2) {
+                uint32_t kb[4];
+                attn_ldsm_bt<LDS>(kb, Ks, kc * 16, qc + dn * 8, lane);
+                attn_mma2<T16>(dq[dn], dq[dn + 1], a, kb);
+            }
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int q = i0 + qr + 8 * half + g;
+        if (q < T) {
+            float* p = part + (size_t)(q - j0) * HS + qc + 2 * c;
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {  // two floats per 8-byte store
+                const float pair[2] = {dq[dn][2 * half], dq[dn][2 * half + 1]};
+                uint64_t u;
+                memcpy(&u, pair, sizeof u);
+                *reinterpret_cast<uint64_t*>(p + dn * 8) = u;
+            }
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // flash backward, launch 2: the main kernel, one block per 128 keys of one (b, kv head)
 // grid (ceil(T/128), B*KVH), 256 threads (8 warps); key block 0 (the most query blocks) first.
@@ -561,11 +655,7 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
                       int T, int C, int NH, int KVH, float scale_log2, float scale) {
     using SH = FlashShape<HS>;
     constexpr int LDS = SH::LDS, BC = FLASH_BWD_BC, BR = SH::BWD_BR, LDSS = SH::LDSS, NT = FLASH_BWD_THREADS;
-    constexpr int KC = HS / 16, ND = HS / 8, NB = BR / 8, PC = BR / 16;
-    constexpr int RT = BR / 16;       // 16-row tiles of the dQ product
-    constexpr int CG = 8 / RT;        // column groups of it: 8 warps = RT x CG
-    constexpr int DN = HS / CG / 8;   // 8-column blocks per warp in the dQ product
-    static_assert(RT * CG == NT / 32 && DN % 2 == 0, "dQ product: the 8 warps must tile BR x HS");
+    constexpr int ND = HS / 8;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     T16* Ks = reinterpret_cast<T16*>(attn_smem);  // [BC][LDS]
     T16* Vs = Ks + BC * LDS;                        // [BC][LDS]
@@ -586,7 +676,6 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int kw = warp * 16;                       // the warp's first key in the block
     const int key0 = j0 + kw + g, key1 = key0 + 8;  // this thread's two keys
-    const int qr = (warp % RT) * 16, qc = (warp / RT) * (DN * 8);  // the warp's tile of the dQ product
 
     const int nqt = (T - j0 + BR - 1) / BR;  // query blocks starting at j0, per query head
     const int nsteps = group * nqt;
@@ -640,73 +729,11 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
         // The key chunks (warps) with a key that some query of this block can see: key <= the
         // block's last query and key < T. A prefix of the warps (both bounds grow with w).
         const int nkc = min(min((i0 + BR - 1 - j0) / 16 + 1, (T - j0 + 15) / 16), BC / 16);
-        if (warp < nkc) {
-            float st[NB][4], dpt[NB][4];
-            attn_zero(st);
-            attn_zero(dpt);
-            attn_mma_abt<KC, NB, LDS>(st, Ks, kw, Qt, lane);    // S^T = K Q^T
-            attn_mma_abt<KC, NB, LDS>(dpt, Vs, kw, dOt, lane);  // dP^T = V dO^T
-            // P^T[key][query] = exp2(S^T scale log2e - lse_q log2e), masked where query < key
-            // or query >= T (which covers key >= T); dS^T = P^T (dP^T - D_q).
-            const bool masked = (i0 < j0 + kw + 15) || (i0 + BR > T);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int qi = nb * 8 + 2 * c + (i & 1);  // query index within the block
-                    float p = exp2f(fmaf(st[nb][i], scale_log2, -Lt[qi]));
-                    if (masked) {
-                        const int q = i0 + qi;
-                        const int key = i < 2 ? key0 : key1;
-                        if (q < key || q >= T) p = 0.0f;
-                    }
-                    st[nb][i] = p;
-                    dpt[nb][i] = p * (dpt[nb][i] - Dt[qi]);
-                }
-            }
-            attn_mma_px<PC, ND, LDS>(dv, st, dOt, lane);  // dV += P^T dO
-            attn_mma_px<PC, ND, LDS>(dk, dpt, Qt, lane);  // dK += dS^T Q
-            // dS^T (T16, as the products above used it) to shared memory, rows kw + g, kw + g + 8.
-            T16* srow = dSs + (kw + g) * LDSS + 2 * c;
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-                *reinterpret_cast<uint32_t*>(srow + nb * 8) = attn_pack<T16>(dpt[nb][0], dpt[nb][1]);
-                *reinterpret_cast<uint32_t*>(srow + 8 * LDSS + nb * 8) = attn_pack<T16>(dpt[nb][2], dpt[nb][3]);
-            }
-        }
+        if (warp < nkc) attn_bwd_keys_step<HS, BR>(dk, dv, Ks, Vs, Qt, dOt, Lt, Dt, dSs, kw, i0, j0, T, scale_log2, lane);
         __syncthreads();
-        // dQ_part[query block rows qr.., columns qc..] = dS K over the visible key chunks.
-        float dq[DN][4];
-        attn_zero(dq);
-#pragma unroll
-        for (int kc = 0; kc < BC / 16; kc++) {
-            if (kc < nkc) {
-                uint32_t a[4];
-                attn_ldsm_at<LDSS>(a, dSs, kc * 16, qr, lane);
-#pragma unroll
-                for (int dn = 0; dn < DN; dn += 2) {
-                    uint32_t kb[4];
-                    attn_ldsm_bt<LDS>(kb, Ks, kc * 16, qc + dn * 8, lane);
-                    attn_mma2<T16>(dq[dn], dq[dn + 1], a, kb);
-                }
-            }
-        }
         // This key block's dQ slice of head h, from its row j0.
         float* part = dq_part + (((size_t)b * NH + h) * attn_flash_dq_rows(T) + attn_flash_slice_row(jb, T)) * HS;
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int q = i0 + qr + 8 * half + g;
-            if (q < T) {
-                float* p = part + (size_t)(q - j0) * HS + qc + 2 * c;
-#pragma unroll
-                for (int dn = 0; dn < DN; dn++) {  // two floats per 8-byte store
-                    const float pair[2] = {dq[dn][2 * half], dq[dn][2 * half + 1]};
-                    uint64_t u;
-                    memcpy(&u, pair, sizeof u);
-                    *reinterpret_cast<uint64_t*>(p + dn * 8) = u;
-                }
-            }
-        }
+        attn_bwd_dq_step<HS, BR>(part, dSs, Ks, nkc, i0, j0, T, lane);
     }
 
     if (key0 < T) {
@@ -793,7 +820,24 @@ static void attn_flash_forward_launch(int smem_optin, T16* out, float* lse, cons
     CUDA_LAUNCH_CHECK();
 }
 
-// scratch: D [B*NH*T] floats, then (256-byte aligned) the dQ slices.
+// The backward's three launches: D, then main(Dbuf, dq_part, grid) (the main kernel: flash's
+// or flash-pipelined's, same grid and dQ slices), then the dQ-slice sum. scratch: D [B*NH*T]
+// floats, then (256-byte aligned) the dQ slices.
+template <int HS, class T16, class Main>
+static void attn_flash_backward_launches(T16* dqkv, void* scratch, const T16* dout, const T16* out, int B, int T,
+                                         int C, int NH, int KVH, cudaStream_t stream, Main main) {
+    float* Dbuf = (float*)scratch;
+    float* dq_part = (float*)((char*)scratch + align_up_256((size_t)B * NH * T * sizeof(float)));
+    const size_t chunks = (size_t)B * T * C / 8;
+    const unsigned blocks = (unsigned)ceil_div(chunks, (size_t)256);
+    attn_flash_bwd_dot_kernel<HS><<<blocks, 256, 0, stream>>>(Dbuf, dout, out, B, T, C, NH);
+    CUDA_LAUNCH_CHECK();
+    main(Dbuf, dq_part, dim3((unsigned)ceil_div(T, FLASH_BWD_BC), (unsigned)(B * KVH)));
+    CUDA_LAUNCH_CHECK();
+    attn_flash_dq_sum_kernel<HS><<<blocks, 256, 0, stream>>>(dqkv, dq_part, B, T, C, NH, KVH, 1.0f / sqrtf((float)HS));
+    CUDA_LAUNCH_CHECK();
+}
+
 template <int HS, class T16>
 static void attn_flash_backward_launch(int smem_optin, T16* dqkv, void* scratch, const T16* dout, const T16* qkv,
                                        const T16* out, const float* lse, int B, int T, int C, int NH, int KVH,
@@ -802,18 +846,11 @@ static void attn_flash_backward_launch(int smem_optin, T16* dqkv, void* scratch,
     const float scale_log2 = scale * ATTN_LOG2E;
     const size_t smem = FlashShape<HS>::bwd_smem;
     attn_require_smem(smem_optin, smem, "flash attention backward");
-    float* Dbuf = (float*)scratch;
-    float* dq_part = (float*)((char*)scratch + align_up_256((size_t)B * NH * T * sizeof(float)));
-    const size_t chunks = (size_t)B * T * C / 8;
-    const unsigned blocks = (unsigned)ceil_div(chunks, (size_t)256);
-    attn_flash_bwd_dot_kernel<HS><<<blocks, 256, 0, stream>>>(Dbuf, dout, out, B, T, C, NH);
-    CUDA_LAUNCH_CHECK();
-    const dim3 grid((unsigned)ceil_div(T, FLASH_BWD_BC), (unsigned)(B * KVH));
-    attn_flash_bwd_kernel<HS, T16><<<grid, FLASH_BWD_THREADS, smem, stream>>>(dqkv, dq_part, Dbuf, dout, qkv, lse, T, C,
-                                                                         NH, KVH, scale_log2, scale);
-    CUDA_LAUNCH_CHECK();
-    attn_flash_dq_sum_kernel<HS><<<blocks, 256, 0, stream>>>(dqkv, dq_part, B, T, C, NH, KVH, scale);
-    CUDA_LAUNCH_CHECK();
+    attn_flash_backward_launches<HS>(dqkv, scratch, dout, out, B, T, C, NH, KVH, stream,
+                                     [&](const float* Dbuf, float* dq_part, dim3 grid) {
+        attn_flash_bwd_kernel<HS, T16><<<grid, FLASH_BWD_THREADS, smem, stream>>>(dqkv, dq_part, Dbuf, dout, qkv, lse,
+                                                                             T, C, NH, KVH, scale_log2, scale);
+    });
 }
 
 #endif  // FSDP_KERNELS_CUDA_ATTENTION_FLASH_CUH

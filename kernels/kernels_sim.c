@@ -37,7 +37,7 @@ SimGroup sim_group_of_kind(KernelKind kind) {
                                                            : SIM_GROUP_VECTOR;
 }
 
-const char* const sim_attention_names[SIM_ATTENTION_IMPLS + 1] = {"flash", "cublas", "cudnn", "auto"};
+const char* const sim_attention_names[SIM_ATTENTION_IMPLS + 1] = {"flash", "cublas", "cudnn", "flash-pipelined", "auto"};
 const int sim_head_sizes[SIM_HEAD_SIZES] = {64, 128};
 
 SimAttention sim_attention_from_name(const char* name) {
@@ -105,7 +105,7 @@ static int models_cuda(const Kernels* k) { return k->act_bytes != sizeof(float);
 static int launches(const Kernels* k, int cuda) { return models_cuda(k) ? cuda : 1; }
 
 // An attention operation: at the efficiency of the implementation the run picks, at its head
-// size, in that implementation's launches (kernels/cuda_attention*.cuh): flash one forward
+// size, in that implementation's launches (kernels/cuda_attention*.cuh): flash and flash-pipelined one forward
 // and three backward (D = rowsum(dout * out), the main kernel, the dQ slices' sum); cublas
 // the heads' copies, the batched GEMMs and the softmax kernels (forward: q, k, v to heads, 2
 // GEMMs, softmax, out from heads = 7; backward: q, k, v, dout to heads, 5 GEMMs, softmax
@@ -113,7 +113,7 @@ static int launches(const Kernels* k, int cuda) { return models_cuda(k) ? cuda :
 // each, the backward's taken as two kernels (cuDNN 9's SDPA backward: dO . O, then the main
 // kernel), not counted anywhere yet (the fake cuDNN launches none).
 int sim_attention_launches(SimAttention a, int head_size, int backward) {
-    static const int impl_launches[SIM_ATTENTION_IMPLS][2] = {{1, 3}, {7, 14}, {1, 2}};
+    static const int impl_launches[SIM_ATTENTION_IMPLS][2] = {{1, 3}, {7, 14}, {1, 2}, {1, 3}};
     return impl_launches[sim_attention_resolve(a, head_size)][backward != 0];
 }
 static double sim_attention_kernel(Kernels* k, int head_size, int backward, double flops, double bytes) {
@@ -214,11 +214,14 @@ static void sim_matmul_backward(Kernels* k, void* dinp, void* dweight, void* dbi
 // tiles compute, masked ones included, per (batch, head):
 //   forward: blocks of 128 queries, a warp per 32 of them; the block's key tiles (64 keys,
 //     32 for head size 128) up to its last visible key, each skipped by a warp none of whose
-//     rows sees it;
+//     rows sees it; flash-pipelined's (kernels/cuda_attention_flash_pipelined.cuh): a warp
+//     per 16 queries, key tiles of 128 (64 for head size 128), the same skips;
 //   backward: key blocks of 128 (a warp per 16 keys), query blocks of 64 (32) from the key
-//     block's first key on; the warps with a key some query of the block sees.
-static double flash_forward_pairs(int T, int hs) {
-    const int BR = 128, W = 32, BC = hs <= 64 ? 64 : 32;
+//     block's first key on; the warps with a key some query of the block sees (flash-pipelined's
+//     backward has flash's tiles). Other implementations are counted as flash.
+static double flash_forward_pairs(int T, int hs, SimAttention impl) {
+    const int pl = impl == SIM_ATTENTION_FLASH_PIPELINED;
+    const int BR = 128, W = pl ? 16 : 32, BC = (hs <= 64 ? 64 : 32) * (pl ? 2 : 1);
     double pairs = 0;
     for (int q0 = 0; q0 < T; q0 += BR) {
         const int kend = q0 + BR < T ? q0 + BR : T, ntiles = (kend + BC - 1) / BC;
@@ -245,7 +248,8 @@ static double flash_backward_pairs(int T, int hs) {
 // With grouped-query attention (KVH < NH) k and v are KVH heads wide.
 static void sim_attention_forward(Kernels* k, void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int KVH) {
     double e = (double)k->act_bytes, BT = (double)B * T, hs = (double)C / NH, kvC = hs * KVH;
-    double flops = models_cuda(k) ? 4.0 * B * NH * flash_forward_pairs(T, C / NH) * hs : 2.0 * BT * T * C;
+    const SimAttention impl = sim_attention_resolve(clk(k)->costs.attention, C / NH);
+    double flops = models_cuda(k) ? 4.0 * B * NH * flash_forward_pairs(T, C / NH, impl) * hs : 2.0 * BT * T * C;
     sim_attention_kernel(k, C / NH, 0, flops, (2 * BT * C + 2 * BT * kvC) * e + 4.0 * B * NH * T);
 }
 // cpu: q, k, v, out, dout read, dqkv written. cuda, three launches: D = rowsum(dout * out)

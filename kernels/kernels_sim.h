@@ -42,11 +42,12 @@ typedef enum { SIM_GROUP_MATMUL, SIM_GROUP_ATTENTION, SIM_GROUP_VECTOR, SIM_GROU
 // The attention implementations a run can pick (--attention; train/device.cuh) and the head
 // sizes the flash kernels support: a profile has one attention efficiency per pair (other
 // head sizes take the nearer column, 64 up to 96, 128 above). auto is resolved per head
-// size as a run on a machine without cuDNN resolves it: flash at 64 and 128, else cublas.
-typedef enum { SIM_ATTENTION_FLASH, SIM_ATTENTION_CUBLAS, SIM_ATTENTION_CUDNN, SIM_ATTENTION_IMPLS,
-               SIM_ATTENTION_AUTO = SIM_ATTENTION_IMPLS } SimAttention;
+// size as a run on a machine without cuDNN resolves it: flash at 64 and 128, else cublas
+// (never flash-pipelined: auto does not pick it until a GPU has measured it).
+typedef enum { SIM_ATTENTION_FLASH, SIM_ATTENTION_CUBLAS, SIM_ATTENTION_CUDNN, SIM_ATTENTION_FLASH_PIPELINED,
+               SIM_ATTENTION_IMPLS, SIM_ATTENTION_AUTO = SIM_ATTENTION_IMPLS } SimAttention;
 enum { SIM_HEAD_SIZES = 2 };
-extern const char* const sim_attention_names[SIM_ATTENTION_IMPLS + 1];  // "flash", "cublas", "cudnn", "auto"
+extern const char* const sim_attention_names[SIM_ATTENTION_IMPLS + 1];  // "flash", ..., "flash-pipelined", "auto"
 extern const int sim_head_sizes[SIM_HEAD_SIZES];                        // 64, 128
 SimAttention sim_attention_from_name(const char* name);  // --attention's names; -1 when unknown
 SimAttention sim_attention_resolve(SimAttention a, int head_size);

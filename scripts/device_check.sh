@@ -49,9 +49,10 @@
 #                        benchmark's profiled step (--calibrate-from; logs/plan_MODEL.prof and
 #                        its figures in the summary).
 #   6. attention_timing  build/bench_attention_cuda: forward and backward TFLOP/s of every
-#                        attention implementation (flash, cublas, cudnn; one this build or
-#                        machine lacks is "not available") at the d12 and d48 training shapes,
-#                        and the best fwd+bwd rate of each shape against the target (>= 280).
+#                        attention implementation (flash, flash-pipelined, cublas, cudnn; one
+#                        this build or machine lacks is "not available") at the d12 and d48
+#                        training shapes, and the best fwd+bwd rate of each shape against the
+#                        target (>= 280).
 #   6b. vector_timing    build/bench_vector_cuda: each vector kernel family (embedding, LayerNorm
 #                        (+ residual), cross-entropy, GELU, bias reduction) at the d12 and d48
 #                        shapes, its time over the time its bytes (the planner's model) take at
@@ -396,7 +397,7 @@ plan_vs d12
 if built attention_timing build/bench_attention_cuda && run_part attention_timing 90 build/bench_attention_cuda; then
     log=$LOGS/attention_timing.log
     verdict attention_timing "$(grep -c '^attention impl=.* fwd_ms=' "$log") timings, $(grep -c '^attention impl=.* not available' "$log") implementation(s) not available"
-    { grep -E '^attention impl=[a-z0-9_]+ (not available|FAILED)|^bench_attention_cuda: ' "$log" | sed 's/^attention impl=//'
+    { grep -E '^attention impl=[a-z0-9_-]+ (not available|FAILED)|^bench_attention_cuda: ' "$log" | sed 's/^attention impl=//'
       awk '/^attention impl=.* fwd_ms=/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
                printf "%-7s %s (B=%s NH=%s): forward %.3f ms %6.1f TFLOP/s | backward %.3f ms %6.1f TFLOP/s | fwd+bwd %6.1f TFLOP/s\n",
                       v["impl"], v["shape"], v["B"], v["NH"], v["fwd_ms"], v["fwd_tflops"], v["bwd_ms"], v["bwd_tflops"], v["fwdbwd_tflops"]

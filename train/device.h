@@ -26,7 +26,7 @@ typedef struct {
     int cuda;                  // 0: the cpu device
     const char* comm;          // cuda: "auto", "nccl" or "mpi"
     int reduce_fp32;           // cuda: reduce-scatter gradients in fp32 instead of bf16
-    const char* attention;     // cuda: "auto", "flash", "cublas" or "cudnn"
+    const char* attention;     // cuda: "auto", "flash", "flash-pipelined", "cublas" or "cudnn"
     int gelu_fusion;           // cuda: 0 none, 1 forward, 2 forward + backward (cuda_matmul.cuh)
     uint64_t seed;             // cuda: stochastic-rounding seed of the bf16 parameter copies
     Recompute recompute;       // cuda, selective: the forward's GELU must be recomputable exactly

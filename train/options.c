@@ -129,8 +129,11 @@ void print_usage(void) {
 "                               overflow skips the step and halves it); 0 keeps the scale fixed [1000]\n"
 "      --reduce-dtype bf16|fp32 cuda: dtype of the gradient reduce-scatter: 16-bit (the --param-dtype's)\n"
 "                               or fp32 [bf16]\n"
-"      --attention flash|cublas|cudnn|auto  cuda: fused flash attention (FlashAttention-2's tiling),\n"
-"                               the cuBLAS reference path, or cuDNN's fused SDPA (loaded at run time:\n"
+"      --attention flash|flash-pipelined|cublas|cudnn|auto\n"
+"                               cuda: fused flash attention (FlashAttention-2's tiling); flash with\n"
+"                               its forward and backward pipelined (128-key tiles, 3-stage cp.async\n"
+"                               rings; not yet measured on a GPU, never auto's pick); the cuBLAS\n"
+"                               reference path; or cuDNN's fused SDPA (loaded at run time:\n"
 "                               FSDP_CUDNN_LIB=FILE, else libcudnn_graph.so.9 on the loader path);\n"
 "                               auto: cudnn where it loads and takes the run's shape, else flash where\n"
 "                               the head size is 64 or 128, else cublas; the run prints its pick [auto]\n"
@@ -470,8 +473,10 @@ int parse_options(int argc, char** argv, Options* o, ParseError* e) {
             if (!scaler_flag) scaler_flag = "--loss-scale-window";
             break;
         case OPT_ATTENTION:
-            if (strcmp(optarg, "flash") && strcmp(optarg, "cublas") && strcmp(optarg, "cudnn") && strcmp(optarg, "auto")) {
-                snprintf(e->msg, sizeof(e->msg), "--attention: expected flash, cublas, cudnn or auto, got '%s'", optarg);
+            if (strcmp(optarg, "flash") && strcmp(optarg, "flash-pipelined") && strcmp(optarg, "cublas") &&
+                strcmp(optarg, "cudnn") && strcmp(optarg, "auto")) {
+                snprintf(e->msg, sizeof(e->msg), "--attention: expected flash, flash-pipelined, cublas, cudnn or auto, got '%s'",
+                         optarg);
                 r = 1;
             }
             o->attention = optarg;

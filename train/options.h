@@ -56,7 +56,7 @@ typedef struct {
     float loss_scale;            // fp16: --loss-scale, the first scale
     int loss_scale_window;       // fp16: --loss-scale-window (0: a fixed scale)
     const char* cuda_only_flag;  // the first cuda-only flag given (--comm, --attention, ...)
-    const char* attention;       // cuda: "auto", "flash", "cublas" or "cudnn"
+    const char* attention;       // cuda: "auto", "flash", "flash-pipelined", "cublas" or "cudnn"
     int recompute;               // --recompute: 0 none, 1 selective, 2 full (train/device.h's Recompute)
     int offload;                 // cuda: --offload optimizer
     int gelu_fusion;             // cuda: --gelu-fusion

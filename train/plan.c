@@ -35,6 +35,8 @@
 //   cudnn 0.354: a PROJECTION until device_check measures it: cuDNN 9's fused attention on
 //     an H100 as FlashAttention-3's paper plots it (arXiv 2407.08608, figs. 5-6: causal, head
 //     size 64, T = 1k: 288 TFLOP/s forward, ~350 backward; 330 over a forward and backward);
+//   flash-pipelined 0.138: not measured: flash's figure, until device_check times it (its
+//     forward's tiles differ, its backward does flash's work pipelined);
 //   head size 128: not measured for any implementation; the 64 column's figures.
 // - mem_eff 0.80: streaming kernels' share of HBM: the optimizer's kernels (grad norm, AdamW)
 //   took 0.96x and 1.03x their time planned at it; the roofline tables' copy bandwidth.
@@ -49,7 +51,8 @@
 // DRAM (~300-600 GB/s) shared by 8 ranks' optimizer threads.
 #define GPU_DEFAULTS .nvlink_latency_us = 3.0, .ib_latency_us = 8.0, .launch_us = 3.0, \
                      .host_link_gbs = 25.0, .host_mem_gbs = 25.0, \
-                     .matmul_eff = 0.69, .attention_eff = {{0.138, 0.138}, {0.032, 0.032}, {0.354, 0.354}}, \
+                     .matmul_eff = 0.69, .attention_eff = {{0.138, 0.138}, {0.032, 0.032}, {0.354, 0.354}, \
+                                                           {0.138, 0.138}}, \
                      .vector_eff = 0.50, .mem_eff = 0.80, .vector_mem_eff = 0.465
 static const SimProfile builtin[] = {
     // NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS (624 with sparsity),
@@ -74,7 +77,7 @@ static const SimProfile builtin[] = {
     // plain loops, far from sgemm's rate; collectives between ranks of one host go through
     // MPI's shared memory.
     {"cpu", 1, 0.0, 0.0, 16.0, 5.0, 1.25, .nvlink_latency_us = 5.0, .ib_latency_us = 20.0, .launch_us = 2.0,
-     .matmul_eff = 1.0, .attention_eff = {{0.1, 0.1}, {0.1, 0.1}, {0.1, 0.1}}, .vector_eff = 0.1, .mem_eff = 1.0,
+     .matmul_eff = 1.0, .attention_eff = {{0.1, 0.1}, {0.1, 0.1}, {0.1, 0.1}, {0.1, 0.1}}, .vector_eff = 0.1, .mem_eff = 1.0,
      .vector_mem_eff = 1.0},
 };
 #define N_BUILTIN (sizeof(builtin) / sizeof(builtin[0]))
@@ -175,6 +178,10 @@ static int read_profile_text(const char* path, char* text, size_t len, SimProfil
         {"attention_eff_cublas_128", &p->attention_eff[SIM_ATTENTION_CUBLAS][1], 1e-4, 1.0, "a fraction of the peak"},
         {"attention_eff_cudnn_64", &p->attention_eff[SIM_ATTENTION_CUDNN][0], 1e-4, 1.0, "a fraction of the peak"},
         {"attention_eff_cudnn_128", &p->attention_eff[SIM_ATTENTION_CUDNN][1], 1e-4, 1.0, "a fraction of the peak"},
+        {"attention_eff_flash-pipelined_64", &p->attention_eff[SIM_ATTENTION_FLASH_PIPELINED][0], 1e-4, 1.0,
+         "a fraction of the peak"},
+        {"attention_eff_flash-pipelined_128", &p->attention_eff[SIM_ATTENTION_FLASH_PIPELINED][1], 1e-4, 1.0,
+         "a fraction of the peak"},
         // An older profile's one attention efficiency: every implementation and head size
         // not given its own (applied after the file is read, whatever the order).
         {"attention_eff", &legacy_attention_eff, 1e-4, 1.0, "a fraction of the peak"},
@@ -246,7 +253,7 @@ static int read_profile_text(const char* path, char* text, size_t len, SimProfil
         for (int a = 0; a < SIM_ATTENTION_IMPLS * SIM_HEAD_SIZES; a++)
             if (!attention_given[a]) (&p->attention_eff[0][0])[a] = legacy_attention_eff;
         fprintf(stderr, "note: --sim-device %s:%d: attention_eff=%g (an older profile's one attention efficiency) applies to "
-                "every implementation and head size not given its own attention_eff_{flash,cublas,cudnn}_{64,128}\n", path,
+                "every implementation and head size not given its own attention_eff_{flash,cublas,cudnn,flash-pipelined}_{64,128}\n", path,
                 legacy_line, legacy_attention_eff);
     }
     if (!liked && seen_required != 7) {

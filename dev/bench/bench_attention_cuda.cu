@@ -9,7 +9,7 @@
 //
 //   build/bench_attention_cuda [--impl NAME]... [--shape d12|d48]... [--reps N] [--warmup N]
 //
-// --impl: flash, cublas, cudnn (default all three, in that order); --shape: default both;
+// --impl: flash, flash-pipelined, cublas, cudnn (default all four, in that order); --shape: default both;
 // --reps [20] timed calls of each direction after --warmup [3] untimed forward+backward pairs.
 // An implementation is looked up by name (attention_impl_from_name): a name this build does
 // not have is reported "not available", as is one whose context cannot be initialised on this
@@ -43,7 +43,7 @@ struct Shape {
 };
 static const Shape kShapes[] = {{"d12", 32, 1024, 12, 64}, {"d48", 16, 1024, 25, 64}};
 static const int kNShapes = (int)(sizeof kShapes / sizeof kShapes[0]);
-static const char* const kImplNames[] = {"flash", "cublas", "cudnn"};
+static const char* const kImplNames[] = {"flash", "flash-pipelined", "cublas", "cudnn"};
 static const int kNImplNames = (int)(sizeof kImplNames / sizeof kImplNames[0]);
 
 struct Options {
@@ -153,7 +153,7 @@ static int run_impl(const char* impl, int id, const Options& o, int ready) {
 }
 
 static void usage(const char* why) {
-    fprintf(stderr, "bench_attention_cuda: %s\nusage: build/bench_attention_cuda [--impl flash|cublas|cudnn]... "
+    fprintf(stderr, "bench_attention_cuda: %s\nusage: build/bench_attention_cuda [--impl flash|flash-pipelined|cublas|cudnn]... "
             "[--shape d12|d48]... [--reps N] [--warmup N]\n", why);
     exit(2);
 }
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: build/bench_attention_cuda [--impl flash|cublas|cudnn]... [--shape d12|d48]... "
+            printf("usage: build/bench_attention_cuda [--impl flash|flash-pipelined|cublas|cudnn]... [--shape d12|d48]... "
                    "[--reps N] [--warmup N]\n(see dev/bench/bench_attention_cuda.cu's top for what it prints)\n");
             return 0;
         }

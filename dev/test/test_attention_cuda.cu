@@ -6,7 +6,8 @@
 // Prints one "ok - ..." / "not ok - ..." line per check; exits 1 if any failed. Without a
 // usable GPU: "ok - cuda matmul and attention # skip no GPU", exit 0 (after the refusal
 // checks, which need no GPU: bad arguments are rejected with a message before any CUDA call).
-// `test_attention_cuda matmul` stops after the matmul checks.
+// `test_attention_cuda matmul` stops after the matmul checks; `test_attention_cuda pipelined`
+// runs the flash-pipelined checks only (test_attention_pipelined: a quick look at that kernel).
 //
 // Tolerances (errors are max |gpu - cpu| over the tensor divided by max |cpu| over it, i.e.
 // relative to the tensor's largest magnitude, unless stated):
@@ -36,8 +37,12 @@
 // exact multiples), head sizes 64 and 128, B = 2 with 2 and 4 heads; a sharp softmax; a head
 // size only cublas supports. Grouped-query attention (KVH kv heads shared by NH / KVH query
 // heads each; qkv rows of C + 2 KVH hs): NH = 4 with KVH = 2 and NH = 8 with KVH = 1, both
-// head sizes, T = 100 and 200. The two implementations are listed in kImpls. fp16 runs a
-// subset (the emulator's run time: test_attention_shapes).
+// head sizes, T = 100 and 200. The implementations are listed in kImpls. fp16 runs a
+// subset (the emulator's run time: test_attention_shapes). flash-pipelined (its own forward,
+// flash's backward pipelined: its dqkv from flash's out and lse must be flash's, bitwise)
+// runs on shapes of its own (test_attention_pipelined: T = 1, 37, 130, 257,
+// i.e. one partial tile up to three 128-key tiles, all three slots of its K/V ring, the last
+// partial; GQA 4/2 and 4/1; both head sizes and types), against the CPU, flash and itself.
 // - GELU epilogue: besides the tolerance check against gelu_forward, a projection test tells
 //   the tanh approximation from the erf GELU (they differ by < 5e-4, below bf16 resolution per
 //   element, but not on average over 10^5 elements): see test_gelu_flavour (both types).
@@ -366,9 +371,14 @@ struct AttnRun {
 // Every implementation, flash first (the others are compared with it). cudnn runs where its
 // library loads (FSDP_CUDNN_LIB; under the emulator the fake cuDNN of dev/cuda_emu/cudnn.cpp)
 // and only on the shapes of test_attention_cudnn (the fake interprets its graphs on the CPU).
-static const AttentionImpl kImpls[] = {ATTENTION_FLASH, ATTENTION_CUBLAS, ATTENTION_CUDNN};
-static const int kNImpls = 3;
-static const int kCudnn = 2;  // kImpls[kCudnn] == ATTENTION_CUDNN
+// flash-pipelined only on the shapes of test_attention_pipelined. A shape's test names the
+// implementations it runs as a mask of (1 << i) for kImpls[i].
+static const AttentionImpl kImpls[] = {ATTENTION_FLASH, ATTENTION_CUBLAS, ATTENTION_CUDNN, ATTENTION_FLASH_PIPELINED};
+static const int kNImpls = 4;
+static const int kCudnn = 2;      // kImpls[kCudnn] == ATTENTION_CUDNN
+static const int kPipelined = 3;  // kImpls[kPipelined] == ATTENTION_FLASH_PIPELINED
+static const unsigned kFlashCublas = 1u << 0 | 1u << 1, kWithCudnn = kFlashCublas | 1u << kCudnn,
+                      kFlashPipelined = 1u << 0 | 1u << kPipelined;
 
 // Runs forward + backward of ac's implementation twice (second time into fresh NaN-filled
 // buffers; the scratch is refilled with NaN before each run) and returns the first results
@@ -428,10 +438,11 @@ static void dqkv_errs(const std::vector<float>& got, const std::vector<float>& r
     for (int s = 0; s < 3; s++) e[s] = rel_err(section(got, C, kvw, s), section(ref, C, kvw, s), floor_);
 }
 
-// NH query heads sharing KVH kv heads (KVH == NH: plain multi-head attention).
+// NH query heads sharing KVH kv heads (KVH == NH: plain multi-head attention); impls: which
+// of kImpls run (cudnn only where its library loaded).
 template <class T16>
 static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B, int T, int NH, int KVH, int hs,
-                           float amp, uint64_t seed, bool with_cudnn = false) {
+                           float amp, uint64_t seed, unsigned impls = kFlashCublas) {
     const double tol = tol16<T16>();
     const int C = NH * hs, kvw = KVH * hs;
     const size_t QW = (size_t)C + 2 * (size_t)kvw;
@@ -448,12 +459,12 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
     T16 *d_qkv = dev16<T16>(qkv), *d_dout = dev16<T16>(dout);
 
     AttnRun runs[kNImpls];
-    bool have[kNImpls] = {false, false, false};
+    bool have[kNImpls] = {};
     for (int i = 0; i < kNImpls; i++) {
         const AttentionImpl impl = kImpls[i];
         const char* iname = attention_impl_name(impl);
-        if (impl == ATTENTION_CUDNN && (!with_cudnn || !ctx[i].cudnn)) continue;  // (its skip is said once, in main)
-        if (impl == ATTENTION_FLASH && !attention_flash_supports(hs)) {
+        if (!(impls >> i & 1) || (impl == ATTENTION_CUDNN && !ctx[i].cudnn)) continue;  // (cudnn's skip: once, in main)
+        if (attention_impl_is_flash(impl) && !attention_flash_supports(hs)) {
             snprintf(name, sizeof name, "attention %s %s # skip head size not supported", iname, shape);
             printf("ok - %s\n", name);
             continue;
@@ -484,6 +495,24 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
                  e[2], t2);
         report(eo <= t2 && el <= 1e-4 && e[0] <= t2 && e[1] <= t2 && e[2] <= t2, name, det);
     }
+    if (have[0] && have[kPipelined]) {
+        // flash-pipelined's backward on flash's out and lse: its main kernel does flash's
+        // arithmetic in flash's order (only the pipelining differs), so dqkv must be flash's, bitwise.
+        const size_t nout = (size_t)B * T * C, nlse = (size_t)B * NH * T, nqkv = (size_t)B * T * QW;
+        const size_t ss = attention_backward_scratch_bytes(ATTENTION_FLASH_PIPELINED, B, T, C, NH);
+        T16 *out = dev16_fill<T16>(nout, 0xff), *dqkv = dev16_fill<T16>(nqkv, 0xff);
+        float* lse = NULL;
+        void* scratch = NULL;
+        CUDA_CHECK(cudaMalloc(&lse, nlse * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&scratch, ss));
+        attention_forward_cuda(&ctx[0], mm, out, lse, d_qkv, NULL, 0, B, T, C, NH, KVH, 0);
+        attention_backward_cuda(&ctx[kPipelined], mm, dqkv, d_dout, d_qkv, out, lse, scratch, ss, B, T, C, NH, KVH, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> got = host16(dqkv, nqkv);
+        snprintf(name, sizeof name, "attention flash forward + flash-pipelined backward = flash's dqkv, bitwise %s", shape);
+        report(got == runs[0].dqkv, name, "the same out and lse in");
+        CUDA_CHECK(cudaFree(out)); CUDA_CHECK(cudaFree(dqkv)); CUDA_CHECK(cudaFree(lse)); CUDA_CHECK(cudaFree(scratch));
+    }
     if (have[0] && have[kCudnn]) {
         // cudnn's forward then flash's backward on cudnn's out and lse: the lse must mean what
         // flash's does (natural-log LSE of the scaled scores) for the gradients to agree.
@@ -513,11 +542,11 @@ static void test_attention(const AttentionContext* ctx, MatmulContext* mm, int B
 // head sizes 64 and 128, odd T, both 16-bit types; each against the CPU, flash and itself.
 template <class T16>
 static void test_attention_cudnn(const AttentionContext* ctx, MatmulContext* mm, uint64_t seed) {
-    test_attention<T16>(ctx, mm, 2, 37, 2, 2, 64, 2.0f, seed++, true);
-    test_attention<T16>(ctx, mm, 1, 45, 4, 2, 128, 2.0f, seed++, true);
+    test_attention<T16>(ctx, mm, 2, 37, 2, 2, 64, 2.0f, seed++, kWithCudnn);
+    test_attention<T16>(ctx, mm, 1, 45, 4, 2, 128, 2.0f, seed++, kWithCudnn);
     if (!kFp16<T16>) {
-        test_attention<T16>(ctx, mm, 1, 33, 4, 1, 64, 2.0f, seed++, true);
-        test_attention<T16>(ctx, mm, 1, 29, 2, 2, 128, 3.0f, seed++, true);
+        test_attention<T16>(ctx, mm, 1, 33, 4, 1, 64, 2.0f, seed++, kWithCudnn);
+        test_attention<T16>(ctx, mm, 1, 29, 2, 2, 128, 3.0f, seed++, kWithCudnn);
     }
 }
 
@@ -579,8 +608,26 @@ static void test_attention_shapes(const AttentionContext* ctx, MatmulContext* mm
     }
 }
 
-// GPT-2 size (T = 1024): flash against cublas (no CPU: too slow here), determinism, and
-// timings of both printed as comments (the device check reads them).
+// flash-pipelined (kernels/cuda_attention_flash_pipelined.cuh) with flash beside it: GPT-2's
+// heads at T = 1 (one key), 37 (a partial tile), 130 (a full 128-key tile and a 2-key one)
+// and 257 (three tiles at hs 64, five at hs 128: every slot of the 3-stage K/V ring reused,
+// the last tile partial), a sharp softmax; grouped-query attention 4 over 2 and 4 over 1 kv
+// heads. fp16: a subset (the emulator's time).
+template <class T16>
+static void test_attention_pipelined(const AttentionContext* ctx, MatmulContext* mm, uint64_t seed) {
+    const int Ts[] = {1, 37, 130, 257};
+    for (int hs : {64, 128})
+        for (int T : Ts)
+            if (!kFp16<T16> || T == 37 || (T == 257 && hs == 64))
+                test_attention<T16>(ctx, mm, 1, T, 2, 2, hs, 2.0f, seed++, kFlashPipelined);
+    if (!kFp16<T16>) test_attention<T16>(ctx, mm, 1, 257, 2, 2, 64, 3.0f, seed++, kFlashPipelined);  // sharp softmax
+    test_attention<T16>(ctx, mm, 1, 130, 4, 2, kFp16<T16> ? 128 : 64, 2.0f, seed++, kFlashPipelined);
+    if (!kFp16<T16>) test_attention<T16>(ctx, mm, 1, 130, 4, 1, 128, 2.0f, seed++, kFlashPipelined);
+}
+
+// GPT-2 size (T = 1024): flash against cublas, cudnn (where it loaded) and flash-pipelined (no
+// CPU: too slow here), determinism, and timings of each printed as comments (the device
+// check reads them).
 static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm, int B, int T, int NH, int hs) {
     const int C = NH * hs;
     char shape[96], name[200], det[256];
@@ -590,9 +637,13 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
     const std::vector<float> dout = rand16<bf16>(r, (size_t)B * T * C, 1.0f);
     bf16 *d_qkv = dev16<bf16>(qkv), *d_dout = dev16<bf16>(dout);
     AttnRun runs[kNImpls];
-    const int n = ctx[kCudnn].cudnn ? kNImpls : kCudnn;  // cudnn where it loaded
-    for (int i = 0; i < n; i++) runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH, NH);
-    for (int i = 1; i < n; i++) {
+    bool have[kNImpls] = {};
+    for (int i = 0; i < kNImpls; i++) {
+        have[i] = i != kCudnn || ctx[i].cudnn != NULL;  // cudnn where it loaded
+        if (have[i]) runs[i] = run_attention(&ctx[i], mm, d_qkv, d_dout, B, T, C, NH, NH);
+    }
+    for (int i = 1; i < kNImpls; i++) {
+        if (!have[i]) continue;
         const double eo = rel_err(runs[0].out, runs[i].out), el = lse_err(runs[0].lse, runs[i].lse);
         double e[3];
         dqkv_errs(runs[0].dqkv, runs[i].dqkv, C, C, e);
@@ -600,7 +651,8 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
         snprintf(det, sizeof det, "out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tol 2e-2, lse 1e-4)", eo, el, e[0], e[1], e[2]);
         report(eo <= 2e-2 && el <= 1e-4 && e[0] <= 2e-2 && e[1] <= 2e-2 && e[2] <= 2e-2, name, det);
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < kNImpls; i++) {
+        if (!have[i]) continue;
         snprintf(name, sizeof name, "attention %s bitwise deterministic %s", attention_impl_name(kImpls[i]), shape);
         report(runs[i].deterministic, name, "two forward+backward runs");
     }
@@ -615,7 +667,8 @@ static void test_attention_large(const AttentionContext* ctx, MatmulContext* mm,
     CUDA_CHECK(cudaEventCreate(&e0));
     CUDA_CHECK(cudaEventCreate(&e1));
     const double fwd_flops = 2.0 * B * NH * (double)T * T * hs;  // causal: half of 2 GEMMs of 2 T^2 hs
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < kNImpls; i++) {
+        if (!have[i]) continue;
         const AttentionContext* ac = &ctx[i];
         const AttentionImpl ai = ac->impl;
         const size_t fs = attention_forward_scratch_bytes(ai, B, T, C, NH), bs = attention_backward_scratch_bytes(ai, B, T, C, NH);
@@ -674,6 +727,10 @@ static void refuse_smem(void) {  // a GPU with 99 KiB per block (sm_86): flash's
     attention_backward_cuda(&ac, NULL, (bf16*)256, (const bf16*)256, (const bf16*)256, (const bf16*)256,
                             (const float*)256, (void*)256, 1 << 20, 1, 8, 256, 2, 2, 0);
 }
+static void refuse_smem_pipelined(void) {  // sm_86 again: flash-pipelined's hs 64 forward needs 126 KiB
+    const AttentionContext ac = host_context(ATTENTION_FLASH_PIPELINED, 99 << 10);
+    attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 128, 2, 2, 0);
+}
 static void refuse_uninitialised(void) {  // attention_context_init never ran
     const AttentionContext ac = host_context(ATTENTION_FLASH, 0);
     attention_forward_cuda(&ac, NULL, (bf16*)256, (float*)256, (const bf16*)256, NULL, 0, 1, 8, 128, 2, 2, 0);
@@ -728,6 +785,8 @@ int main(int argc, char** argv) {
                    "too small");
     expect_refusal("flash attention refuses a kernel needing more shared memory than the GPU allows", refuse_smem,
                    "bytes of shared memory per block, this GPU allows 101376");
+    expect_refusal("flash-pipelined attention refuses a forward needing more shared memory than the GPU allows",
+                   refuse_smem_pipelined, "flash-pipelined attention forward needs 129024 bytes of shared memory");
     expect_refusal("flash attention refuses an uninitialised AttentionContext", refuse_uninitialised,
                    "not initialised");
     expect_refusal("attention refuses a kv-head count that does not divide the heads (NH=4, KVH=3)", refuse_kv_heads,
@@ -753,8 +812,11 @@ int main(int argc, char** argv) {
     MatmulContext* mm = (MatmulContext*)malloc(sizeof(MatmulContext));
     matmul_context_init(mm);
 
-    test_matmuls<bf16>(mm);
-    test_matmuls<fp16>(mm);
+    const bool only_pipelined = argc > 1 && !strcmp(argv[1], "pipelined");
+    if (!only_pipelined) {
+        test_matmuls<bf16>(mm);
+        test_matmuls<fp16>(mm);
+    }
     printf("# GELU fusion in use: forward %s, backward %s\n", mm->fuse_gelu_forward ? "epilogue" : "kernel",
            mm->fuse_gelu_backward ? "epilogue" : "kernel");
     if (argc > 1 && !strcmp(argv[1], "matmul")) {  // the matmul checks only
@@ -765,16 +827,26 @@ int main(int argc, char** argv) {
 
     // One context per implementation (as kImpls), made once: the shared-memory opt-in.
     AttentionContext ctx[kNImpls];
-    for (int i = 0; i < kCudnn; i++) attention_context_init(&ctx[i], kImpls[i]);
+    for (int i = 0; i < kNImpls; i++)
+        if (i != kCudnn) attention_context_init(&ctx[i], kImpls[i]);
     char why[512];
     if (attention_context_try_cudnn(&ctx[kCudnn], why, sizeof why) == 0)
         printf("# cudnn: %s\n", cudnn_attention_describe(ctx[kCudnn].cudnn));
     else
         printf("ok - attention cudnn # skip %s\n", why);
     printf("# shared memory per block: flash forward %zu / %zu, backward %zu / %zu bytes (hs 64 / 128); "
-           "this GPU allows %d\n", FlashShape<64>::fwd_smem, FlashShape<128>::fwd_smem, FlashShape<64>::bwd_smem,
-           FlashShape<128>::bwd_smem, ctx[0].smem_optin);
+           "flash-pipelined forward %zu / %zu; this GPU allows %d\n", FlashShape<64>::fwd_smem,
+           FlashShape<128>::fwd_smem, FlashShape<64>::bwd_smem, FlashShape<128>::bwd_smem,
+           FlashPipelinedShape<64>::fwd_smem, FlashPipelinedShape<128>::fwd_smem, ctx[0].smem_optin);
 
+    test_attention_pipelined<bf16>(ctx, mm, 400);
+    test_attention_pipelined<fp16>(ctx, mm, 500);
+    if (only_pipelined) {
+        for (int i = 0; i < kNImpls; i++) attention_context_destroy(&ctx[i]);
+        matmul_context_destroy(mm);
+        free(mm);
+        return g_failed ? 1 : 0;
+    }
     test_attention_shapes<bf16>(ctx, mm, 10);
     test_attention_shapes<fp16>(ctx, mm, 100);
     if (ctx[kCudnn].cudnn) {

@@ -201,8 +201,8 @@ expect_error "--rendezvous file: without a directory" "--rendezvous file:: the d
 expect_error "--peak-tflops out of range" "--peak-tflops: 0 is out of range" "${launch[@]}" --peak-tflops 0
 expect_error "--comm unknown" "--comm: expected nccl or mpi, got 'gloo'" "${launch[@]}" --comm gloo
 expect_error "--reduce-dtype unknown" "--reduce-dtype: expected bf16 or fp32, got 'fp16'" "${launch[@]}" --reduce-dtype fp16
-expect_error "--attention unknown" "--attention: expected flash, cublas, cudnn or auto, got 'xformers'" "${launch[@]}" --attention xformers
-expect_error "--attention flash1 (removed)" "--attention: expected flash, cublas, cudnn or auto, got 'flash1'" "${launch[@]}" --attention flash1
+expect_error "--attention unknown" "--attention: expected flash, flash-pipelined, cublas, cudnn or auto, got 'xformers'" "${launch[@]}" --attention xformers
+expect_error "--attention flash1 (removed)" "--attention: expected flash, flash-pipelined, cublas, cudnn or auto, got 'flash1'" "${launch[@]}" --attention flash1
 expect_error "--comm on the cpu device" "--comm applies to the cuda device only, and this run is on the cpu device" \
     "${launch[@]}" --device cpu --comm nccl
 expect_error "--attention on the cpu device" "--attention applies to the cuda device only" "${launch[@]}" --device cpu --attention cublas

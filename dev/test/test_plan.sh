@@ -258,7 +258,7 @@ if $TG --plan "${small[@]}" --sim-device "$out/old.prof" >"$out/old_flash.log" 2
 else
     not_ok "older profile's attention_eff: $(cat "$out/old_flash.err" | head -c 300) | $(grep -h '^attention:\|^error' "$out/old_flash.log" "$out/old_cublas.log" | tr '\n' ' ')"
 fi
-printf 'like=h200\nhbm_gbs=1000000\nlaunch_us=0.001\nattention_eff_flash_64=0.2\nattention_eff_cublas_64=0.05\nattention_eff_cudnn_64=0.5\nattention_eff_flash_128=0.1\n' \
+printf 'like=h200\nhbm_gbs=1000000\nlaunch_us=0.001\nattention_eff_flash_64=0.2\nattention_eff_cublas_64=0.05\nattention_eff_cudnn_64=0.5\nattention_eff_flash_128=0.1\nattention_eff_flash-pipelined_64=0.4\n' \
     >"$out/att.prof"
 plan_att() { $TG --plan "${small[@]}" --sim-device "$out/att.prof" "$@"; }
 # ratio_ok A B WANT: A / B within 0.2% of WANT (the times are printed to 0.001 ms: at 0.58 ms
@@ -286,6 +286,20 @@ elif grep -q -- "--attention: expected flash or cublas, got 'cudnn'" "$out/att_c
     ok "--attention cudnn in --plan # skip this build's option parser has no cudnn yet ($(head -n 1 "$out/att_cudnn.log"))"
 else
     not_ok "--attention cudnn in --plan failed: $(head -c 300 "$out/att_cudnn.log")"
+fi
+# flash-pipelined: its own key (a hyphen in it) and its own tiles' pairs (128-key tiles, a warp
+# per 16 queries: a few more masked pairs than flash's), so at twice flash's efficiency its
+# attention takes between 0.5 and 0.6 of flash's time.
+if plan_att --attention flash-pipelined >"$out/att_pl.log" 2>&1; then
+    tp=$(attention_ms "$out/att_pl.log")
+    if grep -q "^attention: flash-pipelined at head size 64, 0.4 of the peak (the profile's attention_eff_flash-pipelined_64)" "$out/att_pl.log" &&
+       awk -v a="$tp" -v b="$tf" 'BEGIN { exit !(b > 0 && a / b >= 0.5 && a / b < 0.6) }'; then
+        ok "--attention flash-pipelined in --plan: attention_eff_flash-pipelined_64 (0.4), $tp ms against flash's $tf ms (0.2)"
+    else
+        not_ok "--attention flash-pipelined in --plan: '$tp' ms against flash's '$tf' ms: $(grep '^attention:' "$out/att_pl.log")"
+    fi
+else
+    not_ok "--attention flash-pipelined in --plan failed: $(head -c 300 "$out/att_pl.log")"
 fi
 # Head size 128 (2 heads of 128) takes the 128 column.
 if $TG --plan --layers 2 --channels 256 --heads 2 --max-seq 256 -b 2 -t 256 --plan-world 1 --sim-device "$out/att.prof" >"$out/att128.log" 2>&1 &&

@@ -19,6 +19,9 @@
 #     also with --reduce-dtype fp32 and as HSDP (2 replicas); 2 micro-steps with
 #     --no-grad-sync-until-last vs 1 within 1e-2;
 #   - --attention cublas vs flash within 2%; sampling and validation run on cuda;
+#   - --attention flash-pipelined (kernels/cuda_attention_flash_pipelined.cuh) for GPT-2 and
+#     the Llama (GQA) vs cpu and flash within 2%, the run saying it was requested (at T = 32
+#     one key tile: its losses are flash's; the kernel test covers several tiles);
 #   - --attention cudnn through the fake cuDNN (dev/cuda_emu/cudnn.cpp, FSDP_CUDNN_LIB) for
 #     GPT-2 and the Llama (GQA) vs cpu and flash within 2%; auto picks it where it loads and
 #     says so; with the library missing or refusing the graphs (EMU_CUDNN_REFUSE=1) auto falls
@@ -315,6 +318,7 @@ FSDP_TEST_NAN_LOSS_STEPS=2,3 job 1 nccl nccl_nan_stop 1 -b 2 --max-bad-steps 2 -
 job 1 cpu cpu_ref 1 -b 2 -o "$TMP/cpu_ref"
 job 1 cuda cuda_again 1 -b 2 -s 4 -g 8 -o "$TMP/cuda_again"
 job 1 cuda cuda_cublas 1 -b 2 --attention cublas -o "$TMP/cuda_cublas" --profile-step 3
+job 1 cuda cuda_pipelined 1 -b 2 --attention flash-pipelined -o "$TMP/cuda_pipelined" --profile-step 3
 job 1 cuda cuda_accum 1 -b 1 -d 64 --no-grad-sync-until-last -o "$TMP/cuda_accum"
 job 1 cuda cuda_gelu0 1 -b 2 --gelu-fusion 0 -o "$TMP/cuda_gelu0" --profile-step 3
 EMU_CUBLASLT_NO_GELU=1 job 1 cuda cuda_no_gelu_epilogue 1 -b 2 -o "$TMP/cuda_no_gelu_epilogue"
@@ -342,6 +346,7 @@ job 1 llama_split
 job 1 cuda llama_recompute_full 1 -b 2 "${llama[@]}" --recompute full -o "$TMP/llama_recompute_full"
 job 1 cuda llama_recompute_sel 1 -b 2 "${llama[@]}" --recompute selective -o "$TMP/llama_recompute_sel"
 job 1 cuda llama_cublas 1 -b 2 "${llama[@]}" --attention cublas -o "$TMP/llama_cublas"
+job 1 cuda llama_pipelined 1 -b 2 "${llama[@]}" --attention flash-pipelined -o "$TMP/llama_pipelined"
 job 1 cuda llama_offload 1 -b 2 -s 4 -g 8 "${llama[@]}" --offload optimizer -o "$TMP/llama_offload"
 # --attention cudnn through the fake cuDNN (dev/cuda_emu/cudnn.cpp, found via FSDP_CUDNN_LIB;
 # every other run is pointed at a file that does not exist, so auto keeps flash there): GPT-2
@@ -610,6 +615,22 @@ good cuda_ref cuda_accum && compare "cuda 2 micro-steps with --no-grad-sync-unti
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_accum/metrics.jsonl" --rtol 0.01
 good cuda_ref cuda_cublas && compare "cuda --attention cublas vs flash (within 2%)" \
     "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_cublas/metrics.jsonl" --rtol 0.02
+if good cpu_ref cuda_ref cuda_pipelined llama_cpu llama_cuda llama_pipelined; then
+    if grep -q '^attention: flash-pipelined (requested)$' "$TMP/cuda_pipelined.log" &&
+       grep -q '^attention: flash-pipelined (requested)$' "$TMP/llama_pipelined.log"; then
+        ok "$TAG --attention flash-pipelined: the runs say so (attention: flash-pipelined (requested))"
+    else
+        not_ok "$TAG --attention flash-pipelined: $(grep -h -m1 '^attention: ' "$TMP/cuda_pipelined.log" "$TMP/llama_pipelined.log" | tr '\n' ' ')"
+    fi
+    compare "cuda --attention flash-pipelined vs cpu, 4 steps from the same init (within 2%)" \
+        "$TMP/cpu_ref/metrics.jsonl" "$TMP/cuda_pipelined/metrics.jsonl" --rtol 0.02
+    compare "cuda --attention flash-pipelined vs flash (within 2%)" \
+        "$TMP/cuda_ref/metrics.jsonl" "$TMP/cuda_pipelined/metrics.jsonl" --rtol 0.02
+    compare "Llama (GQA): cuda --attention flash-pipelined vs cpu (within 2%)" \
+        "$TMP/llama_cpu/metrics.jsonl" "$TMP/llama_pipelined/metrics.jsonl" --rtol 0.02
+    compare "Llama (GQA): cuda --attention flash-pipelined vs flash (within 2%)" \
+        "$TMP/llama_cuda/metrics.jsonl" "$TMP/llama_pipelined/metrics.jsonl" --rtol 0.02
+fi
 # --matmul-autotune: the exact mode switches to the faster candidate with the same bits and
 # trains bitwise as untuned; the fastest mode takes the other-bits one (close, not equal).
 if good cuda_ref cuda_tune_exact cuda_tune_fastest; then
@@ -954,6 +975,7 @@ launch_plan_check() {  # NAME W ARGS...: the run NAME at world W had ARGS beside
 good nccl_again && launch_plan_check nccl_again 1 -b 2 -s 4 -g 8
 good nccl_np2 && launch_plan_check nccl_np2 2 -b 1 -d 64
 good cuda_cublas && launch_plan_check cuda_cublas 1 -b 2 --attention cublas
+good cuda_pipelined && launch_plan_check cuda_pipelined 1 -b 2 --attention flash-pipelined
 good cuda_gelu0 && launch_plan_check cuda_gelu0 1 -b 2 --gelu-fusion 0
 good llama_again && launch_plan_check llama_again 1 -b 2 -s 4 -g 8 "${llama[@]}"
 good nccl_again && ledger_check nccl_again 1 "36.0 B per shard element (gradient-slot zeroing 0.0, folds + norm 6.0, AdamW + bf16 shard 30.0"
