@@ -3,22 +3,26 @@
 # "ok - ..." / "not ok - ..." lines. A script that exits non-zero without reporting a
 # failure counts as one failure of its own. Ends with exactly one line "N passed, M failed".
 #
-# Two scripts at a time where they can share the machine. A script whose header says
-#     # run_tests: shares the machine
-# keeps about one core busy and times nothing that another process could slow down past a
-# limit; those run in a pool of TEST_JOBS (default 2) while the machine is theirs. Every
-# other script (the ones that keep both cores busy through mpirun -np 2 or their own
-# pools, and the ones whose checks depend on timing) runs alone, after the pool. Each
-# script's output is shown whole when it ends, with its wall time and the CPU seconds its
-# processes used (cpu / wall: the cores it kept busy, which is what decides whether it
-# may share).
+# Several scripts at a time, as many as the cores hold. A script's header says how many
+# cores it keeps busy and for how long, measured on a quiet 2-core machine (its CPU seconds
+# over its wall time, and that wall time):
+#     # run_tests: cores 1.5, 92 s
+# Scripts start in the order of their work (cores x seconds), each as soon as the running
+# ones' cores plus its own fit in TEST_CORES (default: the machine's cores x 1.25; a little over-subscription keeps
+# the cores busy through a script's quiet moments and costs nothing else). A script
+# without the line (one whose checks time things that a neighbour could push past a limit:
+# kills during a save, signals to a fake Slurm, Slurm's daemons) runs alone. Each script's
+# output is shown whole when it ends, with its wall time and the CPU seconds its processes
+# used, from which its line's figure comes.
 set -u
 cd "$(dirname "$0")/../.."
 export FSDP_DATA="${FSDP_DATA:-$(cd .. && pwd)/shared/data}"
 export PYTHON="${PYTHON:-$(pwd)/.venv/bin/python}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 only="${TESTS:-}"   # e.g. TESTS="gpt2 fsdp" runs test_gpt2.sh and test_fsdp.sh only
-jobs_max="${TEST_JOBS:-2}"
+# Cores in tenths (bash counts in integers).
+budget=$(awk -v c="${TEST_CORES:-}" -v n="$(nproc)" 'BEGIN { if (c == "") c = n * 1.25; printf "%d", c * 10 + 0.5 }')
+[ "$budget" -ge 10 ] || budget=10
 results=$(mktemp -d "${TMPDIR:-/tmp}/fsdp_tests.XXXXXX")
 trap 'rm -rf "$results"' EXIT
 passed=0; failed=0; skipped=0
@@ -53,33 +57,48 @@ report() {
     passed=$((passed + p - s)); failed=$((failed + f)); skipped=$((skipped + s))
     echo "-- $2: $((p - s)) passed, $f failed, $s skipped ($(cat "$results/$1.wall")s, cpu $(cat "$results/$1.cpu")s)"
 }
-# wait_one: waits for any running script and reports it.
-declare -A job_name
-running=0
+# wait_one: waits for any running script, reports it and gives back its cores.
+declare -A job_name cores
+running=0; used=0
 wait_one() {
     local pid name
     wait -n -p pid
     name=${job_name[$pid]}; unset "job_name[$pid]"
     report "$name" "dev/test/test_$name.sh"
-    running=$((running - 1))
+    running=$((running - 1)); used=$((used - cores[$name]))
 }
 
-alone=()
+# The queue, the most work (cores x seconds) first, so that the longest scripts start at
+# once and the short ones fill the cores around them; the scripts without a cores line come
+# last and run alone.
+queue=()
 for script in dev/test/test_*.sh; do
     name=$(basename "$script" .sh); name=${name#test_}
     if [ -n "$only" ] && ! [[ " $only " == *" $name "* ]]; then continue; fi
-    if [ "$jobs_max" -gt 1 ] && head -n 40 "$script" | grep -q '^# run_tests: shares the machine'; then
-        [ "$running" -ge "$jobs_max" ] && wait_one
-        start "$name" "$script"; running=$((running + 1))
+    line=$(sed -n '1,40s/^# run_tests: cores \([0-9.]*\), \([0-9]*\) s.*/\1 \2/p' "$script" | head -n 1)
+    if [ -n "$line" ]; then
+        read -r c work < <(awk -v c="${line% *}" -v t="${line#* }" 'BEGIN { c = int(c * 10 + 0.5); if (c < 1) c = 1; print c, c * t }')
     else
-        alone+=("$name")
+        c=$budget; work=0
     fi
+    cores[$name]=$c
+    queue+=("$work $name")
+done
+[ ${#queue[@]} -gt 0 ] && mapfile -t queue < <(printf '%s\n' "${queue[@]}" | sort -k1,1nr -k2,2 | cut -d' ' -f2)
+while [ ${#queue[@]} -gt 0 ]; do
+    rest=()
+    for name in "${queue[@]}"; do
+        if [ "$running" -eq 0 ] || [ $((used + cores[$name])) -le "$budget" ]; then
+            start "$name" "dev/test/test_$name.sh"
+            running=$((running + 1)); used=$((used + cores[$name]))
+        else
+            rest+=("$name")
+        fi
+    done
+    queue=("${rest[@]}")
+    [ "$running" -gt 0 ] && wait_one
 done
 while [ "$running" -gt 0 ]; do wait_one; done
-for name in "${alone[@]}"; do
-    start "$name" "dev/test/test_$name.sh"; running=1
-    wait_one
-done
 # Skips (GPU tests without a GPU) are said on their own line: the last line is always
 # exactly "N passed, M failed".
 [ "$skipped" -gt 0 ] && echo "($skipped skipped: see the '# skip' lines above)"

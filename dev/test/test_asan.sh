@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.0, 168 s
 # The bad-input cases under AddressSanitizer + UndefinedBehaviorSanitizer (`make asan`:
 # build/asan/*_asan, host-only, the cpu device): a case that is handled with a message there
 # but reads or writes out of bounds, or overflows, is caught here. Every sanitizer report

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.6, 49 s
 # dev/bench/bench_gpu.sh's and scripts/device_check.sh's bookkeeping without a GPU: the first
 # GPU session must not lose its figures, or its one call, to a parsing slip or a hung part.
 # bench_gpu.sh runs from a copy of the tree with stand-ins:

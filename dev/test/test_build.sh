@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.1, 45 s
 # The host-only build (machines without nvcc compile train_gpt.cu as C++): checked here even
 # when nvcc builds the real binary, so that path cannot rot unnoticed.
 set -u

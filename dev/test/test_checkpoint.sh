@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.3, 86 s
 # Sharded checkpoints through train_gpt, with real MPI ranks (oversubscribed):
 #   - 10 steps + save + resume + 10 steps gives bitwise the losses of 20 uninterrupted steps
 #     (np = 1, 2), also when the resumed job gives no model flags (the model is the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.9, 45 s
 # The ckpt tool: info and verify on checkpoints train_gpt wrote (np=1 and np=2), damage found
 # and named, export to llm.c and safetensors files, import back (byte-identical round trips),
 # train_gpt --resume from an imported checkpoint, the safetensors file against the PyTorch

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.8, 24 s
 # The communication layer (comm/comm.h): build/test_comm's battery over the TCP transport
 # (W = 1..4, file and tcp:// rendezvous) and over MPI; then failures, which must end every
 # rank with a clear message in bounded time: a rank killed mid-run, a rank that never

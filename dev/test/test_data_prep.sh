@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.1, 42 s
 # Data preparation at scale (tokenize_text's JSONL, compressed and framed input, its threads,
 # its resume state; data/prepare.py), offline, on a corpus made here (data_prep_check.py):
 #   - JSONL, .jsonl.gz (two members) and .jsonl.zst (two frames) give the shards llm.c's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.7, 57 s
 # Bad input gets a clear one-line error naming the file or flag and a non-zero exit: never a
 # crash, a hang or a silently wrong run. Also: shards that are FIFOs or shrink while training,
 # batch splits beyond an int of accumulation steps, -j's default, the run-directory lock, and

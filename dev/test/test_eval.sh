@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.0, 77 s
 # Multiple-choice evaluation (--eval-data, HellaSwag's scoring: train/eval.c) and generation
 # (--generate: train/sampler.c) on the cpu device, against an independent reference
 # (dev/test/eval_reference.py: float64 numpy forwards in Hugging Face's convention, reading the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: cores 1.4, 94 s
 # FSDP across real MPI processes (oversubscribed): the same 20-step run at np = 1..4 and with
 # every schedule option gives the same losses; memory falls as 1/W; a dying rank ends the job.
 set -u

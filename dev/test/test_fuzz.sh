@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.4, 71 s
 # The libFuzzer harnesses of dev/fuzz/ (make fuzz: clang, ASan + UBSan), each for a bounded
 # time from a copy of its seed corpus dev/fuzz/corpus/NAME: the manifest reader, the shard
 # header and loader, the llm.c model header, model/'s safetensors / llm.c readers (the files

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.2, 4 s
 # CPU kernels against naive double references and finite differences
 # (dev/test/test_kernels_cpu.c). Two threads: the determinism checks need more than one.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.3, 220 s
 # The GPU test programs (dev/test/test_kernels_cuda.cu, dev/test/test_attention_cuda.cu),
 # unchanged, on the CPU under the emulator of dev/cuda_emu (see dev/cuda_emu/emu.h): a logic
 # check of the kernels (indexing, fragment layouts, barriers, masking, cuBLASLt planning),

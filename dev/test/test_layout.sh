@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.7, 3 s
 # The house rules of the layout, read from the sources (README "How it works"):
 #   - folders depend one way: every "#include "DIR/..."" outside dev/ names a folder its own
 #     folder may use (the table below); nothing outside dev/ includes dev/;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: cores 1.8, 149 s
 # The Llama 3 family, every check on grouped-query attention (2 query heads
 # per kv head): the cpu device against PyTorch (dev/test/torch_llama.py), the cuda device
 # against PyTorch under the CPU emulator, then on the cpu device W-equivalence over real MPI

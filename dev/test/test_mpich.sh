@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: cores 1.3, 66 s
 # MPICH: train_gpt built against MPICH (in a copy of the sources; with nvcc when it exists,
 # as a GPU node builds it: the MPI wrapper is nvcc's host compiler) and launched with MPICH's
 # mpiexec (hydra) trains exactly like the Open MPI build under mpirun.

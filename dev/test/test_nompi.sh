@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: cores 1.2, 78 s
 # The build a GPU image without MPI or our Debian libraries gets (scripts/device_check.sh on
 # the lent GPU machine): make NO_MPI=1 (the default where there is no mpicc) in a copy of the
 # sources, with nvcc when it exists, against zstd/PCRE2/cJSON/xxHash/OpenBLAS unpacked from

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.1, 34 s
 # train_gpt --plan (train/plan.h): the memory budget it predicts is the one a real run prints
 # (the same function computes both; checked against real cpu runs), the simulated timeline
 # honours the schedule's dependencies, communication never beats the alpha-beta bound, bad

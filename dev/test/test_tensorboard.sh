@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.8, 22 s
 # TensorBoard event files (--tensorboard, train/tensorboard.c), read back with TensorBoard's own
 # reader (dev/test/tb_check.py, EventAccumulator):
 #   - a run with -o writes OUTPUT/tensorboard/events.out.tfevents.*: every scalar at every step

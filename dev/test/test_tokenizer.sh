@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.0, 11 s
 # GPT-2 tokenizer and data preparation: C API unit tests, ids against tiktoken, shards,
 # data/tinyshakespeare.sh against the shared ready-made shards, and the error messages.
 # Run from the repository root; prints `ok - ...` / `not ok - ...: why` lines.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: cores 1.3, 79 s
 # Tensor parallelism composed with FSDP on the cpu device (--tp N: TP groups of N consecutive
 # ranks, FSDP/HSDP over the data-parallel ranks of each TP position, Megatron's splits with
 # sequence parallel and a vocabulary-parallel embedding and loss): the same 20-step runs as

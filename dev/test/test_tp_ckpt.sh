@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.2, 22 s
 # Checkpoints across tensor-parallel layouts (cpu device): a checkpoint saved at (TP, DP) = (2, 2)
 # names global tensors with global shapes and describes each chunk as a box of them (format
 # version 2); it resumes at (2, 2) bitwise, at (1, 3) and (4, 1) within 1e-5 of the uninterrupted

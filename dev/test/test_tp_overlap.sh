@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 1.0, 2 s
 # Tensor parallelism's backward overlap, in order (the issue: the reduce-scatter of dX
 # overlapped with the weight-gradient GEMM): one step at --tp 2 on the cpu device, GPT-2 and
 # Llama, each rank recording its TP collectives and kernels (FSDP_TEST_TP_TRACE,

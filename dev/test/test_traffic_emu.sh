@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: cores 1.4, 162 s
 # The planner's cost model against what the kernels do, under the CPU emulator (#14): the
 # emulated train_gpt --device cuda is built with the traffic counters (dev/cuda_emu/emu.h,
 # "Traffic counts": every load and store of the kernels, through GCC's kernel-address

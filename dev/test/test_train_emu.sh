@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_tests: cores 1.8, 558 s
 # The cuda training path end to end on the CPU: train_gpt.cu with its CUDA device
 # (fsdp/backend_cuda.cuh, kernels/*.cuh), unchanged, built with g++ for the emulator of
 # dev/cuda_emu (see dev/cuda_emu/emu.h) and run as `--device cuda --comm mpi` against the real

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.8, 4 s
 # Library unit tests: shard arithmetic, the model families' tensor tables, the data loader, the
 # top-k sampler, the run-directory lock, the stop signals' two phases, TensorBoard's event
 # encoding (CRC32C, TFRecord framing) and llm.c's eval files (HellaSwag: writer, reader, refusals).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests: shares the machine
+# run_tests: cores 0.6, 50 s
 # Untrusted checkpoints, state and model files (issue 16): every number read from a manifest,
 # its state, `latest`, or an llm.c model header is range-checked before it indexes, sizes or
 # seeks anything. Each case below feeds one damaged input to the real readers (ckpt verify /
