@@ -629,6 +629,24 @@ static __device__ __forceinline__ void attn_bwd_dq_step(float* part, const T16* 
     }
 }
 
+// The end of a key block's backward: a thread's two keys' rows (key0 and key0 + 8, those
+// below T) of dK (times scale) and dV, stored into dqkv's k and v columns of kv head kvh.
+template <int HS, int ND, class T16>
+static __device__ __forceinline__ void attn_bwd_store_dkdv(T16* dqkv, const float (&dk)[ND][4], const float (&dv)[ND][4],
+                                                           int b, int T, int C, int KVH, int kvh, int key0, int c,
+                                                           float scale) {
+    const size_t QW = (size_t)C + 2 * (size_t)KVH * HS;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int key = key0 + 8 * half;
+        if (key < T) {
+            T16* p = dqkv + ((size_t)b * T + key) * QW + C + (size_t)kvh * HS + 2 * c;
+            attn_store_row(p, dk, half, scale);
+            attn_store_row(p + (size_t)KVH * HS, dv, half, 1.0f);
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // flash backward, launch 2: the main kernel, one block per 128 keys of one (b, kv head)
 // grid (ceil(T/128), B*KVH), 256 threads (8 warps); key block 0 (the most query blocks) first.
@@ -675,7 +693,7 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
     const T16* dog0 = dout + (size_t)b * T * C;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int kw = warp * 16;                       // the warp's first key in the block
-    const int key0 = j0 + kw + g, key1 = key0 + 8;  // this thread's two keys
+    const int key0 = j0 + kw + g;  // this thread's first key (its second: key0 + 8)
 
     const int nqt = (T - j0 + BR - 1) / BR;  // query blocks starting at j0, per query head
     const int nsteps = group * nqt;
@@ -736,16 +754,7 @@ attn_flash_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, const
         attn_bwd_dq_step<HS, BR>(part, dSs, Ks, nkc, i0, j0, T, lane);
     }
 
-    if (key0 < T) {
-        T16* p = dqkv + ((size_t)b * T + key0) * QW + C + (size_t)kvh * HS + 2 * c;
-        attn_store_row(p, dk, 0, scale);
-        attn_store_row(p + (size_t)KVH * HS, dv, 0, 1.0f);
-    }
-    if (key1 < T) {
-        T16* p = dqkv + ((size_t)b * T + key1) * QW + C + (size_t)kvh * HS + 2 * c;
-        attn_store_row(p, dk, 1, scale);
-        attn_store_row(p + (size_t)KVH * HS, dv, 1, 1.0f);
-    }
+    attn_bwd_store_dkdv<HS>(dqkv, dk, dv, b, T, C, KVH, kvh, key0, c, scale);
 }
 
 // ----------------------------------------------------------------------------

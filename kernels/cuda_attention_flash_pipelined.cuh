@@ -332,7 +332,7 @@ attn_flash_pl_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, co
     const T16* dog0 = dout + (size_t)b * T * C;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int kw = warp * 16;
-    const int key0 = j0 + kw + g, key1 = key0 + 8;
+    const int key0 = j0 + kw + g;  // this thread's first key (its second: key0 + 8)
     const int nqt = (T - j0 + BR - 1) / BR;
     const int nsteps = group * nqt;
     // The step's query head, first query, its dQ slice and its visible 16-key chunks (a prefix
@@ -372,16 +372,7 @@ attn_flash_pl_bwd_kernel(T16* __restrict__ dqkv, float* __restrict__ dq_part, co
     __syncthreads();  // every warp's dS^T of the last step
     dq_of_step(nsteps - 1);
 
-    if (key0 < T) {
-        T16* p = dqkv + ((size_t)b * T + key0) * QW + C + (size_t)kvh * HS + 2 * c;
-        attn_store_row(p, dk, 0, scale);
-        attn_store_row(p + (size_t)KVH * HS, dv, 0, 1.0f);
-    }
-    if (key1 < T) {
-        T16* p = dqkv + ((size_t)b * T + key1) * QW + C + (size_t)kvh * HS + 2 * c;
-        attn_store_row(p, dk, 1, scale);
-        attn_store_row(p + (size_t)KVH * HS, dv, 1, 1.0f);
-    }
+    attn_bwd_store_dkdv<HS>(dqkv, dk, dv, b, T, C, KVH, kvh, key0, c, scale);
 }
 
 // flash's launches 1 (D) and 3 (the dQ-slice sum) around the pipelined main kernel; the same
