@@ -17,7 +17,7 @@
 # events/synchronisation; see its top comment). The tests run with the default EMU_SEED
 # (set EMU_SEED, or EMU_STREAMS=sync, in the environment to replay or compare). Builds with
 # g++ into build/emu/ (no Makefile rule; outputs are reused when their inputs and commands
-# are unchanged). About 70 s on 2 cores with the builds cached (both types: bf16 and fp16).
+# are unchanged). About 90 s alone on 2 cores with the runtime cached (both types: bf16 and fp16).
 set -u
 cd "$(dirname "$0")/../.."
 if [ -n "${TEST_TMP:-}" ]; then TMP=$TEST_TMP; else TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT; fi
